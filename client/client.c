@@ -1,0 +1,424 @@
+/* client.c: gml_open/gml_close and the two chunk sources of the allocator:
+ * the daemon (lease/return over the Unix socket, fds imported with the
+ * backend) or, embedded, the backend itself. Also the periodic usage report
+ * and the daemon's reclaim requests. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "alloc.h"
+#include "gmlake.h"
+#include "log.h"
+#include "util.h"
+#include "wire.h"
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
+
+struct gml_client {
+  gml_allocator alloc;
+  gml_backend *be;
+  int mode;
+  int sock;                 /* daemon mode */
+  pthread_mutex_t conn_lock;
+  uint64_t seq;
+  uint64_t client_id;
+  int daemon_gone;
+  uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
+  uint64_t last_report_ns;
+  uint32_t ops_since_check;
+  char last_error[256];
+};
+
+const char *gml_strerror(int err) {
+  switch (err) {
+  case GML_OK: return "success";
+  case GML_ENOMEM: return "out of memory";
+  case GML_EDAEMON: return "daemon unreachable or gone";
+  case GML_EINVAL: return "invalid argument";
+  case GML_EBADPTR: return "pointer not allocated by this client";
+  case GML_EBACKEND: return "physical backend (driver) error";
+  case GML_ENODEV: return "backend not available";
+  case GML_EPROTO: return "protocol error";
+  case GML_EQUOTA: return "quota exceeded";
+  case GML_ESYS: return "system call failed";
+  case GML_ECLOSED: return "client closed";
+  default: return "unknown error";
+  }
+}
+
+/* ---------- embedded source: the backend directly ---------- */
+
+static int embedded_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
+  gml_client *c = ctx;
+  size_t got = 0;
+  for (; got < n; got++) {
+    int rc = c->be->ops->chunk_create(c->be, &phys[got], NULL);
+    if (rc) return got ? (int)got : rc;
+    ids[got] = 0;
+  }
+  return (int)got;
+}
+
+static void embedded_release(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids) {
+  gml_client *c = ctx;
+  (void)ids;
+  for (size_t i = 0; i < n; i++) c->be->ops->chunk_release(c->be, phys[i]);
+}
+
+/* ---------- daemon connection ---------- */
+
+static void handle_unsolicited(gml_client *c, Gmlake__Envelope *env) {
+  if (env->msg_case == GMLAKE__ENVELOPE__MSG_RECLAIM) {
+    __atomic_fetch_add(&c->reclaim_pending, env->reclaim->bytes ? env->reclaim->bytes : 1, __ATOMIC_RELAXED);
+    GML_INFO("daemon asks for %llu bytes of idle cache back", (unsigned long long)env->reclaim->bytes);
+  } else {
+    GML_WARN("unexpected unsolicited message %d from the daemon", (int)env->msg_case);
+  }
+}
+
+/* Send env; when want_reply, wait for the reply with the same seq (handling
+ * unsolicited messages meanwhile). conn_lock held. */
+static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  if (c->daemon_gone) return GML_EDAEMON;
+  env->seq = ++c->seq;
+  uint8_t *frame;
+  size_t len;
+  int rc = gml_wire_encode(env, &frame, &len);
+  if (rc) return rc;
+  rc = gml_wire_send(c->sock, frame, len, NULL, 0);
+  free(frame);
+  if (rc) goto gone;
+  if (!want_reply) return 0;
+  for (;;) {
+    Gmlake__Envelope *in;
+    rc = gml_wire_recv(c->sock, &in, fds, nfds, GML_MAX_LEASE_CHUNKS);
+    if (rc) goto gone;
+    if (in->seq == 0) {
+      handle_unsolicited(c, in);
+      gmlake__envelope__free_unpacked(in, NULL);
+      for (int i = 0; i < *nfds; i++) close(fds[i]);
+      continue;
+    }
+    if (in->seq != env->seq) {
+      gmlake__envelope__free_unpacked(in, NULL);
+      for (int i = 0; i < *nfds; i++) close(fds[i]);
+      rc = GML_EPROTO;
+      goto gone;
+    }
+    *reply = in;
+    return 0;
+  }
+gone:
+  GML_ERR("connection to the daemon lost: %s", gml_strerror(rc));
+  c->daemon_gone = 1;
+  return rc == GML_EPROTO ? GML_EPROTO : GML_EDAEMON;
+}
+
+static int daemon_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
+  gml_client *c = ctx;
+  if (n > GML_MAX_LEASE_CHUNKS) n = GML_MAX_LEASE_CHUNKS;
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+  lr.count = (uint32_t)n;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
+  env.lease = &lr;
+  Gmlake__Envelope *reply = NULL;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  pthread_mutex_lock(&c->conn_lock);
+  int rc = conn_call(c, &env, 1, &reply, fds, &nfds);
+  pthread_mutex_unlock(&c->conn_lock);
+  if (rc) return rc;
+  if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
+    rc = reply->error->code < 0 && reply->error->code >= GML_ECLOSED ? reply->error->code : GML_ENOMEM;
+    snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
+    GML_INFO("%s", c->last_error);
+    gmlake__envelope__free_unpacked(reply, NULL);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    return rc;
+  }
+  if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY || reply->lease_reply->n_chunk_ids != (size_t)nfds ||
+      nfds == 0 || (size_t)nfds > n) {
+    GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, nfds);
+    gmlake__envelope__free_unpacked(reply, NULL);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    return GML_EPROTO;
+  }
+  int got = 0;
+  for (int i = 0; i < nfds; i++) {
+    int irc = c->be->ops->chunk_import(c->be, fds[i], &phys[got]);
+    if (irc) {
+      GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(irc));
+      continue; /* its id stays leased to us until we disconnect; nothing leaks */
+    }
+    ids[got++] = reply->lease_reply->chunk_ids[i];
+  }
+  gmlake__envelope__free_unpacked(reply, NULL);
+  return got ? got : GML_EBACKEND;
+}
+
+static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids) {
+  gml_client *c = ctx;
+  for (size_t i = 0; i < n; i++) c->be->ops->chunk_release(c->be, phys[i]);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
+  rr.n_chunk_ids = n;
+  rr.chunk_ids = (uint64_t *)ids;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_RET;
+  env.ret = &rr;
+  Gmlake__Envelope *reply = NULL;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  pthread_mutex_lock(&c->conn_lock);
+  if (conn_call(c, &env, 1, &reply, fds, &nfds) == 0) {
+    if (reply->msg_case != GMLAKE__ENVELOPE__MSG_RET_REPLY) GML_WARN("daemon did not accept returned chunks");
+    gmlake__envelope__free_unpacked(reply, NULL);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+  }
+  pthread_mutex_unlock(&c->conn_lock);
+}
+
+static void send_usage_report(gml_client *c) {
+  gml_stats st;
+  gml_alloc_stats(&c->alloc, &st);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.allocated = st.allocated;
+  u.cached = st.cached;
+  u.stitched = st.stitched;
+  u.largest_free = st.largest_free;
+  u.alloc_count = st.alloc_count;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
+  env.usage = &u;
+  pthread_mutex_lock(&c->conn_lock);
+  conn_call(c, &env, 0, NULL, NULL, NULL);
+  /* pick up a reclaim request that came while we were busy */
+  struct pollfd pfd = {c->sock, POLLIN, 0};
+  while (!c->daemon_gone && poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN)) {
+    Gmlake__Envelope *in;
+    int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    if (gml_wire_recv(c->sock, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) {
+      c->daemon_gone = 1;
+      GML_ERR("connection to the daemon lost");
+      break;
+    }
+    handle_unsolicited(c, in);
+    gmlake__envelope__free_unpacked(in, NULL);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+  }
+  c->last_report_ns = gml_now_ns();
+  pthread_mutex_unlock(&c->conn_lock);
+}
+
+/* Between operations: serve a reclaim, report usage now and then. */
+static void client_housekeeping(gml_client *c, int force) {
+  if (c->mode != GML_MODE_DAEMON) return;
+  uint64_t want = __atomic_exchange_n(&c->reclaim_pending, 0, __ATOMIC_RELAXED);
+  if (want) {
+    size_t freed = gml_alloc_release_idle(&c->alloc, want);
+    GML_INFO("returned %zu bytes of idle cache to the lake", freed);
+    force = 1;
+  }
+  if (force || gml_now_ns() - c->last_report_ns > REPORT_INTERVAL_NS) send_usage_report(c);
+}
+
+static int connect_daemon(gml_client *c, const char *path, char *why, size_t whylen) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof sa.sun_path) {
+    snprintf(why, whylen, "socket path too long: %s", path);
+    return GML_EINVAL;
+  }
+  strcpy(sa.sun_path, path);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return GML_ESYS;
+  if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    snprintf(why, whylen, "cannot connect to %s: %s", path, strerror(errno));
+    close(s);
+    return GML_EDAEMON;
+  }
+  c->sock = s;
+  return 0;
+}
+
+static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, uint64_t *chunk_size) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  char name[64] = "";
+  FILE *f = fopen("/proc/self/comm", "r");
+  if (f) {
+    if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+    fclose(f);
+  }
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = name;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
+  env.hello = &h;
+  Gmlake__Envelope *reply = NULL;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  int rc = conn_call(c, &env, 1, &reply, fds, &nfds);
+  if (rc) return rc;
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  if (reply->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY) {
+    rc = reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? GML_EDAEMON : GML_EPROTO;
+    if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR)
+      snprintf(c->last_error, sizeof c->last_error, "daemon refused us: %s", reply->error->message);
+    gmlake__envelope__free_unpacked(reply, NULL);
+    return rc;
+  }
+  if (reply->hello_reply->device != device) GML_WARN("daemon serves device %d, asked for %d", reply->hello_reply->device, device);
+  snprintf(backend, blen, "%s", reply->hello_reply->backend);
+  *chunk_size = reply->hello_reply->chunk_size;
+  c->client_id = reply->hello_reply->client_id;
+  gmlake__envelope__free_unpacked(reply, NULL);
+  return 0;
+}
+
+static size_t default_va_size(gml_backend *be) {
+  const char *env = getenv("GMLAKE_VA_SIZE");
+  uint64_t v;
+  if (env && gml_parse_size(env, 0, &v) == 0 && v >= 64 * be->chunk_size) return v;
+  uint64_t freeb = 0, total = 0;
+  be->ops->mem_info(be, &freeb, &total);
+  uint64_t va = 2 * total;
+  if (va < 64 * GML_GIB) va = 64 * GML_GIB;
+  if (va > 1024 * GML_GIB) va = 1024 * GML_GIB;
+  return va;
+}
+
+int gml_open(const gml_open_opts *opts, gml_client **out) {
+  gml_open_opts o = {0};
+  if (opts) o = *opts;
+  if (!o.backend) o.backend = getenv("GMLAKE_BACKEND") ? getenv("GMLAKE_BACKEND") : "auto";
+  if (!o.mode && getenv("GMLAKE_MODE")) {
+    const char *m = getenv("GMLAKE_MODE");
+    o.mode = !strcmp(m, "daemon") ? GML_MODE_DAEMON : !strcmp(m, "embedded") ? GML_MODE_EMBEDDED : 0;
+  }
+  gml_raise_fd_limit();
+  gml_client *c = calloc(1, sizeof *c);
+  if (!c) return GML_ENOMEM;
+  c->sock = -1;
+  pthread_mutex_init(&c->conn_lock, NULL);
+  char why[512] = "", msg[512] = "";
+  int rc = GML_EDAEMON;
+  char path[256];
+  if (o.socket_path) snprintf(path, sizeof path, "%s", o.socket_path);
+  else if (getenv("GMLAKE_SOCKET")) snprintf(path, sizeof path, "%s", getenv("GMLAKE_SOCKET"));
+  else gml_default_socket_path(o.device, path, sizeof path);
+  if (o.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, path, why, sizeof why);
+  gml_chunk_source src;
+  if (rc == 0) {
+    char backend[16];
+    uint64_t chunk_size = 0;
+    c->mode = GML_MODE_DAEMON;
+    rc = daemon_hello(c, o.device, backend, sizeof backend, &chunk_size);
+    if (rc == 0 && strcmp(o.backend, "auto") && strcmp(o.backend, backend)) {
+      snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend, o.backend);
+      rc = GML_ENODEV;
+    }
+    if (rc == 0) rc = gml_backend_open(backend, o.device, &c->be, msg, sizeof msg);
+    if (rc == 0 && c->be->chunk_size != chunk_size) {
+      snprintf(c->last_error, sizeof c->last_error, "chunk size mismatch: daemon %llu, ours %zu",
+               (unsigned long long)chunk_size, c->be->chunk_size);
+      rc = GML_EPROTO;
+    }
+    if (rc) {
+      GML_ERR("daemon at %s: %s %s", path, gml_strerror(rc), c->last_error);
+      goto fail;
+    }
+    src = (gml_chunk_source){c, daemon_acquire, daemon_release};
+    GML_INFO("connected to the daemon at %s (client %llu, %s)", path, (unsigned long long)c->client_id, msg);
+  } else if (o.mode == GML_MODE_DAEMON) {
+    GML_ERR("%s", why);
+    goto fail;
+  } else {
+    c->mode = GML_MODE_EMBEDDED;
+    rc = gml_backend_open(o.backend, o.device, &c->be, msg, sizeof msg);
+    if (rc) {
+      GML_ERR("%s", msg);
+      goto fail;
+    }
+    src = (gml_chunk_source){c, embedded_acquire, embedded_release};
+    GML_INFO("embedded mode (no daemon: %s); %s", why[0] ? why : "asked for", msg);
+  }
+  rc = gml_alloc_init(&c->alloc, c->be, src, default_va_size(c->be));
+  if (rc) goto fail;
+  if (c->mode == GML_MODE_EMBEDDED) {
+    uint64_t lim = o.limit_bytes;
+    if (!lim && getenv("GMLAKE_LIMIT")) {
+      uint64_t f = 0, t = 0;
+      c->be->ops->mem_info(c->be, &f, &t);
+      if (gml_parse_size(getenv("GMLAKE_LIMIT"), t, &lim)) lim = 0;
+    }
+    c->alloc.limit_bytes = lim;
+  }
+  *out = c;
+  return 0;
+fail:
+  if (c->sock >= 0) close(c->sock);
+  if (c->be) gml_backend_close(c->be);
+  pthread_mutex_destroy(&c->conn_lock);
+  free(c);
+  return rc;
+}
+
+int gml_close(gml_client *c) {
+  if (!c) return GML_EINVAL;
+  gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
+  if (c->sock >= 0) close(c->sock);
+  gml_backend_close(c->be);
+  pthread_mutex_destroy(&c->conn_lock);
+  free(c);
+  return 0;
+}
+
+int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) {
+  if (!c || !ptr) return GML_EINVAL;
+  int rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
+  if (rc == GML_ENOMEM && c->mode == GML_MODE_DAEMON && !c->daemon_gone) {
+    /* the lake may be full of other clients' idle cache: the daemon asked
+     * them; give it a moment to come back, then try once more */
+    for (int i = 0; i < 20 && rc == GML_ENOMEM; i++) {
+      usleep(10000);
+      rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
+    }
+  }
+  if (rc) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
+  if (++c->ops_since_check >= 256 || rc || c->reclaim_pending) {
+    c->ops_since_check = 0;
+    client_housekeeping(c, rc != 0);
+  }
+  return rc;
+}
+
+int gml_free(gml_client *c, void *ptr) {
+  if (!c) return GML_EINVAL;
+  int rc = gml_alloc_free(&c->alloc, ptr);
+  if (rc) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
+  if (++c->ops_since_check >= 256 || c->reclaim_pending) {
+    c->ops_since_check = 0;
+    client_housekeeping(c, 0);
+  }
+  return rc;
+}
+
+int gml_stats_get(gml_client *c, gml_stats *out) {
+  if (!c || !out) return GML_EINVAL;
+  gml_alloc_stats(&c->alloc, out);
+  out->mode = c->mode;
+  return 0;
+}
+
+int gml_trim(gml_client *c, size_t *released_bytes) {
+  if (!c) return GML_EINVAL;
+  size_t n = gml_alloc_release_idle(&c->alloc, 0);
+  if (released_bytes) *released_bytes = n;
+  client_housekeeping(c, 1);
+  return 0;
+}
+
+const char *gml_last_error(gml_client *c) { return c ? c->last_error : "no client"; }

@@ -1,0 +1,87 @@
+/* gmlake.h: the public C API of libgmlake-client.
+ *
+ * A process opens the lake of one device (through its daemon, or embedded
+ * when no daemon runs), allocates and frees device memory with a stream, reads
+ * its numbers and closes. Every function returns 0 or a negative GML_E* code;
+ * gml_strerror() names it. */
+#ifndef GMLAKE_H
+#define GMLAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gml_error {
+  GML_OK = 0,
+  GML_ENOMEM = -1,        /* out of memory: the lake, the quota or the device is full */
+  GML_EDAEMON = -2,       /* the daemon is gone or refused the connection */
+  GML_EINVAL = -3,        /* invalid argument (size 0, unknown option, ...) */
+  GML_EBADPTR = -4,       /* pointer not allocated by this client (or already freed) */
+  GML_EBACKEND = -5,      /* the physical backend failed (driver error) */
+  GML_ENODEV = -6,        /* the backend asked for is not available (no GPU, no libcuda) */
+  GML_EPROTO = -7,        /* malformed or unexpected message */
+  GML_EQUOTA = -8,        /* this client's quota would be exceeded */
+  GML_ESYS = -9,          /* a system call failed (see errno in the log) */
+  GML_ECLOSED = -10,      /* the handle is closed */
+};
+
+typedef struct gml_client gml_client;
+typedef uintptr_t gml_stream; /* a CUstream/cudaStream_t; 0 = the default stream */
+
+enum gml_mode { GML_MODE_DAEMON = 1, GML_MODE_EMBEDDED = 2 };
+
+typedef struct gml_open_opts {
+  int device;              /* GPU index (default 0) */
+  const char *backend;     /* "auto" (default), "cuda" or "host" */
+  const char *socket_path; /* NULL: $GMLAKE_SOCKET, else the default for the device */
+  int mode;                /* 0: daemon if reachable else embedded; or GML_MODE_* to insist */
+  size_t limit_bytes;      /* embedded mode: the most this process may hold (0 = no limit) */
+} gml_open_opts;
+
+typedef struct gml_stats {
+  uint64_t allocated;       /* bytes in live blocks */
+  uint64_t reserved;        /* bytes of physical chunks held */
+  uint64_t cached;          /* reserved - allocated */
+  uint64_t stitched;        /* bytes of live blocks whose chunks came from more than one place */
+  uint64_t largest_free;    /* largest request servable from what is held */
+  uint64_t peak_allocated;
+  uint64_t peak_reserved;
+  uint64_t alloc_count, free_count;
+  uint64_t chunks_leased, chunks_returned;  /* over the client's life */
+  uint64_t maps, unmaps;    /* chunk map/unmap operations done (stitching work) */
+  uint64_t ooms;
+  double fragmentation;     /* 1 - allocated/reserved (0 when nothing is reserved) */
+  size_t chunk_size;
+  int mode;                 /* GML_MODE_* */
+  const char *backend;      /* "cuda" or "host" */
+} gml_stats;
+
+const char *gml_strerror(int err);
+
+/* opts may be NULL. On success *out is a client; on failure a GML_E* code. */
+int gml_open(const gml_open_opts *opts, gml_client **out);
+int gml_close(gml_client *c);
+
+int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);
+int gml_free(gml_client *c, void *ptr);
+int gml_stats_get(gml_client *c, gml_stats *out);
+/* Give every idle cached chunk back (to the daemon, or to the driver when embedded). */
+int gml_trim(gml_client *c, size_t *released_bytes);
+/* The message of the last error on this client (e.g. the numbers of an OOM). */
+const char *gml_last_error(gml_client *c);
+
+/* PyTorch CUDAPluggableAllocator entry points (one client per device, thread-safe). */
+void *gmlake_torch_malloc(ssize_t size, int device, void *stream);
+void gmlake_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* Fill *out for that device's client; returns 0, or GML_EINVAL if none is open. */
+int gmlake_torch_stats(int device, gml_stats *out);
+int gmlake_torch_trim(int device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* backend.h: the physical memory layer. One small interface, two
+ * implementations (cuda: CUDA VMM; host: memfd + mmap), chosen at run time.
+ * Everything above it (lake, allocator) is policy and never calls the driver. */
+#ifndef GML_BACKEND_H
+#define GML_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef uint64_t gml_phys; /* host: the chunk's memfd; cuda: CUmemGenericAllocationHandle */
+typedef struct gml_backend gml_backend;
+
+struct gml_backend_ops {
+  /* Create one chunk of chunk_size bytes and export it: *fd is a shareable
+   * handle the caller owns (close it when done), independent of *phys. */
+  int (*chunk_create)(gml_backend *be, gml_phys *phys, int *fd); /* fd NULL: no export */
+  /* Import a chunk from a shareable fd; takes ownership of fd. */
+  int (*chunk_import)(gml_backend *be, int fd, gml_phys *phys);
+  void (*chunk_release)(gml_backend *be, gml_phys phys);
+  /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
+  int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
+  void (*va_free)(gml_backend *be, uintptr_t va, size_t size);
+  /* Map one chunk at va; set_access makes a mapped range usable (batched:
+   * it is the expensive step on cuda); unmap leaves the range reserved. */
+  int (*map)(gml_backend *be, uintptr_t va, gml_phys phys);
+  int (*set_access)(gml_backend *be, uintptr_t va, size_t size);
+  int (*unmap)(gml_backend *be, uintptr_t va, size_t size);
+  /* Stream ordering: an event recorded on a stream is done once the stream
+   * has passed it. Host: no asynchronous work, events are done at once. */
+  int (*event_record)(gml_backend *be, uintptr_t stream, uintptr_t *event);
+  int (*event_done)(gml_backend *be, uintptr_t event); /* 1 done, 0 not yet, <0 error */
+  void (*event_destroy)(gml_backend *be, uintptr_t event);
+  int (*synchronize)(gml_backend *be); /* wait for all work on the device */
+  /* Copy between host memory and mapped device memory (tests, replay). */
+  int (*write)(gml_backend *be, uintptr_t va, const void *src, size_t n);
+  int (*read)(gml_backend *be, uintptr_t va, void *dst, size_t n);
+  int (*mem_info)(gml_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
+  void (*destroy)(gml_backend *be);
+};
+
+struct gml_backend {
+  const char *name;   /* "cuda" or "host" */
+  int device;
+  size_t chunk_size;  /* allocation granularity: 2 MiB on the H100 */
+  const struct gml_backend_ops *ops;
+  void *priv;
+};
+
+/* name: "auto", "cuda" or "host". auto picks cuda when a GPU is usable.
+ * Asking for cuda without one is GML_ENODEV with the reason in msg. */
+int gml_backend_open(const char *name, int device, gml_backend **out, char *msg, size_t msglen);
+void gml_backend_close(gml_backend *be);
+
+int gml_backend_host_open(int device, gml_backend **out, char *msg, size_t msglen);
+int gml_backend_cuda_open(int device, gml_backend **out, char *msg, size_t msglen);
+#endif

@@ -1,0 +1,306 @@
+/* backend_cuda.c: the CUDA VMM backend. libcuda.so.1 is loaded with dlopen
+ * so one binary runs on machines with and without a GPU. Chunks come from
+ * cuMemCreate with POSIX-fd handles; the fd is exported once by the creator
+ * (it costs ~1 ms) and kept for the chunk's whole life. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "backend.h"
+#include "gmlake.h"
+#include "log.h"
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The driver entry points we use, by their exported (ABI) names. */
+#define CU_FUNCS(X)                                                                                      \
+  X(cuInit, (unsigned int))                                                                              \
+  X(cuDriverGetVersion, (int *))                                                                         \
+  X(cuDeviceGet, (CUdevice *, int))                                                                      \
+  X(cuDeviceGetCount, (int *))                                                                           \
+  X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                         \
+  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                   \
+  X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                            \
+  X(cuCtxSetCurrent, (CUcontext))                                                                        \
+  X(cuCtxGetCurrent, (CUcontext *))                                                                      \
+  X(cuCtxSynchronize, (void))                                                                            \
+  X(cuGetErrorString, (CUresult, const char **))                                                         \
+  X(cuMemGetAllocationGranularity, (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)) \
+  X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
+  X(cuMemRelease, (CUmemGenericAllocationHandle))                                                        \
+  X(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
+  X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType)) \
+  X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))               \
+  X(cuMemAddressFree, (CUdeviceptr, size_t))                                                             \
+  X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))           \
+  X(cuMemUnmap, (CUdeviceptr, size_t))                                                                   \
+  X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                              \
+  X(cuMemGetInfo_v2, (size_t *, size_t *))                                                               \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                                                \
+  X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                                      \
+  X(cuEventCreate, (CUevent *, unsigned int))                                                            \
+  X(cuEventRecord, (CUevent, CUstream))                                                                  \
+  X(cuEventQuery, (CUevent))                                                                             \
+  X(cuEventDestroy_v2, (CUevent))
+
+typedef struct cuda_api {
+#define DECLARE_FN(name, args) CUresult (*name) args;
+  CU_FUNCS(DECLARE_FN)
+#undef DECLARE_FN
+} cuda_api;
+
+typedef struct cuda_priv {
+  void *lib;
+  cuda_api api;
+  CUdevice dev;
+  CUcontext ctx;
+  CUmemAllocationProp prop;
+  CUmemAccessDesc access;
+} cuda_priv;
+
+#define PRIV(be) ((cuda_priv *)(be)->priv)
+
+static const char *cu_errstr(cuda_priv *p, CUresult r) {
+  const char *s = NULL;
+  if (p->api.cuGetErrorString && p->api.cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
+  return "unknown CUDA error";
+}
+
+/* Driver calls run in whatever thread the caller is (PyTorch's, the
+ * daemon's worker): make our primary context current there. */
+static inline void cu_bind(cuda_priv *p) {
+  CUcontext cur = NULL;
+  if (p->api.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != p->ctx) p->api.cuCtxSetCurrent(p->ctx);
+}
+
+static int cu_fail(cuda_priv *p, const char *what, CUresult r) {
+  GML_ERR("cuda %s: %s (%d)", what, cu_errstr(p, r), (int)r);
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? GML_ENOMEM : GML_EBACKEND;
+}
+
+#define CU_CALL(p, call)                                   \
+  do {                                                     \
+    CUresult r_ = (p)->api.call;                           \
+    if (r_ != CUDA_SUCCESS) return cu_fail((p), #call, r_); \
+  } while (0)
+
+static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUmemGenericAllocationHandle h;
+  CU_CALL(p, cuMemCreate(&h, be->chunk_size, &p->prop, 0));
+  *phys = (gml_phys)h;
+  if (!fd) return 0; /* embedded: nobody else will import it */
+  int efd = -1;
+  CUresult r = p->api.cuMemExportToShareableHandle(&efd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) {
+    p->api.cuMemRelease(h);
+    return cu_fail(p, "cuMemExportToShareableHandle", r);
+  }
+  *fd = efd;
+  return 0;
+}
+
+static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUmemGenericAllocationHandle h;
+  CUresult r = p->api.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  close(fd); /* the imported handle keeps the memory alive */
+  if (r != CUDA_SUCCESS) return cu_fail(p, "cuMemImportFromShareableHandle", r);
+  *phys = (gml_phys)h;
+  return 0;
+}
+
+static void cuda_chunk_release(gml_backend *be, gml_phys phys) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUresult r = p->api.cuMemRelease((CUmemGenericAllocationHandle)phys);
+  if (r != CUDA_SUCCESS) cu_fail(p, "cuMemRelease", r);
+}
+
+static int cuda_va_reserve(gml_backend *be, size_t size, uintptr_t *va) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUdeviceptr d;
+  CU_CALL(p, cuMemAddressReserve(&d, size, be->chunk_size, 0, 0));
+  *va = (uintptr_t)d;
+  return 0;
+}
+
+static void cuda_va_free(gml_backend *be, uintptr_t va, size_t size) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUresult r = p->api.cuMemAddressFree((CUdeviceptr)va, size);
+  if (r != CUDA_SUCCESS) cu_fail(p, "cuMemAddressFree", r);
+}
+
+static int cuda_map(gml_backend *be, uintptr_t va, gml_phys phys) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemMap((CUdeviceptr)va, be->chunk_size, 0, (CUmemGenericAllocationHandle)phys, 0));
+  return 0;
+}
+
+static int cuda_set_access(gml_backend *be, uintptr_t va, size_t size) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemSetAccess((CUdeviceptr)va, size, &p->access, 1));
+  return 0;
+}
+
+static int cuda_unmap(gml_backend *be, uintptr_t va, size_t size) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemUnmap((CUdeviceptr)va, size));
+  return 0;
+}
+
+static int cuda_event_record(gml_backend *be, uintptr_t stream, uintptr_t *event) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUevent ev;
+  CU_CALL(p, cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+  CUresult r = p->api.cuEventRecord(ev, (CUstream)stream);
+  if (r != CUDA_SUCCESS) {
+    p->api.cuEventDestroy_v2(ev);
+    return cu_fail(p, "cuEventRecord", r);
+  }
+  *event = (uintptr_t)ev;
+  return 0;
+}
+
+static int cuda_event_done(gml_backend *be, uintptr_t event) {
+  cuda_priv *p = PRIV(be);
+  CUresult r = p->api.cuEventQuery((CUevent)event);
+  if (r == CUDA_SUCCESS) return 1;
+  if (r == CUDA_ERROR_NOT_READY) return 0;
+  return cu_fail(p, "cuEventQuery", r);
+}
+
+static void cuda_event_destroy(gml_backend *be, uintptr_t event) {
+  cuda_priv *p = PRIV(be);
+  p->api.cuEventDestroy_v2((CUevent)event);
+}
+
+static int cuda_synchronize(gml_backend *be) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuCtxSynchronize());
+  return 0;
+}
+
+static int cuda_write(gml_backend *be, uintptr_t va, const void *src, size_t n) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemcpyHtoD_v2((CUdeviceptr)va, src, n));
+  return 0;
+}
+
+static int cuda_read(gml_backend *be, uintptr_t va, void *dst, size_t n) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemcpyDtoH_v2(dst, (CUdeviceptr)va, n));
+  return 0;
+}
+
+static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  size_t f, t;
+  CU_CALL(p, cuMemGetInfo_v2(&f, &t));
+  *free_bytes = f;
+  *total_bytes = t;
+  return 0;
+}
+
+static void cuda_destroy(gml_backend *be) {
+  cuda_priv *p = PRIV(be);
+  if (p->ctx) p->api.cuDevicePrimaryCtxRelease_v2(p->dev);
+  /* libcuda stays loaded: unloading a driver library mid-process is unsafe. */
+  free(p);
+  free(be);
+}
+
+static const struct gml_backend_ops cuda_ops = {
+    .chunk_create = cuda_chunk_create, .chunk_import = cuda_chunk_import, .chunk_release = cuda_chunk_release,
+    .va_reserve = cuda_va_reserve,     .va_free = cuda_va_free,           .map = cuda_map,
+    .set_access = cuda_set_access,     .unmap = cuda_unmap,               .event_record = cuda_event_record,
+    .event_done = cuda_event_done,     .event_destroy = cuda_event_destroy, .synchronize = cuda_synchronize,
+    .write = cuda_write,               .read = cuda_read,                 .mem_info = cuda_mem_info,
+    .destroy = cuda_destroy,
+};
+
+int gml_backend_cuda_open(int device, gml_backend **out, char *msg, size_t msglen) {
+  const char *libname = getenv("GMLAKE_LIBCUDA");
+  void *lib = dlopen(libname ? libname : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(msg, msglen, "cannot load libcuda.so.1 (%s)", dlerror());
+    return GML_ENODEV;
+  }
+  cuda_priv *p = calloc(1, sizeof *p);
+  gml_backend *be = calloc(1, sizeof *be);
+  if (!p || !be) {
+    free(p), free(be);
+    return GML_ENOMEM;
+  }
+  p->lib = lib;
+#define LOAD_FN(name, args)                                                         \
+  p->api.name = (CUresult(*) args)dlsym(lib, #name);                                \
+  if (!p->api.name) {                                                               \
+    snprintf(msg, msglen, "libcuda.so.1 lacks %s (driver too old for VMM)", #name); \
+    goto fail;                                                                      \
+  }
+  CU_FUNCS(LOAD_FN)
+#undef LOAD_FN
+  CUresult r = p->api.cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    snprintf(msg, msglen, "cuInit failed: %s", cu_errstr(p, r));
+    goto fail;
+  }
+  int count = 0;
+  p->api.cuDeviceGetCount(&count);
+  if (device < 0 || device >= count) {
+    snprintf(msg, msglen, "no CUDA device %d (%d present)", device, count);
+    goto fail;
+  }
+  p->api.cuDeviceGet(&p->dev, device);
+  int vmm = 0, posix = 0;
+  p->api.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, p->dev);
+  p->api.cuDeviceGetAttribute(&posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, p->dev);
+  if (!vmm || !posix) {
+    snprintf(msg, msglen, "device %d lacks virtual memory management or POSIX fd handles", device);
+    goto fail;
+  }
+  r = p->api.cuDevicePrimaryCtxRetain(&p->ctx, p->dev);
+  if (r != CUDA_SUCCESS) {
+    snprintf(msg, msglen, "cannot retain the primary context: %s", cu_errstr(p, r));
+    p->ctx = NULL;
+    goto fail;
+  }
+  p->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p->prop.location.id = p->dev;
+  p->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  p->access.location = p->prop.location;
+  p->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  size_t gran = 0;
+  p->api.cuMemGetAllocationGranularity(&gran, &p->prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  be->name = "cuda";
+  be->device = device;
+  be->chunk_size = gran > (2u << 20) ? gran : (2u << 20);
+  be->ops = &cuda_ops;
+  be->priv = p;
+  snprintf(msg, msglen, "cuda backend: device %d, chunks of %zu bytes", device, be->chunk_size);
+  *out = be;
+  return 0;
+fail:
+  if (p->ctx) p->api.cuDevicePrimaryCtxRelease_v2(p->dev);
+  free(p);
+  free(be);
+  return GML_ENODEV;
+}

@@ -1,0 +1,13 @@
+/* log.h: leveled logging to stderr (journald-friendly priority prefixes under systemd). */
+#ifndef GML_LOG_H
+#define GML_LOG_H
+enum gml_log_level { GML_LOG_ERROR = 3, GML_LOG_WARN = 4, GML_LOG_INFO = 6, GML_LOG_DEBUG = 7 };
+void gml_log_set_level(int level);
+int gml_log_parse_level(const char *s); /* -1 when unknown */
+void gml_log_set_ident(const char *ident);
+void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define GML_ERR(...) gml_log(GML_LOG_ERROR, __VA_ARGS__)
+#define GML_WARN(...) gml_log(GML_LOG_WARN, __VA_ARGS__)
+#define GML_INFO(...) gml_log(GML_LOG_INFO, __VA_ARGS__)
+#define GML_DEBUG(...) gml_log(GML_LOG_DEBUG, __VA_ARGS__)
+#endif

@@ -1,0 +1,86 @@
+/* util.c: size parsing/formatting, default paths, fd limits, percentiles. */
+#include "util.h"
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
+  if (!s || !*s) return -1;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || end == s || v < 0) return -1;
+  while (isspace((unsigned char)*end)) end++;
+  if (*end == '%') {
+    if (!total || end[1] || v > 100) return -1;
+    *out = (uint64_t)(v / 100.0 * (double)total);
+    return 0;
+  }
+  static const struct { const char *suffix; uint64_t mult; } units[] = {
+      {"", 1},           {"b", 1},          {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000},
+      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000}, {"g", 1ull << 30}, {"gib", 1ull << 30},
+      {"gb", 1000000000ull}, {"t", 1ull << 40}, {"tib", 1ull << 40}};
+  for (size_t i = 0; i < GML_ARRAY_LEN(units); i++) {
+    if (!strcasecmp(end, units[i].suffix)) {
+      *out = (uint64_t)(v * (double)units[i].mult);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+const char *gml_format_bytes(uint64_t v, char *buf, size_t len) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double d = (double)v;
+  int i = 0;
+  while (d >= 1024 && i < 4) { d /= 1024; i++; }
+  if (i == 0) snprintf(buf, len, "%llu B", (unsigned long long)v);
+  else snprintf(buf, len, "%.2f %s", d, u[i]);
+  return buf;
+}
+
+void gml_raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+static void runtime_dir(char *buf, size_t len) {
+  if (access("/run/gmlake", W_OK) == 0 || (geteuid() == 0 && access("/run", W_OK) == 0)) {
+    snprintf(buf, len, "/run/gmlake");
+    return;
+  }
+  const char *x = getenv("XDG_RUNTIME_DIR");
+  snprintf(buf, len, "%s", x && *x ? x : "/tmp");
+}
+
+void gml_default_socket_path(int device, char *buf, size_t len) {
+  char dir[256];
+  runtime_dir(dir, sizeof dir);
+  snprintf(buf, len, "%s/gmlake-%d.sock", dir, device);
+}
+
+void gml_default_control_url(int device, char *buf, size_t len) {
+  char dir[256];
+  runtime_dir(dir, sizeof dir);
+  snprintf(buf, len, "ipc://%s/gmlake-%d.ctl", dir, device);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+double gml_percentile_u64(uint64_t *v, size_t n, double pct) {
+  if (!n) return 0;
+  qsort(v, n, sizeof *v, cmp_u64);
+  size_t i = (size_t)(pct / 100.0 * (double)(n - 1) + 0.5);
+  return (double)v[i < n ? i : n - 1];
+}

@@ -1,0 +1,33 @@
+/* util.h: small helpers shared by daemon, client and tools. */
+#ifndef GML_UTIL_H
+#define GML_UTIL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define GML_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define GML_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GML_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define GML_MIB (1024ull * 1024ull)
+#define GML_GIB (1024ull * GML_MIB)
+
+static inline uint64_t gml_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+static inline size_t gml_round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* "123", "4K", "512MiB", "2G"... into bytes; "40%" into a fraction of total
+ * (total 0: percentages are refused). Returns 0 or -1. */
+int gml_parse_size(const char *s, uint64_t total, uint64_t *out);
+/* "1.50 GiB" style; buf of 32 bytes is enough. */
+const char *gml_format_bytes(uint64_t v, char *buf, size_t len);
+/* Raise RLIMIT_NOFILE to its hard limit: every chunk is an fd. */
+void gml_raise_fd_limit(void);
+/* Default paths of the daemon of a device: /run/gmlake when writable, else $XDG_RUNTIME_DIR. */
+void gml_default_socket_path(int device, char *buf, size_t len);
+void gml_default_control_url(int device, char *buf, size_t len);
+/* Percentile (0..100) of an unsorted array of n values; sorts it in place. */
+double gml_percentile_u64(uint64_t *v, size_t n, double pct);
+#endif

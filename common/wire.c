@@ -1,0 +1,174 @@
+/* wire.c: frames and fd passing over Unix stream sockets. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "wire.h"
+#include "gmlake.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len) {
+  size_t n = gmlake__envelope__get_packed_size(env);
+  if (n > GML_MAX_FRAME) return GML_EINVAL;
+  uint8_t *f = malloc(4 + n);
+  if (!f) return GML_ENOMEM;
+  f[0] = (uint8_t)n, f[1] = (uint8_t)(n >> 8), f[2] = (uint8_t)(n >> 16), f[3] = (uint8_t)(n >> 24);
+  gmlake__envelope__pack(env, f + 4);
+  *frame = f;
+  *len = 4 + n;
+  return 0;
+}
+
+long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds) {
+  struct iovec iov = {(void *)buf, len};
+  struct msghdr m = {0};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  char cbuf[CMSG_SPACE(sizeof(int) * GML_MAX_LEASE_CHUNKS)];
+  if (nfds > 0) {
+    if (nfds > GML_MAX_LEASE_CHUNKS) return -EINVAL;
+    memset(cbuf, 0, sizeof cbuf);
+    m.msg_control = cbuf;
+    m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+  }
+  ssize_t r;
+  do r = sendmsg(sock, &m, MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  return r < 0 ? -errno : (long)r;
+}
+
+int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds) {
+  size_t off = 0;
+  while (off < len) {
+    long r = gml_wire_sendmsg(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0);
+    if (r < 0) return (r == -EPIPE || r == -ECONNRESET) ? GML_EDAEMON : GML_ESYS;
+    off += (size_t)r;
+  }
+  return 0;
+}
+
+/* recvmsg that appends received fds to fds[*nfds..]; fds beyond maxfds are closed
+ * and make the frame a protocol error. */
+static long recv_some(int sock, uint8_t *buf, size_t len, int *fds, int *nfds, int maxfds, int *overflow) {
+  char cbuf[CMSG_SPACE(sizeof(int) * GML_MAX_LEASE_CHUNKS)];
+  struct iovec iov = {buf, len};
+  struct msghdr m = {0};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = cbuf;
+  m.msg_controllen = sizeof cbuf;
+  ssize_t r;
+  do r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+  while (r < 0 && errno == EINTR);
+  if (r < 0) return -errno;
+  if (m.msg_flags & MSG_CTRUNC) *overflow = 1;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+    int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    int *in = (int *)CMSG_DATA(cm);
+    for (int i = 0; i < n; i++) {
+      int fd;
+      memcpy(&fd, in + i, sizeof fd);
+      if (fds && *nfds < maxfds) fds[(*nfds)++] = fd;
+      else {
+        close(fd);
+        *overflow = 1;
+      }
+    }
+  }
+  return (long)r;
+}
+
+static int recv_exact(int sock, uint8_t *buf, size_t len, int *fds, int *nfds, int maxfds, int *overflow) {
+  size_t off = 0;
+  while (off < len) {
+    long r = recv_some(sock, buf + off, len - off, fds, nfds, maxfds, overflow);
+    if (r <= 0) return GML_EDAEMON;
+    off += (size_t)r;
+  }
+  return 0;
+}
+
+int gml_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int maxfds) {
+  uint8_t hdr[4];
+  int overflow = 0, rc;
+  *nfds = 0;
+  *env = NULL;
+  if ((rc = recv_exact(sock, hdr, 4, fds, nfds, maxfds, &overflow)) != 0) goto fail;
+  size_t n = (size_t)hdr[0] | (size_t)hdr[1] << 8 | (size_t)hdr[2] << 16 | (size_t)hdr[3] << 24;
+  if (n > GML_MAX_FRAME) {
+    rc = GML_EPROTO;
+    goto fail;
+  }
+  uint8_t *body = malloc(n ? n : 1);
+  if (!body) {
+    rc = GML_ENOMEM;
+    goto fail;
+  }
+  if ((rc = recv_exact(sock, body, n, fds, nfds, maxfds, &overflow)) != 0) {
+    free(body);
+    goto fail;
+  }
+  *env = gmlake__envelope__unpack(NULL, n, body);
+  free(body);
+  if (!*env || overflow) {
+    rc = GML_EPROTO;
+    goto fail;
+  }
+  return 0;
+fail:
+  if (*env) gmlake__envelope__free_unpacked(*env, NULL);
+  *env = NULL;
+  for (int i = 0; i < *nfds; i++) close(fds[i]);
+  *nfds = 0;
+  return rc;
+}
+
+long gml_rx_fill(gml_rx *rx, int sock) {
+  if (rx->cap - rx->len < 4096) {
+    size_t cap = rx->cap ? rx->cap * 2 : 8192;
+    if (cap > 2 * (GML_MAX_FRAME + 4)) cap = 2 * (GML_MAX_FRAME + 4);
+    if (cap <= rx->len) return -ENOBUFS; /* a frame over the maximum is caught by rx_next first */
+    uint8_t *b = realloc(rx->buf, cap);
+    if (!b) return -ENOMEM;
+    rx->buf = b;
+    rx->cap = cap;
+  }
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0, overflow = 0;
+  long r = recv_some(sock, rx->buf + rx->len, rx->cap - rx->len, fds, &nfds, GML_MAX_LEASE_CHUNKS, &overflow);
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  rx->fds_received += nfds + overflow;
+  if (r == -EWOULDBLOCK) return -EAGAIN;
+  if (r > 0) rx->len += (size_t)r;
+  return r;
+}
+
+int gml_rx_next(gml_rx *rx, const uint8_t **body, size_t *len) {
+  if (rx->len < 4) return 0;
+  const uint8_t *h = rx->buf;
+  size_t n = (size_t)h[0] | (size_t)h[1] << 8 | (size_t)h[2] << 16 | (size_t)h[3] << 24;
+  if (n > GML_MAX_FRAME) return GML_EPROTO;
+  if (rx->len < 4 + n) return 0;
+  *body = rx->buf + 4;
+  *len = n;
+  return 1;
+}
+
+void gml_rx_consume(gml_rx *rx, size_t body_len) {
+  size_t used = 4 + body_len;
+  memmove(rx->buf, rx->buf + used, rx->len - used);
+  rx->len -= used;
+}
+
+void gml_rx_free(gml_rx *rx) {
+  free(rx->buf);
+  memset(rx, 0, sizeof *rx);
+}

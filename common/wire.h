@@ -1,0 +1,40 @@
+/* wire.h: framing of the client socket. A frame is a 4-byte little-endian
+ * length and one serialized gmlake.Envelope; chunk fds ride in the same
+ * sendmsg as SCM_RIGHTS, in the order of the chunk ids in the message. */
+#ifndef GML_WIRE_H
+#define GML_WIRE_H
+#include "gmlake.pb-c.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#define GML_PROTOCOL_VERSION 1
+#define GML_MAX_FRAME (64 * 1024)   /* larger lengths close the connection */
+#define GML_MAX_LEASE_CHUNKS 128    /* chunk ids (and fds) per message */
+
+/* Serialize env into a malloc'd frame (length prefix included). */
+int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);
+/* Send a whole frame and its fds (fds go with the first byte). Blocking
+ * sockets only; returns 0 or GML_EDAEMON/GML_ESYS. */
+int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds);
+/* One sendmsg; returns bytes sent (>= 0) or -errno. For non-blocking senders. */
+long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds);
+/* Blocking receive of one frame; fds received with it land in fds[0..*nfds).
+ * Returns 0, GML_EDAEMON on EOF/error, GML_EPROTO on a bad length or too many fds.
+ * *env must be freed with gmlake__envelope__free_unpacked. */
+int gml_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int maxfds);
+
+/* Incremental receiver for non-blocking sockets (the daemon). */
+typedef struct gml_rx {
+  uint8_t *buf;
+  size_t len, cap;
+  int fds_received; /* count of fds that arrived (the daemon accepts none) */
+} gml_rx;
+/* Read what is available. Returns >0 bytes read, 0 on EOF, -EAGAIN when
+ * nothing is there, other -errno on error. Received fds are closed and counted. */
+long gml_rx_fill(gml_rx *rx, int sock);
+/* 1 and the frame's body when one is complete, 0 when more is needed,
+ * GML_EPROTO when the length is over GML_MAX_FRAME. */
+int gml_rx_next(gml_rx *rx, const uint8_t **body, size_t *len);
+void gml_rx_consume(gml_rx *rx, size_t body_len);
+void gml_rx_free(gml_rx *rx);
+#endif
