@@ -24,7 +24,8 @@ struct gml_block {
   uint8_t pool;             /* index into region->pools while free */
   uint8_t stitched;         /* live block mapped with chunks taken from elsewhere */
   gml_stream stream;        /* stream allocated on (live) / freed on (free) */
-  uintptr_t event;          /* free: recorded on `stream`, 0 = none yet */
+  uintptr_t event;          /* free: recorded on `stream` when has_event */
+  uint8_t has_event;
 };
 
 /* ---------- block structs ---------- */
@@ -327,9 +328,9 @@ static gml_block *coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
-    if (n->event) a->be->ops->event_destroy(a->be, n->event);
-    if (b->event) a->be->ops->event_destroy(a->be, b->event);
-    b->event = 0; /* re-recorded at the next harvest: covers both */
+    if (n->has_event) a->be->ops->event_destroy(a->be, n->event);
+    if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
+    b->has_event = 0; /* re-recorded at the next harvest: covers both */
     block_put(a, n);
   }
   gml_block *p = b->prev;
@@ -338,9 +339,9 @@ static gml_block *coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     p->size += b->size;
     p->next = b->next;
     if (b->next) b->next->prev = p;
-    if (b->event) a->be->ops->event_destroy(a->be, b->event);
-    if (p->event) a->be->ops->event_destroy(a->be, p->event);
-    p->event = 0;
+    if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
+    if (p->has_event) a->be->ops->event_destroy(a->be, p->event);
+    p->has_event = 0;
     block_put(a, b);
     b = p;
   }
@@ -371,13 +372,14 @@ static int harvest_streams_slow(gml_allocator *a, gml_region *r) {
     }
     for (size_t i = 0; i < k; i++) {
       gml_block *b = list[i];
-      if (!b->event) {
-        if (a->be->ops->event_record(a->be, p->stream, &b->event)) b->event = 0;
-        continue;
+      if (!b->has_event) {
+        /* work queued on the stream so far covers every use of the block */
+        if (a->be->ops->event_record(a->be, p->stream, &b->event)) continue;
+        b->has_event = 1;
       }
       if (a->be->ops->event_done(a->be, b->event) != 1) continue;
       a->be->ops->event_destroy(a->be, b->event);
-      b->event = 0;
+      b->has_event = 0;
       pool_del(r, b);
       b->pool = 0;
       b->stream = 0;
@@ -388,6 +390,13 @@ static int harvest_streams_slow(gml_allocator *a, gml_region *r) {
     free(list);
   }
   return moved;
+}
+
+/* Would serving rsize from b need new chunks mapped? (slow path only) */
+static int block_needs_chunks(gml_allocator *a, gml_block *b, size_t rsize) {
+  for (uint32_t s = slot_of(a, b->addr); s <= slot_of(a, b->addr + rsize - 1); s++)
+    if (a->slot_chunk[s] < 0) return 1;
+  return 0;
 }
 
 static gml_block *find_fit(gml_allocator *a, gml_region *r, int pi, size_t size) {
@@ -417,7 +426,8 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   gml_region *r = region_for(a, rsize);
   int pi = pool_index(a, r, stream, 1);
   gml_block *b = find_fit(a, r, pi, rsize);
-  if (!b && harvest_streams_slow(a, r)) b = find_fit(a, r, pi, rsize);
+  if ((!b || (a->nstreams_seen > 1 && block_needs_chunks(a, b, rsize))) && harvest_streams_slow(a, r))
+    b = find_fit(a, r, pi, rsize);
   if (!b) {
     format_oom(a, size, GML_ENOMEM);
     snprintf(a->last_error + strlen(a->last_error), sizeof a->last_error - strlen(a->last_error),
@@ -464,9 +474,9 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
       pool_add(r, b->pool, rest);
     }
   }
-  if (b->event) {
+  if (b->has_event) {
     a->be->ops->event_destroy(a->be, b->event);
-    b->event = 0;
+    b->has_event = 0;
   }
   b->is_free = 0;
   b->stream = stream;
@@ -507,7 +517,7 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   a->free_count++;
   b->is_free = 1;
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
-  b->event = 0;
+  b->has_event = 0;
   b = coalesce(a, r, b);
   pool_add(r, b->pool, b);
   pthread_mutex_unlock(&a->lock);
@@ -619,7 +629,7 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
 static void free_region_blocks(gml_allocator *a, gml_region *r) {
   for (gml_block *b = r->first, *n; b; b = n) {
     n = b->next;
-    if (b->event) a->be->ops->event_destroy(a->be, b->event);
+    if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     free(b);
   }
   r->first = NULL;

@@ -36,23 +36,6 @@ struct gml_client {
   char last_error[256];
 };
 
-const char *gml_strerror(int err) {
-  switch (err) {
-  case GML_OK: return "success";
-  case GML_ENOMEM: return "out of memory";
-  case GML_EDAEMON: return "daemon unreachable or gone";
-  case GML_EINVAL: return "invalid argument";
-  case GML_EBADPTR: return "pointer not allocated by this client";
-  case GML_EBACKEND: return "physical backend (driver) error";
-  case GML_ENODEV: return "backend not available";
-  case GML_EPROTO: return "protocol error";
-  case GML_EQUOTA: return "quota exceeded";
-  case GML_ESYS: return "system call failed";
-  case GML_ECLOSED: return "client closed";
-  default: return "unknown error";
-  }
-}
-
 /* ---------- embedded source: the backend directly ---------- */
 
 static int embedded_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
@@ -76,7 +59,9 @@ static void embedded_release(void *ctx, size_t n, const gml_phys *phys, const ui
 
 static void handle_unsolicited(gml_client *c, Gmlake__Envelope *env) {
   if (env->msg_case == GMLAKE__ENVELOPE__MSG_RECLAIM) {
-    __atomic_fetch_add(&c->reclaim_pending, env->reclaim->bytes ? env->reclaim->bytes : 1, __ATOMIC_RELAXED);
+    /* 0 asks for everything idle */
+    uint64_t want = env->reclaim->bytes ? env->reclaim->bytes : UINT64_MAX, cur = c->reclaim_pending;
+    __atomic_store_n(&c->reclaim_pending, want > UINT64_MAX - cur ? UINT64_MAX : cur + want, __ATOMIC_RELAXED);
     GML_INFO("daemon asks for %llu bytes of idle cache back", (unsigned long long)env->reclaim->bytes);
   } else {
     GML_WARN("unexpected unsolicited message %d from the daemon", (int)env->msg_case);
@@ -220,7 +205,7 @@ static void client_housekeeping(gml_client *c, int force) {
   if (c->mode != GML_MODE_DAEMON) return;
   uint64_t want = __atomic_exchange_n(&c->reclaim_pending, 0, __ATOMIC_RELAXED);
   if (want) {
-    size_t freed = gml_alloc_release_idle(&c->alloc, want);
+    size_t freed = gml_alloc_release_idle(&c->alloc, want == UINT64_MAX ? 0 : want);
     GML_INFO("returned %zu bytes of idle cache to the lake", freed);
     force = 1;
   }
@@ -419,6 +404,12 @@ int gml_trim(gml_client *c, size_t *released_bytes) {
   if (released_bytes) *released_bytes = n;
   client_housekeeping(c, 1);
   return 0;
+}
+
+int gml_flush(gml_client *c) {
+  if (!c) return GML_EINVAL;
+  client_housekeeping(c, 1);
+  return c->daemon_gone ? GML_EDAEMON : 0;
 }
 
 const char *gml_last_error(gml_client *c) { return c ? c->last_error : "no client"; }

@@ -1,5 +1,6 @@
 /* util.c: size parsing/formatting, default paths, fd limits, percentiles. */
 #include "util.h"
+#include "gmlake.h"
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -83,4 +84,21 @@ double gml_percentile_u64(uint64_t *v, size_t n, double pct) {
   qsort(v, n, sizeof *v, cmp_u64);
   size_t i = (size_t)(pct / 100.0 * (double)(n - 1) + 0.5);
   return (double)v[i < n ? i : n - 1];
+}
+
+const char *gml_strerror(int err) {
+  switch (err) {
+  case GML_OK: return "success";
+  case GML_ENOMEM: return "out of memory";
+  case GML_EDAEMON: return "daemon unreachable or gone";
+  case GML_EINVAL: return "invalid argument";
+  case GML_EBADPTR: return "pointer not allocated by this client";
+  case GML_EBACKEND: return "physical backend (driver) error";
+  case GML_ENODEV: return "backend not available";
+  case GML_EPROTO: return "protocol error";
+  case GML_EQUOTA: return "quota exceeded";
+  case GML_ESYS: return "system call failed";
+  case GML_ECLOSED: return "client closed";
+  default: return "unknown error";
+  }
 }

@@ -126,6 +126,12 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       live[id].ptr = NULL;
       res->frees++;
     }
+    if (getenv("GMLAKE_REPLAY_PROGRESS") && (res->allocs + res->frees) % 10000 == 0) {
+      gml_stats s3;
+      gml_stats_get(c, &s3);
+      fprintf(stderr, "  ops %llu maps %llu unmaps %llu reserved %.2f GiB\n", (unsigned long long)(res->allocs + res->frees),
+              (unsigned long long)s3.maps, (unsigned long long)s3.unmaps, s3.reserved / (double)GML_GIB);
+    }
     if (check_every && (res->allocs + res->frees) % (uint64_t)check_every == 0) {
       gml_stats s2;
       gml_stats_get(c, &s2);

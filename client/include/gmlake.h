@@ -71,6 +71,9 @@ int gml_free(gml_client *c, void *ptr);
 int gml_stats_get(gml_client *c, gml_stats *out);
 /* Give every idle cached chunk back (to the daemon, or to the driver when embedded). */
 int gml_trim(gml_client *c, size_t *released_bytes);
+/* Send this client's usage numbers to the daemon now (they also go every
+ * 100 ms of activity); a no-op when embedded. */
+int gml_flush(gml_client *c);
 /* The message of the last error on this client (e.g. the numbers of an OOM). */
 const char *gml_last_error(gml_client *c);
 

@@ -1,0 +1,117 @@
+# GMLake build. `make` builds everything into build/; `make test` installs
+# missing Debian packages, then runs the whole suite plain and under
+# ASan+UBSan (LeakSanitizer included, so the multi-process tests check leaks
+# in the daemon and in every client process).
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD ?= build
+CUDA_INC ?= /usr/local/cuda/include
+CC ?= cc
+SAN ?= 0
+
+CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -D_GNU_SOURCE -pthread
+ifeq ($(SAN),1)
+  OPT := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDSAN := -fsanitize=address,undefined
+else
+  OPT := -O2
+  LDSAN :=
+endif
+INC := -Iclient/include -Iclient -Idaemon -Icommon -I$(BUILD)/gen -I$(CUDA_INC)
+CFLAGS := $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
+LDFLAGS := $(LDSAN) -pthread
+
+GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
+COMMON_SRC := common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
+CLIENT_SRC := client/alloc.c client/client.c client/torch.c
+DAEMON_SRC := daemon/main.c daemon/lake.c daemon/session.c daemon/creator.c daemon/control.c
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
+CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+
+LIBS := -lprotobuf-c -ldl
+BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
+        $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
+TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/gml-testclient
+
+.PHONY: all clean test check-plain check-san deps install demo
+all: $(BINS) $(TESTS)
+
+$(GEN): proto/gmlake.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -Iproto proto/gmlake.proto
+
+$(BUILD)/obj/gen/gmlake.pb-c.o: $(BUILD)/gen/gmlake.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h client/include/*.h daemon/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libgmlake-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
+	$(CC) -shared -Wl,-soname,libgmlake-client.so.1 -o $@ $^ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
+	$(CC) -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
+
+$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c) $(COMMON_OBJ)
+	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
+
+$(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
+
+$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_wire.c) \
+                    $(call obj,daemon/lake.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs check) $(LIBS)
+
+$(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs check) $(LIBS)
+
+$(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/gmlake.pc: Makefile
+	@mkdir -p $(BUILD)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: 0.1.0\nLibs: -L$${libdir} -lgmlake-client\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+
+deps:
+	@scripts/deps.sh
+
+# The whole suite, plain and under ASan+UBSan (+LeakSanitizer).
+test: deps
+	$(MAKE) check-plain
+	$(MAKE) check-san
+
+check-plain: all
+	BUILD=$(BUILD) tests/run.sh
+
+check-san:
+	$(MAKE) BUILD=build-san SAN=1 all
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  BUILD=build-san tests/run.sh
+
+# The main job: a daemon and a client doing real work (backend picked automatically).
+demo: deps all
+	scripts/demo.sh
+
+install: $(BINS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/gmlake
+	install -m 755 $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(BUILD)/libgmlake-client.so $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so.1
+	ln -sf libgmlake-client.so.1 $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so
+	install -m 644 $(BUILD)/libgmlake-client.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 client/include/gmlake.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/gmlake.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed 's|/usr/local|$(PREFIX)|g' systemd/gmlaked@.service > $(DESTDIR)/lib/systemd/system/gmlaked@.service
+	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/
+	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/
+
+clean:
+	rm -rf build build-san

@@ -1,0 +1,156 @@
+/* lake.c: chunk ownership, limit and quotas (no I/O: see lake.h). */
+#include "lake.h"
+#include "gmlake.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int lake_init(lake *lk, gml_backend *be, uint64_t limit_bytes) {
+  memset(lk, 0, sizeof *lk);
+  lk->be = be;
+  lk->cs = be->chunk_size;
+  lk->limit_bytes = limit_bytes;
+  return 0;
+}
+
+static void release_chunk(lake *lk, lake_chunk *c) {
+  lk->be->ops->chunk_release(lk->be, c->phys);
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+}
+
+void lake_destroy(lake *lk) {
+  for (uint32_t i = 0; i < lk->nslots; i++)
+    if (lk->chunks[i].state != CHUNK_UNUSED) release_chunk(lk, &lk->chunks[i]);
+  free(lk->chunks), free(lk->free_stack), free(lk->unused_stack), free(lk->quotas);
+  memset(lk, 0, sizeof *lk);
+}
+
+long lake_owned_index(const lake *lk, uint64_t id, uint64_t owner) {
+  uint64_t idx = (id & 0xffffffffu);
+  if (idx == 0 || idx > lk->nslots) return -1;
+  idx--;
+  const lake_chunk *c = &lk->chunks[idx];
+  if (c->state != CHUNK_LEASED || c->owner != owner || c->gen != (uint32_t)(id >> 32)) return -1;
+  return (long)idx;
+}
+
+uint64_t lake_headroom(const lake *lk) {
+  uint64_t limit_chunks = lk->limit_bytes / lk->cs;
+  uint64_t held = lk->total + lk->creating;
+  return limit_chunks > held ? limit_chunks - held : 0;
+}
+
+int lake_add_created(lake *lk, gml_phys phys, int fd) {
+  uint32_t idx;
+  if (lk->nunused) {
+    idx = lk->unused_stack[--lk->nunused];
+  } else {
+    if (lk->nslots == lk->cap) {
+      uint32_t cap = lk->cap ? lk->cap * 2 : 256;
+      lake_chunk *c = realloc(lk->chunks, cap * sizeof *c);
+      if (!c) return GML_ENOMEM;
+      lk->chunks = c;
+      uint32_t *f = realloc(lk->free_stack, cap * sizeof *f);
+      if (!f) return GML_ENOMEM;
+      lk->free_stack = f;
+      uint32_t *u = realloc(lk->unused_stack, cap * sizeof *u);
+      if (!u) return GML_ENOMEM;
+      lk->unused_stack = u;
+      lk->cap = cap;
+    }
+    idx = lk->nslots++;
+    lk->chunks[idx].gen = 0;
+  }
+  lake_chunk *c = &lk->chunks[idx];
+  c->phys = phys;
+  c->fd = fd;
+  c->gen++;
+  c->state = CHUNK_FREE;
+  c->owner = 0;
+  lk->free_stack[lk->nfree++] = idx;
+  lk->total++;
+  return 0;
+}
+
+uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx) {
+  uint32_t k = 0;
+  while (k < n && lk->nfree) {
+    uint32_t i = lk->free_stack[--lk->nfree];
+    lk->chunks[i].state = CHUNK_LEASED;
+    lk->chunks[i].owner = owner;
+    idx[k++] = i;
+  }
+  lk->leased += k;
+  return k;
+}
+
+void lake_give_back(lake *lk, uint32_t idx) {
+  lake_chunk *c = &lk->chunks[idx];
+  if (c->state == CHUNK_LEASED) lk->leased--;
+  else if (c->state == CHUNK_PARKED) lk->parked--;
+  else return;
+  c->state = CHUNK_FREE;
+  c->owner = 0;
+  lk->free_stack[lk->nfree++] = idx;
+}
+
+void lake_park(lake *lk, uint32_t idx) {
+  lake_chunk *c = &lk->chunks[idx];
+  if (c->state != CHUNK_LEASED) return;
+  c->state = CHUNK_PARKED;
+  lk->leased--;
+  lk->parked++;
+}
+
+void lake_destroy_chunk(lake *lk, uint32_t idx) {
+  lake_chunk *c = &lk->chunks[idx];
+  if (c->state != CHUNK_FREE) return;
+  for (uint32_t k = 0; k < lk->nfree; k++) {
+    if (lk->free_stack[k] == idx) {
+      lk->free_stack[k] = lk->free_stack[--lk->nfree];
+      break;
+    }
+  }
+  release_chunk(lk, c);
+  c->state = CHUNK_UNUSED;
+  lk->unused_stack[lk->nunused++] = idx;
+  lk->total--;
+}
+
+uint32_t lake_trim(lake *lk, uint32_t keep_free) {
+  uint32_t n = 0;
+  while (lk->nfree > keep_free) {
+    uint32_t idx = lk->free_stack[lk->nfree - 1];
+    lake_destroy_chunk(lk, idx);
+    n++;
+  }
+  return n;
+}
+
+uint64_t lake_quota_for(const lake *lk, pid_t pid, uid_t uid) {
+  uint64_t by_uid = 0;
+  for (size_t i = 0; i < lk->nquotas; i++) {
+    const lake_quota *q = &lk->quotas[i];
+    if (!q->by_uid && q->key == (uint32_t)pid) return q->bytes;
+    if (q->by_uid && q->key == (uint32_t)uid) by_uid = q->bytes;
+  }
+  return by_uid;
+}
+
+int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes) {
+  for (size_t i = 0; i < lk->nquotas; i++) {
+    lake_quota *q = &lk->quotas[i];
+    if (q->by_uid == by_uid && q->key == key) {
+      if (bytes) q->bytes = bytes;
+      else lk->quotas[i] = lk->quotas[--lk->nquotas];
+      return 0;
+    }
+  }
+  if (!bytes) return 0;
+  lake_quota *q = realloc(lk->quotas, (lk->nquotas + 1) * sizeof *q);
+  if (!q) return GML_ENOMEM;
+  lk->quotas = q;
+  lk->quotas[lk->nquotas++] = (lake_quota){by_uid, key, bytes};
+  return 0;
+}

@@ -1,0 +1,62 @@
+/* lake.h: the lake's bookkeeping, free of I/O so it can be unit-tested:
+ * every chunk the daemon created, who holds it, the lake's limit and the
+ * per-client quotas. The event loop (daemon.c) drives it. */
+#ifndef GML_LAKE_H
+#define GML_LAKE_H
+#include "backend.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum lake_chunk_state { CHUNK_UNUSED = 0, CHUNK_FREE, CHUNK_LEASED, CHUNK_PARKED };
+
+typedef struct lake_chunk {
+  gml_phys phys;
+  int fd;            /* exported shareable handle, kept for the chunk's life */
+  uint32_t gen;      /* bumped when the slot is reused, so stale ids are refused */
+  uint8_t state;
+  uint64_t owner;    /* client id while leased or parked */
+} lake_chunk;
+
+typedef struct lake_quota {
+  int by_uid;
+  uint32_t key;      /* pid or uid */
+  uint64_t bytes;
+} lake_quota;
+
+typedef struct lake {
+  gml_backend *be;
+  size_t cs;
+  uint64_t limit_bytes;     /* the most the lake may hold (created chunks) */
+  lake_chunk *chunks;
+  uint32_t nslots, cap;
+  uint32_t *free_stack;     /* indices of CHUNK_FREE chunks */
+  uint32_t nfree;
+  uint32_t *unused_stack;   /* indices of CHUNK_UNUSED slots */
+  uint32_t nunused;
+  uint64_t total, leased, parked, creating;
+  lake_quota *quotas;
+  size_t nquotas;
+} lake;
+
+int lake_init(lake *lk, gml_backend *be, uint64_t limit_bytes);
+void lake_destroy(lake *lk);             /* releases every chunk the lake holds */
+static inline uint64_t lake_chunk_id(const lake *lk, uint32_t idx) {
+  return ((uint64_t)lk->chunks[idx].gen << 32) | (uint64_t)(idx + 1);
+}
+/* Index of the chunk with this id if `owner` holds it (leased), else -1. */
+long lake_owned_index(const lake *lk, uint64_t id, uint64_t owner);
+/* Chunks that may still be created under the limit (creating counted). */
+uint64_t lake_headroom(const lake *lk);
+int lake_add_created(lake *lk, gml_phys phys, int fd);   /* a new free chunk */
+/* Take up to n free chunks for owner; fills idx[]; returns how many. */
+uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx);
+void lake_give_back(lake *lk, uint32_t idx);             /* leased/parked -> free */
+void lake_park(lake *lk, uint32_t idx);                  /* leased -> parked (owner's process lives on) */
+void lake_destroy_chunk(lake *lk, uint32_t idx);         /* free -> released to the driver */
+/* Release free chunks to the driver until at most keep_free are left; returns how many. */
+uint32_t lake_trim(lake *lk, uint32_t keep_free);
+/* Quota of a client (0 = none): a pid quota wins over a uid quota. */
+uint64_t lake_quota_for(const lake *lk, pid_t pid, uid_t uid);
+int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes);
+#endif

@@ -1,0 +1,474 @@
+/* Multi-process integration tests on the host backend: a real gmlaked, real
+ * client processes (gml-testclient) and gmlakectl, all started as programs. */
+#include "gmlake.h"
+#include "wire.h"
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char bindir[128], tmpdir[64], sock_path[100], ctl_url[128];
+static pid_t daemon_pid;
+
+static void msleep(int ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* Run gmlakectl with args; its stdout into out. Returns the exit status. */
+static int ctl_quiet;
+static int ctl(char *out, size_t outlen, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s/gmlakectl --control %s %s%s", bindir, ctl_url, args, ctl_quiet ? " 2>/dev/null" : "");
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = fread(out, 1, outlen - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static long long json_num(const char *json, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *p = strstr(json, k);
+  return p ? atoll(p + strlen(k)) : -1;
+}
+
+static long long stat_num(const char *key) {
+  char out[4096];
+  if (ctl(out, sizeof out, "stats --json") != 0) return -1;
+  return json_num(out, key);
+}
+
+static void start_daemon(const char *extra) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-test.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  snprintf(sock_path, sizeof sock_path, "%s/lake.sock", tmpdir);
+  snprintf(ctl_url, sizeof ctl_url, "ipc://%s/lake.ctl", tmpdir);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "exec %s/gmlaked --backend host --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
+           bindir, sock_path, ctl_url, extra, tmpdir);
+  daemon_pid = fork();
+  if (daemon_pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  ctl_quiet = 1;
+  for (int i = 0; i < 200; i++) {
+    if (stat_num("chunks_total") >= 0) {
+      ctl_quiet = 0;
+      return;
+    }
+    msleep(25);
+  }
+  ck_abort_msg("daemon did not come up (see %s/daemon.log)", tmpdir);
+}
+
+static int stop_daemon(void) {
+  int st = 0;
+  kill(daemon_pid, SIGTERM);
+  waitpid(daemon_pid, &st, 0);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "cat %s/daemon.log >&2; rm -rf %s", tmpdir, tmpdir);
+  if (getenv("GMLAKE_TEST_VERBOSE") || !WIFEXITED(st) || WEXITSTATUS(st)) {
+    if (system(cmd)) {}
+  } else {
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) {}
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+typedef struct proc {
+  pid_t pid;
+  FILE *in, *out;
+} proc;
+
+static proc client_start(const char *socket) {
+  int to[2], from[2];
+  ck_assert_int_eq(pipe(to), 0);
+  ck_assert_int_eq(pipe(from), 0);
+  proc p;
+  p.pid = fork();
+  if (p.pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[1]), close(from[0]);
+    char path[300];
+    snprintf(path, sizeof path, "%s/gml-testclient", bindir);
+    execl(path, path, socket, (char *)NULL);
+    _exit(127);
+  }
+  close(to[0]), close(from[1]);
+  p.in = fdopen(to[1], "w");
+  p.out = fdopen(from[0], "r");
+  setvbuf(p.in, NULL, _IOLBF, 0);
+  return p;
+}
+
+/* Send one command, return its reply line (static buffer). */
+static const char *client_cmd(proc *p, const char *fmt, ...) {
+  static char line[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(p->in, fmt, ap);
+  va_end(ap);
+  fputc('\n', p->in);
+  fflush(p->in);
+  if (!fgets(line, sizeof line, p->out)) return "";
+  line[strcspn(line, "\n")] = 0;
+  return line;
+}
+
+static const char *client_first_line(proc *p) {
+  static char line[256];
+  if (!fgets(line, sizeof line, p->out)) return "";
+  line[strcspn(line, "\n")] = 0;
+  return line;
+}
+
+static int client_finish(proc *p) {
+  fprintf(p->in, "close\n");
+  fclose(p->in);
+  char line[256];
+  while (fgets(line, sizeof line, p->out)) {}
+  fclose(p->out);
+  int st;
+  waitpid(p->pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void setup(void) {
+  const char *b = getenv("BUILD");
+  snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
+}
+
+/* (b) bytes written through one client's stitched range are read back by
+ * another process through the chunks the lake handed it. */
+START_TEST(test_share_between_processes) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(sock_path);
+  ck_assert_str_eq(strtok((char *)client_first_line(&a), " "), "ready");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "tag 0 7"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 7000 7001 7002");
+  proc b = client_start(sock_path);
+  client_first_line(&b);
+  /* both hold chunks at once */
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 2 << 20), "ok 0");
+  ck_assert_int_eq(stat_num("clients"), 2);
+  ck_assert_int_eq(client_finish(&a), 0); /* A's three chunks go back to the lake */
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 6 << 20), "ok 1");
+  const char *tags = client_cmd(&b, "readtags 1");
+  /* B's new range is stitched from A's three chunks, in some order */
+  ck_assert_msg(strstr(tags, "7000") && strstr(tags, "7001") && strstr(tags, "7002"), "B read '%s'", tags);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* gmlakectl clients shows what each client did. */
+START_TEST(test_clients_numbers) {
+  start_daemon("--limit 128MiB");
+  proc a = client_start(sock_path), b = client_start(sock_path);
+  char ready[256];
+  snprintf(ready, sizeof ready, "%s", client_first_line(&a));
+  int pid_a = atoi(ready + 6);
+  snprintf(ready, sizeof ready, "%s", client_first_line(&b));
+  int pid_b = atoi(ready + 6);
+  for (int i = 0; i < 3; i++) ck_assert_str_eq(strtok((char *)client_cmd(&a, "alloc %d", 5 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 1 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_str_eq(client_cmd(&b, "flush"), "ok");
+  msleep(100);
+  char out[8192], key[64];
+  ck_assert_int_eq(ctl(out, sizeof out, "clients --json"), 0);
+  snprintf(key, sizeof key, "\"pid\":%d,", pid_a);
+  const char *ra = strstr(out, key);
+  ck_assert_msg(ra != NULL, "pid %d missing from %s", pid_a, out);
+  ck_assert_int_eq(json_num(ra, "allocated"), 15 << 20);
+  ck_assert_int_ge(json_num(ra, "leased_bytes"), 15 << 20);
+  snprintf(key, sizeof key, "\"pid\":%d,", pid_b);
+  const char *rb = strstr(out, key);
+  ck_assert_ptr_nonnull(rb);
+  ck_assert_int_eq(json_num(rb, "allocated"), 1 << 20);
+  ck_assert_int_eq(ctl(out, sizeof out, "clients"), 0); /* the table names both */
+  snprintf(key, sizeof key, "%d", pid_a);
+  ck_assert_ptr_nonnull(strstr(out, key));
+  ck_assert_int_eq(ctl(out, sizeof out, "stats --json"), 0);
+  ck_assert_int_eq(json_num(out, "allocated"), (15 << 20) + (1 << 20));
+  ck_assert_int_eq(ctl(out, sizeof out, "chunks"), 0);
+  ck_assert_ptr_nonnull(strstr(out, "A = pid"));
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* (c) SIGKILL a client holding chunks: all come back. */
+START_TEST(test_sigkill_returns_chunks) {
+  start_daemon("--limit 128MiB --prefetch 4MiB");
+  proc a = client_start(sock_path);
+  client_first_line(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 20 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 3000), "ok 1");
+  long long leased = stat_num("chunks_leased");
+  ck_assert_int_ge(leased, 11);
+  long long total = stat_num("chunks_total");
+  kill(a.pid, SIGKILL);
+  int st;
+  waitpid(a.pid, &st, 0);
+  fclose(a.in), fclose(a.out);
+  long long now = -1;
+  for (int i = 0; i < 200 && (now = stat_num("chunks_leased")) != 0; i++) msleep(25);
+  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(stat_num("chunks_parked"), 0);
+  ck_assert_int_ge(stat_num("chunks_free"), leased);
+  ck_assert_int_ge(stat_num("chunks_total"), total);
+  ck_assert_int_eq(stat_num("clients"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+static int raw_connect(void) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return s;
+}
+
+/* 1 when the daemon closed the connection (EOF after draining replies). */
+static int closed_by_daemon(int s) {
+  char buf[4096];
+  for (;;) {
+    ssize_t r = recv(s, buf, sizeof buf, 0);
+    if (r == 0) return 1;
+    if (r < 0) return errno == ECONNRESET;
+  }
+}
+
+static void send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds) {
+  uint8_t *f;
+  size_t len;
+  ck_assert_int_eq(gml_wire_encode(env, &f, &len), 0);
+  ck_assert_int_eq(gml_wire_send(s, f, len, fds, nfds), 0);
+  free(f);
+}
+
+static void send_hello(int s) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = "attacker";
+  env.seq = 1;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
+  env.hello = &h;
+  send_env(s, &env, NULL, 0);
+}
+
+/* (d) malformed frames close that connection only; others go on. */
+START_TEST(test_malformed_frames) {
+  start_daemon("--limit 128MiB");
+  proc good = client_start(sock_path);
+  client_first_line(&good);
+  ck_assert_str_eq(client_cmd(&good, "alloc %d", 4 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&good, "tag 0 42"), "ok");
+  int s;
+  /* truncated: a length of 100, then 10 bytes and a half-close */
+  s = raw_connect();
+  uint8_t trunc[14] = {100, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  ck_assert_int_eq(send(s, trunc, sizeof trunc, 0), (ssize_t)sizeof trunc);
+  shutdown(s, SHUT_WR);
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  /* oversize length */
+  s = raw_connect();
+  uint8_t big[4] = {0, 0, 0x10, 0}; /* 1 MiB */
+  ck_assert_int_eq(send(s, big, 4, 0), 4);
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  /* garbage body */
+  s = raw_connect();
+  uint8_t junk[12] = {8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  ck_assert_int_eq(send(s, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  /* wrong fd count: a hello carrying an fd */
+  s = raw_connect();
+  int devnull = open("/dev/null", O_RDONLY);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  env.seq = 1;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
+  env.hello = &h;
+  send_env(s, &env, &devnull, 1);
+  close(devnull);
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  /* foreign chunk id: return a chunk this connection never leased */
+  s = raw_connect();
+  send_hello(s);
+  Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
+  uint64_t ids[1] = {(1ull << 32) | 1};
+  rr.n_chunk_ids = 1;
+  rr.chunk_ids = ids;
+  env2.seq = 2;
+  env2.msg_case = GMLAKE__ENVELOPE__MSG_RET;
+  env2.ret = &rr;
+  send_env(s, &env2, NULL, 0);
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  /* a lease count out of range */
+  s = raw_connect();
+  send_hello(s);
+  Gmlake__Envelope env3 = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+  lr.count = 100000;
+  env3.seq = 2;
+  env3.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
+  env3.lease = &lr;
+  send_env(s, &env3, NULL, 0);
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  ck_assert_int_ge(stat_num("protocol_errors"), 6);
+  /* the good client's data is intact and it can still lease */
+  ck_assert_str_eq(client_cmd(&good, "readtags 0"), "tags 42000 42001");
+  ck_assert_str_eq(client_cmd(&good, "alloc %d", 8 << 20), "ok 1");
+  ck_assert_int_eq(stat_num("clients"), 1);
+  ck_assert_int_eq(client_finish(&good), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A lease over quota is refused to that client, with its error code. */
+START_TEST(test_quota_and_limit) {
+  start_daemon("--limit 32MiB --prefetch 0");
+  proc a = client_start(sock_path);
+  char ready[256];
+  snprintf(ready, sizeof ready, "%s", client_first_line(&a));
+  int pid_a = atoi(ready + 6);
+  char out[4096], args[128];
+  snprintf(args, sizeof args, "quota %d 8MiB", pid_a);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
+  const char *r = client_cmd(&a, "alloc %d", 6 << 20);
+  ck_assert_msg(!strncmp(r, "err -8 ", 7), "expected GML_EQUOTA, got '%s'", r);
+  snprintf(args, sizeof args, "quota %d 0", pid_a);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 1");
+  /* past the lake's limit: a clear out-of-memory, and the daemon goes on */
+  r = client_cmd(&a, "alloc %d", 40 << 20);
+  ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "out of memory"), "expected GML_ENOMEM, got '%s'", r);
+  ck_assert_int_ge(stat_num("leases_refused"), 2);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 2");
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* trim gives free chunks back to the driver; a client's idle cache comes back on request. */
+START_TEST(test_trim) {
+  start_daemon("--limit 64MiB --prefetch 8MiB");
+  proc a = client_start(sock_path);
+  char ready[256];
+  snprintf(ready, sizeof ready, "%s", client_first_line(&a));
+  int pid_a = atoi(ready + 6);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 10 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  char out[4096], args[64];
+  ck_assert_int_eq(ctl(out, sizeof out, "trim --json"), 0);
+  ck_assert_int_eq(stat_num("chunks_free"), 0);
+  long long leased = stat_num("chunks_leased");
+  ck_assert_int_eq(leased, 5);
+  snprintf(args, sizeof args, "trim --client %d", pid_a);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  /* the client serves the request at its next operation */
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  long long now = -1;
+  for (int i = 0; i < 100 && (now = stat_num("chunks_leased")) != 0; i++) msleep(20);
+  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Prometheus text, checked by a real parser. */
+START_TEST(test_metrics_parse) {
+  start_daemon("--limit 64MiB");
+  proc a = client_start(sock_path);
+  client_first_line(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  msleep(50);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "%s/gmlakectl --control %s metrics | /usr/bin/python3 -c '"
+           "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as p\n"
+           "fams = {f.name: f for f in p(sys.stdin.read())}\n"
+           "s = {x.labels[\"state\"]: x.value for x in fams[\"gmlake_lake_bytes\"].samples}\n"
+           "a = [x.value for x in fams[\"gmlake_allocated_bytes\"].samples][0]\n"
+           "assert s[\"leased\"] >= 3 << 20, s\nassert a == 3 << 20, a\nprint(\"parsed\", len(fams))'",
+           bindir, ctl_url);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* SIGTERM: clean exit, socket and control files gone; a bad config key is named. */
+START_TEST(test_shutdown_and_config) {
+  start_daemon("--limit 16MiB");
+  char sock_copy[128];
+  snprintf(sock_copy, sizeof sock_copy, "%s", sock_path);
+  kill(daemon_pid, SIGTERM);
+  int st;
+  waitpid(daemon_pid, &st, 0);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  ck_assert_int_ne(access(sock_copy, F_OK), 0);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "printf 'backend = host\\nlimit = lots\\n' > %s/bad.conf; "
+           "%s/gmlaked --config %s/bad.conf 2>&1 | grep -q 'bad value for limit'", tmpdir, bindir, tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("integration");
+  TCase *tc = tcase_create("daemon");
+  tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_add_test(tc, test_share_between_processes);
+  tcase_add_test(tc, test_clients_numbers);
+  tcase_add_test(tc, test_sigkill_returns_chunks);
+  tcase_add_test(tc, test_malformed_frames);
+  tcase_add_test(tc, test_quota_and_limit);
+  tcase_add_test(tc, test_trim);
+  tcase_add_test(tc, test_metrics_parse);
+  tcase_add_test(tc, test_shutdown_and_config);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
