@@ -19,7 +19,8 @@ else
 endif
 INC := -Iclient/include -Iclient -Idaemon -Icommon -I$(BUILD)/gen -I$(CUDA_INC)
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
-LDFLAGS := $(LDSAN) -pthread
+LDFLAGS := $(LDSAN) -pthread $(EXTRA_LDFLAGS)
+CHECK_LIBS ?= $(shell pkg-config --libs check)
 
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
@@ -68,10 +69,10 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_wire.c) \
                     $(call obj,daemon/lake.c) $(BUILD)/libgmlake-client.a
-	$(CC) -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs check) $(LIBS)
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 $(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmlake-client.a
-	$(CC) -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs check) $(LIBS)
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
@@ -94,7 +95,7 @@ check-plain: all
 check-san:
 	$(MAKE) BUILD=build-san SAN=1 all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  BUILD=build-san tests/run.sh
+	  BUILD=build-san SAN=1 tests/run.sh
 
 # The main job: a daemon and a client doing real work (backend picked automatically).
 demo: deps all

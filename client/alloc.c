@@ -272,7 +272,9 @@ static int gather_chunks_slow(gml_allocator *a, size_t need, int *stole) {
     if (chunks_reserve(a, want)) return GML_ENOMEM;
     gml_phys phys[128];
     uint64_t ids[128];
+    uint64_t t0 = gml_now_ns();
     int got = a->src.acquire(a->src.ctx, want, phys, ids);
+    a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
     if (got <= 0) return got < 0 ? got : GML_ENOMEM;
     for (int i = 0; i < got; i++) {
       size_t ci = a->nchunks++;
@@ -576,6 +578,14 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->maps = a->maps;
   st->unmaps = a->unmaps;
   st->ooms = a->ooms;
+  st->lease_calls = a->lease_calls;
+  size_t nl = a->lease_calls < GML_ARRAY_LEN(a->lease_ns) ? a->lease_calls : GML_ARRAY_LEN(a->lease_ns);
+  if (nl) {
+    uint64_t tmp[GML_ARRAY_LEN(a->lease_ns)];
+    memcpy(tmp, a->lease_ns, nl * sizeof tmp[0]);
+    st->lease_p50_ns = (uint64_t)gml_percentile_u64(tmp, nl, 50);
+    st->lease_p99_ns = (uint64_t)gml_percentile_u64(tmp, nl, 99);
+  }
   st->fragmentation = st->reserved ? 1.0 - (double)st->allocated / (double)st->reserved : 0.0;
   st->chunk_size = a->cs;
   st->backend = a->be->name;

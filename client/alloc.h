@@ -89,6 +89,8 @@ typedef struct gml_allocator {
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
   uint64_t alloc_count, free_count, maps, unmaps, ooms, chunks_acquired, chunks_released;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
+  uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
+  uint64_t lease_calls;
   char last_error[256];
 } gml_allocator;
 

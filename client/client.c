@@ -406,6 +406,16 @@ int gml_trim(gml_client *c, size_t *released_bytes) {
   return 0;
 }
 
+int gml_write(gml_client *c, void *dst, const void *src, size_t n) {
+  if (!c || !dst || !src) return GML_EINVAL;
+  return c->be->ops->write(c->be, (uintptr_t)dst, src, n);
+}
+
+int gml_read(gml_client *c, void *dst, const void *src, size_t n) {
+  if (!c || !dst || !src) return GML_EINVAL;
+  return c->be->ops->read(c->be, (uintptr_t)src, dst, n);
+}
+
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;
   client_housekeeping(c, 1);

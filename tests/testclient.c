@@ -1,6 +1,6 @@
 /* gml-testclient: a client process the integration tests drive through
  * stdin/stdout, one command a line:
- *   alloc SIZE | free I | tag I TOKEN | readtags I | flush | stats | trim | close | exit
+ *   alloc SIZE | free I | tag I TOKEN | readtags I | leasebench N | flush | stats | trim | close | exit
  * It opens the daemon at argv[1] ("embedded" for no daemon). */
 #include "gmlake.h"
 #include <stdio.h>
@@ -33,7 +33,9 @@ int main(int argc, char **argv) {
   gml_stats st;
   gml_stats_get(c, &st);
   size_t cs = st.chunk_size;
-  printf("ready %d %zu\n", (int)getpid(), cs);
+  uint64_t *buf = malloc(cs);
+  if (!buf) return 1;
+  printf("ready %d %zu %s\n", (int)getpid(), cs, st.backend);
   void *blk[MAXB] = {0};
   size_t sz[MAXB] = {0};
   char line[256];
@@ -53,24 +55,44 @@ int main(int argc, char **argv) {
       blk[a] = NULL;
       printf(rc ? "err %d\n" : "ok\n", rc);
     } else if (!strcmp(cmd, "tag") && a < MAXB && blk[a]) {
-      /* chunk-sized pieces of the block each get TOKEN*1000+k in every word */
-      for (size_t off = 0, k = 0; off < sz[a]; off += cs, k++) {
-        uint64_t v = b * 1000 + k, *p = (uint64_t *)((char *)blk[a] + off);
+      /* chunk-sized pieces of the block each get TOKEN*1000+k in every word,
+       * written through the backend (device memory on cuda) */
+      rc = 0;
+      for (size_t off = 0, k = 0; off < sz[a] && !rc; off += cs, k++) {
         size_t words = (sz[a] - off < cs ? sz[a] - off : cs) / 8;
-        for (size_t w = 0; w < words; w++) p[w] = v;
+        for (size_t w = 0; w < words; w++) buf[w] = b * 1000 + k;
+        rc = gml_write(c, (char *)blk[a] + off, buf, words * 8);
       }
-      printf("ok\n");
+      printf(rc ? "err %d\n" : "ok\n", rc);
     } else if (!strcmp(cmd, "readtags") && a < MAXB && blk[a]) {
       printf("tags");
       for (size_t off = 0; off < sz[a]; off += cs) {
-        uint64_t *p = (uint64_t *)((char *)blk[a] + off);
         size_t words = (sz[a] - off < cs ? sz[a] - off : cs) / 8;
+        if (gml_read(c, buf, (char *)blk[a] + off, words * 8)) {
+          printf(" error");
+          continue;
+        }
         int uniform = 1;
-        for (size_t w = 1; w < words; w++) uniform &= p[w] == p[0];
-        if (uniform) printf(" %llu", (unsigned long long)p[0]);
+        for (size_t w = 1; w < words; w++) uniform &= buf[w] == buf[0];
+        if (uniform) printf(" %llu", (unsigned long long)buf[0]);
         else printf(" mixed");
       }
       printf("\n");
+    } else if (!strcmp(cmd, "leasebench")) {
+      /* a chunk-sized block at a time, never freed: each needs one new chunk,
+       * so each is one lease round trip */
+      void **p = calloc(a, sizeof *p);
+      uint64_t calls0;
+      gml_stats_get(c, &st);
+      calls0 = st.lease_calls;
+      for (size_t i = 0; i < a && p; i++)
+        if (gml_alloc(c, cs, 0, &p[i])) break;
+      gml_stats_get(c, &st);
+      printf("lease calls %llu p50 %llu ns p99 %llu ns\n", (unsigned long long)(st.lease_calls - calls0),
+             (unsigned long long)st.lease_p50_ns, (unsigned long long)st.lease_p99_ns);
+      for (size_t i = 0; i < a && p; i++)
+        if (p[i]) gml_free(c, p[i]);
+      free(p);
     } else if (!strcmp(cmd, "flush")) {
       rc = gml_flush(c);
       printf(rc ? "err %d\n" : "ok\n", rc);
@@ -89,6 +111,7 @@ int main(int argc, char **argv) {
     }
   }
   gml_close(c);
+  free(buf);
   printf("closed\n");
   return 0;
 }

@@ -54,6 +54,8 @@ typedef struct gml_stats {
   uint64_t chunks_leased, chunks_returned;  /* over the client's life */
   uint64_t maps, unmaps;    /* chunk map/unmap operations done (stitching work) */
   uint64_t ooms;
+  uint64_t lease_calls;     /* chunk requests to the daemon (or the driver when embedded) */
+  uint64_t lease_p50_ns, lease_p99_ns; /* their latency, recent calls */
   double fragmentation;     /* 1 - allocated/reserved (0 when nothing is reserved) */
   size_t chunk_size;
   int mode;                 /* GML_MODE_* */
@@ -71,6 +73,10 @@ int gml_free(gml_client *c, void *ptr);
 int gml_stats_get(gml_client *c, gml_stats *out);
 /* Give every idle cached chunk back (to the daemon, or to the driver when embedded). */
 int gml_trim(gml_client *c, size_t *released_bytes);
+/* Copy between host memory and memory this client allocated (a plain
+ * memcpy on the host backend, cuMemcpy on cuda): for tests and tools. */
+int gml_write(gml_client *c, void *dst, const void *src, size_t n);
+int gml_read(gml_client *c, void *dst, const void *src, size_t n);
 /* Send this client's usage numbers to the daemon now (they also go every
  * 100 ms of activity); a no-op when embedded. */
 int gml_flush(gml_client *c);

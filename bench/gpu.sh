@@ -1,0 +1,76 @@
+#!/bin/bash
+# GPU run, in one call on the lent machine (or any CUDA machine):
+#   bench/gpu.sh [build] [test] [lease] [replay] [torch[:w1,w2]] [shared]   (default: all)
+# build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
+#         machine lacks the -dev packages, and builds with the carried generated protobuf code
+# test:   the multi-process integration tests with the daemon on the cuda backend
+# lease:  chunk lease latency through the daemon, chunks pre-created (cuda and host)
+# replay: the recorded traces through the real allocator on the cuda backend
+# torch:  bench/torch_bench.py table (PyTorch default / expandable / GMLake embedded / daemon)
+# shared: two trainings through one daemon limited below their summed peaks
+set -u
+cd "$(dirname "$0")/.."
+STAGES=${*:-build test lease replay torch shared}
+OUTDIR=${OUT:-/tmp/gmlake-gpu-out}; mkdir -p "$OUTDIR"
+SUMMARY="$OUTDIR/summary.txt"; : > "$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+has() { case " $STAGES " in *" $1"*) return 0;; esac; return 1; }
+export BUILD=${BUILD:-build}
+
+if [ -d .deb ] && ls .deb/*.deb >/dev/null 2>&1; then
+  mkdir -p .gpu/root
+  for f in .deb/*.deb; do dpkg -x "$f" .gpu/root; done
+  R=$(pwd)/.gpu/root
+  export EXTRA_CFLAGS="-I$R/usr/include" EXTRA_LDFLAGS="-L$R/usr/lib/x86_64-linux-gnu -Wl,-rpath,$R/usr/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$R/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export CHECK_LIBS="-lcheck_pic -lrt -lm -lsubunit"
+fi
+if [ -d .gpu/gen ]; then mkdir -p "$BUILD/gen" && cp .gpu/gen/* "$BUILD/gen/" && touch "$BUILD"/gen/*; fi
+
+say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
+if has build; then
+  if make -j"$(nproc)" BUILD="$BUILD" all > "$OUTDIR/build.log" 2>&1; then say "build: ok"; else say "build: FAILED"; tail -30 "$OUTDIR/build.log"; exit 1; fi
+fi
+
+if has test; then
+  if GMLAKE_TEST_BACKEND=cuda GMLAKE_TEST_NO_PROMETHEUS=1 "$BUILD/test_integration" > "$OUTDIR/test_cuda.log" 2>&1; then
+    say "integration tests, cuda backend: $(grep -o '[0-9]*%: Checks.*' "$OUTDIR/test_cuda.log")"
+  else
+    say "integration tests, cuda backend: FAILED: $(grep -E 'Checks|:F:|:E:' "$OUTDIR/test_cuda.log" | head -8)"
+    tail -40 "$OUTDIR/test_cuda.log"
+  fi
+fi
+
+if has lease; then
+  for be in cuda host; do
+    d=$(mktemp -d)
+    "$BUILD/gmlaked" --backend $be --socket $d/s --control ipc://$d/c --prefetch 2GiB --limit 8GiB --log-level warn 2>$d/log &
+    dp=$!
+    for i in $(seq 100); do
+      n=$("$BUILD/gmlakectl" --control ipc://$d/c stats --json 2>/dev/null | sed -n 's/.*"chunks_free":\([0-9]*\).*/\1/p')
+      [ "${n:-0}" -ge 1000 ] && break; sleep 0.1
+    done
+    r=$(printf 'leasebench 500\nclose\n' | "$BUILD/gml-testclient" $d/s | grep 'lease calls')
+    say "lease latency, $be backend (daemon round trip + import, 1 chunk, $n pre-created): $r"
+    kill $dp; wait $dp; rm -rf $d
+  done
+fi
+
+if has replay; then
+  "$BUILD/gmlake-replay" --backend cuda tests/traces/*.trace.gz 2>&1 | tee "$OUTDIR/replay_cuda.txt"
+  "$BUILD/gmlake-replay" --backend cuda --json tests/traces/*.trace.gz > "$OUTDIR/replay_cuda.json" 2>&1
+  sed 's/^/replay cuda: /' "$OUTDIR/replay_cuda.txt" >> "$SUMMARY"
+fi
+
+for st in $STAGES; do
+  case $st in torch*) w=${st#torch}; w=${w#:}
+    PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/torch_bench.py table ${w//,/ } 2>&1 | tee "$OUTDIR/torch_${w:-all}.txt" | grep -v '^{'
+    sed -n '/^workload/,$p' "$OUTDIR/torch_${w:-all}.txt" >> "$SUMMARY";;
+  esac
+done
+
+if has shared; then
+  PYTHONUNBUFFERED=1 python3 bench/torch_bench.py shared 2>&1 | tee "$OUTDIR/shared.txt"
+  grep -E '^SHARED|separate peaks' "$OUTDIR/shared.txt" >> "$SUMMARY"
+fi
+echo; echo "==== summary"; cat "$SUMMARY"

@@ -1,0 +1,218 @@
+"""PyTorch on the lake vs PyTorch's own allocator, on real training workloads.
+
+  python3 bench/torch_bench.py run WORKLOAD CONFIG     one run, prints one JSON line
+  python3 bench/torch_bench.py table [WORKLOAD...]     every config of every workload, each
+                                                       in its own process; prints a table
+  python3 bench/torch_bench.py shared                  two trainings through one daemon
+                                                       whose limit is below their summed peaks
+CONFIG: default | expandable | gmlake_embedded | gmlake_daemon
+gmlake_daemon needs a daemon: `table` starts one (GMLAKED=path to gmlaked).
+"""
+import json, os, random, statistics, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+CONFIGS = ["default", "expandable", "gmlake_embedded", "gmlake_daemon"]
+WORKLOADS = ["gpt2_ckpt", "llama_lora", "vit_train"]
+
+
+def run_one(workload, config, steps=None):
+    if config == "expandable":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if config.startswith("gmlake"):
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import gmlake
+        gmlake.enable(mode="daemon" if config == "gmlake_daemon" else "embedded")
+    import torch
+    rng = random.Random(1234)
+    torch.manual_seed(1234)
+    dev = "cuda"
+    total_mem = torch.cuda.mem_get_info()[1]
+    free0 = torch.cuda.mem_get_info()[0]
+    min_free = [free0]
+
+    def gpt2_ckpt():
+        from transformers import GPT2Config, GPT2LMHeadModel
+        m = GPT2LMHeadModel(GPT2Config(n_layer=24, n_embd=1024, n_head=16, n_positions=1024)).to(dev)
+        m.gradient_checkpointing_enable(); m.train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        def step(i):
+            b, s = rng.choice([4, 6, 8]), rng.randrange(128, 1025, 64)
+            x = torch.randint(0, 50257, (b, s), device=dev)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = m(input_ids=x, labels=x).loss
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            return loss.item()
+        return step, 14
+
+    def llama_lora():
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from peft import LoraConfig, get_peft_model
+        cfg = LlamaConfig(hidden_size=2048, intermediate_size=5504, num_hidden_layers=16, num_attention_heads=16,
+                          num_key_value_heads=16, vocab_size=32000, max_position_embeddings=2048)
+        m = LlamaForCausalLM(cfg).to(dev, dtype=torch.bfloat16)
+        m.gradient_checkpointing_enable(); m.enable_input_require_grads()
+        m = get_peft_model(m, LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
+        def step(i):
+            b, s = rng.choice([2, 4, 6]), rng.randrange(256, 2049, 128)
+            x = torch.randint(0, 32000, (b, s), device=dev)
+            loss = m(input_ids=x, labels=x).loss
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            return loss.item()
+        return step, 12
+
+    def vit_train():
+        import timm
+        m = timm.create_model("vit_base_patch16_224", pretrained=False).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        def step(i):
+            b = rng.choice([32, 48, 64, 96, 128])
+            x = torch.randn(b, 3, 224, 224, device=dev); y = torch.randint(0, 1000, (b,), device=dev)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            return loss.item()
+        return step, 14
+
+    step, n = {"gpt2_ckpt": gpt2_ckpt, "llama_lora": llama_lora, "vit_train": vit_train}[workload]()
+    n = steps or n
+    times, losses = [], []
+    t_start = time.time()
+    for i in range(n):
+        torch.cuda.synchronize(); t = time.perf_counter()
+        losses.append(step(i))
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append((time.perf_counter() - t) * 1e3)
+        min_free[0] = min(min_free[0], torch.cuda.mem_get_info()[0])
+    res = dict(workload=workload, config=config, ms_per_step=round(statistics.median(times), 2),
+               losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1),
+               driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None)
+    if config.startswith("gmlake"):
+        import gmlake
+        st = gmlake.stats()
+        res.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"], mode=st["mode"],
+                   maps=st["maps"], unmaps=st["unmaps"], chunks_leased=st["chunks_leased"])
+    else:
+        st = torch.cuda.memory_stats()
+        res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])
+    res["frag"] = round(1 - res["peak_allocated"] / res["peak_reserved"], 4)
+    res["ratio"] = round(res["peak_reserved"] / res["peak_allocated"], 4)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+class Daemon:
+    def __init__(self, limit=None):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-bench.")
+        self.sock = os.path.join(self.dir, "lake.sock")
+        self.ctl = "ipc://" + os.path.join(self.dir, "lake.ctl")
+        args = [os.path.join(BUILD, "gmlaked"), "--backend", "cuda", "--socket", self.sock, "--control", self.ctl,
+                "--log-level", "warn"]
+        if limit:
+            args += ["--limit", str(limit)]
+        self.log = open(os.path.join(self.dir, "daemon.log"), "w")
+        self.p = subprocess.Popen(args, stderr=self.log)
+        for _ in range(200):
+            if os.path.exists(self.sock):
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("gmlaked did not start: " + open(self.log.name).read())
+
+    def ctl_cmd(self, *args):
+        return subprocess.run([os.path.join(BUILD, "gmlakectl"), "--control", self.ctl, *args],
+                              capture_output=True, text=True).stdout
+
+    def stop(self):
+        self.p.terminate(); rc = self.p.wait(30); self.log.close()
+        return rc
+
+
+def spawn(workload, config, env_extra=None, steps=None):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    args = [sys.executable, os.path.abspath(__file__), "run", workload, config] + ([str(steps)] if steps else [])
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def collect(p):
+    out, err = p.communicate()
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"error": (err or out)[-1500:]}
+
+
+def table(workloads):
+    rows = []
+    for w in workloads:
+        for c in CONFIGS:
+            d = Daemon() if c == "gmlake_daemon" else None
+            env = {"GMLAKE_SOCKET": d.sock} if d else {}
+            r = collect(spawn(w, c, env))
+            if d:
+                r["daemon_exit"] = d.stop()
+            r.setdefault("workload", w); r.setdefault("config", c)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    print()
+    hdr = "%-11s %-16s %10s %10s %7s %7s %9s %8s %s" % ("workload", "allocator", "peak_alloc", "peak_resv", "resv/al",
+                                                        "frag", "ms/step", "vs_def", "first losses")
+    print(hdr); print("-" * len(hdr))
+    base = {r["workload"]: r for r in rows if r["config"] == "default" and "error" not in r}
+    for r in rows:
+        if "error" in r:
+            print("%-11s %-16s ERROR %s" % (r["workload"], r["config"], r["error"][-300:].replace("\n", " | ")))
+            continue
+        b = base.get(r["workload"])
+        rel = r["ms_per_step"] / b["ms_per_step"] if b else float("nan")
+        same = "same" if b and r["losses"] == b["losses"] else str(r["losses"])
+        print("%-11s %-16s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %s" % (
+            r["workload"], r["config"], r["peak_allocated"] / 2**30, r["peak_reserved"] / 2**30, r["ratio"],
+            100 * r["frag"], r["ms_per_step"], rel, same))
+    return rows
+
+
+def shared():
+    """Two trainings through one daemon, lake limited below the sum of their separate peaks."""
+    sep = {}
+    for w in ("gpt2_ckpt", "vit_train"):
+        d = Daemon()
+        sep[w] = collect(spawn(w, "gmlake_daemon", {"GMLAKE_SOCKET": d.sock}, steps=8)); d.stop()
+    need = sum(r["peak_reserved"] for r in sep.values())
+    limit = int(need * 0.8) // (2 << 20) * (2 << 20)
+    d = Daemon(limit=limit)
+    env = {"GMLAKE_SOCKET": d.sock}
+    ps = [spawn("gpt2_ckpt", "gmlake_daemon", env, steps=8), spawn("vit_train", "gmlake_daemon", env, steps=8)]
+    seen = ""
+    while any(p.poll() is None for p in ps):
+        out = d.ctl_cmd("clients")
+        if out.count("\n") > len(seen.strip().splitlines()):
+            seen = out
+        time.sleep(0.5)
+    res = [collect(p) for p in ps]
+    stats = d.ctl_cmd("stats")
+    d.stop()
+    print("separate peaks (reserved): %s; sum %.2f GiB; lake limit %.2f GiB (80%%)" % (
+        {k: round(v.get("peak_reserved", 0) / 2**30, 2) for k, v in sep.items()}, need / 2**30, limit / 2**30))
+    for r in res:
+        print("together: %s" % json.dumps(r))
+    print("gmlakectl clients while both ran:\n" + seen)
+    print("gmlakectl stats at the end:\n" + stats)
+    ok = all("error" not in r for r in res)
+    print("SHARED %s" % ("PASS: both finished" if ok else "FAIL"))
+    return ok
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run_one(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else None)
+    elif sys.argv[1] == "table":
+        rows = table(sys.argv[2:] or WORKLOADS)
+        out = os.environ.get("OUT")
+        if out:
+            json.dump(rows, open(os.path.join(out, "torch_bench.json"), "w"), indent=1)
+    elif sys.argv[1] == "shared":
+        sys.exit(0 if shared() else 1)

@@ -1,0 +1,120 @@
+"""GMLake for PyTorch: put a program's CUDA memory on the lake.
+
+    import gmlake
+    gmlake.enable()          # before the first CUDA allocation
+
+enable() swaps PyTorch's CUDA caching allocator for libgmlake-client (through
+torch.cuda.memory.CUDAPluggableAllocator). The library talks to the device's
+gmlaked when one runs, else runs embedded. torch.cuda.memory_stats() knows
+nothing of a pluggable allocator: gmlake.stats() gives our numbers.
+gmlake.pool() gives a torch.cuda.MemPool on the lake, to put only part of a
+program there (use it with torch.cuda.use_mem_pool) without enable().
+"""
+import ctypes
+import os
+
+__all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError"]
+
+
+class GMLakeError(RuntimeError):
+    pass
+
+
+class _Stats(ctypes.Structure):
+    # mirrors struct gml_stats in client/include/gmlake.h
+    _fields_ = [(n, ctypes.c_uint64) for n in (
+        "allocated", "reserved", "cached", "stitched", "largest_free", "peak_allocated",
+        "peak_reserved", "alloc_count", "free_count", "chunks_leased", "chunks_returned",
+        "maps", "unmaps", "ooms", "lease_calls", "lease_p50_ns", "lease_p99_ns")] + [
+        ("fragmentation", ctypes.c_double), ("chunk_size", ctypes.c_size_t),
+        ("mode", ctypes.c_int), ("backend", ctypes.c_char_p)]
+
+
+_lib = None
+_allocator = None
+
+
+def library_path():
+    """Where libgmlake-client.so is: $GMLAKE_LIB, the repo's build/, or the install prefix."""
+    env = os.environ.get("GMLAKE_LIB")
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [env] if env else []
+    candidates += [os.path.join(here, "..", "..", "build", "libgmlake-client.so"),
+                   "/usr/local/lib/libgmlake-client.so", "/usr/lib/libgmlake-client.so"]
+    for c in candidates:
+        if c and os.path.exists(c):
+            return os.path.abspath(c)
+    raise GMLakeError("libgmlake-client.so not found: build it with `make` or set GMLAKE_LIB")
+
+
+def _load():
+    global _lib
+    if _lib is None:
+        _lib = ctypes.CDLL(library_path())
+        _lib.gmlake_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
+        _lib.gmlake_torch_stats.restype = ctypes.c_int
+        _lib.gmlake_torch_trim.argtypes = [ctypes.c_int]
+        _lib.gmlake_torch_trim.restype = ctypes.c_int
+    return _lib
+
+
+def _pluggable():
+    global _allocator
+    if _allocator is None:
+        import torch
+        _allocator = torch.cuda.memory.CUDAPluggableAllocator(
+            _load() and library_path(), "gmlake_torch_malloc", "gmlake_torch_free")
+    return _allocator
+
+
+def enable(socket=None, mode=None):
+    """Make GMLake PyTorch's CUDA allocator. Call before the first CUDA allocation.
+
+    socket: the daemon's socket (default: $GMLAKE_SOCKET, else the device's default path).
+    mode: None (daemon if one runs, else embedded), "daemon" or "embedded".
+    """
+    import torch
+    if socket:
+        os.environ["GMLAKE_SOCKET"] = socket
+    if mode:
+        if mode not in ("daemon", "embedded"):
+            raise ValueError("mode must be 'daemon' or 'embedded'")
+        os.environ["GMLAKE_MODE"] = mode
+    alloc = _pluggable()
+    try:
+        torch.cuda.memory.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise GMLakeError(
+            "gmlake.enable() came too late: PyTorch's CUDA allocator is already in use "
+            "(call it before anything is allocated on the GPU, e.g. first thing in the script); "
+            "torch said: %s" % e) from None
+    return alloc
+
+
+def stats(device=None):
+    """Our numbers for a device: allocated, reserved, cached, stitched, fragmentation, peaks..."""
+    if device is None:
+        import torch
+        device = torch.cuda.current_device()
+    s = _Stats()
+    rc = _load().gmlake_torch_stats(int(device), ctypes.byref(s))
+    if rc != 0:
+        raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet?)" % device)
+    out = {name: getattr(s, name) for name, _ in _Stats._fields_}
+    out["backend"] = s.backend.decode() if s.backend else None
+    out["mode"] = {1: "daemon", 2: "embedded"}.get(s.mode, "?")
+    return out
+
+
+def trim(device=None):
+    """Give idle cached chunks back (to the daemon, or to the driver when embedded)."""
+    if device is None:
+        import torch
+        device = torch.cuda.current_device()
+    return _load().gmlake_torch_trim(int(device))
+
+
+def pool():
+    """A torch.cuda.MemPool whose memory comes from the lake."""
+    import torch
+    return torch.cuda.MemPool(_pluggable().allocator())
