@@ -130,6 +130,7 @@ static void handle_request(gmld *d, const Gmlake__CtlRequest *req, Gmlake__CtlRe
       session_send_reclaim(s, 0);
     }
     rep->trimmed_chunks = lake_trim(&d->lk, 0);
+    d->prefetch_suspended = 1; /* stay trimmed until demand comes back */
     GML_INFO("trim: released %llu free chunk(s) to the driver%s", (unsigned long long)rep->trimmed_chunks,
              pid ? " and asked the client for its idle cache" : "");
     break;

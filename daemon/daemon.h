@@ -113,6 +113,7 @@ typedef struct gmld {
   uint64_t lat_ns[LAT_RING];
   size_t nlat;
   int stopping;
+  int prefetch_suspended;   /* after a trim, until the next lease */
 } gmld;
 
 /* session.c */

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
           "  --control URL         control RPC endpoint (default ipc://<same dir>/gmlake-N.ctl)\n"
           "  --limit BYTES|PCT%%    the most the lake holds (default 90%% of the device; host: 50%% of RAM)\n"
           "  --prefetch BYTES      chunks created ahead of demand (default 256MiB)\n"
-          "  --creators N          threads creating chunks (default 2)\n"
+          "  --creators N          threads creating chunks (default 4)\n"
           "  --socket-mode OCTAL   permissions of the socket (default 0660)\n"
           "  --socket-group NAME   group of the socket (default: the daemon's)\n"
           "  --log-level L         error, warn, info (default) or debug\n"
@@ -175,7 +175,7 @@ void lake_refill(gmld *d) {
   uint64_t pending = 0;
   for (session *s = d->sessions; s; s = s->next)
     if (s->pending) pending += s->pending_count;
-  uint64_t want = d->prefetch_chunks + pending;
+  uint64_t want = (d->prefetch_suspended ? 0 : d->prefetch_chunks) + pending;
   uint64_t have = d->lk.nfree + d->lk.creating;
   if (want <= have) return;
   uint64_t n = want - have, room = lake_headroom(&d->lk);
@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
   gmld_config *c = &d->cfg;
   snprintf(c->backend, sizeof c->backend, "auto");
   c->prefetch_bytes = 256 * GML_MIB;
-  c->creators = 2;
+  c->creators = 4;
   c->socket_mode = 0660;
   c->log_level = GML_LOG_INFO;
   if (parse_args(c, argc, argv)) return 2;

@@ -190,6 +190,7 @@ void sessions_tick(gmld *d) {
 
 static void handle_lease(session *s, uint64_t seq, uint32_t count) {
   gmld *d = s->d;
+  d->prefetch_suspended = 0;
   s->pending = 1;
   s->pending_seq = seq;
   s->pending_count = count;
