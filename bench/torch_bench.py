@@ -94,7 +94,7 @@ def run_one(workload, config, steps=None):
         import gmlake
         st = gmlake.stats()
         res.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"], mode=st["mode"],
-                   maps=st["maps"], unmaps=st["unmaps"], chunks_leased=st["chunks_leased"])
+                   maps=st["maps"], unmaps=st["unmaps"], syncs=st["syncs"], chunks_leased=st["chunks_leased"])
     else:
         st = torch.cuda.memory_stats()
         res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])

@@ -201,6 +201,7 @@ static gml_block *ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove) {
 /* ---------- slots and idle (mapped, untouched) LRU list ---------- */
 
 static inline void idle_push(gml_allocator *a, int32_t s) {
+  a->slot_idle_tick[s] = a->tick;
   a->idle_prev[s] = a->idle_tail;
   a->idle_next[s] = -1;
   if (a->idle_tail >= 0) a->idle_next[a->idle_tail] = s;
@@ -250,20 +251,51 @@ static int chunks_reserve(gml_allocator *a, size_t more) {
   return 0;
 }
 
+/* Poll the fence; arm a new one when none is pending. */
+static void fence_update(gml_allocator *a) {
+  if (a->fence_n) {
+    for (int i = 0; i < a->fence_n; i++)
+      if (a->be->ops->event_done(a->be, a->fence_ev[i]) != 1) return;
+    for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
+    a->fence_n = 0;
+    if (a->fence_tick > a->safe_tick) a->safe_tick = a->fence_tick;
+  }
+  int n = a->nstreams_seen ? a->nstreams_seen : 1;
+  for (int i = 0; i < n; i++) {
+    gml_stream st = a->nstreams_seen ? a->streams_seen[i] : 0;
+    if (a->be->ops->event_record(a->be, st, &a->fence_ev[a->fence_n])) {
+      for (int k = 0; k < a->fence_n; k++) a->be->ops->event_destroy(a->be, a->fence_ev[k]);
+      a->fence_n = 0; /* no fence: steals fall back to a full synchronize */
+      return;
+    }
+    a->fence_n++;
+  }
+  a->fence_tick = a->tick;
+}
+
 /* Get `need` chunks onto the unmapped stack: idle chunks first (stitching),
- * then new ones from the source. On failure nothing is lost: chunks already
+ * then new ones from the source. Unmapping must not race kernels still using
+ * a range: slots idle since before a completed fence are taken at once, the
+ * rest only after a synchronize. On failure nothing is lost: chunks already
  * gathered stay on the stack for later. */
 static int gather_chunks_slow(gml_allocator *a, size_t need, int *stole) {
   if (a->nunmapped >= need) return 0;
-  if (a->idle_count && a->be->ops->synchronize) {
-    /* Unmapping does not wait for kernels still using the range. */
-    int rc = a->be->ops->synchronize(a->be);
-    if (rc) return rc;
-  }
-  while (a->nunmapped < need && a->idle_head >= 0) {
+  fence_update(a);
+  while (a->nunmapped < need && a->idle_head >= 0 && a->slot_idle_tick[a->idle_head] < a->safe_tick) {
     int rc = idle_slot_unmap(a, a->idle_head);
     if (rc) return rc;
     *stole = 1;
+  }
+  if (a->nunmapped < need && a->idle_head >= 0) {
+    int rc = a->be->ops->synchronize(a->be);
+    if (rc) return rc;
+    a->safe_tick = a->tick + 1;
+    a->syncs++;
+    while (a->nunmapped < need && a->idle_head >= 0) {
+      rc = idle_slot_unmap(a, a->idle_head);
+      if (rc) return rc;
+      *stole = 1;
+    }
   }
   while (a->nunmapped < need) {
     size_t want = need - a->nunmapped;
@@ -401,6 +433,30 @@ static int block_needs_chunks(gml_allocator *a, gml_block *b, size_t rsize) {
   return 0;
 }
 
+static void treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
+  if (!n || *k >= max) return;
+  if (n->size >= want) treap_collect_ge(n->left, want, out, k, max);
+  if (*k >= max) return;
+  if (n->size >= want) out[(*k)++] = n;
+  treap_collect_ge(n->right, want, out, k, max);
+}
+
+/* The best fit would need new chunks: a slightly larger free block that is
+ * already backed serves the request without stitching (no unmap, no map). */
+static gml_block *find_backed_fit_slow(gml_allocator *a, gml_region *r, int pi, size_t size, gml_block *best) {
+  gml_block *cand[32];
+  int k = 0;
+  treap_collect_ge(r->pools[0].root, size, cand, &k, 16);
+  if (pi > 0) treap_collect_ge(r->pools[pi].root, size, cand, &k, 32);
+  gml_block *pick = NULL;
+  for (int i = 0; i < k; i++) {
+    if (cand[i] == best || cand[i]->size > 2 * size + 4 * a->cs) continue;
+    if (block_needs_chunks(a, cand[i], size)) continue;
+    if (!pick || key_less(cand[i], pick)) pick = cand[i];
+  }
+  return pick ? pick : best;
+}
+
 static gml_block *find_fit(gml_allocator *a, gml_region *r, int pi, size_t size) {
   gml_block *b = pi > 0 ? treap_best_fit(r->pools[pi].root, size) : NULL;
   gml_block *c = treap_best_fit(r->pools[0].root, size);
@@ -425,11 +481,13 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   }
   size_t rsize = gml_round_up(size, GML_ALIGN);
   pthread_mutex_lock(&a->lock);
+  a->tick++;
   gml_region *r = region_for(a, rsize);
   int pi = pool_index(a, r, stream, 1);
   gml_block *b = find_fit(a, r, pi, rsize);
   if ((!b || (a->nstreams_seen > 1 && block_needs_chunks(a, b, rsize))) && harvest_streams_slow(a, r))
     b = find_fit(a, r, pi, rsize);
+  if (b && block_needs_chunks(a, b, rsize)) b = find_backed_fit_slow(a, r, pi, rsize, b);
   if (!b) {
     format_oom(a, size, GML_ENOMEM);
     snprintf(a->last_error + strlen(a->last_error), sizeof a->last_error - strlen(a->last_error),
@@ -448,6 +506,8 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   }
   int stole = 0;
   if (need) {
+    GML_DEBUG("map: size %zu needs %zu of %u slots (idle %zu, unmapped %zu, tick %llu)", rsize, need, last - first + 1,
+              a->idle_count, a->nunmapped, (unsigned long long)a->tick);
     int rc = map_slots_slow(a, first, last, need, &stole);
     if (rc) {
       for (uint32_t s = first; s <= last; s++)
@@ -512,8 +572,10 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   }
   gml_region *r = &a->regions[b->region];
   uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
+  a->tick++;
   for (uint32_t s = first; s <= last; s++)
     if (--a->slot_use[s] == 0) idle_push(a, (int32_t)s);
+  if ((a->free_count & 4095) == 0) fence_update(a); /* keep a recent fence for the next steal */
   a->allocated -= b->size;
   if (b->stitched) a->stitched -= b->size;
   a->free_count++;
@@ -537,7 +599,10 @@ size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
 size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
   pthread_mutex_lock(&a->lock);
   size_t max_chunks = max_bytes ? (max_bytes + a->cs - 1) / a->cs : SIZE_MAX;
-  if (a->idle_count && a->nunmapped < max_chunks) a->be->ops->synchronize(a->be);
+  if (a->idle_count && a->nunmapped < max_chunks) {
+    a->be->ops->synchronize(a->be);
+    a->safe_tick = a->tick + 1;
+  }
   while (a->idle_head >= 0 && a->nunmapped < max_chunks)
     if (idle_slot_unmap(a, a->idle_head)) break;
   /* Give back unmapped chunks; compact the chunk array by moving the last
@@ -576,6 +641,7 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->chunks_leased = a->chunks_acquired;
   st->chunks_returned = a->chunks_released;
   st->maps = a->maps;
+  st->syncs = a->syncs;
   st->unmaps = a->unmaps;
   st->ooms = a->ooms;
   st->lease_calls = a->lease_calls;
@@ -606,9 +672,10 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->nslots = (uint32_t)(a->va_size / a->cs);
   a->slot_chunk = malloc(a->nslots * sizeof *a->slot_chunk);
   a->slot_use = calloc(a->nslots, sizeof *a->slot_use);
+  a->slot_idle_tick = calloc(a->nslots, sizeof *a->slot_idle_tick);
   a->idle_prev = malloc(a->nslots * sizeof *a->idle_prev);
   a->idle_next = malloc(a->nslots * sizeof *a->idle_next);
-  if (!a->slot_chunk || !a->slot_use || !a->idle_prev || !a->idle_next) {
+  if (!a->slot_chunk || !a->slot_use || !a->idle_prev || !a->idle_next || !a->slot_idle_tick) {
     gml_alloc_destroy(a);
     return GML_ENOMEM;
   }
@@ -715,7 +782,8 @@ void gml_alloc_destroy(gml_allocator *a) {
   }
   for (int i = 0; i < 2; i++) free_region_blocks(a, &a->regions[i]);
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
-  free(a->slot_chunk), free(a->slot_use), free(a->idle_prev), free(a->idle_next);
+  for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
+  free(a->slot_chunk), free(a->slot_use), free(a->idle_prev), free(a->idle_next), free(a->slot_idle_tick);
   free(a->chunks), free(a->unmapped);
   free(a->live.keys), free(a->live.vals);
   while (a->spare) {

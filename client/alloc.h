@@ -75,6 +75,14 @@ typedef struct gml_allocator {
   uint32_t *slot_use;    /* live blocks touching the slot */
   int32_t *idle_prev, *idle_next; /* LRU list of mapped slots with use == 0 */
   int32_t idle_head, idle_tail;
+  uint64_t *slot_idle_tick; /* a->tick when the slot went idle */
+  uint64_t tick;            /* counts operations */
+  /* Fence: events recorded on every stream seen at fence_tick; once all are
+   * done, slots idle since before fence_tick are unused by the device and
+   * can be unmapped without a full synchronize. */
+  uint64_t safe_tick, fence_tick;
+  int fence_n;
+  uintptr_t fence_ev[GML_MAX_STREAMS];
   size_t idle_count;
   gml_pchunk *chunks;
   size_t nchunks, chunks_cap;
@@ -87,7 +95,7 @@ typedef struct gml_allocator {
   gml_stream streams_seen[GML_MAX_STREAMS];
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
-  uint64_t alloc_count, free_count, maps, unmaps, ooms, chunks_acquired, chunks_released;
+  uint64_t alloc_count, free_count, maps, unmaps, syncs, ooms, chunks_acquired, chunks_released;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;

@@ -54,6 +54,7 @@ typedef struct gml_stats {
   uint64_t chunks_leased, chunks_returned;  /* over the client's life */
   uint64_t maps, unmaps;    /* chunk map/unmap operations done (stitching work) */
   uint64_t ooms;
+  uint64_t syncs;           /* device synchronizations stitching needed (a fence was not yet past) */
   uint64_t lease_calls;     /* chunk requests to the daemon (or the driver when embedded) */
   uint64_t lease_p50_ns, lease_p99_ns; /* their latency, recent calls */
   double fragmentation;     /* 1 - allocated/reserved (0 when nothing is reserved) */

@@ -25,7 +25,7 @@ class _Stats(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in (
         "allocated", "reserved", "cached", "stitched", "largest_free", "peak_allocated",
         "peak_reserved", "alloc_count", "free_count", "chunks_leased", "chunks_returned",
-        "maps", "unmaps", "ooms", "lease_calls", "lease_p50_ns", "lease_p99_ns")] + [
+        "maps", "unmaps", "ooms", "syncs", "lease_calls", "lease_p50_ns", "lease_p99_ns")] + [
         ("fragmentation", ctypes.c_double), ("chunk_size", ctypes.c_size_t),
         ("mode", ctypes.c_int), ("backend", ctypes.c_char_p)]
 
