@@ -78,18 +78,30 @@ def run_one(workload, config, steps=None):
 
     step, n = {"gpt2_ckpt": gpt2_ckpt, "llama_lora": llama_lora, "vit_train": vit_train}[workload]()
     n = steps or n
-    times, losses = [], []
+    times, losses, trace = [], [], []
     t_start = time.time()
+    gm = None
+    if config.startswith("gmlake"):
+        import gmlake as gm
     for i in range(n):
+        s0 = gm.stats() if gm and i else None
         torch.cuda.synchronize(); t = time.perf_counter()
         losses.append(step(i))
         torch.cuda.synchronize()
+        ms = (time.perf_counter() - t) * 1e3
         if i >= 2:
-            times.append((time.perf_counter() - t) * 1e3)
+            times.append(ms)
+        if s0:
+            s1 = gm.stats()
+            trace.append((round(ms, 1), s1["maps"] - s0["maps"], s1["unmaps"] - s0["unmaps"], s1["syncs"] - s0["syncs"],
+                          s1["lease_calls"] - s0["lease_calls"]))
+        else:
+            trace.append(round(ms, 1))
         min_free[0] = min(min_free[0], torch.cuda.mem_get_info()[0])
     res = dict(workload=workload, config=config, ms_per_step=round(statistics.median(times), 2),
                losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1),
-               driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None)
+               driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None,
+               steps=trace)
     if config.startswith("gmlake"):
         import gmlake
         st = gmlake.stats()
