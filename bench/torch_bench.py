@@ -13,7 +13,7 @@ import json, os, random, statistics, subprocess, sys, tempfile, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
-CONFIGS = ["default", "expandable", "gmlake_embedded", "gmlake_daemon"]
+CONFIGS = ["default", "expandable", "gmlake_embedded", "gmlake_daemon", "gmlake_daemon_cold"]
 WORKLOADS = ["gpt2_ckpt", "llama_lora", "vit_train"]
 
 
@@ -23,7 +23,7 @@ def run_one(workload, config, steps=None):
     if config.startswith("gmlake"):
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import gmlake
-        gmlake.enable(mode="daemon" if config == "gmlake_daemon" else "embedded")
+        gmlake.enable(mode="daemon" if config.startswith("gmlake_daemon") else "embedded")
     import torch
     rng = random.Random(1234)
     torch.manual_seed(1234)
@@ -116,7 +116,7 @@ def run_one(workload, config, steps=None):
 
 
 class Daemon:
-    def __init__(self, limit=None):
+    def __init__(self, limit=None, preallocate=None):
         self.dir = tempfile.mkdtemp(prefix="gmlake-bench.")
         self.sock = os.path.join(self.dir, "lake.sock")
         self.ctl = "ipc://" + os.path.join(self.dir, "lake.ctl")
@@ -124,6 +124,8 @@ class Daemon:
                 "--log-level", "warn", "--prefetch", os.environ.get("GMLAKE_BENCH_PREFETCH", "1GiB")]
         if limit:
             args += ["--limit", str(limit)]
+        if preallocate:
+            args += ["--preallocate", preallocate]
         self.log = open(os.path.join(self.dir, "daemon.log"), "w")
         self.p = subprocess.Popen(args, stderr=self.log)
         for _ in range(200):
@@ -132,6 +134,15 @@ class Daemon:
             time.sleep(0.05)
         else:
             raise RuntimeError("gmlaked did not start: " + open(self.log.name).read())
+        if preallocate:  # a warm lake: wait until the daemon created it
+            want = int(float(preallocate.rstrip("GiB")) * 2**30) // (2 << 20)
+            t0 = time.time()
+            while time.time() - t0 < 60:
+                out = self.ctl_cmd("stats", "--json")
+                if out and json.loads(out)["chunks_total"] >= want:
+                    break
+                time.sleep(0.2)
+            self.warm_s = round(time.time() - t0, 1)
 
     def ctl_cmd(self, *args):
         return subprocess.run([os.path.join(BUILD, "gmlakectl"), "--control", self.ctl, *args],
@@ -161,11 +172,13 @@ def table(workloads):
     rows = []
     for w in workloads:
         for c in CONFIGS:
-            d = Daemon() if c == "gmlake_daemon" else None
+            d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if c == "gmlake_daemon"
+                 else Daemon() if c == "gmlake_daemon_cold" else None)
             env = {"GMLAKE_SOCKET": d.sock} if d else {}
             r = collect(spawn(w, c, env))
             if d:
                 r["daemon_exit"] = d.stop()
+                r["lake_warmup_s"] = getattr(d, "warm_s", None)
             r.setdefault("workload", w); r.setdefault("config", c)
             rows.append(r)
             print(json.dumps(r), flush=True)

@@ -22,6 +22,7 @@ typedef struct gmld_config {
   char control_url[300];
   char limit[64];           /* bytes or PCT% of the device */
   uint64_t prefetch_bytes;  /* created ahead of demand */
+  uint64_t preallocate_bytes; /* the lake holds at least this much, created at start */
   int creators;             /* worker threads creating chunks */
   int foreground;
   int log_level;
@@ -97,7 +98,7 @@ typedef struct gmld {
   gml_backend *be;
   lake lk;
   creator cr;
-  uint64_t prefetch_chunks;
+  uint64_t prefetch_chunks, preallocate_chunks;
   int listen_fd;
   uv_poll_t listen_poll;
   nng_socket ctl;

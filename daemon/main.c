@@ -31,6 +31,7 @@ static void usage(FILE *f) {
           "  --control URL         control RPC endpoint (default ipc://<same dir>/gmlake-N.ctl)\n"
           "  --limit BYTES|PCT%%    the most the lake holds (default 90%% of the device; host: 50%% of RAM)\n"
           "  --prefetch BYTES      chunks created ahead of demand (default 256MiB)\n"
+          "  --preallocate BYTES   create this much at start and keep at least that much (default 0)\n"
           "  --creators N          threads creating chunks (default 4)\n"
           "  --socket-mode OCTAL   permissions of the socket (default 0660)\n"
           "  --socket-group NAME   group of the socket (default: the daemon's)\n"
@@ -63,6 +64,9 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
   } else if (!strcmp(key, "prefetch")) {
     if (gml_parse_size(val, 0, &v)) goto bad;
     c->prefetch_bytes = v;
+  } else if (!strcmp(key, "preallocate")) {
+    if (gml_parse_size(val, 0, &v)) goto bad;
+    c->preallocate_bytes = v;
   } else if (!strcmp(key, "creators")) {
     char *end;
     long n = strtol(val, &end, 10);
@@ -133,6 +137,7 @@ static int parse_args(gmld_config *c, int argc, char **argv) {
   static const struct option opts[] = {
       {"device", required_argument, 0, 0},      {"backend", required_argument, 0, 0},  {"socket", required_argument, 0, 0},
       {"control", required_argument, 0, 0},     {"limit", required_argument, 0, 0},    {"prefetch", required_argument, 0, 0},
+      {"preallocate", required_argument, 0, 0},
       {"creators", required_argument, 0, 0},    {"socket-mode", required_argument, 0, 0},
       {"socket-group", required_argument, 0, 0}, {"log-level", required_argument, 0, 0}, {"foreground", no_argument, 0, 0},
       {"config", required_argument, 0, 0},      {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
@@ -170,12 +175,22 @@ static int parse_args(gmld_config *c, int argc, char **argv) {
   return 0;
 }
 
+/* Keep the lake at its preallocated size at least. */
+static void lake_keep_preallocated(gmld *d) {
+  uint64_t held = d->lk.total + d->lk.creating;
+  if (d->preallocate_chunks > held) {
+    uint64_t n = d->preallocate_chunks - held, room = lake_headroom(&d->lk);
+    creator_request(d, n < room ? n : room);
+  }
+}
+
 void lake_refill(gmld *d) {
   if (d->stopping) return;
   uint64_t pending = 0;
   for (session *s = d->sessions; s; s = s->next)
     if (s->pending) pending += s->pending_count;
   uint64_t want = (d->prefetch_suspended ? 0 : d->prefetch_chunks) + pending;
+  if (!d->prefetch_suspended) lake_keep_preallocated(d);
   uint64_t have = d->lk.nfree + d->lk.creating;
   if (want <= have) return;
   uint64_t n = want - have, room = lake_headroom(&d->lk);
@@ -245,6 +260,7 @@ int main(int argc, char **argv) {
   limit = limit / d->be->chunk_size * d->be->chunk_size;
   lake_init(&d->lk, d->be, limit);
   d->prefetch_chunks = c->prefetch_bytes / d->be->chunk_size;
+  d->preallocate_chunks = c->preallocate_bytes / d->be->chunk_size;
   d->listen_fd = -1;
   d->loop = uv_default_loop();
   if (creator_start(d)) return 1;
