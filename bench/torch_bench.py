@@ -170,8 +170,11 @@ def collect(p):
 
 def table(workloads):
     rows = []
+    repeats = int(os.environ.get("GMLAKE_BENCH_REPEATS", "1"))
+    configs = [c for c in os.environ.get("GMLAKE_BENCH_CONFIGS", ",".join(CONFIGS)).split(",")]
     for w in workloads:
-        for c in CONFIGS:
+        # runs of one workload interleaved (ABCD ABCD): the GPU's speed drifts between processes
+        for rep, c in [(r, c) for r in range(repeats) for c in configs]:
             d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if c == "gmlake_daemon"
                  else Daemon() if c == "gmlake_daemon_cold" else None)
             env = {"GMLAKE_SOCKET": d.sock} if d else {}
@@ -179,24 +182,38 @@ def table(workloads):
             if d:
                 r["daemon_exit"] = d.stop()
                 r["lake_warmup_s"] = getattr(d, "warm_s", None)
-            r.setdefault("workload", w); r.setdefault("config", c)
+            r.setdefault("workload", w); r.setdefault("config", c); r["repeat"] = rep
             rows.append(r)
             print(json.dumps(r), flush=True)
     print()
-    hdr = "%-11s %-16s %10s %10s %7s %7s %9s %8s %s" % ("workload", "allocator", "peak_alloc", "peak_resv", "resv/al",
-                                                        "frag", "ms/step", "vs_def", "first losses")
+    hdr = "%-11s %-18s %10s %10s %7s %7s %9s %8s %s" % ("workload", "allocator", "peak_alloc", "peak_resv", "resv/al",
+                                                        "frag", "ms/step", "vs_def", "losses (vs default)")
     print(hdr); print("-" * len(hdr))
-    base = {r["workload"]: r for r in rows if r["config"] == "default" and "error" not in r}
+    # one row per (workload, config): the median over repeats of each run's median ms/step
+    merged = {}
     for r in rows:
+        if "error" in r:
+            merged.setdefault((r["workload"], r["config"]), r)
+            continue
+        m = merged.setdefault((r["workload"], r["config"]), dict(r, runs_ms=[]))
+        m["runs_ms"].append(r["ms_per_step"])
+        m["peak_reserved"] = max(m["peak_reserved"], r["peak_reserved"])
+        m["ratio"] = round(m["peak_reserved"] / m["peak_allocated"], 4)
+        m["frag"] = round(1 - m["peak_allocated"] / m["peak_reserved"], 4)
+    for m in merged.values():
+        if "runs_ms" in m:
+            m["ms_per_step"] = round(statistics.median(m["runs_ms"]), 2)
+    base = {k[0]: m for k, m in merged.items() if k[1] == "default" and "error" not in m}
+    for r in merged.values():
         if "error" in r:
             print("%-11s %-16s ERROR %s" % (r["workload"], r["config"], r["error"][-300:].replace("\n", " | ")))
             continue
         b = base.get(r["workload"])
         rel = r["ms_per_step"] / b["ms_per_step"] if b else float("nan")
-        same = "same" if b and r["losses"] == b["losses"] else str(r["losses"])
-        print("%-11s %-16s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %s" % (
+        same = "same" if b and r["losses"] == b["losses"] else "DIFF"
+        print("%-11s %-18s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %-5s runs %s" % (
             r["workload"], r["config"], r["peak_allocated"] / 2**30, r["peak_reserved"] / 2**30, r["ratio"],
-            100 * r["frag"], r["ms_per_step"], rel, same))
+            100 * r["frag"], r["ms_per_step"], rel, same, r["runs_ms"]))
     return rows
 
 
