@@ -17,7 +17,7 @@
 typedef struct trace_result {
   const char *trace;
   uint64_t peak_allocated, peak_reserved;
-  uint64_t torch_default_reserved, torch_default_allocated, torch_expandable_reserved;
+  uint64_t torch_default_reserved, torch_default_allocated, torch_expandable_reserved, torch_expandable_allocated;
   double frag, ops_per_s, wall_s;
   double alloc_p50, alloc_p99, free_p50, free_p99;
   uint64_t allocs, frees, maps, unmaps, chunks_leased;
@@ -69,6 +69,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
         res->torch_default_allocated = header_num(line, "peak_allocated=");
       } else if (strstr(line, "torch_expandable")) {
         res->torch_expandable_reserved = header_num(line, "peak_reserved=");
+        res->torch_expandable_allocated = header_num(line, "peak_allocated=");
       }
       continue;
     }
@@ -238,7 +239,7 @@ int main(int argc, char **argv) {
     }
     const char *name = strrchr(r.trace, '/') ? strrchr(r.trace, '/') + 1 : r.trace;
     double fd = r.torch_default_reserved ? 1.0 - (double)r.torch_default_allocated / (double)r.torch_default_reserved : 0;
-    double fe = r.torch_expandable_reserved ? 1.0 - (double)r.torch_default_allocated / (double)r.torch_expandable_reserved : 0;
+    double fe = r.torch_expandable_reserved ? 1.0 - (double)r.torch_expandable_allocated / (double)r.torch_expandable_reserved : 0;
     if (json) {
       printf("{\"trace\":\"%s\",\"backend\":\"%s\",\"mode\":\"%s\",\"peak_allocated\":%llu,\"peak_reserved\":%llu,"
              "\"frag\":%.6f,\"torch_default_reserved\":%llu,\"torch_expandable_reserved\":%llu,\"ops_per_s\":%.0f,"
@@ -251,7 +252,7 @@ int main(int argc, char **argv) {
              (unsigned long long)r.unmaps, (unsigned long long)r.chunks_leased, r.wall_s);
     } else {
       printf("%-22s %8.2fG %8.2fG %5.1f%% | %8.2fG %5.1f%% | %8.2fG %5.1f%% | %9.0f %6.0fn %6.0fn %6.0fn %6.0fn %6llu\n",
-             name, r.peak_allocated / 1e9 * 1e9 / GML_GIB, r.peak_reserved / (double)GML_GIB, r.frag * 100,
+             name, r.peak_allocated / (double)GML_GIB, r.peak_reserved / (double)GML_GIB, r.frag * 100,
              r.torch_default_reserved / (double)GML_GIB, fd * 100, r.torch_expandable_reserved / (double)GML_GIB, fe * 100,
              r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50, r.free_p99, (unsigned long long)r.maps);
     }
