@@ -26,6 +26,7 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   st->chunks_leased = d->lk.leased;
   st->chunks_creating = d->lk.creating;
   st->chunks_quarantined = d->lk.parked;
+  st->device_total_bytes = d->device_total;
   for (session *s = d->sessions; s; s = s->next) {
     st->allocated += s->allocated;
     st->cached += s->cached;

@@ -99,6 +99,7 @@ typedef struct gmld {
   lake lk;
   creator cr;
   uint64_t prefetch_chunks, preallocate_chunks;
+  uint64_t device_total;
   int listen_fd;
   uv_poll_t listen_poll;
   nng_socket ctl;

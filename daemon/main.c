@@ -252,6 +252,7 @@ int main(int argc, char **argv) {
   GML_INFO("%s", msg);
   uint64_t freeb = 0, total = 0, limit = 0;
   d->be->ops->mem_info(d->be, &freeb, &total);
+  d->device_total = total;
   const char *lim = c->limit[0] ? c->limit : (strcmp(d->be->name, "cuda") ? "50%" : "90%");
   if (gml_parse_size(lim, total, &limit) || limit < d->be->chunk_size) {
     fprintf(stderr, "gmlaked: bad value for limit: '%s'\n", lim);

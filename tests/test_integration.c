@@ -213,6 +213,19 @@ START_TEST(test_clients_numbers) {
   ck_assert_int_eq(json_num(out, "allocated"), (15 << 20) + (1 << 20));
   ck_assert_int_eq(ctl(out, sizeof out, "chunks"), 0);
   ck_assert_ptr_nonnull(strstr(out, "A = pid"));
+  ck_assert_int_eq(ctl(out, sizeof out, "chunks --json"), 0);
+  snprintf(key, sizeof key, "\"owner_pid\":%d}", pid_b);
+  ck_assert_ptr_nonnull(strstr(out, key));
+  /* watch refreshes stats and clients until stopped */
+  char wcmd[512];
+  snprintf(wcmd, sizeof wcmd, "timeout 1 %s/gmlakectl --control %s watch --interval 0.2", bindir, ctl_url);
+  FILE *w = popen(wcmd, "r");
+  size_t wn = fread(out, 1, sizeof out - 1, w);
+  out[wn] = 0;
+  pclose(w);
+  ck_assert_msg(strstr(out, "host backend") || strstr(out, "cuda backend"), "watch printed: %.200s", out);
+  snprintf(key, sizeof key, "%d", pid_a);
+  ck_assert_ptr_nonnull(strstr(out, key));
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -380,6 +393,18 @@ START_TEST(test_quota_and_limit) {
   ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "out of memory"), "expected GML_ENOMEM, got '%s'", r);
   ck_assert_int_ge(stat_num("leases_refused"), 2);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 2");
+  /* gmlakectl limit: lower the lake's limit at run time, in bytes and in percent */
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok"); /* holds its 7 live chunks only */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 24MiB"), 0);
+  ck_assert_int_eq(stat_num("limit_bytes"), 24 << 20);
+  r = client_cmd(&a, "alloc %d", 12 << 20); /* 7 + 6 chunks > 12 */
+  ck_assert_msg(!strncmp(r, "err -1 ", 7), "expected GML_ENOMEM under the new limit, got '%s'", r);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 3"); /* 7 + 4 <= 12 */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 1%"), 0);
+  long long total = stat_num("device_total_bytes"), lim = stat_num("limit_bytes");
+  ck_assert_int_gt(total, 0);
+  ck_assert_msg(lim == (long long)(1 / 100.0 * (double)total), "limit %lld of %lld", lim, total);
+  ck_assert_int_ne(ctl(out, sizeof out, "limit lots 2>/dev/null"), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }

@@ -74,13 +74,15 @@ static void json_stats(const Gmlake__LakeStats *s) {
   printf("{\"device\":%d,\"backend\":\"%s\",\"chunk_size\":%llu,\"limit_bytes\":%llu,\"chunks_total\":%llu,"
          "\"chunks_free\":%llu,\"chunks_leased\":%llu,\"chunks_creating\":%llu,\"chunks_parked\":%llu,"
          "\"allocated\":%llu,\"cached\":%llu,\"stitched\":%llu,\"fragmentation\":%.6f,\"lease_count\":%llu,"
-         "\"lease_p50_us\":%.1f,\"lease_p99_us\":%.1f,\"leases_refused\":%llu,\"protocol_errors\":%llu,\"clients\":%llu}",
+         "\"lease_p50_us\":%.1f,\"lease_p99_us\":%.1f,\"leases_refused\":%llu,\"protocol_errors\":%llu,\"clients\":%llu,"
+         "\"device_total_bytes\":%llu}",
          s->device, s->backend, (unsigned long long)s->chunk_size, (unsigned long long)s->limit_bytes,
          (unsigned long long)s->chunks_total, (unsigned long long)s->chunks_free, (unsigned long long)s->chunks_leased,
          (unsigned long long)s->chunks_creating, (unsigned long long)s->chunks_quarantined,
          (unsigned long long)s->allocated, (unsigned long long)s->cached, (unsigned long long)s->stitched,
          s->fragmentation, (unsigned long long)s->lease_count, s->lease_p50_us, s->lease_p99_us,
-         (unsigned long long)s->leases_refused, (unsigned long long)s->protocol_errors, (unsigned long long)s->clients);
+         (unsigned long long)s->leases_refused, (unsigned long long)s->protocol_errors, (unsigned long long)s->clients,
+         (unsigned long long)s->device_total_bytes);
 }
 
 static void print_stats(const Gmlake__LakeStats *s) {
@@ -276,16 +278,17 @@ int main(int argc, char **argv) {
       usage(stderr);
       return 2;
     }
-    uint64_t v;
-    int pct = strchr(args[0], '%') != NULL;
-    if (pct) {
-      /* a percentage of the device: ask the daemon's numbers first */
+    uint64_t v, total = 0;
+    if (strchr(args[0], '%')) {
+      /* a percentage of the device: the daemon tells its size */
       req.req_case = GMLAKE__CTL_REQUEST__REQ_STATS;
       req.stats = 1;
-      fprintf(stderr, "gmlakectl: percentages are applied by the daemon at start; give bytes here\n");
-      return 2;
+      if (!(r = call(url, &req))) return 1;
+      total = r->stats->device_total_bytes;
+      gmlake__ctl_reply__free_unpacked(r, NULL);
+      req.stats = 0;
     }
-    if (gml_parse_size(args[0], 0, &v)) {
+    if (gml_parse_size(args[0], total, &v)) {
       fprintf(stderr, "gmlakectl: bad size '%s'\n", args[0]);
       return 2;
     }
