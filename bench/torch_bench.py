@@ -20,6 +20,8 @@ WORKLOADS = ["gpt2_ckpt", "llama_lora", "vit_train"]
 def run_one(workload, config, steps=None):
     if config == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if config.endswith("_8m"):
+        os.environ["GMLAKE_CHUNK_SIZE"] = str(8 << 20)
     if config.startswith("gmlake"):
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import gmlake

@@ -2,10 +2,27 @@
 #include "backend.h"
 #include "gmlake.h"
 #include "log.h"
+#include "util.h"
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+static int backend_open_named(const char *name, int device, gml_backend **out, char *msg, size_t msglen);
+
+/* GMLAKE_CHUNK_SIZE: a larger chunk than the device's granularity (a multiple
+ * of it): fewer mappings to move when stitching, coarser sharing. */
 int gml_backend_open(const char *name, int device, gml_backend **out, char *msg, size_t msglen) {
+  int rc = backend_open_named(name, device, out, msg, msglen);
+  const char *env = getenv("GMLAKE_CHUNK_SIZE");
+  uint64_t cs;
+  if (rc == 0 && env && gml_parse_size(env, 0, &cs) == 0 && cs > (*out)->chunk_size) {
+    if (cs % (*out)->chunk_size == 0) (*out)->chunk_size = (size_t)cs;
+    else GML_WARN("GMLAKE_CHUNK_SIZE=%s is not a multiple of %zu: ignored", env, (*out)->chunk_size);
+  }
+  return rc;
+}
+
+static int backend_open_named(const char *name, int device, gml_backend **out, char *msg, size_t msglen) {
   if (!name || !strcmp(name, "auto")) {
     char why[256] = "";
     if (gml_backend_cuda_open(device, out, why, sizeof why) == 0) {

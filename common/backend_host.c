@@ -137,12 +137,6 @@ int gml_backend_host_open(int device, gml_backend **out, char *msg, size_t msgle
   be->name = "host";
   be->device = device;
   be->chunk_size = 2 * 1024 * 1024;
-  const char *cs = getenv("GMLAKE_HOST_CHUNK_SIZE");
-  if (cs) {
-    long v = atol(cs);
-    long ps = sysconf(_SC_PAGESIZE);
-    if (v > 0 && v % ps == 0) be->chunk_size = (size_t)v;
-  }
   be->ops = &host_ops;
   snprintf(msg, msglen, "host backend (memfd chunks of %zu bytes)", be->chunk_size);
   *out = be;
