@@ -364,14 +364,6 @@ int gml_close(gml_client *c) {
 int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) {
   if (!c || !ptr) return GML_EINVAL;
   int rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
-  if (rc == GML_ENOMEM && c->mode == GML_MODE_DAEMON && !c->daemon_gone) {
-    /* the lake may be full of other clients' idle cache: the daemon asked
-     * them; give it a moment to come back, then try once more */
-    for (int i = 0; i < 20 && rc == GML_ENOMEM; i++) {
-      usleep(10000);
-      rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
-    }
-  }
   if (rc) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
   if (++c->ops_since_check >= 256 || rc || c->reclaim_pending) {
     c->ops_since_check = 0;

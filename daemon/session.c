@@ -146,13 +146,17 @@ static int serve_lease(session *s) {
 }
 
 /* Ask clients other than `except` that hold idle cache to give some back. */
-static void ask_reclaim(gmld *d, session *except, uint64_t bytes) {
+/* Returns how many clients were asked. */
+static int ask_reclaim(gmld *d, session *except, uint64_t bytes) {
+  int asked = 0;
   for (session *o = d->sessions; o; o = o->next) {
     if (o == except || o->closing || o->cached < d->lk.cs) continue;
     session_send_reclaim(o, bytes);
+    asked++;
     GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)o->id, (int)o->pid,
              (unsigned long long)bytes);
   }
+  return asked;
 }
 
 static void refuse_lease(session *s, int code, const char *why) {
@@ -179,8 +183,12 @@ void sessions_tick(gmld *d) {
     if (serve_lease(s)) continue;
     int nothing_coming = d->lk.creating == 0 && lake_headroom(&d->lk) == 0;
     if (nothing_coming && !s->reclaim_sent) {
-      ask_reclaim(d, s, (uint64_t)s->pending_count * d->lk.cs);
       s->reclaim_sent = 1;
+      /* nobody holds idle cache to give back: say so now rather than wait */
+      if (!ask_reclaim(d, s, (uint64_t)s->pending_count * d->lk.cs) && d->lk.parked == 0) {
+        refuse_lease(s, GML_ENOMEM, "out of memory: the lake is full");
+        continue;
+      }
     }
     if (now >= s->pending_deadline_ns) {
       refuse_lease(s, GML_ENOMEM, "out of memory: the lake is full");

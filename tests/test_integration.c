@@ -437,6 +437,38 @@ START_TEST(test_trim) {
 }
 END_TEST
 
+/* The global lake: when the lake is full, the daemon asks a client with
+ * idle cache to give some back, and the waiting lease is served from it. */
+START_TEST(test_reclaim_between_clients) {
+  start_daemon("--limit 32MiB --prefetch 0");
+  proc a = client_start(sock_path), b = client_start(sock_path);
+  client_first_line(&a);
+  client_first_line(&b);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 24 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* the daemon now knows A caches 24 MiB */
+  msleep(50);
+  /* B needs 24 MiB: only 8 MiB are left under the limit */
+  fprintf(b.in, "alloc %d\n", 24 << 20);
+  fflush(b.in);
+  msleep(100);
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* A picks up the request... */
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* ...and gives its idle chunks back */
+  char line[256];
+  ck_assert_ptr_nonnull(fgets(line, sizeof line, b.out));
+  ck_assert_msg(!strncmp(line, "ok 0", 4), "B got '%s'", line);
+  ck_assert_int_le(stat_num("chunks_total"), 16);
+  /* the lake is full again: a lease over the limit is refused (after at most the reclaim wait) */
+  uint64_t t0 = (uint64_t)time(NULL);
+  const char *r = client_cmd(&b, "alloc %d", 24 << 20);
+  ck_assert_msg(!strncmp(r, "err -1 ", 7), "expected GML_ENOMEM, got '%s'", r);
+  ck_assert_int_le((uint64_t)time(NULL) - t0, 3);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* Prometheus text, checked by a real parser. */
 START_TEST(test_metrics_parse) {
   start_daemon("--limit 64MiB");
@@ -490,6 +522,7 @@ int main(void) {
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);
   tcase_add_test(tc, test_trim);
+  tcase_add_test(tc, test_reclaim_between_clients);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
