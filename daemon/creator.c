@@ -5,6 +5,7 @@
 #include "daemon.h"
 #include "gmlake.h"
 #include "log.h"
+#include "util.h"
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -76,7 +77,11 @@ static void on_created(uv_async_t *h) {
     }
   }
   free(items);
-  if (failed) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
+  if (failed) {
+    /* the device is probably full: no new attempt for a second (no busy loop, no log flood) */
+    if (gml_now_ns() >= d->create_backoff_until_ns) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
+    d->create_backoff_until_ns = gml_now_ns() + 1000000000ull;
+  }
   sessions_serve_pending(d);
   if (failed) sessions_tick(d); /* waiting leases may have to fail now */
   else lake_refill(d);

@@ -116,6 +116,7 @@ typedef struct gmld {
   size_t nlat;
   int stopping;
   int prefetch_suspended;   /* after a trim, until the next lease */
+  uint64_t create_backoff_until_ns; /* creating failed (device full?): wait before trying again */
 } gmld;
 
 /* session.c */

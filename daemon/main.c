@@ -185,7 +185,7 @@ static void lake_keep_preallocated(gmld *d) {
 }
 
 void lake_refill(gmld *d) {
-  if (d->stopping) return;
+  if (d->stopping || gml_now_ns() < d->create_backoff_until_ns) return;
   uint64_t pending = 0;
   for (session *s = d->sessions; s; s = s->next)
     if (s->pending) pending += s->pending_count;
