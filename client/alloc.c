@@ -96,6 +96,14 @@ static gml_block *treap_remove(gml_block *root, gml_block *b) {
   return root;
 }
 
+static void treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
+  if (!n || *k >= max) return;
+  if (n->size >= want) treap_collect_ge(n->left, want, out, k, max);
+  if (*k >= max) return;
+  if (n->size >= want) out[(*k)++] = n;
+  treap_collect_ge(n->right, want, out, k, max);
+}
+
 /* Smallest (size, addr) with size >= want. */
 static gml_block *treap_best_fit(gml_block *root, size_t want) {
   gml_block *best = NULL;
@@ -390,21 +398,12 @@ static int harvest_streams_slow(gml_allocator *a, gml_region *r) {
     gml_pool *p = &r->pools[pi];
     if (!p->used || !p->count) continue;
     /* collect first: moving changes the tree */
-    size_t n = p->count, k = 0;
-    gml_block **list = malloc(n * sizeof *list), *stack[128];
+    size_t n = p->count;
+    int k = 0;
+    gml_block **list = malloc(n * sizeof *list);
     if (!list) return moved;
-    int sp = 0;
-    gml_block *cur = p->root;
-    while ((cur || sp) && k < n) {
-      while (cur && sp < 128) {
-        stack[sp++] = cur;
-        cur = cur->left;
-      }
-      cur = stack[--sp];
-      list[k++] = cur;
-      cur = cur->right;
-    }
-    for (size_t i = 0; i < k; i++) {
+    treap_collect_ge(p->root, 0, list, &k, (int)n);
+    for (int i = 0; i < k; i++) {
       gml_block *b = list[i];
       if (!b->has_event) {
         /* work queued on the stream so far covers every use of the block */
@@ -433,13 +432,6 @@ static int block_needs_chunks(gml_allocator *a, gml_block *b, size_t rsize) {
   return 0;
 }
 
-static void treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
-  if (!n || *k >= max) return;
-  if (n->size >= want) treap_collect_ge(n->left, want, out, k, max);
-  if (*k >= max) return;
-  if (n->size >= want) out[(*k)++] = n;
-  treap_collect_ge(n->right, want, out, k, max);
-}
 
 /* The best fit would need new chunks: a slightly larger free block that is
  * already backed serves the request without stitching (no unmap, no map). */
