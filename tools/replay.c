@@ -30,7 +30,7 @@ typedef struct live_slot {
   uint64_t size;
 } live_slot;
 
-static int verify_tag(gml_client *c, const gml_stats *st, void *p, uint64_t size, uint64_t id, int write);
+static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int write);
 
 static uint64_t header_num(const char *line, const char *key) {
   const char *k = strstr(line, key);
@@ -100,7 +100,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       total_ns += dt;
       live[id].ptr = p;
       live[id].size = size;
-      if (verify_tag(c, &st, p, size, id, 1)) {
+      if (verify_tag(c, p, size, id, 1)) {
         failed = 1;
         break;
       }
@@ -109,7 +109,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       if (allocated > res->peak_allocated) res->peak_allocated = allocated;
     } else if (line[0] == 'f' && sscanf(line + 1, "%llu", &id) == 1) {
       if (id >= cap || !live[id].ptr) continue; /* freed before the trace began */
-      if (verify_tag(c, &st, live[id].ptr, live[id].size, id, 0)) {
+      if (verify_tag(c, live[id].ptr, live[id].size, id, 0)) {
         failed = 1;
         break;
       }
@@ -168,28 +168,23 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
 
 /* Write the allocation id into its first and last 8 bytes (write=1) or
  * check they are still there (write=0): two live blocks that overlap would
- * overwrite each other's tags. */
-static int verify_tag(gml_client *c, const gml_stats *st, void *p, uint64_t size, uint64_t id, int write) {
-  (void)c;
+ * overwrite each other's tags. gml_write/gml_read work on both backends. */
+static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int write) {
   uint64_t tag = id * 0x9E3779B97F4A7C15ull + 1, got[2] = {0, 0};
-  uintptr_t a = (uintptr_t)p, b = (uintptr_t)p + (size >= 16 ? size - 8 : 0);
-  if (!strcmp(st->backend, "host")) {
-    if (write) {
-      memcpy((void *)a, &tag, size >= 8 ? 8 : size);
-      if (size >= 16) memcpy((void *)b, &tag, 8);
-      return 0;
-    }
-    memcpy(&got[0], (void *)a, size >= 8 ? 8 : size);
-    if (size >= 16) memcpy(&got[1], (void *)b, 8);
-  } else {
-    return 0; /* the cuda replay checks through the GPU test, not per block */
+  size_t head = size >= 8 ? 8 : size;
+  char *tail = (char *)p + (size >= 16 ? size - 8 : 0);
+  int rc;
+  if (write) {
+    rc = gml_write(c, p, &tag, head);
+    if (!rc && size >= 16) rc = gml_write(c, tail, &tag, 8);
+    if (rc) fprintf(stderr, "gmlake-replay: writing block %llu: %s\n", (unsigned long long)id, gml_strerror(rc));
+    return rc != 0;
   }
-  uint64_t want0 = tag;
-  if (size < 8) {
-    want0 = 0;
-    memcpy(&want0, &tag, size);
-  }
-  if (got[0] != want0 || (size >= 16 && got[1] != tag)) {
+  rc = gml_read(c, &got[0], p, head);
+  if (!rc && size >= 16) rc = gml_read(c, &got[1], tail, 8);
+  uint64_t want0 = 0;
+  memcpy(&want0, &tag, head);
+  if (rc || got[0] != want0 || (size >= 16 && got[1] != tag)) {
     fprintf(stderr, "gmlake-replay: block %llu at %p was overwritten: overlapping blocks\n", (unsigned long long)id, p);
     return 1;
   }
