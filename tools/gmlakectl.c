@@ -205,9 +205,6 @@ static void print_metrics(const Gmlake__CtlReply *r) {
 int main(int argc, char **argv) {
   char url[300] = "";
   int json = 0, device = 0, ch;
-  static const struct option opts[] = {{"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'},
-                                       {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
   /* options may come before or after the command */
   int pidopt = 0;
   double interval = 1.0;
@@ -218,7 +215,6 @@ int main(int argc, char **argv) {
       {"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'},
       {"help", no_argument, 0, 'h'},          {"client", required_argument, 0, 'p'}, {"interval", required_argument, 0, 'i'},
       {0, 0, 0, 0}};
-  (void)opts;
   while (optind < argc) {
     if ((ch = getopt_long(argc, argv, "+c:d:jhp:i:", all_opts, NULL)) == -1) {
       if (!cmd) cmd = argv[optind];
