@@ -1,8 +1,9 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
-#   bench/gpu.sh [build] [test] [lease] [replay] [torch[:w1,w2]] [shared]   (default: all)
+#   bench/gpu.sh [build] [vmm] [test] [lease] [replay] [torch[:w]]... [shared]   (default: all)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
+# vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
 # test:   the multi-process integration tests with the daemon on the cuda backend
 # lease:  chunk lease latency through the daemon, chunks pre-created (cuda and host)
 # replay: the recorded traces through the real allocator on the cuda backend
@@ -10,7 +11,7 @@
 # shared: two trainings through one daemon limited below their summed peaks
 set -u
 cd "$(dirname "$0")/.."
-STAGES=${*:-build test lease replay torch shared}
+STAGES=${*:-build vmm test lease replay torch shared}
 OUTDIR=${OUT:-/tmp/gmlake-gpu-out}; mkdir -p "$OUTDIR"
 SUMMARY="$OUTDIR/summary.txt"; : > "$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
@@ -30,6 +31,13 @@ if [ -d .gpu/gen ]; then mkdir -p "$BUILD/gen" && cp .gpu/gen/* "$BUILD/gen/" &&
 say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
 if has build; then
   if make -j"$(nproc)" BUILD="$BUILD" all > "$OUTDIR/build.log" 2>&1; then say "build: ok"; else say "build: FAILED"; tail -30 "$OUTDIR/build.log"; exit 1; fi
+fi
+
+if has vmm; then
+  if cc -std=gnu11 -O2 -I/usr/local/cuda/include bench/vmm_cost.c -o "$BUILD/vmm_cost" -ldl > "$OUTDIR/vmm.txt" 2>&1; then
+    "$BUILD/vmm_cost" >> "$OUTDIR/vmm.txt" 2>&1
+  fi
+  cat "$OUTDIR/vmm.txt" | tee -a "$SUMMARY"
 fi
 
 if has test; then
@@ -57,14 +65,15 @@ if has lease; then
 fi
 
 if has replay; then
-  "$BUILD/gmlake-replay" --backend cuda tests/traces/*.trace.gz 2>&1 | tee "$OUTDIR/replay_cuda.txt"
+  "$BUILD/gmlake-replay" --backend cuda --steps tests/traces/*.trace.gz 2>&1 | tee "$OUTDIR/replay_cuda.txt"
   "$BUILD/gmlake-replay" --backend cuda --json tests/traces/*.trace.gz > "$OUTDIR/replay_cuda.json" 2>&1
   sed 's/^/replay cuda: /' "$OUTDIR/replay_cuda.txt" >> "$SUMMARY"
 fi
 
 for st in $STAGES; do
   case $st in torch*) w=${st#torch}; w=${w#:}
-    PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/torch_bench.py table ${w//,/ } 2>&1 | tee "$OUTDIR/torch_${w:-all}.txt" | grep -v '^{'
+    PYTHONUNBUFFERED=1 OUT="$OUTDIR" BENCH_JSON="torch_${w:-all}.json" python3 bench/torch_bench.py table $w 2>&1 |
+      tee "$OUTDIR/torch_${w:-all}.txt" | grep -v '^{'
     sed -n '/^workload/,$p' "$OUTDIR/torch_${w:-all}.txt" >> "$SUMMARY";;
   esac
 done

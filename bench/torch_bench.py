@@ -102,11 +102,12 @@ def run_one(workload, config, steps=None):
         if s0:
             s1 = gm.stats()
             trace.append((round(ms, 1), s1["maps"] - s0["maps"], s1["unmaps"] - s0["unmaps"], s1["syncs"] - s0["syncs"],
-                          s1["lease_calls"] - s0["lease_calls"]))
+                          s1["lease_calls"] - s0["lease_calls"], s1["access_calls"] - s0["access_calls"]))
         else:
             trace.append(round(ms, 1))
         min_free[0] = min(min_free[0], torch.cuda.mem_get_info()[0])
     res = dict(workload=workload, config=config, ms_per_step=round(statistics.median(times), 2),
+               ms_mean=round(statistics.mean(times), 2),
                losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1),
                driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None,
                steps=trace)
@@ -114,7 +115,8 @@ def run_one(workload, config, steps=None):
         import gmlake
         st = gmlake.stats()
         res.update(peak_allocated=st["peak_allocated"], peak_reserved=st["peak_reserved"], mode=st["mode"],
-                   maps=st["maps"], unmaps=st["unmaps"], syncs=st["syncs"], chunks_leased=st["chunks_leased"])
+                   maps=st["maps"], unmaps=st["unmaps"], syncs=st["syncs"], chunks_leased=st["chunks_leased"],
+                   access_calls=st["access_calls"])
     else:
         st = torch.cuda.memory_stats()
         res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])
@@ -194,8 +196,9 @@ def table(workloads):
             rows.append(r)
             print(json.dumps(r), flush=True)
     print()
-    hdr = "%-11s %-18s %10s %10s %7s %7s %9s %8s %s" % ("workload", "allocator", "peak_alloc", "peak_resv", "resv/al",
-                                                        "frag", "ms/step", "vs_def", "losses (vs default)")
+    hdr = "%-11s %-18s %10s %10s %7s %7s %9s %8s %9s %8s %s" % (
+        "workload", "allocator", "peak_alloc", "peak_resv", "resv/al", "frag", "ms/step", "vs_def", "mean_ms", "vs_def",
+        "losses (vs default)")
     print(hdr); print("-" * len(hdr))
     # one row per (workload, config): the median over repeats of each run's median ms/step
     merged = {}
@@ -203,14 +206,16 @@ def table(workloads):
         if "error" in r:
             merged.setdefault((r["workload"], r["config"]), r)
             continue
-        m = merged.setdefault((r["workload"], r["config"]), dict(r, runs_ms=[]))
+        m = merged.setdefault((r["workload"], r["config"]), dict(r, runs_ms=[], runs_mean=[]))
         m["runs_ms"].append(r["ms_per_step"])
+        m["runs_mean"].append(r.get("ms_mean"))
         m["peak_reserved"] = max(m["peak_reserved"], r["peak_reserved"])
         m["ratio"] = round(m["peak_reserved"] / m["peak_allocated"], 4)
         m["frag"] = round(1 - m["peak_allocated"] / m["peak_reserved"], 4)
     for m in merged.values():
         if "runs_ms" in m:
             m["ms_per_step"] = round(statistics.median(m["runs_ms"]), 2)
+            m["ms_mean"] = round(statistics.median(m["runs_mean"]), 2)
     base = {k[0]: m for k, m in merged.items() if k[1] == "default" and "error" not in m}
     for r in merged.values():
         if "error" in r:
@@ -218,10 +223,11 @@ def table(workloads):
             continue
         b = base.get(r["workload"])
         rel = r["ms_per_step"] / b["ms_per_step"] if b else float("nan")
+        relm = r["ms_mean"] / b["ms_mean"] if b else float("nan")
         same = "same" if b and r["losses"] == b["losses"] else "DIFF"
-        print("%-11s %-18s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %-5s runs %s" % (
+        print("%-11s %-18s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %9.1f %7.3fx %-5s runs %s" % (
             r["workload"], r["config"], r["peak_allocated"] / 2**30, r["peak_reserved"] / 2**30, r["ratio"],
-            100 * r["frag"], r["ms_per_step"], rel, same, r["runs_ms"]))
+            100 * r["frag"], r["ms_per_step"], rel, r["ms_mean"], relm, same, r["runs_ms"]))
     return rows
 
 
@@ -265,6 +271,6 @@ if __name__ == "__main__":
         rows = table(sys.argv[2:] or WORKLOADS)
         out = os.environ.get("OUT")
         if out:
-            json.dump(rows, open(os.path.join(out, "torch_bench.json"), "w"), indent=1)
+            json.dump(rows, open(os.path.join(out, os.environ.get("BENCH_JSON", "torch_bench.json")), "w"), indent=1)
     elif sys.argv[1] == "shared":
         sys.exit(0 if shared() else 1)

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "util.h"
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,55 +207,120 @@ static gml_block *ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove) {
   return v;
 }
 
-/* ---------- slots and idle (mapped, untouched) LRU list ---------- */
-
-static inline void idle_push(gml_allocator *a, int32_t s) {
-  a->slot_idle_tick[s] = a->tick;
-  a->idle_prev[s] = a->idle_tail;
-  a->idle_next[s] = -1;
-  if (a->idle_tail >= 0) a->idle_next[a->idle_tail] = s;
-  else a->idle_head = s;
-  a->idle_tail = s;
-  a->idle_count++;
-}
-
-static inline void idle_unlink(gml_allocator *a, int32_t s) {
-  int32_t p = a->idle_prev[s], n = a->idle_next[s];
-  if (p >= 0) a->idle_next[p] = n;
-  else a->idle_head = n;
-  if (n >= 0) a->idle_prev[n] = p;
-  else a->idle_tail = p;
-  a->idle_prev[s] = a->idle_next[s] = -1;
-  a->idle_count--;
-}
+/* ---------- chunks, their free lists, and slot mappings ---------- */
 
 static inline uint32_t slot_of(gml_allocator *a, uintptr_t addr) { return (uint32_t)((addr - a->va_base) / a->cs); }
 static inline uintptr_t slot_addr(gml_allocator *a, uint32_t s) { return a->va_base + (uintptr_t)s * a->cs; }
 
-static inline uint64_t reserved_bytes(gml_allocator *a) { return (uint64_t)a->nchunks * a->cs; }
+static inline uint64_t reserved_bytes(gml_allocator *a) { return (uint64_t)a->held * a->cs; }
+static inline size_t free_chunks(gml_allocator *a) { return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count; }
 
-/* Unmap the chunk of an idle slot; it goes to the unmapped stack. */
-static int idle_slot_unmap(gml_allocator *a, int32_t s) {
+static void clist_push(gml_allocator *a, int l, int32_t ci) {
+  gml_clist *L = &a->lists[l];
+  gml_pchunk *c = &a->chunks[ci];
+  c->list = (uint8_t)l;
+  c->lprev = L->tail;
+  c->lnext = -1;
+  if (L->tail >= 0) a->chunks[L->tail].lnext = ci;
+  else L->head = ci;
+  L->tail = ci;
+  L->count++;
+}
+
+static void clist_unlink(gml_allocator *a, int32_t ci) {
+  gml_pchunk *c = &a->chunks[ci];
+  gml_clist *L = &a->lists[c->list];
+  if (c->lprev >= 0) a->chunks[c->lprev].lnext = c->lnext;
+  else L->head = c->lnext;
+  if (c->lnext >= 0) a->chunks[c->lnext].lprev = c->lprev;
+  else L->tail = c->lprev;
+  c->lprev = c->lnext = -1;
+  c->list = GML_CL_OWNED;
+  L->count--;
+}
+
+/* Record that slot s now maps chunk ci (the backend call is done). */
+static void slot_link(gml_allocator *a, uint32_t s, int32_t ci) {
+  gml_pchunk *c = &a->chunks[ci];
+  a->slot_chunk[s] = ci;
+  a->slot_aprev[s] = -1;
+  a->slot_anext[s] = c->maps_head;
+  if (c->maps_head >= 0) a->slot_aprev[c->maps_head] = (int32_t)s;
+  c->maps_head = (int32_t)s;
+  c->nmaps++;
+}
+
+/* Unmap slot s (no live block touches it, nor will the device again). */
+static int slot_unmap(gml_allocator *a, uint32_t s) {
   int32_t ci = a->slot_chunk[s];
-  int rc = a->be->ops->unmap(a->be, slot_addr(a, (uint32_t)s), a->cs);
+  int rc = a->be->ops->unmap(a->be, slot_addr(a, s), a->cs);
   if (rc) return rc;
-  idle_unlink(a, s);
+  gml_pchunk *c = &a->chunks[ci];
+  int32_t p = a->slot_aprev[s], n = a->slot_anext[s];
+  if (p >= 0) a->slot_anext[p] = n;
+  else c->maps_head = n;
+  if (n >= 0) a->slot_aprev[n] = p;
+  c->nmaps--;
   a->slot_chunk[s] = -1;
-  a->chunks[ci].slot = -1;
-  a->unmapped[a->nunmapped++] = ci;
+  a->slot_anext[s] = a->slot_aprev[s] = -1;
   a->unmaps++;
+  if (c->list == GML_CL_CACHED && !c->nmaps) {
+    clist_unlink(a, ci);
+    clist_push(a, GML_CL_FRESH, ci);
+  }
   return 0;
 }
 
+/* Slot s goes untouched: its chunk becomes free (and stays mapped there). */
+static inline void slot_release(gml_allocator *a, uint32_t s) {
+  int32_t ci = a->slot_chunk[s];
+  gml_pchunk *c = &a->chunks[ci];
+  c->owner = -1;
+  c->free_tick = a->tick;
+  c->free_stream = a->slot_stream[s];
+  a->slot_idle_tick[s] = a->tick;
+  clist_push(a, GML_CL_CACHED, ci);
+}
+
+/* May a block on `stream` use chunk ci now without waiting? Work queued on
+ * the stream that freed it runs first anyway; other streams need the fence. */
+static inline int chunk_ready_for(gml_allocator *a, int32_t ci, gml_stream stream) {
+  gml_pchunk *c = &a->chunks[ci];
+  return (c->free_stream == stream && stream != GML_STREAM_MIXED) || c->free_tick < a->safe_tick;
+}
+
+/* Slot s becomes touched by a block on `stream`: take its mapped chunk if
+ * that is free and ready. Returns 1 if the slot still needs a chunk. */
+static inline int slot_claim(gml_allocator *a, uint32_t s, gml_stream stream) {
+  if (a->slot_use[s]++) {
+    if (a->slot_stream[s] != stream) a->slot_stream[s] = GML_STREAM_MIXED;
+    return 0;
+  }
+  a->slot_stream[s] = stream;
+  int32_t ci = a->slot_chunk[s];
+  if (ci >= 0 && a->chunks[ci].owner < 0 && chunk_ready_for(a, ci, stream)) {
+    clist_unlink(a, ci);
+    a->chunks[ci].owner = (int32_t)s;
+    return 0;
+  }
+  return 1;
+}
+
+/* Undo slot_claim for slots [first, last] after a failed request. */
+static void slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
+  for (uint32_t s = first; s <= last; s++) {
+    if (--a->slot_use[s]) continue;
+    int32_t ci = a->slot_chunk[s];
+    if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) slot_release(a, s);
+  }
+}
+
 static int chunks_reserve(gml_allocator *a, size_t more) {
-  if (a->nchunks + more <= a->chunks_cap) return 0;
-  size_t cap = GML_MAX(a->chunks_cap * 2, a->nchunks + more);
+  if (a->chunks_used + more <= a->chunks_cap) return 0;
+  size_t cap = GML_MAX(a->chunks_cap * 2, a->chunks_used + more);
   gml_pchunk *c = realloc(a->chunks, cap * sizeof *c);
   if (!c) return GML_ENOMEM;
   a->chunks = c;
-  int32_t *u = realloc(a->unmapped, cap * sizeof *u);
-  if (!u) return GML_ENOMEM;
-  a->unmapped = u;
   a->chunks_cap = cap;
   return 0;
 }
@@ -273,7 +339,7 @@ static void fence_update(gml_allocator *a) {
     gml_stream st = a->nstreams_seen ? a->streams_seen[i] : 0;
     if (a->be->ops->event_record(a->be, st, &a->fence_ev[a->fence_n])) {
       for (int k = 0; k < a->fence_n; k++) a->be->ops->event_destroy(a->be, a->fence_ev[k]);
-      a->fence_n = 0; /* no fence: steals fall back to a full synchronize */
+      a->fence_n = 0; /* no fence: the caller falls back to a full synchronize */
       return;
     }
     a->fence_n++;
@@ -281,77 +347,109 @@ static void fence_update(gml_allocator *a) {
   a->fence_tick = a->tick;
 }
 
-/* Get `need` chunks onto the unmapped stack: idle chunks first (stitching),
- * then new ones from the source. Unmapping must not race kernels still using
- * a range: slots idle since before a completed fence are taken at once, the
- * rest only after a synchronize. On failure nothing is lost: chunks already
- * gathered stay on the stack for later. */
-static int gather_chunks_slow(gml_allocator *a, size_t need, int *stole) {
-  if (a->nunmapped >= need) return 0;
+/* Make sure the device is done with everything released at or before
+ * `tick`: the fence if it has passed, else a full synchronize. */
+static int device_past(gml_allocator *a, uint64_t tick) {
+  if (tick < a->safe_tick) return 0;
   fence_update(a);
-  while (a->nunmapped < need && a->idle_head >= 0 && a->slot_idle_tick[a->idle_head] < a->safe_tick) {
-    int rc = idle_slot_unmap(a, a->idle_head);
-    if (rc) return rc;
-    *stole = 1;
-  }
-  if (a->nunmapped < need && a->idle_head >= 0) {
-    int rc = a->be->ops->synchronize(a->be);
-    if (rc) return rc;
-    a->safe_tick = a->tick + 1;
-    a->syncs++;
-    while (a->nunmapped < need && a->idle_head >= 0) {
-      rc = idle_slot_unmap(a, a->idle_head);
-      if (rc) return rc;
-      *stole = 1;
-    }
-  }
-  while (a->nunmapped < need) {
-    size_t want = need - a->nunmapped;
-    if (a->limit_bytes && reserved_bytes(a) + want * a->cs > a->limit_bytes) return GML_ENOMEM;
-    if (want > 128) want = 128;
-    if (chunks_reserve(a, want)) return GML_ENOMEM;
-    gml_phys phys[128];
-    uint64_t ids[128];
-    uint64_t t0 = gml_now_ns();
-    int got = a->src.acquire(a->src.ctx, want, phys, ids);
-    a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
-    if (got <= 0) return got < 0 ? got : GML_ENOMEM;
-    for (int i = 0; i < got; i++) {
-      size_t ci = a->nchunks++;
-      a->chunks[ci].phys = phys[i];
-      a->chunks[ci].id = ids[i];
-      a->chunks[ci].slot = -1;
-      a->unmapped[a->nunmapped++] = (int32_t)ci;
-    }
-    a->chunks_acquired += (uint64_t)got;
-  }
+  if (tick < a->safe_tick) return 0;
+  int rc = a->be->ops->synchronize(a->be);
+  if (rc) return rc;
+  a->safe_tick = a->tick + 1;
+  a->syncs++;
   return 0;
 }
 
-/* Back every slot of [first, last] that has no chunk, then make the new
- * mappings accessible in runs. */
-static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, size_t need, int *stole) {
-  int rc = gather_chunks_slow(a, need, stole);
-  if (rc) return rc;
+/* New chunks from the source onto the fresh list. */
+static int lease_chunks_slow(gml_allocator *a, size_t want) {
+  if (a->limit_bytes && reserved_bytes(a) + want * a->cs > a->limit_bytes) return GML_ENOMEM;
+  if (want > 128) want = 128;
+  if (chunks_reserve(a, want)) return GML_ENOMEM;
+  gml_phys phys[128];
+  uint64_t ids[128];
+  uint64_t t0 = gml_now_ns();
+  int got = a->src.acquire(a->src.ctx, want, phys, ids);
+  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
+  if (got <= 0) return got < 0 ? got : GML_ENOMEM;
+  for (int i = 0; i < got; i++) {
+    int32_t ci;
+    if (a->dead >= 0) {
+      ci = a->dead;
+      a->dead = a->chunks[ci].lnext;
+    } else {
+      ci = (int32_t)a->chunks_used++;
+    }
+    gml_pchunk *c = &a->chunks[ci];
+    memset(c, 0, sizeof *c);
+    c->phys = phys[i];
+    c->id = ids[i];
+    c->owner = c->maps_head = -1;
+    clist_push(a, GML_CL_FRESH, ci);
+    a->held++;
+  }
+  a->chunks_acquired += (uint64_t)got;
+  return 0;
+}
+
+/* Give chunks to every slot of [first, last] that has none of its own: a
+ * free chunk mapped there already (waiting for the device if another stream
+ * freed it), else a free chunk from anywhere (fresh ones first, then the one
+ * freed longest ago), else a new one. A slot still mapping a chunk that is
+ * owned elsewhere is unmapped first. New mappings get their access set in
+ * runs. On failure every slot is consistent and nothing is lost: the caller
+ * unclaims the range. */
+static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole) {
+  size_t need = 0;
+  for (uint32_t s = first; s <= last; s++) {
+    int32_t ci = a->slot_chunk[s];
+    if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) continue;
+    if (ci >= 0 && a->chunks[ci].owner < 0) { /* free here, not ready for this stream yet */
+      int rc = device_past(a, a->chunks[ci].free_tick);
+      if (rc) return rc;
+      clist_unlink(a, ci);
+      a->chunks[ci].owner = (int32_t)s;
+      continue;
+    }
+    need++;
+  }
+  if (!need) return 0;
+  while (free_chunks(a) < need) {
+    int rc = lease_chunks_slow(a, need - free_chunks(a));
+    if (rc) return rc;
+  }
   uint32_t run_start = UINT32_MAX;
   for (uint32_t s = first; s <= last + 1; s++) {
     int mapped_now = 0;
-    if (s <= last && a->slot_chunk[s] < 0) {
-      int32_t ci = a->unmapped[--a->nunmapped];
-      rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
-      if (rc) {
-        a->unmapped[a->nunmapped++] = ci;
-        return rc;
+    if (s <= last && (a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s)) {
+      int rc;
+      if (a->slot_chunk[s] >= 0) { /* maps a chunk another slot owns now */
+        if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = slot_unmap(a, s))) return rc;
       }
-      a->slot_chunk[s] = ci;
-      a->chunks[ci].slot = (int32_t)s;
+      int l = a->lists[GML_CL_FRESH].count ? GML_CL_FRESH : GML_CL_CACHED;
+      int32_t ci = a->lists[l].head;
+      if (l == GML_CL_CACHED && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick)))
+        return rc;
+      if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
+      clist_unlink(a, ci);
+      a->chunks[ci].owner = (int32_t)s;
+      slot_link(a, s, ci);
       a->maps++;
+      *stole |= l == GML_CL_CACHED;
       mapped_now = 1;
       if (run_start == UINT32_MAX) run_start = s;
     }
     if (!mapped_now && run_start != UINT32_MAX) {
-      rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs);
-      if (rc) return rc;
+      int rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs);
+      if (rc) { /* take the run's new mappings back: no slot may keep an inaccessible one */
+        for (uint32_t k = run_start; k < s; k++) {
+          int32_t ci = a->slot_chunk[k];
+          if (slot_unmap(a, k)) continue;
+          a->chunks[ci].owner = -1;
+          clist_push(a, a->chunks[ci].nmaps ? GML_CL_CACHED : GML_CL_FRESH, ci);
+        }
+        return rc;
+      }
+      a->access_calls++;
       run_start = UINT32_MAX;
     }
   }
@@ -425,28 +523,60 @@ static int harvest_streams_slow(gml_allocator *a, gml_region *r) {
   return moved;
 }
 
-/* Would serving rsize from b need new chunks mapped? (slow path only) */
-static int block_needs_chunks(gml_allocator *a, gml_block *b, size_t rsize) {
-  for (uint32_t s = slot_of(a, b->addr); s <= slot_of(a, b->addr + rsize - 1); s++)
-    if (a->slot_chunk[s] < 0) return 1;
-  return 0;
+/* Would a block at [addr, addr + rsize) on `stream` need driver calls?
+ * Returns 0 when every slot it touches is in use already or maps a free,
+ * ready chunk; else 8 per slot whose mapping would have to be replaced
+ * (unmap + map + set access, and it breaks the layout that mapping served),
+ * 1 per unmapped slot (a map; the access is set for the whole run at once),
+ * 1 per free chunk another stream may still be using (a fence wait).
+ * Stops counting past `stop`. */
+static unsigned window_cost(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream, unsigned stop) {
+  unsigned cost = 0;
+  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last && cost < stop; s++) {
+    if (a->slot_use[s]) continue;
+    int32_t ci = a->slot_chunk[s];
+    if (ci < 0) cost += 1;
+    else if (a->chunks[ci].owner >= 0) cost += 8;
+    else if (!chunk_ready_for(a, ci, stream)) cost += 1;
+  }
+  return cost;
 }
 
-
-/* The best fit would need new chunks: a slightly larger free block that is
- * already backed serves the request without stitching (no unmap, no map). */
-static gml_block *find_backed_fit_slow(gml_allocator *a, gml_region *r, int pi, size_t size, gml_block *best) {
-  gml_block *cand[32];
+/* The best fit would need driver calls. Look through the next larger free
+ * blocks, and the free VA above everything, for a place (at the start or
+ * the end of a free block, so it stays packed against its neighbour) that
+ * needs none, else the one that needs the fewest. Chunks stay mapped where
+ * other step layouts put them, so a repeated layout finds its mappings. */
+static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, size_t size, gml_stream stream, gml_block *best,
+                                      int *at_end) {
+  gml_block *cand[98];
   int k = 0;
-  treap_collect_ge(r->pools[0].root, size, cand, &k, 16);
-  if (pi > 0) treap_collect_ge(r->pools[pi].root, size, cand, &k, 32);
-  gml_block *pick = NULL;
-  for (int i = 0; i < k; i++) {
-    if (cand[i] == best || cand[i]->size > 2 * size + 4 * a->cs) continue;
-    if (block_needs_chunks(a, cand[i], size)) continue;
-    if (!pick || key_less(cand[i], pick)) pick = cand[i];
+  treap_collect_ge(r->pools[0].root, size, cand, &k, 64);
+  if (pi > 0) treap_collect_ge(r->pools[pi].root, size, cand, &k, 96);
+  /* and the largest free blocks: the never-used VA above everything */
+  for (int q = 0; q < 2; q++) {
+    gml_block *top = r->pools[q ? pi : 0].root;
+    while (top && top->right) top = top->right;
+    int dup = !top || top->size < size || (q && !pi);
+    for (int i = 0; i < k && !dup; i++) dup = cand[i] == top;
+    if (!dup) cand[k++] = top;
   }
-  return pick ? pick : best;
+  unsigned best_cost = window_cost(a, best->addr, size, stream, UINT_MAX);
+  gml_block *pick = best;
+  *at_end = 0;
+  for (int i = 0; i < k && best_cost; i++) {
+    gml_block *b = cand[i];
+    for (int end = 0; end < 2; end++) {
+      if (end && b->size == size) break;
+      uintptr_t at = end ? b->addr + b->size - size : b->addr;
+      unsigned c = window_cost(a, at, size, stream, best_cost);
+      if (c < best_cost || (c == best_cost && pick != best && b->size < pick->size)) {
+        best_cost = c, pick = b, *at_end = end;
+        if (!c) break;
+      }
+    }
+  }
+  return pick;
 }
 
 static gml_block *find_fit(gml_allocator *a, gml_region *r, int pi, size_t size) {
@@ -477,9 +607,10 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   gml_region *r = region_for(a, rsize);
   int pi = pool_index(a, r, stream, 1);
   gml_block *b = find_fit(a, r, pi, rsize);
-  if ((!b || (a->nstreams_seen > 1 && block_needs_chunks(a, b, rsize))) && harvest_streams_slow(a, r))
+  if ((!b || (a->nstreams_seen > 1 && window_cost(a, b->addr, rsize, stream, 1))) && harvest_streams_slow(a, r))
     b = find_fit(a, r, pi, rsize);
-  if (b && block_needs_chunks(a, b, rsize)) b = find_backed_fit_slow(a, r, pi, rsize, b);
+  int at_end = 0;
+  if (b && window_cost(a, b->addr, rsize, stream, 1)) b = find_ready_fit_slow(a, r, pi, rsize, stream, b, &at_end);
   if (!b) {
     format_oom(a, size, GML_ENOMEM);
     snprintf(a->last_error + strlen(a->last_error), sizeof a->last_error - strlen(a->last_error),
@@ -489,22 +620,36 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     return GML_ENOMEM;
   }
   pool_del(r, b);
+  if (at_end && b->size > rsize) { /* serve from the end: the front stays free */
+    gml_block *tail = block_new(a);
+    if (tail) {
+      tail->addr = b->addr + b->size - rsize;
+      tail->size = rsize;
+      tail->region = b->region;
+      tail->is_free = 1;
+      tail->stream = b->stream;
+      tail->pool = b->pool;
+      tail->prev = b;
+      tail->next = b->next;
+      if (b->next) b->next->prev = tail;
+      b->next = tail;
+      b->size -= rsize;
+      pool_add(r, b->pool, b);
+      b = tail;
+    }
+  }
   /* Claim the slots first, so that stitching cannot take their chunks. */
   uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + rsize - 1);
   size_t need = 0;
-  for (uint32_t s = first; s <= last; s++) {
-    if (a->slot_use[s]++ == 0 && a->slot_chunk[s] >= 0) idle_unlink(a, (int32_t)s);
-    need += a->slot_chunk[s] < 0;
-  }
+  for (uint32_t s = first; s <= last; s++) need += (size_t)slot_claim(a, s, stream);
   int stole = 0;
   if (need) {
-    GML_DEBUG("map: size %zu needs %zu of %u slots (idle %zu, unmapped %zu, tick %llu)", rsize, need, last - first + 1,
-              a->idle_count, a->nunmapped, (unsigned long long)a->tick);
-    int rc = map_slots_slow(a, first, last, need, &stole);
+    GML_DEBUG("map: size %zu needs %zu of %u slots (free chunks %zu, tick %llu)", rsize, need, last - first + 1,
+              free_chunks(a), (unsigned long long)a->tick);
+    int rc = map_slots_slow(a, first, last, stream, &stole);
     if (rc) {
-      for (uint32_t s = first; s <= last; s++)
-        if (--a->slot_use[s] == 0 && a->slot_chunk[s] >= 0) idle_push(a, (int32_t)s);
-      pool_add(r, b->pool, b);
+      slots_unclaim(a, first, last);
+      pool_add(r, b->pool, coalesce(a, r, b));
       format_oom(a, size, rc);
       a->ooms++;
       pthread_mutex_unlock(&a->lock);
@@ -537,8 +682,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   b->stitched = (uint8_t)stole;
   if (ptrmap_put(&a->live, b->addr, b)) {
     /* undo: cannot track it, so it must not be handed out */
-    for (uint32_t s = first; s <= last; s++)
-      if (--a->slot_use[s] == 0) idle_push(a, (int32_t)s);
+    slots_unclaim(a, first, last);
     b->is_free = 1;
     pool_add(r, b->pool, coalesce(a, r, b));
     pthread_mutex_unlock(&a->lock);
@@ -566,8 +710,8 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
   a->tick++;
   for (uint32_t s = first; s <= last; s++)
-    if (--a->slot_use[s] == 0) idle_push(a, (int32_t)s);
-  if ((a->free_count & 4095) == 0) fence_update(a); /* keep a recent fence for the next steal */
+    if (--a->slot_use[s] == 0) slot_release(a, s);
+  if ((a->free_count & 255) == 0) fence_update(a); /* keep a recent fence: remaps then need no synchronize */
   a->allocated -= b->size;
   if (b->stitched) a->stitched -= b->size;
   a->free_count++;
@@ -591,26 +735,26 @@ size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
 size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
   pthread_mutex_lock(&a->lock);
   size_t max_chunks = max_bytes ? (max_bytes + a->cs - 1) / a->cs : SIZE_MAX;
-  if (a->idle_count && a->nunmapped < max_chunks) {
-    a->be->ops->synchronize(a->be);
-    a->safe_tick = a->tick + 1;
+  /* Free chunks mapped nowhere go first; mapped ones are unmapped from every
+   * slot, once the device is done with them. */
+  if (a->lists[GML_CL_FRESH].count < max_chunks && a->lists[GML_CL_CACHED].count) {
+    if (a->be->ops->synchronize(a->be) == 0) a->safe_tick = a->tick + 1;
   }
-  while (a->idle_head >= 0 && a->nunmapped < max_chunks)
-    if (idle_slot_unmap(a, a->idle_head)) break;
-  /* Give back unmapped chunks; compact the chunk array by moving the last
-   * chunk into each hole (its slot, if mapped, is re-pointed). */
   size_t released = 0;
-  while (a->nunmapped && released < max_chunks) {
-    int32_t ci = a->unmapped[--a->nunmapped];
-    a->src.release(a->src.ctx, 1, &a->chunks[ci].phys, &a->chunks[ci].id);
-    size_t lastc = --a->nchunks;
-    if ((size_t)ci != lastc) {
-      a->chunks[ci] = a->chunks[lastc];
-      if (a->chunks[ci].slot >= 0) a->slot_chunk[a->chunks[ci].slot] = ci;
-      else
-        for (size_t k = 0; k < a->nunmapped; k++)
-          if (a->unmapped[k] == (int32_t)lastc) a->unmapped[k] = ci;
+  while (released < max_chunks && free_chunks(a)) {
+    int l = a->lists[GML_CL_FRESH].count ? GML_CL_FRESH : GML_CL_CACHED;
+    int32_t ci = a->lists[l].head;
+    if (l == GML_CL_CACHED && a->chunks[ci].free_tick >= a->safe_tick) break; /* synchronize failed */
+    gml_pchunk *c = &a->chunks[ci];
+    while (c->maps_head >= 0 && !slot_unmap(a, (uint32_t)c->maps_head)) {
     }
+    if (c->maps_head >= 0) break; /* the backend refused: keep it */
+    clist_unlink(a, ci);
+    a->src.release(a->src.ctx, 1, &c->phys, &c->id);
+    c->list = GML_CL_DEAD;
+    c->lnext = a->dead;
+    a->dead = ci;
+    a->held--;
     released++;
   }
   a->chunks_released += released;
@@ -625,7 +769,7 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->reserved = reserved_bytes(a);
   st->cached = st->reserved - a->allocated;
   st->stitched = a->stitched;
-  st->largest_free = (uint64_t)(a->idle_count + a->nunmapped) * a->cs;
+  st->largest_free = (uint64_t)free_chunks(a) * a->cs;
   st->peak_allocated = a->peak_allocated;
   st->peak_reserved = a->peak_reserved;
   st->alloc_count = a->alloc_count;
@@ -635,6 +779,7 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->maps = a->maps;
   st->syncs = a->syncs;
   st->unmaps = a->unmaps;
+  st->access_calls = a->access_calls;
   st->ooms = a->ooms;
   st->lease_calls = a->lease_calls;
   size_t nl = a->lease_calls < GML_ARRAY_LEN(a->lease_ns) ? a->lease_calls : GML_ARRAY_LEN(a->lease_ns);
@@ -658,22 +803,24 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->cs = be->chunk_size;
   a->va_size = gml_round_up(va_size, 8 * a->cs);
   a->rng = 0x2545F4914F6CDD1Dull;
-  a->idle_head = a->idle_tail = -1;
+  a->dead = -1;
+  for (int l = 0; l < 3; l++) a->lists[l].head = a->lists[l].tail = -1;
   int rc = be->ops->va_reserve(be, a->va_size, &a->va_base);
   if (rc) return rc;
   a->nslots = (uint32_t)(a->va_size / a->cs);
   a->slot_chunk = malloc(a->nslots * sizeof *a->slot_chunk);
   a->slot_use = calloc(a->nslots, sizeof *a->slot_use);
   a->slot_idle_tick = calloc(a->nslots, sizeof *a->slot_idle_tick);
-  a->idle_prev = malloc(a->nslots * sizeof *a->idle_prev);
-  a->idle_next = malloc(a->nslots * sizeof *a->idle_next);
-  if (!a->slot_chunk || !a->slot_use || !a->idle_prev || !a->idle_next || !a->slot_idle_tick) {
+  a->slot_anext = malloc(a->nslots * sizeof *a->slot_anext);
+  a->slot_aprev = malloc(a->nslots * sizeof *a->slot_aprev);
+  a->slot_stream = calloc(a->nslots, sizeof *a->slot_stream);
+  if (!a->slot_chunk || !a->slot_use || !a->slot_anext || !a->slot_aprev || !a->slot_idle_tick || !a->slot_stream) {
     gml_alloc_destroy(a);
     return GML_ENOMEM;
   }
   memset(a->slot_chunk, 0xff, a->nslots * sizeof *a->slot_chunk);
-  memset(a->idle_prev, 0xff, a->nslots * sizeof *a->idle_prev);
-  memset(a->idle_next, 0xff, a->nslots * sizeof *a->idle_next);
+  memset(a->slot_anext, 0xff, a->nslots * sizeof *a->slot_anext);
+  memset(a->slot_aprev, 0xff, a->nslots * sizeof *a->slot_aprev);
   size_t small = a->va_size / 8;
   for (int i = 0; i < 2; i++) {
     gml_region *r = &a->regions[i];
@@ -741,23 +888,51 @@ int gml_alloc_check(gml_allocator *a) {
   CHECK(allocated == a->allocated, "allocated %llu but blocks sum to %llu", (unsigned long long)a->allocated,
         (unsigned long long)allocated);
   CHECK(live == a->live.count, "pointer map holds %zu, %llu live blocks", a->live.count, (unsigned long long)live);
-  size_t idle = 0, mapped = 0;
+  /* slots and chunks: each mapped slot is on its chunk's alias list; a used
+   * slot owns its chunk; a chunk is owned or on the free list its maps say */
+  size_t owned = 0, used = 0, maps = 0;
   for (uint32_t s = 0; s < a->nslots && use; s++) {
     CHECK(use[s] == a->slot_use[s], "slot %u: use %u, blocks say %u", s, a->slot_use[s], use[s]);
-    CHECK(!use[s] || a->slot_chunk[s] >= 0, "slot %u is used but has no chunk", s);
-    if (a->slot_chunk[s] >= 0) {
-      mapped++;
-      CHECK(a->chunks[a->slot_chunk[s]].slot == (int32_t)s, "slot %u and its chunk disagree", s);
-      if (!a->slot_use[s]) idle++;
+    int32_t ci = a->slot_chunk[s];
+    if (a->slot_use[s]) {
+      used++;
+      CHECK(ci >= 0 && a->chunks[ci].owner == (int32_t)s, "used slot %u does not own a chunk", s);
+    }
+    if (ci >= 0) {
+      maps++;
+      CHECK(a->chunks[ci].list != GML_CL_DEAD, "slot %u maps released chunk %d", s, ci);
     }
   }
-  size_t listed = 0;
-  for (int32_t s = a->idle_head; s >= 0 && listed <= a->nslots; s = a->idle_next[s]) {
-    listed++;
-    CHECK(a->slot_chunk[s] >= 0 && !a->slot_use[s], "idle list holds slot %d that is not idle", s);
+  size_t nfree[3] = {0, 0, 0}, live_chunks = 0;
+  for (size_t i = 0; i < a->chunks_used && use; i++) {
+    gml_pchunk *c = &a->chunks[i];
+    if (c->list == GML_CL_DEAD) continue;
+    live_chunks++;
+    uint32_t n = 0;
+    for (int32_t s = c->maps_head; s >= 0 && n <= a->nslots; s = a->slot_anext[s]) {
+      CHECK(a->slot_chunk[s] == (int32_t)i, "chunk %zu lists slot %d, which maps %d", i, s, a->slot_chunk[s]);
+      n++;
+    }
+    CHECK(n == c->nmaps, "chunk %zu: %u maps listed, %u counted", i, n, c->nmaps);
+    if (c->owner >= 0) {
+      owned++;
+      CHECK(c->list == GML_CL_OWNED, "owned chunk %zu is on a free list", i);
+      CHECK(a->slot_use[c->owner] && a->slot_chunk[c->owner] == (int32_t)i, "chunk %zu owned by slot %d that is not using it", i,
+            c->owner);
+    } else {
+      CHECK(c->list == (c->nmaps ? GML_CL_CACHED : GML_CL_FRESH), "free chunk %zu (maps %u) on list %d", i, c->nmaps, c->list);
+      nfree[c->list]++;
+    }
   }
-  CHECK(listed == idle && idle == a->idle_count, "idle list %zu, count %zu, idle slots %zu", listed, a->idle_count, idle);
-  CHECK(mapped + a->nunmapped == a->nchunks, "%zu mapped + %zu unmapped != %zu chunks", mapped, a->nunmapped, a->nchunks);
+  CHECK(owned == used, "%zu chunks owned, %zu slots used", owned, used);
+  CHECK(live_chunks == a->held, "%zu live chunks, held %zu", live_chunks, a->held);
+  for (int l = 1; l < 3 && use; l++) {
+    size_t listed = 0;
+    for (int32_t ci = a->lists[l].head; ci >= 0 && listed <= a->chunks_used; ci = a->chunks[ci].lnext) listed++;
+    CHECK(listed == nfree[l] && listed == a->lists[l].count, "free list %d: %zu listed, count %zu, chunks say %zu", l, listed,
+          a->lists[l].count, nfree[l]);
+  }
+  (void)maps;
 #undef CHECK
   free(use);
   pthread_mutex_unlock(&a->lock);
@@ -770,13 +945,14 @@ void gml_alloc_destroy(gml_allocator *a) {
     a->be->ops->synchronize(a->be);
     for (uint32_t s = 0; s < a->nslots; s++)
       if (a->slot_chunk[s] >= 0) a->be->ops->unmap(a->be, slot_addr(a, s), a->cs);
-    for (size_t i = 0; i < a->nchunks; i++) a->src.release(a->src.ctx, 1, &a->chunks[i].phys, &a->chunks[i].id);
+    for (size_t i = 0; i < a->chunks_used; i++)
+      if (a->chunks[i].list != GML_CL_DEAD) a->src.release(a->src.ctx, 1, &a->chunks[i].phys, &a->chunks[i].id);
   }
   for (int i = 0; i < 2; i++) free_region_blocks(a, &a->regions[i]);
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
   for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
-  free(a->slot_chunk), free(a->slot_use), free(a->idle_prev), free(a->idle_next), free(a->slot_idle_tick);
-  free(a->chunks), free(a->unmapped);
+  free(a->slot_chunk), free(a->slot_use), free(a->slot_anext), free(a->slot_aprev), free(a->slot_idle_tick);
+  free(a->slot_stream), free(a->chunks);
   free(a->live.keys), free(a->live.vals);
   while (a->spare) {
     gml_block *n = a->spare->next;

@@ -8,12 +8,17 @@
  * large-block region. Each region is cut into blocks (address-ordered,
  * coalescing); free blocks sit in best-fit trees keyed (size, address), one
  * per stream. The region is divided into chunk-sized slots; a slot is backed
- * by a physical chunk only while some block needs it. A slot that no live
- * block touches is "idle": its chunk can be unmapped and mapped into another
- * slot that a request needs. That is stitching: a new contiguous range built
- * from chunks freed anywhere, leasing new chunks only when no idle chunk is
- * left. A chunk is mapped in one place at a time, so a stitched range never
- * aliases cached views and nothing is counted twice. */
+ * by a physical chunk while some live block touches it ("owned" by the
+ * slot). When no live block touches a slot any more, its chunk becomes free
+ * but stays mapped there, so a block placed on that slot again needs no
+ * driver call. A free chunk may also be mapped into other slots that a
+ * request needs: that is stitching, a new contiguous range built from chunks
+ * freed anywhere, and the old mappings stay too. A chunk is therefore mapped
+ * in several places (aliases) but owned by at most one slot at a time, so
+ * nothing is counted twice and no two live blocks share memory; a slot whose
+ * chunk is owned elsewhere gets remapped only when a block needs it. Repeated
+ * layouts (the same step shapes again) find every mapping in place. New
+ * chunks are leased only when no chunk is free. */
 #ifndef GML_ALLOC_H
 #define GML_ALLOC_H
 #include "backend.h"
@@ -50,11 +55,26 @@ typedef struct gml_region {
   gml_pool pools[GML_MAX_STREAMS + 1]; /* [0] = any stream (no pending work) */
 } gml_region;
 
+/* Free-chunk lists (gml_pchunk.list). */
+enum { GML_CL_OWNED = 0, GML_CL_FRESH = 1 /* free, mapped nowhere */, GML_CL_CACHED = 2 /* free, mapped */, GML_CL_DEAD = 3 };
+#define GML_STREAM_MIXED ((gml_stream)UINTPTR_MAX)
+
 typedef struct gml_pchunk {
   gml_phys phys;
   uint64_t id;
-  int32_t slot; /* -1: unmapped, in the idle pool */
+  int32_t owner;     /* slot whose live blocks use it; -1 when free */
+  int32_t maps_head; /* first slot mapping it (-1: none); linked by slot_anext/aprev */
+  uint32_t nmaps;
+  uint8_t list;      /* GML_CL_* */
+  int32_t lprev, lnext;  /* links in its free list (or the dead stack) */
+  gml_stream free_stream; /* stream that used it last (GML_STREAM_MIXED: several) */
+  uint64_t free_tick;     /* a->tick when it became free */
 } gml_pchunk;
+
+typedef struct gml_clist {
+  int32_t head, tail;
+  size_t count;
+} gml_clist;
 
 typedef struct gml_ptrmap {
   uintptr_t *keys;
@@ -71,23 +91,22 @@ typedef struct gml_allocator {
   size_t va_size;
   gml_region regions[2]; /* 0 small, 1 large */
   uint32_t nslots;
-  int32_t *slot_chunk;   /* index into chunks, -1 if unmapped */
+  int32_t *slot_chunk;   /* chunk mapped at the slot, -1 if none */
   uint32_t *slot_use;    /* live blocks touching the slot */
-  int32_t *idle_prev, *idle_next; /* LRU list of mapped slots with use == 0 */
-  int32_t idle_head, idle_tail;
-  uint64_t *slot_idle_tick; /* a->tick when the slot went idle */
+  int32_t *slot_anext, *slot_aprev; /* other slots mapping the same chunk */
+  uint64_t *slot_idle_tick; /* a->tick when the slot was last released */
+  gml_stream *slot_stream;  /* stream of the blocks touching it (GML_STREAM_MIXED: several) */
   uint64_t tick;            /* counts operations */
   /* Fence: events recorded on every stream seen at fence_tick; once all are
-   * done, slots idle since before fence_tick are unused by the device and
-   * can be unmapped without a full synchronize. */
+   * done, whatever was released before fence_tick is unused by the device
+   * (may be unmapped, or reused from any stream) without a full synchronize. */
   uint64_t safe_tick, fence_tick;
   int fence_n;
   uintptr_t fence_ev[GML_MAX_STREAMS];
-  size_t idle_count;
-  gml_pchunk *chunks;
-  size_t nchunks, chunks_cap;
-  int32_t *unmapped;     /* stack of chunk indices not mapped anywhere */
-  size_t nunmapped;
+  gml_pchunk *chunks;    /* indices stay put; released chunks go on the dead stack */
+  size_t chunks_used, chunks_cap, held;
+  int32_t dead;
+  gml_clist lists[3];    /* [GML_CL_FRESH], [GML_CL_CACHED] (LRU: head freed longest ago) */
   gml_ptrmap live;
   gml_block *spare;      /* free list of block structs */
   uint64_t rng;
@@ -95,7 +114,7 @@ typedef struct gml_allocator {
   gml_stream streams_seen[GML_MAX_STREAMS];
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
-  uint64_t alloc_count, free_count, maps, unmaps, syncs, ooms, chunks_acquired, chunks_released;
+  uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;

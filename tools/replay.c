@@ -32,12 +32,74 @@ typedef struct live_slot {
 
 static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int write);
 
+/* --steps: per-event counters, cut into training steps afterwards. */
+typedef struct step_sample {
+  uint64_t live, maps, unmaps, access, syncs;
+} step_sample;
+
+/* Modelled cost of the driver calls the allocator made (microseconds per
+ * call, measured on an H100: see BENCHMARKS.md). Override with
+ * GMLAKE_REPLAY_COST="unmap,map,access,sync". */
+static void step_costs(double *c) {
+  c[0] = 22, c[1] = 2, c[2] = 30, c[3] = 100;
+  const char *e = getenv("GMLAKE_REPLAY_COST");
+  if (e) sscanf(e, "%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]);
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* A step ends where live bytes come back down to the floor the trace keeps
+ * between steps (its minimum over the middle of the trace, plus 2% of the
+ * swing); prints a row per step and the median modelled cost of steps >= 2,
+ * the statistic bench/torch_bench.py reports for ms/step. */
+static void print_steps(const char *name, const step_sample *v, size_t n) {
+  if (n < 10) return;
+  uint64_t floor = UINT64_MAX, peak = 0;
+  for (size_t i = n / 5; i < n * 9 / 10; i++) floor = v[i].live < floor ? v[i].live : floor;
+  for (size_t i = 0; i < n; i++) peak = v[i].live > peak ? v[i].live : peak;
+  uint64_t lo = floor + (peak - floor) / 50, hi = floor + (peak - floor) / 10;
+  double cost[4];
+  step_costs(cost);
+  printf("%s: steps (floor %.2f GiB, cost model us: unmap %.0f map %.0f access %.0f sync %.0f)\n", name,
+         floor / (double)GML_GIB, cost[0], cost[1], cost[2], cost[3]);
+  printf("  %4s %8s %9s %6s %6s %6s %5s %9s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms");
+  double *ms = malloc(n * sizeof *ms);
+  size_t start = 0, nsteps = 0;
+  int above = 0;
+  uint64_t speak = 0;
+  for (size_t i = 0; i < n; i++) {
+    speak = v[i].live > speak ? v[i].live : speak;
+    if (v[i].live > hi) above = 1;
+    if (!(above && v[i].live <= lo) && i != n - 1) continue;
+    const step_sample *a = start ? &v[start - 1] : &(step_sample){0, 0, 0, 0, 0}, *b = &v[i];
+    double m = ((b->unmaps - a->unmaps) * cost[0] + (b->maps - a->maps) * cost[1] + (b->access - a->access) * cost[2] +
+                (b->syncs - a->syncs) * cost[3]) / 1000.0;
+    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
+           (unsigned long long)(b->maps - a->maps), (unsigned long long)(b->unmaps - a->unmaps),
+           (unsigned long long)(b->access - a->access), (unsigned long long)(b->syncs - a->syncs), m);
+    ms[nsteps++] = m;
+    start = i + 1, above = 0, speak = 0;
+  }
+  if (nsteps > 3) {
+    qsort(ms + 2, nsteps - 2, sizeof *ms, cmp_double);
+    double med = (nsteps - 2) % 2 ? ms[2 + (nsteps - 2) / 2] : (ms[2 + (nsteps - 2) / 2 - 1] + ms[2 + (nsteps - 2) / 2]) / 2;
+    double sum = 0;
+    for (size_t i = 2; i < nsteps; i++) sum += ms[i];
+    printf("  %s: %zu steps, modelled driver time per step >= 2: median %.2f ms, mean %.2f ms\n", name, nsteps, med,
+           sum / (double)(nsteps - 2));
+  }
+  free(ms);
+}
+
 static uint64_t header_num(const char *line, const char *key) {
   const char *k = strstr(line, key);
   return k ? strtoull(k + strlen(key), NULL, 10) : 0;
 }
 
-static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every) {
+static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
     fprintf(stderr, "gmlake-replay: cannot open %s\n", path);
@@ -59,6 +121,8 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   uint64_t allocated = 0, total_ns = 0;
   char line[512];
   int failed = 0;
+  step_sample *samples = NULL;
+  size_t nsamples = 0, samples_cap = 0;
   gml_stats st;
   gml_stats_get(c, &st);
   uint64_t wall0 = gml_now_ns();
@@ -127,6 +191,15 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       live[id].ptr = NULL;
       res->frees++;
     }
+    if (steps && (line[0] == 'a' || line[0] == 'f')) {
+      if (nsamples == samples_cap) {
+        samples_cap = samples_cap ? samples_cap * 2 : 1 << 16;
+        samples = realloc(samples, samples_cap * sizeof *samples);
+      }
+      gml_stats s4;
+      gml_stats_get(c, &s4);
+      samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs};
+    }
     if (getenv("GMLAKE_REPLAY_PROGRESS") && (res->allocs + res->frees) % 10000 == 0) {
       gml_stats s3;
       gml_stats_get(c, &s3);
@@ -158,6 +231,11 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   res->chunks_leased = st.chunks_leased;
   res->mode = st.mode;
   res->backend = st.backend;
+  if (steps && !failed) {
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    print_steps(name, samples, nsamples);
+  }
+  free(samples);
   for (size_t i = 0; i < cap; i++)
     if (live[i].ptr) gml_free(c, live[i].ptr);
   free(live), free(lat_a), free(lat_f);
@@ -193,26 +271,30 @@ static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int wr
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET] [--json] [--check N] TRACE...\n"
+          "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET] [--json] [--check N] [--steps] TRACE...\n"
           "  Replays allocation traces through libgmlake-client and prints peak allocated,\n"
           "  peak reserved, fragmentation at peak (beside PyTorch's from the trace header)\n"
-          "  and allocator latency. Embedded unless --daemon is given.\n");
+          "  and allocator latency. Embedded unless --daemon is given.\n"
+          "  --steps: cut the trace into training steps and print the driver calls\n"
+          "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n");
 }
 
 int main(int argc, char **argv) {
   static const struct option opts[] = {{"backend", required_argument, 0, 'b'}, {"daemon", required_argument, 0, 'd'},
                                        {"json", no_argument, 0, 'j'},          {"check", required_argument, 0, 'c'},
-                                       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+                                       {"help", no_argument, 0, 'h'},          {"steps", no_argument, 0, 's'},
+                                       {0, 0, 0, 0}};
   gml_open_opts oo = {0};
   oo.backend = "host";
   oo.mode = GML_MODE_EMBEDDED;
-  int json = 0, check_every = 0, ch;
-  while ((ch = getopt_long(argc, argv, "b:d:jc:h", opts, NULL)) != -1) {
+  int json = 0, check_every = 0, steps = 0, ch;
+  while ((ch = getopt_long(argc, argv, "b:d:jc:hs", opts, NULL)) != -1) {
     switch (ch) {
     case 'b': oo.backend = optarg; break;
     case 'd': oo.socket_path = optarg, oo.mode = GML_MODE_DAEMON; break;
     case 'j': json = 1; break;
     case 'c': check_every = atoi(optarg); break;
+    case 's': steps = 1; break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
@@ -228,7 +310,7 @@ int main(int argc, char **argv) {
            "torch_def", "frag", "torch_exp", "frag", "ops/s", "a_p50", "a_p99", "f_p50", "f_p99", "maps");
   for (int i = optind; i < argc; i++) {
     trace_result r;
-    if (replay_one(argv[i], &oo, &r, check_every)) {
+    if (replay_one(argv[i], &oo, &r, check_every, steps)) {
       failed = 1;
       continue;
     }

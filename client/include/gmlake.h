@@ -61,6 +61,7 @@ typedef struct gml_stats {
   size_t chunk_size;
   int mode;                 /* GML_MODE_* */
   const char *backend;      /* "cuda" or "host" */
+  uint64_t access_calls;    /* set-access calls (one per run of newly mapped chunks) */
 } gml_stats;
 
 const char *gml_strerror(int err);
