@@ -18,6 +18,9 @@ WORKLOADS = ["gpt2_ckpt", "llama_lora", "vit_train"]
 
 
 def run_one(workload, config, steps=None):
+    for kv in config.split("+")[1:]:  # e.g. gmlake_embedded+GMLAKE_CHUNK_SIZE=8388608: a variant
+        k, v = kv.split("=", 1)
+        os.environ[k] = v
     if config == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if config.endswith("_8m"):
@@ -185,8 +188,9 @@ def table(workloads):
     for w in workloads:
         # runs of one workload interleaved (ABCD ABCD): the GPU's speed drifts between processes
         for rep, c in [(r, c) for r in range(repeats) for c in configs]:
-            d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if c == "gmlake_daemon"
-                 else Daemon() if c == "gmlake_daemon_cold" else None)
+            base_c = c.split("+")[0]
+            d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if base_c == "gmlake_daemon"
+                 else Daemon() if base_c == "gmlake_daemon_cold" else None)
             env = {"GMLAKE_SOCKET": d.sock} if d else {}
             r = collect(spawn(w, c, env))
             if d:

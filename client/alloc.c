@@ -19,6 +19,7 @@ struct gml_block {
   size_t size;
   gml_block *prev, *next;   /* address order within the region */
   gml_block *left, *right;  /* treap children (free blocks only) */
+  gml_block *aleft, *aright; /* address treap children (free, large region) */
   uint32_t prio;
   uint8_t is_free;
   uint8_t region;
@@ -119,6 +120,62 @@ static gml_block *treap_best_fit(gml_block *root, size_t want) {
   return best;
 }
 
+/* ---------- treap of a region's free blocks by address ---------- */
+
+static gml_block *atreap_insert(gml_block *root, gml_block *b) {
+  if (!root) {
+    b->aleft = b->aright = NULL;
+    return b;
+  }
+  if (b->addr < root->addr) {
+    root->aleft = atreap_insert(root->aleft, b);
+    if (root->aleft->prio > root->prio) {
+      gml_block *l = root->aleft;
+      root->aleft = l->aright;
+      l->aright = root;
+      return l;
+    }
+  } else {
+    root->aright = atreap_insert(root->aright, b);
+    if (root->aright->prio > root->prio) {
+      gml_block *r = root->aright;
+      root->aright = r->aleft;
+      r->aleft = root;
+      return r;
+    }
+  }
+  return root;
+}
+
+static gml_block *atreap_merge(gml_block *l, gml_block *r) {
+  if (!l) return r;
+  if (!r) return l;
+  if (l->prio > r->prio) {
+    l->aright = atreap_merge(l->aright, r);
+    return l;
+  }
+  r->aleft = atreap_merge(l, r->aleft);
+  return r;
+}
+
+static gml_block *atreap_remove(gml_block *root, gml_block *b) {
+  if (!root) return NULL;
+  if (root == b) return atreap_merge(b->aleft, b->aright);
+  if (b->addr < root->addr) root->aleft = atreap_remove(root->aleft, b);
+  else root->aright = atreap_remove(root->aright, b);
+  return root;
+}
+
+/* The free block holding addr, if any. */
+static gml_block *atreap_find(gml_block *n, uintptr_t addr) {
+  while (n) {
+    if (addr < n->addr) n = n->aleft;
+    else if (addr >= n->addr + n->size) n = n->aright;
+    else return n;
+  }
+  return NULL;
+}
+
 /* ---------- pools (one free tree per stream, [0] = any stream) ---------- */
 
 static int pool_index(gml_allocator *a, gml_region *r, gml_stream s, int create) {
@@ -142,12 +199,28 @@ static void pool_add(gml_region *r, int pi, gml_block *b) {
   b->pool = (uint8_t)pi;
   r->pools[pi].root = treap_insert(r->pools[pi].root, b);
   r->pools[pi].count++;
+  if (r->by_addr) r->aroot = atreap_insert(r->aroot, b);
 }
 
 static void pool_del(gml_region *r, gml_block *b) {
   gml_pool *p = &r->pools[b->pool];
   p->root = treap_remove(p->root, b);
   p->count--;
+  if (r->by_addr) r->aroot = atreap_remove(r->aroot, b);
+}
+
+/* ---------- sticky placement ---------- */
+
+static inline gml_sticky *sticky_entry(gml_allocator *a, size_t size) {
+  return &a->sticky[((size >> 9) * 0x9E3779B97F4A7C15ull >> 40) & (GML_STICKY_SLOTS - 1)];
+}
+
+static void sticky_note(gml_allocator *a, size_t size, uintptr_t addr) {
+  gml_sticky *e = sticky_entry(a, size);
+  if (e->size != size) memset(e, 0, sizeof *e), e->size = size;
+  for (int k = 0; k < GML_STICKY_WAYS; k++)
+    if (e->addr[k] == addr) return;
+  e->addr[e->next++ % GML_STICKY_WAYS] = addr;
 }
 
 /* ---------- pointer map: open addressing, backward-shift deletion ---------- */
@@ -426,7 +499,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
         if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = slot_unmap(a, s))) return rc;
       }
       int l = a->lists[GML_CL_FRESH].count ? GML_CL_FRESH : GML_CL_CACHED;
-      int32_t ci = a->lists[l].head;
+      int32_t ci = getenv("MRU") && l == GML_CL_CACHED ? a->lists[l].tail : a->lists[l].head;
       if (l == GML_CL_CACHED && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick)))
         return rc;
       if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
@@ -579,6 +652,26 @@ static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, s
   return pick;
 }
 
+/* Where a block of this size was freed lately, if that range is free again
+ * (in this stream's pool or the shared one) and needs no driver call. */
+static gml_block *sticky_fit(gml_allocator *a, gml_region *r, int pi, size_t size, gml_stream stream, uintptr_t *at) {
+  gml_sticky *e = sticky_entry(a, size);
+  if (e->size != size) { if (getenv("STDBG")) fprintf(stderr, "STK %llu %zu noentry\n", (unsigned long long)a->tick, size); return NULL; }
+  int nf = 0, nr = 0;
+  for (uint32_t k = 1; k <= GML_STICKY_WAYS; k++) {
+    uintptr_t addr = e->addr[(e->next - k) % GML_STICKY_WAYS]; /* most recent first */
+    if (!addr) continue;
+    gml_block *f = atreap_find(r->aroot, addr);
+    if (!f || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) { nf++; continue; }
+    unsigned c = window_cost(a, addr, size, stream, 1000);
+    if (c) { nr++; if (getenv("STDBG")) fprintf(stderr, "STK %llu %zu notready cost %u\n", (unsigned long long)a->tick, size, c); continue; }
+    *at = addr;
+    return f;
+  }
+  if (getenv("STDBG")) fprintf(stderr, "STK %llu %zu miss notfree %d notready %d\n", (unsigned long long)a->tick, size, nf, nr);
+  return NULL;
+}
+
 static gml_block *find_fit(gml_allocator *a, gml_region *r, int pi, size_t size) {
   gml_block *b = pi > 0 ? treap_best_fit(r->pools[pi].root, size) : NULL;
   gml_block *c = treap_best_fit(r->pools[0].root, size);
@@ -606,11 +699,23 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   a->tick++;
   gml_region *r = region_for(a, rsize);
   int pi = pool_index(a, r, stream, 1);
+  size_t off = 0; /* where in b the block goes */
+  uintptr_t at;
   gml_block *b = find_fit(a, r, pi, rsize);
   if ((!b || (a->nstreams_seen > 1 && window_cost(a, b->addr, rsize, stream, 1))) && harvest_streams_slow(a, r))
     b = find_fit(a, r, pi, rsize);
-  int at_end = 0;
-  if (b && window_cost(a, b->addr, rsize, stream, 1)) b = find_ready_fit_slow(a, r, pi, rsize, stream, b, &at_end);
+  if (b && window_cost(a, b->addr, rsize, stream, 1)) {
+    gml_block *sb = NULL;
+    if (r->by_addr && !getenv("NOSTICKY") && (sb = sticky_fit(a, r, pi, rsize, stream, &at))) {
+      off = at - sb->addr;
+      a->sticky_hits++;
+      b = sb;
+    } else {
+      int at_end = 0;
+      b = find_ready_fit_slow(a, r, pi, rsize, stream, b, &at_end);
+      if (at_end) off = b->size - rsize;
+    }
+  }
   if (!b) {
     format_oom(a, size, GML_ENOMEM);
     snprintf(a->last_error + strlen(a->last_error), sizeof a->last_error - strlen(a->last_error),
@@ -620,22 +725,22 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     return GML_ENOMEM;
   }
   pool_del(r, b);
-  if (at_end && b->size > rsize) { /* serve from the end: the front stays free */
-    gml_block *tail = block_new(a);
-    if (tail) {
-      tail->addr = b->addr + b->size - rsize;
-      tail->size = rsize;
-      tail->region = b->region;
-      tail->is_free = 1;
-      tail->stream = b->stream;
-      tail->pool = b->pool;
-      tail->prev = b;
-      tail->next = b->next;
-      if (b->next) b->next->prev = tail;
-      b->next = tail;
-      b->size -= rsize;
+  if (off) { /* the front of b stays free */
+    gml_block *nb = block_new(a);
+    if (nb) {
+      nb->addr = b->addr + off;
+      nb->size = b->size - off;
+      nb->region = b->region;
+      nb->is_free = 1;
+      nb->stream = b->stream;
+      nb->pool = b->pool;
+      nb->prev = b;
+      nb->next = b->next;
+      if (b->next) b->next->prev = nb;
+      b->next = nb;
+      b->size = off;
       pool_add(r, b->pool, b);
-      b = tail;
+      b = nb;
     }
   }
   /* Claim the slots first, so that stitching cannot take their chunks. */
@@ -715,6 +820,7 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   a->allocated -= b->size;
   if (b->stitched) a->stitched -= b->size;
   a->free_count++;
+  if (r->by_addr) sticky_note(a, b->size, b->addr);
   b->is_free = 1;
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
   b->has_event = 0;
@@ -814,7 +920,8 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->slot_anext = malloc(a->nslots * sizeof *a->slot_anext);
   a->slot_aprev = malloc(a->nslots * sizeof *a->slot_aprev);
   a->slot_stream = calloc(a->nslots, sizeof *a->slot_stream);
-  if (!a->slot_chunk || !a->slot_use || !a->slot_anext || !a->slot_aprev || !a->slot_idle_tick || !a->slot_stream) {
+  a->sticky = calloc(GML_STICKY_SLOTS, sizeof *a->sticky);
+  if (!a->sticky || !a->slot_chunk || !a->slot_use || !a->slot_anext || !a->slot_aprev || !a->slot_idle_tick || !a->slot_stream) {
     gml_alloc_destroy(a);
     return GML_ENOMEM;
   }
@@ -837,6 +944,7 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
     b->region = (uint8_t)i;
     b->is_free = 1;
     r->first = b;
+    r->by_addr = i == 1;
     pool_add(r, 0, b);
   }
   return 0;
@@ -952,7 +1060,7 @@ void gml_alloc_destroy(gml_allocator *a) {
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
   for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
   free(a->slot_chunk), free(a->slot_use), free(a->slot_anext), free(a->slot_aprev), free(a->slot_idle_tick);
-  free(a->slot_stream), free(a->chunks);
+  free(a->slot_stream), free(a->chunks), free(a->sticky);
   free(a->live.keys), free(a->live.vals);
   while (a->spare) {
     gml_block *n = a->spare->next;

@@ -52,6 +52,8 @@ typedef struct gml_region {
   size_t size;
   uint32_t first_slot;
   gml_block *first; /* the block at base: never merged away */
+  int by_addr;      /* keeps `aroot`, its free blocks by address (large region) */
+  gml_block *aroot;
   gml_pool pools[GML_MAX_STREAMS + 1]; /* [0] = any stream (no pending work) */
 } gml_region;
 
@@ -75,6 +77,17 @@ typedef struct gml_clist {
   int32_t head, tail;
   size_t count;
 } gml_clist;
+
+/* Where blocks of a size were last freed (large region): a request of that
+ * size tries those addresses first, so a repeated step lays its blocks out
+ * as last time and finds their chunks still mapped there. */
+#define GML_STICKY_SLOTS 4096
+#define GML_STICKY_WAYS 64
+typedef struct gml_sticky {
+  size_t size;
+  uintptr_t addr[GML_STICKY_WAYS];
+  uint32_t next;
+} gml_sticky;
 
 typedef struct gml_ptrmap {
   uintptr_t *keys;
@@ -108,13 +121,14 @@ typedef struct gml_allocator {
   int32_t dead;
   gml_clist lists[3];    /* [GML_CL_FRESH], [GML_CL_CACHED] (LRU: head freed longest ago) */
   gml_ptrmap live;
+  gml_sticky *sticky;    /* GML_STICKY_SLOTS entries, by size */
   gml_block *spare;      /* free list of block structs */
   uint64_t rng;
   int nstreams_seen;
   gml_stream streams_seen[GML_MAX_STREAMS];
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
-  uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
+  uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, sticky_hits, ooms, chunks_acquired, chunks_released;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;
