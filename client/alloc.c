@@ -499,7 +499,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
         if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = slot_unmap(a, s))) return rc;
       }
       int l = a->lists[GML_CL_FRESH].count ? GML_CL_FRESH : GML_CL_CACHED;
-      int32_t ci = getenv("MRU") && l == GML_CL_CACHED ? a->lists[l].tail : a->lists[l].head;
+      int32_t ci = a->lists[l].head;
       if (l == GML_CL_CACHED && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick)))
         return rc;
       if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
@@ -653,23 +653,29 @@ static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, s
 }
 
 /* Where a block of this size was freed lately, if that range is free again
- * (in this stream's pool or the shared one) and needs no driver call. */
+ * (in this stream's pool or the shared one) and needs no driver call; of
+ * several, the one whose chunks are mapped in the fewest other places (the
+ * layouts those belong to may come back). */
 static gml_block *sticky_fit(gml_allocator *a, gml_region *r, int pi, size_t size, gml_stream stream, uintptr_t *at) {
   gml_sticky *e = sticky_entry(a, size);
-  if (e->size != size) { if (getenv("STDBG")) fprintf(stderr, "STK %llu %zu noentry\n", (unsigned long long)a->tick, size); return NULL; }
-  int nf = 0, nr = 0;
+  if (e->size != size) return NULL;
+  gml_block *pick = NULL;
+  unsigned best = UINT_MAX;
   for (uint32_t k = 1; k <= GML_STICKY_WAYS; k++) {
     uintptr_t addr = e->addr[(e->next - k) % GML_STICKY_WAYS]; /* most recent first */
     if (!addr) continue;
     gml_block *f = atreap_find(r->aroot, addr);
-    if (!f || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) { nf++; continue; }
-    unsigned c = window_cost(a, addr, size, stream, 1000);
-    if (c) { nr++; if (getenv("STDBG")) fprintf(stderr, "STK %llu %zu notready cost %u\n", (unsigned long long)a->tick, size, c); continue; }
-    *at = addr;
-    return f;
+    if (!f || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) continue;
+    if (window_cost(a, addr, size, stream, 1)) continue;
+    unsigned aliases = 0; /* chunks also mapped elsewhere: other layouts may want them */
+    for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last && aliases < best; s++)
+      if (!a->slot_use[s]) aliases += a->chunks[a->slot_chunk[s]].nmaps - 1;
+    if (aliases < best) {
+      best = aliases, pick = f, *at = addr;
+      if (!aliases) break;
+    }
   }
-  if (getenv("STDBG")) fprintf(stderr, "STK %llu %zu miss notfree %d notready %d\n", (unsigned long long)a->tick, size, nf, nr);
-  return NULL;
+  return pick;
 }
 
 static gml_block *find_fit(gml_allocator *a, gml_region *r, int pi, size_t size) {
@@ -706,7 +712,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     b = find_fit(a, r, pi, rsize);
   if (b && window_cost(a, b->addr, rsize, stream, 1)) {
     gml_block *sb = NULL;
-    if (r->by_addr && !getenv("NOSTICKY") && (sb = sticky_fit(a, r, pi, rsize, stream, &at))) {
+    if (r->by_addr && (sb = sticky_fit(a, r, pi, rsize, stream, &at))) {
       off = at - sb->addr;
       a->sticky_hits++;
       b = sb;

@@ -37,11 +37,14 @@ typedef struct step_sample {
   uint64_t live, maps, unmaps, access, syncs;
 } step_sample;
 
-/* Modelled cost of the driver calls the allocator made (microseconds per
- * call, measured on an H100: see BENCHMARKS.md). Override with
- * GMLAKE_REPLAY_COST="unmap,map,access,sync". */
+/* Modelled cost of the driver calls the allocator made, in microseconds,
+ * from bench/vmm_cost.c on an idle H100 (BENCHMARKS.md): cuMemUnmap 17.6 per
+ * chunk; cuMemMap 1.0 plus cuMemSetAccess 27 per newly mapped chunk (whether
+ * set one by one or for a whole run), so "map" carries both and a set-access
+ * call costs nothing more; a synchronize is a guess. Busy GPUs cost more.
+ * Override with GMLAKE_REPLAY_COST="unmap,map,access,sync". */
 static void step_costs(double *c) {
-  c[0] = 22, c[1] = 2, c[2] = 30, c[3] = 100;
+  c[0] = 18, c[1] = 28, c[2] = 0, c[3] = 100;
   const char *e = getenv("GMLAKE_REPLAY_COST");
   if (e) sscanf(e, "%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]);
 }
