@@ -18,8 +18,7 @@ struct gml_block {
   uintptr_t addr;
   size_t size;
   gml_block *prev, *next;   /* address order within the region */
-  gml_block *left, *right;  /* treap children (free blocks only) */
-  gml_block *aleft, *aright; /* address treap children (free, large region) */
+  gml_block *kid[2][2];     /* free blocks: children [T_SIZE or T_ADDR treap][left, right] */
   uint32_t prio;
   uint8_t is_free;
   uint8_t region;
@@ -48,62 +47,61 @@ static void block_put(gml_allocator *a, gml_block *b) {
   a->spare = b;
 }
 
-/* ---------- treap of free blocks, keyed (size, addr) ---------- */
+/* ---------- treaps of free blocks: by (size, addr), and by addr ---------- */
+
+enum { T_SIZE = 0, T_ADDR = 1 };
+#define L(n) (n)->kid[t][0]
+#define R(n) (n)->kid[t][1]
 
 static inline int key_less(const gml_block *x, const gml_block *y) {
   return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
+static inline int tree_less(int t, const gml_block *x, const gml_block *y) {
+  return t == T_ADDR ? x->addr < y->addr : key_less(x, y);
+}
 
-static gml_block *treap_insert(gml_block *root, gml_block *b) {
+static gml_block *tinsert(int t, gml_block *root, gml_block *b) {
   if (!root) {
-    b->left = b->right = NULL;
+    L(b) = R(b) = NULL;
     return b;
   }
-  if (key_less(b, root)) {
-    root->left = treap_insert(root->left, b);
-    if (root->left->prio > root->prio) {
-      gml_block *l = root->left;
-      root->left = l->right;
-      l->right = root;
-      return l;
-    }
-  } else {
-    root->right = treap_insert(root->right, b);
-    if (root->right->prio > root->prio) {
-      gml_block *r = root->right;
-      root->right = r->left;
-      r->left = root;
-      return r;
-    }
+  int side = !tree_less(t, b, root);
+  gml_block *c = root->kid[t][side] = tinsert(t, root->kid[t][side], b);
+  if (c->prio > root->prio) { /* rotate c up */
+    root->kid[t][side] = c->kid[t][!side];
+    c->kid[t][!side] = root;
+    return c;
   }
   return root;
 }
 
-static gml_block *treap_merge(gml_block *l, gml_block *r) {
+static gml_block *tmerge(int t, gml_block *l, gml_block *r) {
   if (!l) return r;
   if (!r) return l;
   if (l->prio > r->prio) {
-    l->right = treap_merge(l->right, r);
+    R(l) = tmerge(t, R(l), r);
     return l;
   }
-  r->left = treap_merge(l, r->left);
+  L(r) = tmerge(t, l, L(r));
   return r;
 }
 
-static gml_block *treap_remove(gml_block *root, gml_block *b) {
+static gml_block *tremove(int t, gml_block *root, gml_block *b) {
   if (!root) return NULL;
-  if (root == b) return treap_merge(b->left, b->right);
-  if (key_less(b, root)) root->left = treap_remove(root->left, b);
-  else root->right = treap_remove(root->right, b);
+  if (root == b) return tmerge(t, L(b), R(b));
+  if (tree_less(t, b, root)) L(root) = tremove(t, L(root), b);
+  else R(root) = tremove(t, R(root), b);
   return root;
 }
+#undef L
+#undef R
 
 static void treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
   if (!n || *k >= max) return;
-  if (n->size >= want) treap_collect_ge(n->left, want, out, k, max);
+  if (n->size >= want) treap_collect_ge(n->kid[T_SIZE][0], want, out, k, max);
   if (*k >= max) return;
   if (n->size >= want) out[(*k)++] = n;
-  treap_collect_ge(n->right, want, out, k, max);
+  treap_collect_ge(n->kid[T_SIZE][1], want, out, k, max);
 }
 
 /* Smallest (size, addr) with size >= want. */
@@ -112,65 +110,19 @@ static gml_block *treap_best_fit(gml_block *root, size_t want) {
   while (root) {
     if (root->size >= want) {
       best = root;
-      root = root->left;
+      root = root->kid[T_SIZE][0];
     } else {
-      root = root->right;
+      root = root->kid[T_SIZE][1];
     }
   }
   return best;
 }
 
-/* ---------- treap of a region's free blocks by address ---------- */
-
-static gml_block *atreap_insert(gml_block *root, gml_block *b) {
-  if (!root) {
-    b->aleft = b->aright = NULL;
-    return b;
-  }
-  if (b->addr < root->addr) {
-    root->aleft = atreap_insert(root->aleft, b);
-    if (root->aleft->prio > root->prio) {
-      gml_block *l = root->aleft;
-      root->aleft = l->aright;
-      l->aright = root;
-      return l;
-    }
-  } else {
-    root->aright = atreap_insert(root->aright, b);
-    if (root->aright->prio > root->prio) {
-      gml_block *r = root->aright;
-      root->aright = r->aleft;
-      r->aleft = root;
-      return r;
-    }
-  }
-  return root;
-}
-
-static gml_block *atreap_merge(gml_block *l, gml_block *r) {
-  if (!l) return r;
-  if (!r) return l;
-  if (l->prio > r->prio) {
-    l->aright = atreap_merge(l->aright, r);
-    return l;
-  }
-  r->aleft = atreap_merge(l, r->aleft);
-  return r;
-}
-
-static gml_block *atreap_remove(gml_block *root, gml_block *b) {
-  if (!root) return NULL;
-  if (root == b) return atreap_merge(b->aleft, b->aright);
-  if (b->addr < root->addr) root->aleft = atreap_remove(root->aleft, b);
-  else root->aright = atreap_remove(root->aright, b);
-  return root;
-}
-
 /* The free block holding addr, if any. */
-static gml_block *atreap_find(gml_block *n, uintptr_t addr) {
+static gml_block *tree_find_addr(gml_block *n, uintptr_t addr) {
   while (n) {
-    if (addr < n->addr) n = n->aleft;
-    else if (addr >= n->addr + n->size) n = n->aright;
+    if (addr < n->addr) n = n->kid[T_ADDR][0];
+    else if (addr >= n->addr + n->size) n = n->kid[T_ADDR][1];
     else return n;
   }
   return NULL;
@@ -197,16 +149,16 @@ static int pool_index(gml_allocator *a, gml_region *r, gml_stream s, int create)
 
 static void pool_add(gml_region *r, int pi, gml_block *b) {
   b->pool = (uint8_t)pi;
-  r->pools[pi].root = treap_insert(r->pools[pi].root, b);
+  r->pools[pi].root = tinsert(T_SIZE, r->pools[pi].root, b);
   r->pools[pi].count++;
-  if (r->by_addr) r->aroot = atreap_insert(r->aroot, b);
+  if (r->by_addr) r->aroot = tinsert(T_ADDR, r->aroot, b);
 }
 
 static void pool_del(gml_region *r, gml_block *b) {
   gml_pool *p = &r->pools[b->pool];
-  p->root = treap_remove(p->root, b);
+  p->root = tremove(T_SIZE, p->root, b);
   p->count--;
-  if (r->by_addr) r->aroot = atreap_remove(r->aroot, b);
+  if (r->by_addr) r->aroot = tremove(T_ADDR, r->aroot, b);
 }
 
 /* ---------- sticky placement ---------- */
@@ -629,7 +581,7 @@ static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, s
   /* and the largest free blocks: the never-used VA above everything */
   for (int q = 0; q < 2; q++) {
     gml_block *top = r->pools[q ? pi : 0].root;
-    while (top && top->right) top = top->right;
+    while (top && top->kid[T_SIZE][1]) top = top->kid[T_SIZE][1];
     int dup = !top || top->size < size || (q && !pi);
     for (int i = 0; i < k && !dup; i++) dup = cand[i] == top;
     if (!dup) cand[k++] = top;
@@ -664,7 +616,7 @@ static gml_block *sticky_fit(gml_allocator *a, gml_region *r, int pi, size_t siz
   for (uint32_t k = 1; k <= GML_STICKY_WAYS; k++) {
     uintptr_t addr = e->addr[(e->next - k) % GML_STICKY_WAYS]; /* most recent first */
     if (!addr) continue;
-    gml_block *f = atreap_find(r->aroot, addr);
+    gml_block *f = tree_find_addr(r->aroot, addr);
     if (!f || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) continue;
     if (window_cost(a, addr, size, stream, 1)) continue;
     unsigned aliases = 0; /* chunks also mapped elsewhere: other layouts may want them */
@@ -693,6 +645,25 @@ static void format_oom(gml_allocator *a, size_t size, int rc) {
            gml_format_bytes(a->allocated, s2, sizeof s2), gml_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3),
            gml_format_bytes(reserved_bytes(a), s4, sizeof s4), rc == GML_EQUOTA ? " (quota reached)" : "",
            rc == GML_EDAEMON ? " (daemon gone)" : "");
+}
+
+/* Cut free block b (in no tree) at offset `at`: b keeps the front, the
+ * returned free block (in no tree yet) the rest; NULL if out of memory. */
+static gml_block *block_split(gml_allocator *a, gml_block *b, size_t at) {
+  gml_block *n = block_new(a);
+  if (!n) return NULL;
+  n->addr = b->addr + at;
+  n->size = b->size - at;
+  n->region = b->region;
+  n->is_free = 1;
+  n->stream = b->stream;
+  n->pool = b->pool;
+  n->prev = b;
+  n->next = b->next;
+  if (b->next) b->next->prev = n;
+  b->next = n;
+  b->size = at;
+  return n;
 }
 
 int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr) {
@@ -732,19 +703,8 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   }
   pool_del(r, b);
   if (off) { /* the front of b stays free */
-    gml_block *nb = block_new(a);
+    gml_block *nb = block_split(a, b, off);
     if (nb) {
-      nb->addr = b->addr + off;
-      nb->size = b->size - off;
-      nb->region = b->region;
-      nb->is_free = 1;
-      nb->stream = b->stream;
-      nb->pool = b->pool;
-      nb->prev = b;
-      nb->next = b->next;
-      if (b->next) b->next->prev = nb;
-      b->next = nb;
-      b->size = off;
       pool_add(r, b->pool, b);
       b = nb;
     }
@@ -769,20 +729,8 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     }
   }
   if (b->size - rsize >= GML_ALIGN) {
-    gml_block *rest = block_new(a);
-    if (rest) {
-      rest->addr = b->addr + rsize;
-      rest->size = b->size - rsize;
-      rest->region = b->region;
-      rest->is_free = 1;
-      rest->stream = b->stream;
-      rest->prev = b;
-      rest->next = b->next;
-      if (b->next) b->next->prev = rest;
-      b->next = rest;
-      b->size = rsize;
-      pool_add(r, b->pool, rest);
-    }
+    gml_block *rest = block_split(a, b, rsize);
+    if (rest) pool_add(r, b->pool, rest);
   }
   if (b->has_event) {
     a->be->ops->event_destroy(a->be, b->event);
