@@ -311,7 +311,7 @@ static inline void slot_release(gml_allocator *a, uint32_t s) {
  * the stream that freed it runs first anyway; other streams need the fence. */
 static inline int chunk_ready_for(gml_allocator *a, int32_t ci, gml_stream stream) {
   gml_pchunk *c = &a->chunks[ci];
-  return (c->free_stream == stream && stream != GML_STREAM_MIXED) || c->free_tick < a->safe_tick;
+  return c->free_stream == stream || c->free_tick < a->safe_tick; /* MIXED matches no stream */
 }
 
 /* Slot s becomes touched by a block on `stream`: take its mapped chunk if
@@ -685,7 +685,6 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     gml_block *sb = NULL;
     if (r->by_addr && (sb = sticky_fit(a, r, pi, rsize, stream, &at))) {
       off = at - sb->addr;
-      a->sticky_hits++;
       b = sb;
     } else {
       int at_end = 0;

@@ -134,7 +134,7 @@ typedef struct gml_allocator {
   gml_stream streams_seen[GML_MAX_STREAMS];
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
-  uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, sticky_hits, ooms, chunks_acquired, chunks_released;
+  uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;
