@@ -148,11 +148,12 @@ class Daemon:
         else:
             raise RuntimeError("gmlaked did not start: " + open(self.log.name).read())
         if preallocate:  # a warm lake: wait until the daemon created it
-            want = int(float(preallocate.rstrip("GiB")) * 2**30) // (2 << 20)
+            want = int(float(preallocate.rstrip("GiB")) * 2**30)
             t0 = time.time()
             while time.time() - t0 < 60:
                 out = self.ctl_cmd("stats", "--json")
-                if out and json.loads(out)["chunks_total"] >= want:
+                st = json.loads(out) if out else None
+                if st and st["chunks_total"] * st["chunk_size"] >= want:
                     break
                 time.sleep(0.2)
             self.warm_s = round(time.time() - t0, 1)
