@@ -18,7 +18,9 @@ struct gml_block {
   uintptr_t addr;
   size_t size;
   gml_block *prev, *next;   /* address order within the region */
-  gml_block *kid[2][2];     /* free blocks: children [T_SIZE or T_ADDR treap][left, right] */
+  gml_block *kid[2];        /* free blocks: treap children, left and right */
+  gml_block *fwd;           /* dead (merged away): the block that absorbed it */
+  uint8_t dead;             /* on the spare list */
   uint32_t prio;
   uint8_t is_free;
   uint8_t region;
@@ -42,66 +44,64 @@ static gml_block *block_new(gml_allocator *a) {
   return b;
 }
 
-static void block_put(gml_allocator *a, gml_block *b) {
+/* b was merged into `into` (NULL: none): its struct goes to the spare list
+ * and keeps a forwarding pointer for sticky placement's hints. */
+static void block_put(gml_allocator *a, gml_block *b, gml_block *into) {
+  b->dead = 1;
+  b->fwd = into;
   b->next = a->spare;
   a->spare = b;
 }
 
-/* ---------- treaps of free blocks: by (size, addr), and by addr ---------- */
+/* ---------- treap of free blocks, keyed (size, addr) ---------- */
 
-enum { T_SIZE = 0, T_ADDR = 1 };
-#define L(n) (n)->kid[t][0]
-#define R(n) (n)->kid[t][1]
+#define L(n) (n)->kid[0]
+#define R(n) (n)->kid[1]
 
 static inline int key_less(const gml_block *x, const gml_block *y) {
   return x->size < y->size || (x->size == y->size && x->addr < y->addr);
 }
-static inline int tree_less(int t, const gml_block *x, const gml_block *y) {
-  return t == T_ADDR ? x->addr < y->addr : key_less(x, y);
-}
 
-static gml_block *tinsert(int t, gml_block *root, gml_block *b) {
+static gml_block *treap_insert(gml_block *root, gml_block *b) {
   if (!root) {
     L(b) = R(b) = NULL;
     return b;
   }
-  int side = !tree_less(t, b, root);
-  gml_block *c = root->kid[t][side] = tinsert(t, root->kid[t][side], b);
+  int side = !key_less(b, root);
+  gml_block *c = root->kid[side] = treap_insert(root->kid[side], b);
   if (c->prio > root->prio) { /* rotate c up */
-    root->kid[t][side] = c->kid[t][!side];
-    c->kid[t][!side] = root;
+    root->kid[side] = c->kid[!side];
+    c->kid[!side] = root;
     return c;
   }
   return root;
 }
 
-static gml_block *tmerge(int t, gml_block *l, gml_block *r) {
+static gml_block *treap_merge(gml_block *l, gml_block *r) {
   if (!l) return r;
   if (!r) return l;
   if (l->prio > r->prio) {
-    R(l) = tmerge(t, R(l), r);
+    R(l) = treap_merge(R(l), r);
     return l;
   }
-  L(r) = tmerge(t, l, L(r));
+  L(r) = treap_merge(l, L(r));
   return r;
 }
 
-static gml_block *tremove(int t, gml_block *root, gml_block *b) {
+static gml_block *treap_remove(gml_block *root, gml_block *b) {
   if (!root) return NULL;
-  if (root == b) return tmerge(t, L(b), R(b));
-  if (tree_less(t, b, root)) L(root) = tremove(t, L(root), b);
-  else R(root) = tremove(t, R(root), b);
+  if (root == b) return treap_merge(L(b), R(b));
+  if (key_less(b, root)) L(root) = treap_remove(L(root), b);
+  else R(root) = treap_remove(R(root), b);
   return root;
 }
-#undef L
-#undef R
 
 static void treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
   if (!n || *k >= max) return;
-  if (n->size >= want) treap_collect_ge(n->kid[T_SIZE][0], want, out, k, max);
+  if (n->size >= want) treap_collect_ge(L(n), want, out, k, max);
   if (*k >= max) return;
   if (n->size >= want) out[(*k)++] = n;
-  treap_collect_ge(n->kid[T_SIZE][1], want, out, k, max);
+  treap_collect_ge(R(n), want, out, k, max);
 }
 
 /* Smallest (size, addr) with size >= want. */
@@ -110,23 +110,28 @@ static gml_block *treap_best_fit(gml_block *root, size_t want) {
   while (root) {
     if (root->size >= want) {
       best = root;
-      root = root->kid[T_SIZE][0];
+      root = L(root);
     } else {
-      root = root->kid[T_SIZE][1];
+      root = R(root);
     }
   }
   return best;
 }
 
-/* The free block holding addr, if any. */
-static gml_block *tree_find_addr(gml_block *n, uintptr_t addr) {
-  while (n) {
-    if (addr < n->addr) n = n->kid[T_ADDR][0];
-    else if (addr >= n->addr + n->size) n = n->kid[T_ADDR][1];
-    else return n;
+/* The block holding addr (region 1), found from a block seen near it
+ * before: follow merges forward, then neighbours; NULL if that is far. */
+static gml_block *block_near(gml_block *b, uintptr_t addr) {
+  for (int i = 0; b && b->dead && i < 8; i++) b = b->fwd;
+  if (!b || b->dead || b->region != 1) return NULL;
+  for (int i = 0; b && i < 256; i++) {
+    if (addr < b->addr) b = b->prev;
+    else if (addr >= b->addr + b->size) b = b->next;
+    else return b;
   }
   return NULL;
 }
+#undef L
+#undef R
 
 /* ---------- pools (one free tree per stream, [0] = any stream) ---------- */
 
@@ -149,16 +154,14 @@ static int pool_index(gml_allocator *a, gml_region *r, gml_stream s, int create)
 
 static void pool_add(gml_region *r, int pi, gml_block *b) {
   b->pool = (uint8_t)pi;
-  r->pools[pi].root = tinsert(T_SIZE, r->pools[pi].root, b);
+  r->pools[pi].root = treap_insert(r->pools[pi].root, b);
   r->pools[pi].count++;
-  if (r->by_addr) r->aroot = tinsert(T_ADDR, r->aroot, b);
 }
 
 static void pool_del(gml_region *r, gml_block *b) {
   gml_pool *p = &r->pools[b->pool];
-  p->root = tremove(T_SIZE, p->root, b);
+  p->root = treap_remove(p->root, b);
   p->count--;
-  if (r->by_addr) r->aroot = tremove(T_ADDR, r->aroot, b);
 }
 
 /* ---------- sticky placement ---------- */
@@ -167,11 +170,15 @@ static inline gml_sticky *sticky_entry(gml_allocator *a, size_t size) {
   return &a->sticky[((size >> 9) * 0x9E3779B97F4A7C15ull >> 40) & (GML_STICKY_SLOTS - 1)];
 }
 
-static void sticky_note(gml_allocator *a, size_t size, uintptr_t addr) {
+static void sticky_note(gml_allocator *a, size_t size, uintptr_t addr, gml_block *near) {
   gml_sticky *e = sticky_entry(a, size);
   if (e->size != size) memset(e, 0, sizeof *e), e->size = size;
   for (int k = 0; k < GML_STICKY_WAYS; k++)
-    if (e->addr[k] == addr) return;
+    if (e->addr[k] == addr) {
+      e->near[k] = near;
+      return;
+    }
+  e->near[e->next % GML_STICKY_WAYS] = near;
   e->addr[e->next++ % GML_STICKY_WAYS] = addr;
 }
 
@@ -496,7 +503,7 @@ static gml_block *coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     if (n->has_event) a->be->ops->event_destroy(a->be, n->event);
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     b->has_event = 0; /* re-recorded at the next harvest: covers both */
-    block_put(a, n);
+    block_put(a, n, b);
   }
   gml_block *p = b->prev;
   if (p && p->is_free && p->pool == b->pool) {
@@ -507,7 +514,7 @@ static gml_block *coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     if (p->has_event) a->be->ops->event_destroy(a->be, p->event);
     p->has_event = 0;
-    block_put(a, b);
+    block_put(a, b, p);
     b = p;
   }
   return b;
@@ -581,7 +588,7 @@ static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, s
   /* and the largest free blocks: the never-used VA above everything */
   for (int q = 0; q < 2; q++) {
     gml_block *top = r->pools[q ? pi : 0].root;
-    while (top && top->kid[T_SIZE][1]) top = top->kid[T_SIZE][1];
+    while (top && top->kid[1]) top = top->kid[1];
     int dup = !top || top->size < size || (q && !pi);
     for (int i = 0; i < k && !dup; i++) dup = cand[i] == top;
     if (!dup) cand[k++] = top;
@@ -608,16 +615,17 @@ static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, s
  * (in this stream's pool or the shared one) and needs no driver call; of
  * several, the one whose chunks are mapped in the fewest other places (the
  * layouts those belong to may come back). */
-static gml_block *sticky_fit(gml_allocator *a, gml_region *r, int pi, size_t size, gml_stream stream, uintptr_t *at) {
+static gml_block *sticky_fit(gml_allocator *a, int pi, size_t size, gml_stream stream, uintptr_t *at) {
   gml_sticky *e = sticky_entry(a, size);
   if (e->size != size) return NULL;
   gml_block *pick = NULL;
   unsigned best = UINT_MAX;
   for (uint32_t k = 1; k <= GML_STICKY_WAYS; k++) {
-    uintptr_t addr = e->addr[(e->next - k) % GML_STICKY_WAYS]; /* most recent first */
+    uint32_t w = (e->next - k) % GML_STICKY_WAYS; /* most recent first */
+    uintptr_t addr = e->addr[w];
     if (!addr) continue;
-    gml_block *f = tree_find_addr(r->aroot, addr);
-    if (!f || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) continue;
+    gml_block *f = block_near(e->near[w], addr);
+    if (!f || !f->is_free || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) continue;
     if (window_cost(a, addr, size, stream, 1)) continue;
     unsigned aliases = 0; /* chunks also mapped elsewhere: other layouts may want them */
     for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last && aliases < best; s++)
@@ -683,7 +691,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     b = find_fit(a, r, pi, rsize);
   if (b && window_cost(a, b->addr, rsize, stream, 1)) {
     gml_block *sb = NULL;
-    if (r->by_addr && (sb = sticky_fit(a, r, pi, rsize, stream, &at))) {
+    if (r == &a->regions[1] && (sb = sticky_fit(a, pi, rsize, stream, &at))) {
       off = at - sb->addr;
       b = sb;
     } else {
@@ -773,11 +781,13 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   a->allocated -= b->size;
   if (b->stitched) a->stitched -= b->size;
   a->free_count++;
-  if (r->by_addr) sticky_note(a, b->size, b->addr);
+  size_t fsize = b->size;
+  uintptr_t faddr = b->addr;
   b->is_free = 1;
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
   b->has_event = 0;
   b = coalesce(a, r, b);
+  if (b->region == 1) sticky_note(a, fsize, faddr, b);
   pool_add(r, b->pool, b);
   pthread_mutex_unlock(&a->lock);
   return 0;
@@ -897,7 +907,6 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
     b->region = (uint8_t)i;
     b->is_free = 1;
     r->first = b;
-    r->by_addr = i == 1;
     pool_add(r, 0, b);
   }
   return 0;

@@ -58,8 +58,6 @@ typedef struct gml_region {
   size_t size;
   uint32_t first_slot;
   gml_block *first; /* the block at base: never merged away */
-  int by_addr;      /* keeps `aroot`, its free blocks by address (large region) */
-  gml_block *aroot;
   gml_pool pools[GML_MAX_STREAMS + 1]; /* [0] = any stream (no pending work) */
 } gml_region;
 
@@ -85,13 +83,17 @@ typedef struct gml_clist {
 } gml_clist;
 
 /* Where blocks of a size were last freed (large region): a request of that
- * size tries those addresses first, so a repeated step lays its blocks out
- * as last time and finds their chunks still mapped there. */
+ * size whose best fit needs driver calls tries those addresses, so a
+ * repeated step lays its blocks out as last time and finds their chunks
+ * still mapped there. Each address keeps a hint (the free block it merged
+ * into) from which the block now holding it is found by a short walk, so
+ * no index by address has to be kept up to date on the fast path. */
 #define GML_STICKY_SLOTS 4096
 #define GML_STICKY_WAYS 32
 typedef struct gml_sticky {
   size_t size;
   uintptr_t addr[GML_STICKY_WAYS];
+  gml_block *near[GML_STICKY_WAYS]; /* a block at or near addr then (a hint, checked) */
   uint32_t next;
 } gml_sticky;
 
