@@ -203,7 +203,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       gml_stats_get(c, &s4);
       samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs};
     }
-    if (getenv("GMLAKE_REPLAY_PROGRESS") && (res->allocs + res->frees) % 10000 == 0) {
+    if ((res->allocs + res->frees) % 10000 == 0 && getenv("GMLAKE_REPLAY_PROGRESS")) {
       gml_stats s3;
       gml_stats_get(c, &s3);
       fprintf(stderr, "  ops %llu maps %llu unmaps %llu reserved %.2f GiB\n", (unsigned long long)(res->allocs + res->frees),
