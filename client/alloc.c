@@ -271,6 +271,12 @@ static void clist_unlink(gml_allocator *a, int32_t ci) {
   L->count--;
 }
 
+/* Free chunk ci becomes owned by slot s. */
+static inline void chunk_own(gml_allocator *a, int32_t ci, uint32_t s) {
+  clist_unlink(a, ci);
+  a->chunks[ci].owner = (int32_t)s;
+}
+
 /* Record that slot s now maps chunk ci (the backend call is done). */
 static void slot_link(gml_allocator *a, uint32_t s, int32_t ci) {
   gml_pchunk *c = &a->chunks[ci];
@@ -331,8 +337,7 @@ static inline int slot_claim(gml_allocator *a, uint32_t s, gml_stream stream) {
   a->slot_stream[s] = stream;
   int32_t ci = a->slot_chunk[s];
   if (ci >= 0 && a->chunks[ci].owner < 0 && chunk_ready_for(a, ci, stream)) {
-    clist_unlink(a, ci);
-    a->chunks[ci].owner = (int32_t)s;
+    chunk_own(a, ci, s);
     return 0;
   }
   return 1;
@@ -438,8 +443,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
     if (ci >= 0 && a->chunks[ci].owner < 0) { /* free here, not ready for this stream yet */
       int rc = device_past(a, a->chunks[ci].free_tick);
       if (rc) return rc;
-      clist_unlink(a, ci);
-      a->chunks[ci].owner = (int32_t)s;
+      chunk_own(a, ci, s);
       continue;
     }
     need++;
@@ -462,8 +466,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
       if (l == GML_CL_CACHED && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick)))
         return rc;
       if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
-      clist_unlink(a, ci);
-      a->chunks[ci].owner = (int32_t)s;
+      chunk_own(a, ci, s);
       slot_link(a, s, ci);
       a->maps++;
       *stole |= l == GML_CL_CACHED;
@@ -687,9 +690,12 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   size_t off = 0; /* where in b the block goes */
   uintptr_t at;
   gml_block *b = find_fit(a, r, pi, rsize);
-  if ((!b || (a->nstreams_seen > 1 && window_cost(a, b->addr, rsize, stream, 1))) && harvest_streams_slow(a, r))
+  int calls = b && window_cost(a, b->addr, rsize, stream, 1); /* the best fit needs driver calls */
+  if ((!b || (a->nstreams_seen > 1 && calls)) && harvest_streams_slow(a, r)) {
     b = find_fit(a, r, pi, rsize);
-  if (b && window_cost(a, b->addr, rsize, stream, 1)) {
+    calls = b && window_cost(a, b->addr, rsize, stream, 1);
+  }
+  if (calls) {
     gml_block *sb = NULL;
     if (r == &a->regions[1] && (sb = sticky_fit(a, pi, rsize, stream, &at))) {
       off = at - sb->addr;
