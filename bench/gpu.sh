@@ -1,9 +1,10 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
-#   bench/gpu.sh [build] [vmm] [test] [lease] [replay] [torch[:w]]... [shared]   (default: all)
+#   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [shared]   (default: all)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
+# stall:  whether VMM calls slow the GPU work running beside them (bench/vmm_stall.py)
 # test:   the multi-process integration tests with the daemon on the cuda backend
 # lease:  chunk lease latency through the daemon, chunks pre-created (cuda and host)
 # replay: the recorded traces through the real allocator on the cuda backend
@@ -38,6 +39,10 @@ if has vmm; then
     "$BUILD/vmm_cost" >> "$OUTDIR/vmm.txt" 2>&1
   fi
   cat "$OUTDIR/vmm.txt" | tee -a "$SUMMARY"
+fi
+
+if has stall; then
+  PYTHONUNBUFFERED=1 python3 bench/vmm_stall.py 2>&1 | tee -a "$SUMMARY"
 fi
 
 if has test; then

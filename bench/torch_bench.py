@@ -21,6 +21,10 @@ def run_one(workload, config, steps=None):
     for kv in config.split("+")[1:]:  # e.g. gmlake_embedded+GMLAKE_CHUNK_SIZE=8388608: a variant
         k, v = kv.split("=", 1)
         os.environ[k] = v
+    cpus = os.environ.get("GMLAKE_BENCH_CPUS")  # e.g. 4-7: run on these cores only (less run-to-run noise?)
+    if cpus:
+        lo, _, hi = cpus.partition("-")
+        os.sched_setaffinity(0, range(int(lo), int(hi or lo) + 1))
     if config == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if config.endswith("_8m"):
@@ -81,8 +85,22 @@ def run_one(workload, config, steps=None):
             return loss.item()
         return step, 30
 
-    step, n = {"gpt2_ckpt": gpt2_ckpt, "llama_lora": llama_lora, "vit_train": vit_train}[workload]()
-    n = steps or n
+    def alloc_micro():
+        # the allocator's CPU cost as PyTorch sees it: 20,000 torch.empty per step, sizes as in
+        # training (512 B .. 64 MiB), 256 live at a time; no kernels
+        sizes = [rng.choice([512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20, 24 << 20, 64 << 20]) for _ in range(4096)]
+        live = [None] * 256
+        def step(i):
+            for k in range(20000):
+                live[(k * 7919) % 256] = torch.empty(sizes[(k + i) % 4096], dtype=torch.uint8, device=dev)
+            return 0.0
+        return step, 12
+
+    step, n = {"gpt2_ckpt": gpt2_ckpt, "llama_lora": llama_lora, "vit_train": vit_train,
+               "alloc_micro": alloc_micro}[workload]()
+    # GMLAKE_BENCH_STEPS=N: N steps instead of the workload's default (the same shapes first,
+    # then more drawn from the same generator: a longer run of the same training)
+    n = steps or int(os.environ.get("GMLAKE_BENCH_STEPS", "0")) or n
     barrier = os.environ.get("GMLAKE_BENCH_BARRIER")  # "DIR:N": start stepping when N processes are ready
     if barrier:
         bdir, bn = barrier.rsplit(":", 1)
@@ -96,16 +114,30 @@ def run_one(workload, config, steps=None):
         import gmlake as gm
     for i in range(n):
         s0 = gm.stats() if gm and i else None
+        prof = None
+        if os.environ.get("GMLAKE_BENCH_PROFILE_STEP") == str(i):  # where a step's time goes
+            from torch.profiler import profile, ProfilerActivity
+            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            prof.__enter__()
         torch.cuda.synchronize(); t = time.perf_counter()
         losses.append(step(i))
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t) * 1e3
+        if prof:
+            prof.__exit__(None, None, None)
+            ka = prof.key_averages()
+            for key in ("self_cpu_time_total", "self_cuda_time_total"):
+                print("PROFILE step %d %s, by %s:\n%s" % (i, config, key, ka.table(sort_by=key, row_limit=12)),
+                      file=sys.stderr, flush=True)
         if i >= 2:
             times.append(ms)
         if s0:
             s1 = gm.stats()
             trace.append((round(ms, 1), s1["maps"] - s0["maps"], s1["unmaps"] - s0["unmaps"], s1["syncs"] - s0["syncs"],
-                          s1["lease_calls"] - s0["lease_calls"], s1["access_calls"] - s0["access_calls"]))
+                          s1["lease_calls"] - s0["lease_calls"], s1["access_calls"] - s0["access_calls"],
+                          s1["alloc_count"] - s0["alloc_count"], s1["slow_fits"] - s0["slow_fits"],
+                          round((s1["slow_fit_ns"] - s0["slow_fit_ns"]) / 1e6, 2),
+                          round((s1["map_ns"] - s0["map_ns"]) / 1e6, 2), round((s1["malloc_ns"] - s0["malloc_ns"]) / 1e6, 2)))
         else:
             trace.append(round(ms, 1))
         min_free[0] = min(min_free[0], torch.cuda.mem_get_info()[0])
@@ -201,9 +233,9 @@ def table(workloads):
             rows.append(r)
             print(json.dumps(r), flush=True)
     print()
-    hdr = "%-11s %-18s %10s %10s %7s %7s %9s %8s %9s %8s %s" % (
-        "workload", "allocator", "peak_alloc", "peak_resv", "resv/al", "frag", "ms/step", "vs_def", "mean_ms", "vs_def",
-        "losses (vs default)")
+    hdr = "%-11s %-18s %10s %10s %7s %7s %9s %8s %8s %9s %8s %s" % (
+        "workload", "allocator", "peak_alloc", "peak_resv", "resv/al", "frag", "ms/step", "vs_def", "by_rep", "mean_ms",
+        "vs_def", "losses (vs default)")
     print(hdr); print("-" * len(hdr))
     # one row per (workload, config): the median over repeats of each run's median ms/step
     merged = {}
@@ -222,6 +254,16 @@ def table(workloads):
             m["ms_per_step"] = round(statistics.median(m["runs_ms"]), 2)
             m["ms_mean"] = round(statistics.median(m["runs_mean"]), 2)
     base = {k[0]: m for k, m in merged.items() if k[1] == "default" and "error" not in m}
+    # by_rep: each run against the default run of the same repeat (run minutes apart, so
+    # drift of the machine cancels), the median of those ratios
+    by_rep = {}
+    for r in rows:
+        d = [x for x in rows if x["workload"] == r["workload"] and x["config"] == "default" and x["repeat"] == r["repeat"]]
+        if "error" not in r and d and "error" not in d[0]:
+            by_rep.setdefault((r["workload"], r["config"]), []).append(r["ms_per_step"] / d[0]["ms_per_step"])
+    for k, v in by_rep.items():
+        if k in merged and "error" not in merged[k]:
+            merged[k]["by_repeat"] = [round(x, 3) for x in v]
     for r in merged.values():
         if "error" in r:
             print("%-11s %-16s ERROR %s" % (r["workload"], r["config"], r["error"][-300:].replace("\n", " | ")))
@@ -230,9 +272,10 @@ def table(workloads):
         rel = r["ms_per_step"] / b["ms_per_step"] if b else float("nan")
         relm = r["ms_mean"] / b["ms_mean"] if b else float("nan")
         same = "same" if b and r["losses"] == b["losses"] else "DIFF"
-        print("%-11s %-18s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %9.1f %7.3fx %-5s runs %s" % (
+        rep = statistics.median(r["by_repeat"]) if r.get("by_repeat") else float("nan")
+        print("%-11s %-18s %9.2fG %9.2fG %7.3f %6.1f%% %9.1f %7.3fx %7.3fx %9.1f %7.3fx %-5s runs %s by_rep %s" % (
             r["workload"], r["config"], r["peak_allocated"] / 2**30, r["peak_reserved"] / 2**30, r["ratio"],
-            100 * r["frag"], r["ms_per_step"], rel, r["ms_mean"], relm, same, r["runs_ms"]))
+            100 * r["frag"], r["ms_per_step"], rel, rep, r["ms_mean"], relm, same, r["runs_ms"], r.get("by_repeat")))
     return rows
 
 

@@ -696,6 +696,8 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     calls = b && window_cost(a, b->addr, rsize, stream, 1);
   }
   if (calls) {
+    uint64_t t0 = gml_now_ns();
+    a->slow_fits++;
     gml_block *sb = NULL;
     if (r == &a->regions[1] && (sb = sticky_fit(a, pi, rsize, stream, &at))) {
       off = at - sb->addr;
@@ -705,6 +707,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
       b = find_ready_fit_slow(a, r, pi, rsize, stream, b, &at_end);
       if (at_end) off = b->size - rsize;
     }
+    a->slow_fit_ns += gml_now_ns() - t0;
   }
   if (!b) {
     format_oom(a, size, GML_ENOMEM);
@@ -730,7 +733,9 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   if (need) {
     GML_DEBUG("map: size %zu needs %zu of %u slots (free chunks %zu, tick %llu)", rsize, need, last - first + 1,
               free_chunks(a), (unsigned long long)a->tick);
+    uint64_t t0 = gml_now_ns();
     int rc = map_slots_slow(a, first, last, stream, &stole);
+    a->map_ns += gml_now_ns() - t0;
     if (rc) {
       slots_unclaim(a, first, last);
       pool_add(r, b->pool, coalesce(a, r, b));
@@ -855,6 +860,10 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->syncs = a->syncs;
   st->unmaps = a->unmaps;
   st->access_calls = a->access_calls;
+  st->slow_fits = a->slow_fits;
+  st->slow_fit_ns = a->slow_fit_ns;
+  st->map_ns = a->map_ns;
+  st->malloc_ns = a->malloc_ns;
   st->ooms = a->ooms;
   st->lease_calls = a->lease_calls;
   size_t nl = a->lease_calls < GML_ARRAY_LEN(a->lease_ns) ? a->lease_calls : GML_ARRAY_LEN(a->lease_ns);
@@ -878,6 +887,7 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->cs = be->chunk_size;
   a->va_size = gml_round_up(va_size, 8 * a->cs);
   a->rng = 0x2545F4914F6CDD1Dull;
+  a->timing = getenv("GMLAKE_TIMING") && atoi(getenv("GMLAKE_TIMING")) > 0;
   a->dead = -1;
   for (int l = 0; l < 3; l++) a->lists[l].head = a->lists[l].tail = -1;
   int rc = be->ops->va_reserve(be, a->va_size, &a->va_base);

@@ -137,6 +137,10 @@ typedef struct gml_allocator {
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
   uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
+  uint64_t slow_fits, slow_fit_ns; /* placements that looked past the best fit, and their time */
+  uint64_t map_ns;      /* time in map_slots_slow (driver calls, fence waits) */
+  int timing;           /* GMLAKE_TIMING=1: also sum the time of every malloc in malloc_ns */
+  uint64_t malloc_ns;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;

@@ -363,7 +363,9 @@ int gml_close(gml_client *c) {
 
 int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) {
   if (!c || !ptr) return GML_EINVAL;
+  uint64_t t0 = c->alloc.timing ? gml_now_ns() : 0;
   int rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
+  if (t0) __atomic_fetch_add(&c->alloc.malloc_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
   if (rc) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
   if (++c->ops_since_check >= 256 || rc || c->reclaim_pending) {
     c->ops_since_check = 0;

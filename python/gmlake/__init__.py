@@ -27,7 +27,9 @@ class _Stats(ctypes.Structure):
         "peak_reserved", "alloc_count", "free_count", "chunks_leased", "chunks_returned",
         "maps", "unmaps", "ooms", "syncs", "lease_calls", "lease_p50_ns", "lease_p99_ns")] + [
         ("fragmentation", ctypes.c_double), ("chunk_size", ctypes.c_size_t),
-        ("mode", ctypes.c_int), ("backend", ctypes.c_char_p), ("access_calls", ctypes.c_uint64)]
+        ("mode", ctypes.c_int), ("backend", ctypes.c_char_p), ("access_calls", ctypes.c_uint64),
+        ("slow_fits", ctypes.c_uint64), ("slow_fit_ns", ctypes.c_uint64),
+        ("map_ns", ctypes.c_uint64), ("malloc_ns", ctypes.c_uint64)]
 
 
 _lib = None
