@@ -306,9 +306,10 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       rc = GML_ENODEV;
     }
     if (rc == 0) rc = gml_backend_open(backend, o.device, &c->be, msg, sizeof msg);
-    if (rc == 0 && c->be->chunk_size != chunk_size) {
-      snprintf(c->last_error, sizeof c->last_error, "chunk size mismatch: daemon %llu, ours %zu",
-               (unsigned long long)chunk_size, c->be->chunk_size);
+    /* the daemon's chunks are the ones we map, whatever our own default or GMLAKE_CHUNK_SIZE says */
+    if (rc == 0 && c->be->chunk_size != chunk_size && gml_backend_set_chunk_size(c->be, chunk_size)) {
+      snprintf(c->last_error, sizeof c->last_error, "daemon's chunk size %llu is not a multiple of this device's %zu",
+               (unsigned long long)chunk_size, c->be->granularity);
       rc = GML_EPROTO;
     }
     if (rc) {

@@ -9,17 +9,28 @@
 
 static int backend_open_named(const char *name, int device, gml_backend **out, char *msg, size_t msglen);
 
-/* GMLAKE_CHUNK_SIZE: a larger chunk than the device's granularity (a multiple
- * of it): fewer mappings to move when stitching, coarser sharing. */
+/* GMLAKE_CHUNK_SIZE: another chunk than the backend's default, a multiple of
+ * the device's granularity: larger is fewer mappings to move when stitching,
+ * smaller is finer sharing and less rounding. */
 int gml_backend_open(const char *name, int device, gml_backend **out, char *msg, size_t msglen) {
   int rc = backend_open_named(name, device, out, msg, msglen);
   const char *env = getenv("GMLAKE_CHUNK_SIZE");
   uint64_t cs;
-  if (rc == 0 && env && gml_parse_size(env, 0, &cs) == 0 && cs > (*out)->chunk_size) {
-    if (cs % (*out)->chunk_size == 0) (*out)->chunk_size = (size_t)cs;
-    else GML_WARN("GMLAKE_CHUNK_SIZE=%s is not a multiple of %zu: ignored", env, (*out)->chunk_size);
+  if (rc == 0 && env && *env) {
+    if (gml_backend_set_chunk_size(*out, gml_parse_size(env, 0, &cs) == 0 ? cs : 0) == 0) {
+      size_t n = strlen(msg);
+      if (n < msglen) snprintf(msg + n, msglen - n, "; chunks of %zu bytes (GMLAKE_CHUNK_SIZE)", (*out)->chunk_size);
+    } else {
+      GML_WARN("GMLAKE_CHUNK_SIZE=%s is not a multiple of %zu: ignored", env, (*out)->granularity);
+    }
   }
   return rc;
+}
+
+int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs) {
+  if (!cs || cs % be->granularity || cs > (1ull << 30)) return GML_EINVAL;
+  be->chunk_size = (size_t)cs;
+  return 0;
 }
 
 static int backend_open_named(const char *name, int device, gml_backend **out, char *msg, size_t msglen) {

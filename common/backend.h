@@ -40,14 +40,21 @@ struct gml_backend_ops {
 struct gml_backend {
   const char *name;   /* "cuda" or "host" */
   int device;
-  size_t chunk_size;  /* allocation granularity: 2 MiB on the H100 */
+  size_t granularity; /* the smallest chunk the device allows: 2 MiB on the H100 */
+  size_t chunk_size;  /* the chunk this backend creates and maps: a multiple of granularity */
   const struct gml_backend_ops *ops;
   void *priv;
 };
 
+/* The cuda backend's chunk unless GMLAKE_CHUNK_SIZE says otherwise. */
+#define GML_CUDA_DEFAULT_CHUNK (4u << 20)
+
 /* name: "auto", "cuda" or "host". auto picks cuda when a GPU is usable.
  * Asking for cuda without one is GML_ENODEV with the reason in msg. */
 int gml_backend_open(const char *name, int device, gml_backend **out, char *msg, size_t msglen);
+/* Use chunks of cs bytes (before any is created): GML_EINVAL unless cs is a
+ * multiple of the granularity (at most 1 GiB). */
+int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs);
 void gml_backend_close(gml_backend *be);
 
 int gml_backend_host_open(int device, gml_backend **out, char *msg, size_t msglen);

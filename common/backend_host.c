@@ -136,7 +136,7 @@ int gml_backend_host_open(int device, gml_backend **out, char *msg, size_t msgle
   if (!be) return GML_ENOMEM;
   be->name = "host";
   be->device = device;
-  be->chunk_size = 2 * 1024 * 1024;
+  be->granularity = be->chunk_size = 2 * 1024 * 1024;
   be->ops = &host_ops;
   snprintf(msg, msglen, "host backend (memfd chunks of %zu bytes)", be->chunk_size);
   *out = be;

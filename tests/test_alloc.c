@@ -218,13 +218,42 @@ static int cmp_ptr(const void *x, const void *y) {
   return a->p < b->p ? -1 : a->p > b->p;
 }
 
+/* GMLAKE_CHUNK_SIZE and gml_backend_set_chunk_size: multiples of the
+ * granularity only; anything else leaves the default and says so. */
+START_TEST(test_chunk_size_setting) {
+  ck_assert_uint_eq(be->granularity, 2 * MiB);
+  ck_assert_int_eq(gml_backend_set_chunk_size(be, 3 * MiB), GML_EINVAL);
+  ck_assert_int_eq(gml_backend_set_chunk_size(be, 0), GML_EINVAL);
+  ck_assert_uint_eq(be->chunk_size, 2 * MiB);
+  ck_assert_int_eq(gml_backend_set_chunk_size(be, 8 * MiB), 0);
+  ck_assert_uint_eq(be->chunk_size, 8 * MiB);
+  const char *cases[][2] = {{"4MiB", "4194304"}, {"3MiB", "2097152"}, {"junk", "2097152"}, {"1MiB", "2097152"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("GMLAKE_CHUNK_SIZE", cases[i][0], 1);
+    gml_backend *b2 = NULL;
+    char msg[256];
+    ck_assert_int_eq(gml_backend_open("host", 0, &b2, msg, sizeof msg), 0);
+    ck_assert_msg(b2->chunk_size == strtoull(cases[i][1], NULL, 10), "GMLAKE_CHUNK_SIZE=%s gave %zu", cases[i][0],
+                  b2->chunk_size);
+    gml_backend_close(b2);
+  }
+  unsetenv("GMLAKE_CHUNK_SIZE");
+}
+END_TEST
+
+/* _i = 0: 2 MiB chunks (the host default); 1: 4 MiB (the cuda default) */
 START_TEST(test_randomized_against_model) {
   enum { N = 600 };
   model_block live[N];
   size_t nlive = 0;
-  uint64_t rng = 12345;
+  uint64_t rng = 12345 + (uint64_t)_i;
   uint64_t expect_allocated = 0;
-  src.limit = 200; /* 400 MiB: some requests fail, and must fail cleanly */
+  if (_i == 1) {
+    gml_alloc_destroy(&A);
+    ck_assert_int_eq(gml_backend_set_chunk_size(be, 4 * MiB), 0);
+    ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30), 0);
+  }
+  src.limit = (400 * MiB) / be->chunk_size; /* 400 MiB: some requests fail, and must fail cleanly */
   for (int step = 0; step < 30000; step++) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t r = (uint32_t)(rng >> 33);
@@ -290,7 +319,8 @@ Suite *alloc_suite(void) {
   tcase_add_test(tc, test_oom_is_clear_and_recoverable);
   tcase_add_test(tc, test_release_idle);
   tcase_add_test(tc, test_repeated_shapes_map_nothing);
-  tcase_add_test(tc, test_randomized_against_model);
+  tcase_add_loop_test(tc, test_randomized_against_model, 0, 2);
+  tcase_add_test(tc, test_chunk_size_setting);
   suite_add_tcase(s, tc);
   return s;
 }

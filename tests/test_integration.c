@@ -52,14 +52,16 @@ static long long stat_num(const char *key) {
   return json_num(out, key);
 }
 
+static const char *daemon_env = ""; /* e.g. "GMLAKE_CHUNK_SIZE=4MiB " */
+
 static void start_daemon(const char *extra) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-test.XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(tmpdir));
   snprintf(sock_path, sizeof sock_path, "%s/lake.sock", tmpdir);
   snprintf(ctl_url, sizeof ctl_url, "ipc://%s/lake.ctl", tmpdir);
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "exec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
-           bindir, backend, sock_path, ctl_url, extra, tmpdir);
+  snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
+           daemon_env, bindir, backend, sock_path, ctl_url, extra, tmpdir);
   daemon_pid = fork();
   if (daemon_pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -154,6 +156,9 @@ static void setup(void) {
   const char *b = getenv("BUILD");
   snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
   if (getenv("GMLAKE_TEST_BACKEND")) backend = getenv("GMLAKE_TEST_BACKEND");
+  /* these tests count 2 MiB chunks (the cuda backend's default is 4 MiB) */
+  setenv("GMLAKE_CHUNK_SIZE", "2MiB", 1);
+  daemon_env = "";
 }
 
 /* (b) bytes written through one client's stitched range are read back by
@@ -176,6 +181,25 @@ START_TEST(test_share_between_processes) {
   /* B's new range is stitched from A's three chunks, in some order */
   ck_assert_msg(strstr(tags, "7000") && strstr(tags, "7001") && strstr(tags, "7002"), "B read '%s'", tags);
   ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A client maps the daemon's chunks, whatever chunk size it would pick alone
+ * (here 2 MiB from the environment, the daemon 4 MiB). */
+START_TEST(test_client_takes_daemon_chunk_size) {
+  daemon_env = "GMLAKE_CHUNK_SIZE=4MiB ";
+  start_daemon("--limit 64MiB --prefetch 0");
+  ck_assert_int_eq(stat_num("chunk_size"), 4 << 20);
+  proc a = client_start(sock_path);
+  const char *ready = client_first_line(&a);
+  ck_assert_msg(strstr(ready, "ready ") == ready && strstr(ready, " 4194304 "), "client said '%s'", ready);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "tag 0 7"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 7000 7001");
+  ck_assert_int_eq(stat_num("chunks_leased"), 2);
+  ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -518,6 +542,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_add_test(tc, test_share_between_processes);
   tcase_add_test(tc, test_clients_numbers);
+  tcase_add_test(tc, test_client_takes_daemon_chunk_size);
   tcase_add_test(tc, test_sigkill_returns_chunks);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);

@@ -34,7 +34,7 @@ static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int wr
 
 /* --steps: per-event counters, cut into training steps afterwards. */
 typedef struct step_sample {
-  uint64_t live, maps, unmaps, access, syncs, slow, slow_ns;
+  uint64_t live, maps, unmaps, access, syncs, slow, slow_ns, leased;
 } step_sample;
 
 /* Modelled cost of the driver calls the allocator made, in microseconds,
@@ -68,8 +68,8 @@ static void print_steps(const char *name, const step_sample *v, size_t n) {
   step_costs(cost);
   printf("%s: steps (floor %.2f GiB, cost model us: unmap %.0f map %.0f access %.0f sync %.0f)\n", name,
          floor / (double)GML_GIB, cost[0], cost[1], cost[2], cost[3]);
-  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %6s %8s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
-         "slow", "slow_us");
+  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %6s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
+         "slow", "slow_us", "leased");
   double *ms = malloc(n * sizeof *ms);
   size_t start = 0, nsteps = 0;
   int above = 0;
@@ -81,10 +81,10 @@ static void print_steps(const char *name, const step_sample *v, size_t n) {
     const step_sample *a = start ? &v[start - 1] : &(step_sample){0}, *b = &v[i];
     double m = ((b->unmaps - a->unmaps) * cost[0] + (b->maps - a->maps) * cost[1] + (b->access - a->access) * cost[2] +
                 (b->syncs - a->syncs) * cost[3]) / 1000.0;
-    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %6llu %8.0f\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
+    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %6llu %8.0f %6llu\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
            (unsigned long long)(b->maps - a->maps), (unsigned long long)(b->unmaps - a->unmaps),
            (unsigned long long)(b->access - a->access), (unsigned long long)(b->syncs - a->syncs), m,
-           (unsigned long long)(b->slow - a->slow), (b->slow_ns - a->slow_ns) / 1e3);
+           (unsigned long long)(b->slow - a->slow), (b->slow_ns - a->slow_ns) / 1e3, (unsigned long long)(b->leased - a->leased));
     ms[nsteps++] = m;
     start = i + 1, above = 0, speak = 0;
   }
@@ -203,7 +203,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       }
       gml_stats s4;
       gml_stats_get(c, &s4);
-      samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.slow_fits, s4.slow_fit_ns};
+      samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.slow_fits, s4.slow_fit_ns, s4.chunks_leased};
     }
     if ((res->allocs + res->frees) % 10000 == 0 && getenv("GMLAKE_REPLAY_PROGRESS")) {
       gml_stats s3;
