@@ -14,7 +14,7 @@ set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
 OUTDIR=${OUT:-/tmp/gmlake-gpu-out}; mkdir -p "$OUTDIR"
-SUMMARY="$OUTDIR/summary.txt"; : > "$SUMMARY"
+SUMMARY="$OUTDIR/summary.txt"; touch "$SUMMARY"  # appended to: several calls in one command add up
 say() { echo "$*" | tee -a "$SUMMARY"; }
 has() { case " $STAGES " in *" $1"*) return 0;; esac; return 1; }
 export BUILD=${BUILD:-build}
