@@ -21,7 +21,8 @@ int gml_backend_open(const char *name, int device, gml_backend **out, char *msg,
       size_t n = strlen(msg);
       if (n < msglen) snprintf(msg + n, msglen - n, "; chunks of %zu bytes (GMLAKE_CHUNK_SIZE)", (*out)->chunk_size);
     } else {
-      GML_WARN("GMLAKE_CHUNK_SIZE=%s is not a multiple of %zu: ignored", env, (*out)->granularity);
+      GML_WARN("GMLAKE_CHUNK_SIZE=%s ignored: a size that is a multiple of %zu bytes (at most 1 GiB) was expected; "
+               "chunks of %zu bytes", env, (*out)->granularity, (*out)->chunk_size);
     }
   }
   return rc;
