@@ -4,6 +4,9 @@
  *     cuMemSetAccess / cuMemUnmap over a run of chunks in one call;
  *   - the same calls while the GPU is busy with queued work: does the call
  *     wait for it (a hidden synchronize), or return at once?
+ *   - whether the calls cost more with 1k-16k mappings already in the context;
+ *   - map + set-access and unmap of one 2, 4 and 8 MiB chunk (is the cost per
+ *     chunk, whatever its size? the 4 MiB default rests on that);
  *   - one chunk mapped at two addresses: both see the same bytes (aliases).
  * Built by bench/gpu.sh (stage vmm) with the CUDA headers; libcuda.so.1 is
  * loaded with dlopen like the cuda backend. */
@@ -165,6 +168,57 @@ int main(void) {
     printf("  %-24s %10.1f us  (%s; queueing took %.0f us, the rest of the queue %.0f us)\n", what[w], dt,
            busy ? "returned while the GPU was busy" : "waited", q1 - q0, drain);
   }
+
+  /* Does a call cost more when the context already has many mappings (an
+   * allocator that keeps aliases has thousands)? One chunk mapped at K
+   * addresses, then N chunks mapped, set accessible and unmapped again. */
+  CK(p_cuCtxSynchronize());
+  for (int i = 0; i < N; i++) (void)p_cuMemUnmap(va + (size_t)i * CS, CS); /* whatever is still mapped */
+  enum { KMAX = 16384 };
+  CUdeviceptr many;
+  CK(p_cuMemAddressReserve(&many, (size_t)KMAX * CS, 0, 0, 0));
+  printf("cost with K mappings already in the context (median per chunk, us): K, map, set-access, unmap\n");
+  int have = 0;
+  for (int K = 0; K <= KMAX; K = K ? K * 4 : 1024) {
+    for (; have < K; have++) {
+      CK(p_cuMemMap(many + (size_t)have * CS, CS, 0, h[2], 0));
+      CK(p_cuMemSetAccess(many + (size_t)have * CS, CS, &acc, 1));
+    }
+    map_all(va, 1, &tm, &ta);
+    for (int i = 0; i < N; i++) {
+      t0 = now_us();
+      CK(p_cuMemUnmap(va + (size_t)i * CS, CS));
+      u[i] = now_us() - t0;
+    }
+    printf("  %6d %8.1f %8.1f %8.1f\n", K, tm, ta, median(u, N));
+  }
+  for (int i = 0; i < have; i++) CK(p_cuMemUnmap(many + (size_t)i * CS, CS));
+
+  /* Is a new mapping's cost per chunk whatever its size? 64 chunks each of
+   * 2, 4, 8 MiB: map + set access, then unmap. */
+  printf("cost by chunk size (median per chunk, us): size MiB, map + set-access, unmap\n");
+  for (size_t sz = CS; sz <= 4 * CS; sz *= 2) {
+    enum { M = 64 };
+    CUmemGenericAllocationHandle hs[M];
+    CUdeviceptr vs;
+    CK(p_cuMemAddressReserve(&vs, M * sz, 0, 0, 0));
+    static double mm[M], uu[M];
+    for (int i = 0; i < M; i++) CK(p_cuMemCreate(&hs[i], sz, &prop, 0));
+    for (int i = 0; i < M; i++) {
+      t0 = now_us();
+      CK(p_cuMemMap(vs + i * sz, sz, 0, hs[i], 0));
+      CK(p_cuMemSetAccess(vs + i * sz, sz, &acc, 1));
+      mm[i] = now_us() - t0;
+    }
+    for (int i = 0; i < M; i++) {
+      t0 = now_us();
+      CK(p_cuMemUnmap(vs + i * sz, sz));
+      uu[i] = now_us() - t0;
+    }
+    for (int i = 0; i < M; i++) CK(p_cuMemRelease(hs[i]));
+    printf("  %4zu %8.1f %8.1f\n", sz >> 20, median(mm, M), median(uu, M));
+  }
+  map_all(va, 0, &tm, &ta); /* the alias check below reads through va */
 
   /* aliases: one chunk at two addresses */
   CK(p_cuMemMap(va2, CS, 0, h[1], 0));
