@@ -863,7 +863,7 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->slow_fits = a->slow_fits;
   st->slow_fit_ns = a->slow_fit_ns;
   st->map_ns = a->map_ns;
-  st->malloc_ns = a->malloc_ns;
+  st->malloc_ns = __atomic_load_n(&a->malloc_ns, __ATOMIC_RELAXED); /* added to outside the lock (client.c) */
   st->ooms = a->ooms;
   st->lease_calls = a->lease_calls;
   size_t nl = a->lease_calls < GML_ARRAY_LEN(a->lease_ns) ? a->lease_calls : GML_ARRAY_LEN(a->lease_ns);
@@ -976,7 +976,7 @@ int gml_alloc_check(gml_allocator *a) {
   CHECK(live == a->live.count, "pointer map holds %zu, %llu live blocks", a->live.count, (unsigned long long)live);
   /* slots and chunks: each mapped slot is on its chunk's alias list; a used
    * slot owns its chunk; a chunk is owned or on the free list its maps say */
-  size_t owned = 0, used = 0, maps = 0;
+  size_t owned = 0, used = 0;
   for (uint32_t s = 0; s < a->nslots && use; s++) {
     CHECK(use[s] == a->slot_use[s], "slot %u: use %u, blocks say %u", s, a->slot_use[s], use[s]);
     int32_t ci = a->slot_chunk[s];
@@ -984,10 +984,7 @@ int gml_alloc_check(gml_allocator *a) {
       used++;
       CHECK(ci >= 0 && a->chunks[ci].owner == (int32_t)s, "used slot %u does not own a chunk", s);
     }
-    if (ci >= 0) {
-      maps++;
-      CHECK(a->chunks[ci].list != GML_CL_DEAD, "slot %u maps released chunk %d", s, ci);
-    }
+    if (ci >= 0) CHECK(a->chunks[ci].list != GML_CL_DEAD, "slot %u maps released chunk %d", s, ci);
   }
   size_t nfree[3] = {0, 0, 0}, live_chunks = 0;
   for (size_t i = 0; i < a->chunks_used && use; i++) {
@@ -1018,7 +1015,6 @@ int gml_alloc_check(gml_allocator *a) {
     CHECK(listed == nfree[l] && listed == a->lists[l].count, "free list %d: %zu listed, count %zu, chunks say %zu", l, listed,
           a->lists[l].count, nfree[l]);
   }
-  (void)maps;
 #undef CHECK
   free(use);
   pthread_mutex_unlock(&a->lock);

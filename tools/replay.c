@@ -198,8 +198,14 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
     }
     if (steps && (line[0] == 'a' || line[0] == 'f')) {
       if (nsamples == samples_cap) {
-        samples_cap = samples_cap ? samples_cap * 2 : 1 << 16;
-        samples = realloc(samples, samples_cap * sizeof *samples);
+        size_t cap2 = samples_cap ? samples_cap * 2 : 1 << 16;
+        step_sample *v = realloc(samples, cap2 * sizeof *v);
+        if (!v) {
+          fprintf(stderr, "gmlake-replay: out of memory for --steps samples\n");
+          failed = 1;
+          break;
+        }
+        samples = v, samples_cap = cap2;
       }
       gml_stats s4;
       gml_stats_get(c, &s4);
