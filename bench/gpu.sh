@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
-#   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [accept:w]... [shared]   (default: all)
+#   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]   (default: all)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
@@ -9,6 +9,8 @@
 # lease:  chunk lease latency through the daemon, chunks pre-created (cuda and host)
 # replay: the recorded traces through the real allocator on the cuda backend
 # torch:  bench/torch_bench.py table (PyTorch default / expandable / GMLake embedded / daemon)
+# trace:W  records W's allocations under PyTorch default, as accept:W runs it, to $OUT/W.trace.gz
+#           (replay it here: build/gmlake-replay --steps W.trace.gz)
 # accept:W  the speed table of issue 4 for workload W (long runs, repeats, per-step ratios)
 # shared: two trainings through one daemon limited below their summed peaks
 set -u
@@ -82,13 +84,19 @@ torch_table() { # workload ('' = all), then the environment it runs with
     tee "$OUTDIR/torch_${w:-all}.txt" | grep -v '^{'
   sed -n '/^workload/,$p' "$OUTDIR/torch_${w:-all}.txt" >> "$SUMMARY"
 }
+accept_steps() { case $1 in gpt2_ckpt) echo 60;; llama_lora) echo 40;; vit_train) echo 100;; *) return 1;; esac; }
 for st in $STAGES; do
   case $st in
   torch*) w=${st#torch}; torch_table "${w#:}";;
+  trace:*) w=${st#trace:}
+    s=$(accept_steps "$w") || { echo "trace: unknown workload $w"; exit 2; }
+    PYTHONUNBUFFERED=1 OUT="$OUTDIR" BENCH_JSON="trace_$w.json" python3 bench/torch_bench.py run "$w" trace "$s" 2>&1 |
+      grep '^RESULT ' | cut -c8- | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("trace %s: %s, %s ms/step, peak reserved/allocated %.3f" % (r["workload"], r.get("trace"), r.get("ms_per_step"), r["peak_reserved"] / r["peak_allocated"]))' | tee -a "$SUMMARY";;
   accept:*) # issue 4's speed table for one workload, sized to fit one 10-minute call:
     # runs long enough to leave the first-time shapes behind, default / embedded / daemon interleaved
     w=${st#accept:}
-    case $w in gpt2_ckpt) s=60 r=3;; llama_lora) s=40 r=3;; vit_train) s=100 r=5;; *) echo "accept: unknown workload $w"; exit 2;; esac
+    s=$(accept_steps "$w") || { echo "accept: unknown workload $w"; exit 2; }
+    case $w in vit_train) r=5;; *) r=3;; esac
     torch_table "$w" GMLAKE_TIMING=1 GMLAKE_BENCH_STEPS=${GMLAKE_BENCH_STEPS:-$s} GMLAKE_BENCH_REPEATS=${GMLAKE_BENCH_REPEATS:-$r} \
       GMLAKE_BENCH_CONFIGS=${GMLAKE_BENCH_CONFIGS:-default,gmlake_embedded,gmlake_daemon}
     python3 bench/paired.py "$OUTDIR/torch_$w.json" | tee -a "$SUMMARY";;

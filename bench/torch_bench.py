@@ -6,6 +6,7 @@
   python3 bench/torch_bench.py shared                  two trainings through one daemon
                                                        whose limit is below their summed peaks
 CONFIG: default | expandable | gmlake_embedded | gmlake_daemon
+        | trace (PyTorch default, and its allocations written to $OUT/WORKLOAD.trace.gz)
 gmlake_daemon needs a daemon: `table` starts one (GMLAKED=path to gmlaked).
 """
 import json, os, random, statistics, subprocess, sys, tempfile, time
@@ -34,6 +35,8 @@ def run_one(workload, config, steps=None):
         import gmlake
         gmlake.enable(mode="daemon" if config.startswith("gmlake_daemon") else "embedded")
     import torch
+    if config == "trace":  # PyTorch default, recording every allocation (see write_trace)
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=8_000_000)
     rng = random.Random(1234)
     torch.manual_seed(1234)
     dev = "cuda"
@@ -112,7 +115,9 @@ def run_one(workload, config, steps=None):
     gm = None
     if config.startswith("gmlake"):
         import gmlake as gm
+    step_us = []
     for i in range(n):
+        step_us.append(time.time_ns() // 1000)
         s0 = gm.stats() if gm and i else None
         prof = None
         if os.environ.get("GMLAKE_BENCH_PROFILE_STEP") == str(i):  # where a step's time goes
@@ -135,8 +140,8 @@ def run_one(workload, config, steps=None):
             s1 = gm.stats()
             trace.append((round(ms, 1), s1["maps"] - s0["maps"], s1["unmaps"] - s0["unmaps"], s1["syncs"] - s0["syncs"],
                           s1["lease_calls"] - s0["lease_calls"], s1["access_calls"] - s0["access_calls"],
-                          s1["alloc_count"] - s0["alloc_count"], s1["slow_fits"] - s0["slow_fits"],
-                          round((s1["slow_fit_ns"] - s0["slow_fit_ns"]) / 1e6, 2),
+                          s1["alloc_count"] - s0["alloc_count"], s1["mapped_allocs"] - s0["mapped_allocs"],
+                          s1["headroom_leased"] - s0["headroom_leased"],
                           round((s1["map_ns"] - s0["map_ns"]) / 1e6, 2), round((s1["malloc_ns"] - s0["malloc_ns"]) / 1e6, 2)))
         else:
             trace.append(round(ms, 1))
@@ -159,6 +164,8 @@ def run_one(workload, config, steps=None):
         res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])
     res["frag"] = round(1 - res["peak_allocated"] / res["peak_reserved"], 4)
     res["ratio"] = round(res["peak_reserved"] / res["peak_allocated"], 4)
+    if config == "trace":
+        res["trace"] = write_trace(torch, workload, res, step_us)
     print("RESULT " + json.dumps(res), flush=True)
 
 
@@ -199,6 +206,31 @@ class Daemon:
     def stop(self):
         self.p.terminate(); rc = self.p.wait(30); self.log.close()
         return rc
+
+
+def write_trace(torch, workload, res, step_us):
+    """$OUT/WORKLOAD.trace.gz in the format of tests/traces/README.md, with a line 's' where
+    each step begins (from the events' times), for gmlake-replay --steps."""
+    snap = torch.cuda.memory._snapshot()
+    tr = snap["device_traces"][torch.cuda.current_device()]
+    path = os.path.join(os.environ.get("OUT", "."), workload + ".trace.gz")
+    live, nxt, k = {}, 0, 0
+    import gzip
+    with gzip.open(path, "wt", compresslevel=9) as f:
+        f.write("# workload=%s steps=%d torch=%s (bench/torch_bench.py run %s trace: alloc and free_completed of "
+                "torch's caching allocator)\n" % (workload, len(step_us), torch.__version__, workload))
+        f.write("# torch_default    peak_allocated=%d peak_reserved=%d ms_per_step=%.2f\n" % (
+            res["peak_allocated"], res["peak_reserved"], res["ms_per_step"]))
+        for e in tr:
+            while k < len(step_us) and e.get("time_us", 0) >= step_us[k]:
+                f.write("s\n"); k += 1
+            a = e["action"]
+            if a == "alloc":
+                live[e["addr"]] = nxt; f.write("a %d %d %d\n" % (nxt, e["size"], e["stream"])); nxt += 1
+            elif a == "free_completed":
+                i = live.pop(e["addr"], None)
+                if i is not None: f.write("f %d\n" % i)
+    return dict(path=path, allocs=nxt, events=len(tr), steps_marked=k)
 
 
 def spawn(workload, config, env_extra=None, steps=None):

@@ -19,8 +19,6 @@ struct gml_block {
   size_t size;
   gml_block *prev, *next;   /* address order within the region */
   gml_block *kid[2];        /* free blocks: treap children, left and right */
-  gml_block *fwd;           /* dead (merged away): the block that absorbed it */
-  uint8_t dead;             /* on the spare list */
   uint32_t prio;
   uint8_t is_free;
   uint8_t region;
@@ -44,11 +42,8 @@ static gml_block *block_new(gml_allocator *a) {
   return b;
 }
 
-/* b was merged into `into` (NULL: none): its struct goes to the spare list
- * and keeps a forwarding pointer for sticky placement's hints. */
-static void block_put(gml_allocator *a, gml_block *b, gml_block *into) {
-  b->dead = 1;
-  b->fwd = into;
+/* b was merged away: its struct goes to the spare list. */
+static void block_put(gml_allocator *a, gml_block *b) {
   b->next = a->spare;
   a->spare = b;
 }
@@ -118,18 +113,6 @@ static gml_block *treap_best_fit(gml_block *root, size_t want) {
   return best;
 }
 
-/* The block holding addr (region 1), found from a block seen near it
- * before: follow merges forward, then neighbours; NULL if that is far. */
-static gml_block *block_near(gml_block *b, uintptr_t addr) {
-  for (int i = 0; b && b->dead && i < 8; i++) b = b->fwd;
-  if (!b || b->dead || b->region != 1) return NULL;
-  for (int i = 0; b && i < 256; i++) {
-    if (addr < b->addr) b = b->prev;
-    else if (addr >= b->addr + b->size) b = b->next;
-    else return b;
-  }
-  return NULL;
-}
 #undef L
 #undef R
 
@@ -162,24 +145,6 @@ static void pool_del(gml_region *r, gml_block *b) {
   gml_pool *p = &r->pools[b->pool];
   p->root = treap_remove(p->root, b);
   p->count--;
-}
-
-/* ---------- sticky placement ---------- */
-
-static inline gml_sticky *sticky_entry(gml_allocator *a, size_t size) {
-  return &a->sticky[((size >> 9) * 0x9E3779B97F4A7C15ull >> 40) & (GML_STICKY_SLOTS - 1)];
-}
-
-static void sticky_note(gml_allocator *a, size_t size, uintptr_t addr, gml_block *near) {
-  gml_sticky *e = sticky_entry(a, size);
-  if (e->size != size) memset(e, 0, sizeof *e), e->size = size;
-  for (int k = 0; k < GML_STICKY_WAYS; k++)
-    if (e->addr[k] == addr) {
-      e->near[k] = near;
-      return;
-    }
-  e->near[e->next % GML_STICKY_WAYS] = near;
-  e->addr[e->next++ % GML_STICKY_WAYS] = addr;
 }
 
 /* ---------- pointer map: open addressing, backward-shift deletion ---------- */
@@ -428,6 +393,26 @@ static int lease_chunks_slow(gml_allocator *a, size_t want) {
   return 0;
 }
 
+/* A free chunk, mapped elsewhere, for slot s: of the GML_PICK_SCAN freed
+ * longest ago, the one whose nearest mapping is farthest from s. Slots near
+ * each other serve blocks of the same step, alive together; a chunk taken
+ * from far away is less likely to be wanted back while s holds it (on the
+ * recorded traces: half the remaps of taking simply the oldest). */
+static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s) {
+  int32_t best = a->lists[GML_CL_CACHED].head;
+  uint32_t best_d = 0;
+  int n = 0;
+  for (int32_t k = best; k >= 0 && n < GML_PICK_SCAN; k = a->chunks[k].lnext, n++) {
+    uint32_t d = UINT32_MAX;
+    for (int32_t m = a->chunks[k].maps_head; m >= 0 && d > best_d; m = a->slot_anext[m]) {
+      uint32_t dm = (uint32_t)m > s ? (uint32_t)m - s : s - (uint32_t)m;
+      if (dm < d) d = dm;
+    }
+    if (d > best_d) best_d = d, best = k;
+  }
+  return best;
+}
+
 /* Give chunks to every slot of [first, last] that has none of its own: a
  * free chunk mapped there already (waiting for the device if another stream
  * freed it), else a free chunk from anywhere (fresh ones first, then the one
@@ -453,6 +438,16 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
     int rc = lease_chunks_slow(a, need - free_chunks(a));
     if (rc) return rc;
   }
+  /* Headroom: rather than take a free chunk that is mapped elsewhere (whose
+   * layout then breaks when it comes back), lease fresh ones while the held
+   * bytes stay within headroom_pct of the peak allocated. Best effort: at
+   * the limit, or if the source says no, the free chunks serve. */
+  size_t fresh = a->lists[GML_CL_FRESH].count;
+  if (fresh < need && a->headroom_pct > 0) {
+    uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100), held = reserved_bytes(a);
+    size_t room = cap > held ? (size_t)((cap - held) / a->cs) : 0, want = GML_MIN(need - fresh, room);
+    if (want && lease_chunks_slow(a, want) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
+  }
   uint32_t run_start = UINT32_MAX;
   for (uint32_t s = first; s <= last + 1; s++) {
     int mapped_now = 0;
@@ -462,7 +457,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
         if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = slot_unmap(a, s))) return rc;
       }
       int l = a->lists[GML_CL_FRESH].count ? GML_CL_FRESH : GML_CL_CACHED;
-      int32_t ci = a->lists[l].head;
+      int32_t ci = l == GML_CL_FRESH ? a->lists[l].head : pick_cached_chunk(a, s);
       if (l == GML_CL_CACHED && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick)))
         return rc;
       if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
@@ -506,7 +501,7 @@ static gml_block *coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     if (n->has_event) a->be->ops->event_destroy(a->be, n->event);
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     b->has_event = 0; /* re-recorded at the next harvest: covers both */
-    block_put(a, n, b);
+    block_put(a, n);
   }
   gml_block *p = b->prev;
   if (p && p->is_free && p->pool == b->pool) {
@@ -517,7 +512,7 @@ static gml_block *coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     if (p->has_event) a->be->ops->event_destroy(a->be, p->event);
     p->has_event = 0;
-    block_put(a, b, p);
+    block_put(a, b);
     b = p;
   }
   return b;
@@ -558,87 +553,16 @@ static int harvest_streams_slow(gml_allocator *a, gml_region *r) {
   return moved;
 }
 
-/* Would a block at [addr, addr + rsize) on `stream` need driver calls?
- * Returns 0 when every slot it touches is in use already or maps a free,
- * ready chunk; else 8 per slot whose mapping would have to be replaced
- * (unmap + map + set access, and it breaks the layout that mapping served),
- * 1 per unmapped slot (a map; the access is set for the whole run at once),
- * 1 per free chunk another stream may still be using (a fence wait).
- * Stops counting past `stop`. */
-static unsigned window_cost(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream, unsigned stop) {
-  unsigned cost = 0;
-  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last && cost < stop; s++) {
+/* Would a block at [addr, addr + rsize) on `stream` need a driver call or
+ * a wait: a slot it touches that no live block uses maps no chunk, or one
+ * owned elsewhere, or a free chunk another stream may still be using? */
+static int window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
+  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last; s++) {
     if (a->slot_use[s]) continue;
     int32_t ci = a->slot_chunk[s];
-    if (ci < 0) cost += 1;
-    else if (a->chunks[ci].owner >= 0) cost += 8;
-    else if (!chunk_ready_for(a, ci, stream)) cost += 1;
+    if (ci < 0 || a->chunks[ci].owner >= 0 || !chunk_ready_for(a, ci, stream)) return 1;
   }
-  return cost;
-}
-
-/* The best fit would need driver calls. Look through the next larger free
- * blocks, and the free VA above everything, for a place (at the start or
- * the end of a free block, so it stays packed against its neighbour) that
- * needs none, else the one that needs the fewest. Chunks stay mapped where
- * other step layouts put them, so a repeated layout finds its mappings. */
-static gml_block *find_ready_fit_slow(gml_allocator *a, gml_region *r, int pi, size_t size, gml_stream stream, gml_block *best,
-                                      int *at_end) {
-  gml_block *cand[98];
-  int k = 0;
-  treap_collect_ge(r->pools[0].root, size, cand, &k, 64);
-  if (pi > 0) treap_collect_ge(r->pools[pi].root, size, cand, &k, 96);
-  /* and the largest free blocks: the never-used VA above everything */
-  for (int q = 0; q < 2; q++) {
-    gml_block *top = r->pools[q ? pi : 0].root;
-    while (top && top->kid[1]) top = top->kid[1];
-    int dup = !top || top->size < size || (q && !pi);
-    for (int i = 0; i < k && !dup; i++) dup = cand[i] == top;
-    if (!dup) cand[k++] = top;
-  }
-  unsigned best_cost = window_cost(a, best->addr, size, stream, UINT_MAX);
-  gml_block *pick = best;
-  *at_end = 0;
-  for (int i = 0; i < k && best_cost; i++) {
-    gml_block *b = cand[i];
-    for (int end = 0; end < 2; end++) {
-      if (end && b->size == size) break;
-      uintptr_t at = end ? b->addr + b->size - size : b->addr;
-      unsigned c = window_cost(a, at, size, stream, best_cost);
-      if (c < best_cost || (c == best_cost && pick != best && b->size < pick->size)) {
-        best_cost = c, pick = b, *at_end = end;
-        if (!c) break;
-      }
-    }
-  }
-  return pick;
-}
-
-/* Where a block of this size was freed lately, if that range is free again
- * (in this stream's pool or the shared one) and needs no driver call; of
- * several, the one whose chunks are mapped in the fewest other places (the
- * layouts those belong to may come back). */
-static gml_block *sticky_fit(gml_allocator *a, int pi, size_t size, gml_stream stream, uintptr_t *at) {
-  gml_sticky *e = sticky_entry(a, size);
-  if (e->size != size) return NULL;
-  gml_block *pick = NULL;
-  unsigned best = UINT_MAX;
-  for (uint32_t k = 1; k <= GML_STICKY_WAYS; k++) {
-    uint32_t w = (e->next - k) % GML_STICKY_WAYS; /* most recent first */
-    uintptr_t addr = e->addr[w];
-    if (!addr) continue;
-    gml_block *f = block_near(e->near[w], addr);
-    if (!f || !f->is_free || (f->pool && f->pool != pi) || addr + size > f->addr + f->size) continue;
-    if (window_cost(a, addr, size, stream, 1)) continue;
-    unsigned aliases = 0; /* chunks also mapped elsewhere: other layouts may want them */
-    for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last && aliases < best; s++)
-      if (!a->slot_use[s]) aliases += a->chunks[a->slot_chunk[s]].nmaps - 1;
-    if (aliases < best) {
-      best = aliases, pick = f, *at = addr;
-      if (!aliases) break;
-    }
-  }
-  return pick;
+  return 0;
 }
 
 static gml_block *find_fit(gml_allocator *a, gml_region *r, int pi, size_t size) {
@@ -687,28 +611,15 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   a->tick++;
   gml_region *r = region_for(a, rsize);
   int pi = pool_index(a, r, stream, 1);
-  size_t off = 0; /* where in b the block goes */
-  uintptr_t at;
+  /* Always the best fit, whatever its slots map: placement that depends only
+   * on sizes and order lays a repeated step out as before, so its slots find
+   * their chunks again; placement chasing mapped chunks takes chunks other
+   * layouts need and never settles (BENCHMARKS.md, session 4). */
   gml_block *b = find_fit(a, r, pi, rsize);
-  int calls = b && window_cost(a, b->addr, rsize, stream, 1); /* the best fit needs driver calls */
-  if ((!b || (a->nstreams_seen > 1 && calls)) && harvest_streams_slow(a, r)) {
+  /* other streams' free blocks whose work is done join the shared pool when
+   * none fits, or the fit would need driver calls */
+  if ((!b || (a->nstreams_seen > 1 && window_needs_calls(a, b->addr, rsize, stream))) && harvest_streams_slow(a, r))
     b = find_fit(a, r, pi, rsize);
-    calls = b && window_cost(a, b->addr, rsize, stream, 1);
-  }
-  if (calls) {
-    uint64_t t0 = gml_now_ns();
-    a->slow_fits++;
-    gml_block *sb = NULL;
-    if (r == &a->regions[1] && (sb = sticky_fit(a, pi, rsize, stream, &at))) {
-      off = at - sb->addr;
-      b = sb;
-    } else {
-      int at_end = 0;
-      b = find_ready_fit_slow(a, r, pi, rsize, stream, b, &at_end);
-      if (at_end) off = b->size - rsize;
-    }
-    a->slow_fit_ns += gml_now_ns() - t0;
-  }
   if (!b) {
     format_oom(a, size, GML_ENOMEM);
     snprintf(a->last_error + strlen(a->last_error), sizeof a->last_error - strlen(a->last_error),
@@ -718,13 +629,6 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     return GML_ENOMEM;
   }
   pool_del(r, b);
-  if (off) { /* the front of b stays free */
-    gml_block *nb = block_split(a, b, off);
-    if (nb) {
-      pool_add(r, b->pool, b);
-      b = nb;
-    }
-  }
   /* Claim the slots first, so that stitching cannot take their chunks. */
   uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + rsize - 1);
   size_t need = 0;
@@ -734,6 +638,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     GML_DEBUG("map: size %zu needs %zu of %u slots (free chunks %zu, tick %llu)", rsize, need, last - first + 1,
               free_chunks(a), (unsigned long long)a->tick);
     uint64_t t0 = gml_now_ns();
+    a->mapped_allocs++;
     int rc = map_slots_slow(a, first, last, stream, &stole);
     a->map_ns += gml_now_ns() - t0;
     if (rc) {
@@ -792,13 +697,10 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   a->allocated -= b->size;
   if (b->stitched) a->stitched -= b->size;
   a->free_count++;
-  size_t fsize = b->size;
-  uintptr_t faddr = b->addr;
   b->is_free = 1;
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
   b->has_event = 0;
   b = coalesce(a, r, b);
-  if (b->region == 1) sticky_note(a, fsize, faddr, b);
   pool_add(r, b->pool, b);
   pthread_mutex_unlock(&a->lock);
   return 0;
@@ -860,8 +762,8 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->syncs = a->syncs;
   st->unmaps = a->unmaps;
   st->access_calls = a->access_calls;
-  st->slow_fits = a->slow_fits;
-  st->slow_fit_ns = a->slow_fit_ns;
+  st->mapped_allocs = a->mapped_allocs;
+  st->headroom_leased = a->headroom_leased;
   st->map_ns = a->map_ns;
   st->malloc_ns = __atomic_load_n(&a->malloc_ns, __ATOMIC_RELAXED); /* added to outside the lock (client.c) */
   st->ooms = a->ooms;
@@ -888,6 +790,15 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->va_size = gml_round_up(va_size, 8 * a->cs);
   a->rng = 0x2545F4914F6CDD1Dull;
   a->timing = getenv("GMLAKE_TIMING") && atoi(getenv("GMLAKE_TIMING")) > 0;
+  a->headroom_pct = GML_DEFAULT_HEADROOM_PCT;
+  const char *hr = getenv("GMLAKE_HEADROOM");
+  if (hr && *hr) {
+    char *end;
+    double v = strtod(hr, &end);
+    if (*end == '%') end++;
+    if (*end || !(v >= 0 && v <= 100)) GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, a->headroom_pct);
+    else a->headroom_pct = v;
+  }
   a->dead = -1;
   for (int l = 0; l < 3; l++) a->lists[l].head = a->lists[l].tail = -1;
   int rc = be->ops->va_reserve(be, a->va_size, &a->va_base);
@@ -899,8 +810,7 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->slot_anext = malloc(a->nslots * sizeof *a->slot_anext);
   a->slot_aprev = malloc(a->nslots * sizeof *a->slot_aprev);
   a->slot_stream = calloc(a->nslots, sizeof *a->slot_stream);
-  a->sticky = calloc(GML_STICKY_SLOTS, sizeof *a->sticky);
-  if (!a->sticky || !a->slot_chunk || !a->slot_use || !a->slot_anext || !a->slot_aprev || !a->slot_idle_tick || !a->slot_stream) {
+  if (!a->slot_chunk || !a->slot_use || !a->slot_anext || !a->slot_aprev || !a->slot_idle_tick || !a->slot_stream) {
     gml_alloc_destroy(a);
     return GML_ENOMEM;
   }
@@ -1034,7 +944,7 @@ void gml_alloc_destroy(gml_allocator *a) {
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
   for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
   free(a->slot_chunk), free(a->slot_use), free(a->slot_anext), free(a->slot_aprev), free(a->slot_idle_tick);
-  free(a->slot_stream), free(a->chunks), free(a->sticky);
+  free(a->slot_stream), free(a->chunks);
   free(a->live.keys), free(a->live.vals);
   while (a->spare) {
     gml_block *n = a->spare->next;

@@ -17,14 +17,18 @@
  * in several places (aliases) but owned by at most one slot at a time, so
  * nothing is counted twice and no two live blocks share memory; a slot whose
  * chunk is owned elsewhere gets remapped only when a block needs it. Repeated
- * layouts (the same step shapes again) find every mapping in place. New
- * chunks are leased only when no chunk is free.
+ * layouts (the same step shapes again) find every mapping in place.
  *
- * Placement: the best fit, when its slots need no driver call; else where a
- * block of that size was freed lately (so a repeated step lays out as last
- * time); else the nearby free block, or fresh VA, needing the fewest calls
- * (a remap counts 8, a new mapping 1: measured, a new mapping costs about a
- * cuMemSetAccess, a remap an unmap too, and it breaks another layout). */
+ * Placement: always the best fit (smallest free block, then lowest address),
+ * whatever its slots map. It depends only on the sizes and order of the
+ * requests, so a repeated step lays out exactly as before and finds its
+ * chunks where it left them; the conflicts left (a slot whose chunk another
+ * slot of the same step holds) are remapped once and then stay settled.
+ * Chunks for slots: the one mapped there if free; else a fresh chunk (mapped
+ * nowhere, so no other layout loses it), leased while the held bytes stay
+ * within GMLAKE_HEADROOM (default 2%) of the peak allocated; else, of the
+ * free chunks freed longest ago, the one mapped farthest from the slot. (Placement that chased mapped chunks, tried in
+ * sessions 2-3, took chunks other layouts needed and never settled.) */
 #ifndef GML_ALLOC_H
 #define GML_ALLOC_H
 #include "backend.h"
@@ -36,6 +40,8 @@
 #define GML_ALIGN 512
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
+#define GML_DEFAULT_HEADROOM_PCT 2.0
+#define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
 
 typedef struct gml_chunk_source {
   void *ctx;
@@ -82,21 +88,6 @@ typedef struct gml_clist {
   size_t count;
 } gml_clist;
 
-/* Where blocks of a size were last freed (large region): a request of that
- * size whose best fit needs driver calls tries those addresses, so a
- * repeated step lays its blocks out as last time and finds their chunks
- * still mapped there. Each address keeps a hint (the free block it merged
- * into) from which the block now holding it is found by a short walk, so
- * no index by address has to be kept up to date on the fast path. */
-#define GML_STICKY_SLOTS 4096
-#define GML_STICKY_WAYS 32
-typedef struct gml_sticky {
-  size_t size;
-  uintptr_t addr[GML_STICKY_WAYS];
-  gml_block *near[GML_STICKY_WAYS]; /* a block at or near addr then (a hint, checked) */
-  uint32_t next;
-} gml_sticky;
-
 typedef struct gml_ptrmap {
   uintptr_t *keys;
   gml_block **vals;
@@ -129,7 +120,6 @@ typedef struct gml_allocator {
   int32_t dead;
   gml_clist lists[3];    /* [GML_CL_FRESH], [GML_CL_CACHED] (LRU: head freed longest ago) */
   gml_ptrmap live;
-  gml_sticky *sticky;    /* GML_STICKY_SLOTS entries, by size */
   gml_block *spare;      /* free list of block structs */
   uint64_t rng;
   int nstreams_seen;
@@ -137,7 +127,9 @@ typedef struct gml_allocator {
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
   uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
-  uint64_t slow_fits, slow_fit_ns; /* placements that looked past the best fit, and their time */
+  uint64_t mapped_allocs;   /* allocations that mapped a chunk (the slow path) */
+  double headroom_pct;      /* GMLAKE_HEADROOM: fresh chunks leased past need, % of peak allocated */
+  uint64_t headroom_leased; /* chunks leased as headroom */
   uint64_t map_ns;      /* time in map_slots_slow (driver calls, fence waits) */
   int timing;           /* GMLAKE_TIMING=1: also sum the time of every malloc in malloc_ns */
   uint64_t malloc_ns;

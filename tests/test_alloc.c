@@ -129,6 +129,33 @@ START_TEST(test_repeated_shapes_map_nothing) {
 }
 END_TEST
 
+/* A slot that needs a chunk takes a fresh one (leased as headroom) rather
+ * than one mapped elsewhere, while the held bytes stay within headroom_pct
+ * of the peak allocated; at the limit, or with no headroom, the free
+ * chunks mapped elsewhere serve (stitching). */
+static void headroom_case(double pct, size_t want_live, uint64_t want_headroom) {
+  A.headroom_pct = pct;
+  void *a = xalloc(4 * MiB, 0), *b = xalloc(4 * MiB, 0); /* slots 0-1, 2-3 */
+  gml_alloc_free(&A, a);                                 /* its 2 chunks stay mapped there, free */
+  uint64_t maps = A.maps;
+  void *c = xalloc(6 * MiB, 0); /* 3 new slots: 1 chunk leased for need, then headroom or a's */
+  ck_assert_uint_eq(A.maps - maps, 3);
+  ck_assert_uint_eq(src.live, want_live);
+  ck_assert_uint_eq(A.headroom_leased, want_headroom);
+  gml_stats st;
+  gml_alloc_stats(&A, &st);
+  ck_assert_uint_eq(st.headroom_leased, want_headroom);
+  ck_assert_uint_le(st.peak_reserved, (uint64_t)((double)st.peak_allocated * (1 + pct / 100)) + 2 * MiB);
+  memset(b, 1, 4 * MiB), memset(c, 2, 6 * MiB); /* no two live blocks share memory */
+  ck_assert_int_eq(((unsigned char *)b)[4 * MiB - 1], 1);
+  ck_assert_int_eq(gml_alloc_check(&A), 0);
+  gml_alloc_free(&A, b), gml_alloc_free(&A, c);
+}
+START_TEST(test_headroom_takes_fresh_chunks) { headroom_case(50, 6, 1); }
+END_TEST
+START_TEST(test_no_headroom_stitches) { headroom_case(0, 5, 0); }
+END_TEST
+
 START_TEST(test_small_blocks_packed) {
   void *p[200];
   for (int i = 0; i < 200; i++) {
@@ -319,6 +346,8 @@ Suite *alloc_suite(void) {
   tcase_add_test(tc, test_oom_is_clear_and_recoverable);
   tcase_add_test(tc, test_release_idle);
   tcase_add_test(tc, test_repeated_shapes_map_nothing);
+  tcase_add_test(tc, test_headroom_takes_fresh_chunks);
+  tcase_add_test(tc, test_no_headroom_stitches);
   tcase_add_loop_test(tc, test_randomized_against_model, 0, 2);
   tcase_add_test(tc, test_chunk_size_setting);
   suite_add_tcase(s, tc);

@@ -34,7 +34,7 @@ static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int wr
 
 /* --steps: per-event counters, cut into training steps afterwards. */
 typedef struct step_sample {
-  uint64_t live, maps, unmaps, access, syncs, slow, slow_ns, leased;
+  uint64_t live, maps, unmaps, access, syncs, mapping, headroom, leased;
 } step_sample;
 
 /* Modelled cost of the driver calls the allocator made, in microseconds,
@@ -58,7 +58,7 @@ static int cmp_double(const void *x, const void *y) {
  * between steps (its minimum over the middle of the trace, plus 2% of the
  * swing); prints a row per step and the median modelled cost of steps >= 2,
  * the statistic bench/torch_bench.py reports for ms/step. */
-static void print_steps(const char *name, const step_sample *v, size_t n) {
+static void print_steps(const char *name, const step_sample *v, size_t n, const size_t *marks, size_t nmarks) {
   if (n < 10) return;
   uint64_t floor = UINT64_MAX, peak = 0;
   for (size_t i = n / 5; i < n * 9 / 10; i++) floor = v[i].live < floor ? v[i].live : floor;
@@ -66,25 +66,33 @@ static void print_steps(const char *name, const step_sample *v, size_t n) {
   uint64_t lo = floor + (peak - floor) / 50, hi = floor + (peak - floor) / 10;
   double cost[4];
   step_costs(cost);
-  printf("%s: steps (floor %.2f GiB, cost model us: unmap %.0f map %.0f access %.0f sync %.0f)\n", name,
-         floor / (double)GML_GIB, cost[0], cost[1], cost[2], cost[3]);
-  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %6s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
-         "slow", "slow_us", "leased");
+  printf("%s: steps (%s, floor %.2f GiB, cost model us: unmap %.0f map %.0f access %.0f sync %.0f)\n", name,
+         nmarks ? "as marked in the trace" : "cut where live memory returns to the floor", floor / (double)GML_GIB, cost[0],
+         cost[1], cost[2], cost[3]);
+  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %7s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
+         "mallocs", "headroom", "leased");
   double *ms = malloc(n * sizeof *ms);
   size_t start = 0, nsteps = 0;
   int above = 0;
   uint64_t speak = 0;
+  size_t mk = 0;
+  while (mk < nmarks && marks[mk] == 0) mk++;
   for (size_t i = 0; i < n; i++) {
     speak = v[i].live > speak ? v[i].live : speak;
-    if (v[i].live > hi) above = 1;
-    if (!(above && v[i].live <= lo) && i != n - 1) continue;
+    if (nmarks) { /* the trace marks where each step begins */
+      if (!(mk < nmarks && marks[mk] == i + 1) && i != n - 1) continue;
+      while (mk < nmarks && marks[mk] <= i + 1) mk++;
+    } else {
+      if (v[i].live > hi) above = 1;
+      if (!(above && v[i].live <= lo) && i != n - 1) continue;
+    }
     const step_sample *a = start ? &v[start - 1] : &(step_sample){0}, *b = &v[i];
     double m = ((b->unmaps - a->unmaps) * cost[0] + (b->maps - a->maps) * cost[1] + (b->access - a->access) * cost[2] +
                 (b->syncs - a->syncs) * cost[3]) / 1000.0;
-    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %6llu %8.0f %6llu\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
+    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %7llu %8.0f %6llu\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
            (unsigned long long)(b->maps - a->maps), (unsigned long long)(b->unmaps - a->unmaps),
            (unsigned long long)(b->access - a->access), (unsigned long long)(b->syncs - a->syncs), m,
-           (unsigned long long)(b->slow - a->slow), (b->slow_ns - a->slow_ns) / 1e3, (unsigned long long)(b->leased - a->leased));
+           (unsigned long long)(b->mapping - a->mapping), (double)(b->headroom - a->headroom), (unsigned long long)(b->leased - a->leased));
     ms[nsteps++] = m;
     start = i + 1, above = 0, speak = 0;
   }
@@ -127,7 +135,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   char line[512];
   int failed = 0;
   step_sample *samples = NULL;
-  size_t nsamples = 0, samples_cap = 0;
+  size_t nsamples = 0, samples_cap = 0, *marks = NULL, nmarks = 0;
   gml_stats st;
   gml_stats_get(c, &st);
   uint64_t wall0 = gml_now_ns();
@@ -143,6 +151,17 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       continue;
     }
     unsigned long long id, size, stream;
+    if (line[0] == 's' && steps) { /* a training step begins after the events so far */
+      size_t *m = realloc(marks, (nmarks + 1) * sizeof *m);
+      if (!m) {
+        fprintf(stderr, "gmlake-replay: out of memory for step marks\n");
+        failed = 1;
+        break;
+      }
+      marks = m;
+      marks[nmarks++] = nsamples;
+      continue;
+    }
     if (line[0] == 'a' && sscanf(line + 1, "%llu %llu %llu", &id, &size, &stream) == 3) {
       while (id >= cap) {
         live = realloc(live, cap * 2 * sizeof *live);
@@ -209,7 +228,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       }
       gml_stats s4;
       gml_stats_get(c, &s4);
-      samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.slow_fits, s4.slow_fit_ns, s4.chunks_leased};
+      samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.mapped_allocs, s4.headroom_leased, s4.chunks_leased};
     }
     if ((res->allocs + res->frees) % 10000 == 0 && getenv("GMLAKE_REPLAY_PROGRESS")) {
       gml_stats s3;
@@ -244,9 +263,10 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   res->backend = st.backend;
   if (steps && !failed) {
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    print_steps(name, samples, nsamples);
+    print_steps(name, samples, nsamples, marks, nmarks);
   }
   free(samples);
+  free(marks);
   for (size_t i = 0; i < cap; i++)
     if (live[i].ptr) gml_free(c, live[i].ptr);
   free(live), free(lat_a), free(lat_f);

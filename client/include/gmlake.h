@@ -62,8 +62,8 @@ typedef struct gml_stats {
   int mode;                 /* GML_MODE_* */
   const char *backend;      /* "cuda" or "host" */
   uint64_t access_calls;    /* set-access calls (one per run of newly mapped chunks) */
-  uint64_t slow_fits;       /* allocations whose best fit needed driver calls: a search for a better place */
-  uint64_t slow_fit_ns;     /* time spent in those searches */
+  uint64_t mapped_allocs;   /* allocations that had to map chunks (the slow path) */
+  uint64_t headroom_leased; /* chunks leased beyond need (GMLAKE_HEADROOM), so remaps take fresh chunks */
   uint64_t map_ns;          /* time spent mapping (driver calls, fence waits) */
   uint64_t malloc_ns;       /* time in gml_alloc, all of it (only with GMLAKE_TIMING=1, else 0) */
 } gml_stats;

@@ -28,7 +28,7 @@ class _Stats(ctypes.Structure):
         "maps", "unmaps", "ooms", "syncs", "lease_calls", "lease_p50_ns", "lease_p99_ns")] + [
         ("fragmentation", ctypes.c_double), ("chunk_size", ctypes.c_size_t),
         ("mode", ctypes.c_int), ("backend", ctypes.c_char_p), ("access_calls", ctypes.c_uint64),
-        ("slow_fits", ctypes.c_uint64), ("slow_fit_ns", ctypes.c_uint64),
+        ("mapped_allocs", ctypes.c_uint64), ("headroom_leased", ctypes.c_uint64),
         ("map_ns", ctypes.c_uint64), ("malloc_ns", ctypes.c_uint64)]
 
 
