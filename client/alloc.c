@@ -363,14 +363,14 @@ static int device_past(gml_allocator *a, uint64_t tick) {
 }
 
 /* New chunks from the source onto the fresh list. */
-static int lease_chunks_slow(gml_allocator *a, size_t want) {
+static int lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
   if (a->limit_bytes && reserved_bytes(a) + want * a->cs > a->limit_bytes) return GML_ENOMEM;
   if (want > 128) want = 128;
   if (chunks_reserve(a, want)) return GML_ENOMEM;
   gml_phys phys[128];
   uint64_t ids[128];
   uint64_t t0 = gml_now_ns();
-  int got = a->src.acquire(a->src.ctx, want, phys, ids);
+  int got = a->src.acquire(a->src.ctx, want, optional, phys, ids);
   a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
   if (got <= 0) return got < 0 ? got : GML_ENOMEM;
   for (int i = 0; i < got; i++) {
@@ -435,7 +435,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
   }
   if (!need) return 0;
   while (free_chunks(a) < need) {
-    int rc = lease_chunks_slow(a, need - free_chunks(a));
+    int rc = lease_chunks_slow(a, need - free_chunks(a), 0);
     if (rc) return rc;
   }
   /* Headroom: rather than take a free chunk that is mapped elsewhere (whose
@@ -446,7 +446,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
   if (fresh < need && a->headroom_pct > 0) {
     uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100), held = reserved_bytes(a);
     size_t room = cap > held ? (size_t)((cap - held) / a->cs) : 0, want = GML_MIN(need - fresh, room);
-    if (want && lease_chunks_slow(a, want) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
+    if (want && lease_chunks_slow(a, want, 1) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
   }
   uint32_t run_start = UINT32_MAX;
   for (uint32_t s = first; s <= last + 1; s++) {

@@ -45,8 +45,9 @@
 
 typedef struct gml_chunk_source {
   void *ctx;
-  /* Obtain up to n chunks; returns how many (>0) or a GML_E* code. */
-  int (*acquire)(void *ctx, size_t n, gml_phys *phys, uint64_t *ids);
+  /* Obtain up to n chunks; returns how many (>0) or a GML_E* code.
+   * optional: headroom, not need; take only what is free at once. */
+  int (*acquire)(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids);
   /* Give chunks back (already unmapped). */
   void (*release)(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids);
 } gml_chunk_source;

@@ -38,8 +38,9 @@ struct gml_client {
 
 /* ---------- embedded source: the backend directly ---------- */
 
-static int embedded_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
+static int embedded_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
   gml_client *c = ctx;
+  (void)optional; /* the device says at once whether it has memory */
   size_t got = 0;
   for (; got < n; got++) {
     int rc = c->be->ops->chunk_create(c->be, &phys[got], NULL);
@@ -106,12 +107,13 @@ gone:
   return rc == GML_EPROTO ? GML_EPROTO : GML_EDAEMON;
 }
 
-static int daemon_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
+static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
   gml_client *c = ctx;
   if (n > GML_MAX_LEASE_CHUNKS) n = GML_MAX_LEASE_CHUNKS;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
   lr.count = (uint32_t)n;
+  lr.optional = optional != 0;
   env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
   env.lease = &lr;
   Gmlake__Envelope *reply = NULL;
@@ -122,8 +124,10 @@ static int daemon_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
   if (rc) return rc;
   if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
     rc = reply->error->code < 0 && reply->error->code >= GML_ECLOSED ? reply->error->code : GML_ENOMEM;
-    snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
-    GML_INFO("%s", c->last_error);
+    if (!optional) { /* an optional lease refused is no error of the caller's */
+      snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
+      GML_INFO("%s", c->last_error);
+    }
     gmlake__envelope__free_unpacked(reply, NULL);
     for (int i = 0; i < nfds; i++) close(fds[i]);
     return rc;

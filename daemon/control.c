@@ -36,6 +36,7 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   st->fragmentation = leased_bytes && st->allocated <= leased_bytes ? 1.0 - (double)st->allocated / (double)leased_bytes : 0;
   st->lease_count = d->lease_count;
   st->leases_refused = d->leases_refused;
+  st->optional_declined = d->optional_declined;
   st->protocol_errors = d->protocol_errors;
   st->clients = d->nsessions;
   size_t n = d->nlat < LAT_RING ? d->nlat : LAT_RING;

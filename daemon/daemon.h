@@ -112,6 +112,7 @@ typedef struct gmld {
   parked_owner *parked;
   uint64_t next_client_id;
   uint64_t lease_count, leases_refused, protocol_errors;
+  uint64_t optional_declined; /* optional (headroom) leases with nothing free at once */
   uint64_t lat_ns[LAT_RING];
   size_t nlat;
   int stopping;

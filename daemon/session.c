@@ -196,9 +196,25 @@ void sessions_tick(gmld *d) {
   }
 }
 
-static void handle_lease(session *s, uint64_t seq, uint32_t count) {
+static void handle_lease(session *s, uint64_t seq, uint32_t count, int optional) {
   gmld *d = s->d;
   d->prefetch_suspended = 0;
+  if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
+    uint64_t quota = lake_quota_for(&d->lk, s->pid, s->uid);
+    uint64_t allowed = !quota ? count : quota / d->lk.cs > s->leased_chunks ? quota / d->lk.cs - s->leased_chunks : 0;
+    if (allowed && d->lk.nfree) {
+      s->pending = 1;
+      s->pending_seq = seq;
+      s->pending_count = count < allowed ? count : (uint32_t)allowed;
+      s->pending_since_ns = gml_now_ns();
+      serve_lease(s);
+    } else {
+      d->optional_declined++;
+      send_error(s, seq, GML_ENOMEM, "no free chunk at once (optional lease)");
+    }
+    lake_refill(d);
+    return;
+  }
   s->pending = 1;
   s->pending_seq = seq;
   s->pending_count = count;
@@ -293,7 +309,7 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
     case GMLAKE__ENVELOPE__MSG_LEASE:
       if (s->pending) bad = "a second lease while one is in flight";
       else if (env->lease->count < 1 || env->lease->count > GML_MAX_LEASE_CHUNKS) bad = "lease count out of range";
-      else handle_lease(s, env->seq, env->lease->count);
+      else handle_lease(s, env->seq, env->lease->count, env->lease->optional);
       break;
     case GMLAKE__ENVELOPE__MSG_RET:
       if (env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS) bad = "return count out of range";

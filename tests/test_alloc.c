@@ -14,8 +14,9 @@ typedef struct test_src {
   size_t live, max_live, limit;
 } test_src;
 
-static int src_acquire(void *ctx, size_t n, gml_phys *phys, uint64_t *ids) {
+static int src_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
   test_src *s = ctx;
+  (void)optional;
   size_t k = 0;
   for (; k < n && (!s->limit || s->live < s->limit); k++) {
     ck_assert_int_eq(s->be->ops->chunk_create(s->be, &phys[k], NULL), 0);

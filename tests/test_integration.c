@@ -1,6 +1,7 @@
 /* Multi-process integration tests on the host backend: a real gmlaked, real
  * client processes (gml-testclient) and gmlakectl, all started as programs. */
 #include "gmlake.h"
+#include "util.h"
 #include "wire.h"
 #include <check.h>
 #include <errno.h>
@@ -493,6 +494,54 @@ START_TEST(test_reclaim_between_clients) {
 }
 END_TEST
 
+/* Headroom leases are optional: served from the lake's free chunks when it
+ * has some, else declined at once and quietly (not a refusal, no waiting,
+ * no other client asked to give cache back). */
+static void headroom_sequence(proc *b) {
+  /* x, y: 2 chunks each; x freed; z needs 3 slots: 1 leased for need, 2 as headroom (or x's) */
+  ck_assert_str_eq(client_cmd(b, "alloc %d", 4 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(b, "alloc %d", 4 << 20), "ok 1");
+  ck_assert_str_eq(client_cmd(b, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(b, "alloc %d", 6 << 20), "ok 0");
+}
+START_TEST(test_optional_headroom_leases) {
+  /* an empty-handed lake: A caches 24 MiB, nothing free, prefetch off */
+  start_daemon("--limit 40MiB --prefetch 0");
+  proc a = client_start(sock_path);
+  client_first_line(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 24 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  setenv("GMLAKE_HEADROOM", "100", 1);
+  proc b = client_start(sock_path);
+  unsetenv("GMLAKE_HEADROOM");
+  client_first_line(&b);
+  uint64_t t0 = gml_now_ns();
+  headroom_sequence(&b);
+  ck_assert_uint_lt(gml_now_ns() - t0, 500000000ull); /* no reclaim wait (1 s) */
+  ck_assert_str_eq(client_cmd(&b, "stats"), "stats 10485760 10485760 0 1"); /* y + z; 5 chunks: x's 2 restitched */
+  ck_assert_int_eq(stat_num("optional_declined"), 1);
+  ck_assert_int_eq(stat_num("leases_refused"), 0);
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "stats"), "stats 0 25165824 25165824 1"); /* A was not asked for its cache */
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+  /* a lake with free chunks serves them */
+  start_daemon("--limit 64MiB --prefetch 16MiB");
+  msleep(300);
+  setenv("GMLAKE_HEADROOM", "100", 1);
+  b = client_start(sock_path);
+  unsetenv("GMLAKE_HEADROOM");
+  client_first_line(&b);
+  headroom_sequence(&b);
+  ck_assert_str_eq(client_cmd(&b, "stats"), "stats 10485760 14680064 4194304 1"); /* 7 chunks: 2 of headroom */
+  ck_assert_int_eq(stat_num("optional_declined"), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* Prometheus text, checked by a real parser. */
 START_TEST(test_metrics_parse) {
   start_daemon("--limit 64MiB");
@@ -548,6 +597,7 @@ int main(void) {
   tcase_add_test(tc, test_quota_and_limit);
   tcase_add_test(tc, test_trim);
   tcase_add_test(tc, test_reclaim_between_clients);
+  tcase_add_test(tc, test_optional_headroom_leases);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);

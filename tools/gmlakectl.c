@@ -75,14 +75,14 @@ static void json_stats(const Gmlake__LakeStats *s) {
          "\"chunks_free\":%llu,\"chunks_leased\":%llu,\"chunks_creating\":%llu,\"chunks_parked\":%llu,"
          "\"allocated\":%llu,\"cached\":%llu,\"stitched\":%llu,\"fragmentation\":%.6f,\"lease_count\":%llu,"
          "\"lease_p50_us\":%.1f,\"lease_p99_us\":%.1f,\"leases_refused\":%llu,\"protocol_errors\":%llu,\"clients\":%llu,"
-         "\"device_total_bytes\":%llu}",
+         "\"device_total_bytes\":%llu,\"optional_declined\":%llu}",
          s->device, s->backend, (unsigned long long)s->chunk_size, (unsigned long long)s->limit_bytes,
          (unsigned long long)s->chunks_total, (unsigned long long)s->chunks_free, (unsigned long long)s->chunks_leased,
          (unsigned long long)s->chunks_creating, (unsigned long long)s->chunks_quarantined,
          (unsigned long long)s->allocated, (unsigned long long)s->cached, (unsigned long long)s->stitched,
          s->fragmentation, (unsigned long long)s->lease_count, s->lease_p50_us, s->lease_p99_us,
          (unsigned long long)s->leases_refused, (unsigned long long)s->protocol_errors, (unsigned long long)s->clients,
-         (unsigned long long)s->device_total_bytes);
+         (unsigned long long)s->device_total_bytes, (unsigned long long)s->optional_declined);
 }
 
 static void print_stats(const Gmlake__LakeStats *s) {
@@ -96,9 +96,9 @@ static void print_stats(const Gmlake__LakeStats *s) {
   printf("  clients   %llu: allocated %s, cached %s, stitched %s\n", (unsigned long long)s->clients, B(s->allocated, a),
          B(s->cached, b), B(s->stitched, c2));
   printf("  fragmentation %.2f%% (1 - allocated/leased)\n", s->fragmentation * 100);
-  printf("  leases    %llu served (p50 %.1f us, p99 %.1f us), %llu refused; %llu protocol errors\n",
+  printf("  leases    %llu served (p50 %.1f us, p99 %.1f us), %llu refused, %llu optional ones declined; %llu protocol errors\n",
          (unsigned long long)s->lease_count, s->lease_p50_us, s->lease_p99_us, (unsigned long long)s->leases_refused,
-         (unsigned long long)s->protocol_errors);
+         (unsigned long long)s->optional_declined, (unsigned long long)s->protocol_errors);
 }
 
 static void print_clients(const Gmlake__CtlReply *r, int json) {
@@ -184,6 +184,9 @@ static void print_metrics(const Gmlake__CtlReply *r) {
   printf("gmlake_leases_total{device=\"%d\"} %llu\n", dev, (unsigned long long)s->lease_count);
   printf("# HELP gmlake_leases_refused_total Leases refused (lake full or quota).\n# TYPE gmlake_leases_refused_total counter\n");
   printf("gmlake_leases_refused_total{device=\"%d\"} %llu\n", dev, (unsigned long long)s->leases_refused);
+  printf("# HELP gmlake_optional_leases_declined_total Optional (headroom) leases answered: nothing free now.\n"
+         "# TYPE gmlake_optional_leases_declined_total counter\n");
+  printf("gmlake_optional_leases_declined_total{device=\"%d\"} %llu\n", dev, (unsigned long long)s->optional_declined);
   printf("# HELP gmlake_protocol_errors_total Connections closed for a malformed message.\n"
          "# TYPE gmlake_protocol_errors_total counter\n");
   printf("gmlake_protocol_errors_total{device=\"%d\"} %llu\n", dev, (unsigned long long)s->protocol_errors);
