@@ -1,0 +1,31 @@
+"""Pool bench/torch_bench.py runs of one workload from several calls (each call's
+runs interleaved default / gmlake configs; repeats pair by call and repeat index).
+
+  python3 bench/pool.py bench/results/runA/torch_W.json bench/results/runB/torch_W.json ...
+
+Per config: every run's median ms/step; the median of those ("ms/step"), its ratio
+to default's; the median of the per-repeat ratios to the default run of the same
+repeat ("by_rep", drift between calls cancels); mean ms/step likewise; and the
+share of repeats in which the config was within 3% of default or faster.
+"""
+import json, statistics as S, sys
+
+runs = {}
+for k, f in enumerate(sys.argv[1:]):
+    for r in json.load(open(f)):
+        if "error" in r or "ms_per_step" not in r:
+            continue
+        runs.setdefault(r["config"], {})[(k, r.get("repeat", 0))] = r
+base = runs.get("default", {})
+bm = S.median(r["ms_per_step"] for r in base.values())
+bmean = S.median(r["ms_mean"] for r in base.values())
+for c, rr in runs.items():
+    med = S.median(r["ms_per_step"] for r in rr.values())
+    mean = S.median(r["ms_mean"] for r in rr.values())
+    rep = [r["ms_per_step"] / base[key]["ms_per_step"] for key, r in rr.items() if key in base]
+    within = sum(x <= 1.03 for x in rep)
+    ratio = max(r["peak_reserved"] / r["peak_allocated"] for r in rr.values())
+    same = all(r["losses"] == base[key]["losses"] for key, r in rr.items() if key in base)
+    print("%-16s runs %2d  ms/step %6.1f  vs default %.3fx  by_rep median %.3fx (%d of %d <= 1.03)  mean %.3fx  "
+          "resv/alloc max %.3f  losses %s" % (c, len(rr), med, med / bm, S.median(rep), within, len(rep),
+                                             mean / bmean, ratio, "same" if same else "DIFF"))
