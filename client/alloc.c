@@ -394,15 +394,17 @@ static int lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
 }
 
 /* A free chunk, mapped elsewhere, for slot s: of the GML_PICK_SCAN freed
- * longest ago, the one whose nearest mapping is farthest from s. Slots near
- * each other serve blocks of the same step, alive together; a chunk taken
- * from far away is less likely to be wanted back while s holds it (on the
- * recorded traces: half the remaps of taking simply the oldest). */
-static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s) {
+ * longest ago that `stream` may use without waiting, the one whose nearest
+ * mapping is farthest from s. Slots near each other serve blocks of the same
+ * step, alive together; a chunk taken from far away is less likely to be
+ * wanted back while s holds it (on the recorded traces: half the remaps of
+ * taking simply the oldest). The oldest if none is ready. */
+static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s, gml_stream stream) {
   int32_t best = a->lists[GML_CL_CACHED].head;
   uint32_t best_d = 0;
   int n = 0;
   for (int32_t k = best; k >= 0 && n < GML_PICK_SCAN; k = a->chunks[k].lnext, n++) {
+    if (!chunk_ready_for(a, k, stream)) continue;
     uint32_t d = UINT32_MAX;
     for (int32_t m = a->chunks[k].maps_head; m >= 0 && d > best_d; m = a->slot_anext[m]) {
       uint32_t dm = (uint32_t)m > s ? (uint32_t)m - s : s - (uint32_t)m;
@@ -415,8 +417,8 @@ static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s) {
 
 /* Give chunks to every slot of [first, last] that has none of its own: a
  * free chunk mapped there already (waiting for the device if another stream
- * freed it), else a free chunk from anywhere (fresh ones first, then the one
- * freed longest ago), else a new one. A slot still mapping a chunk that is
+ * freed it), else a free chunk from anywhere (fresh ones first, leased as
+ * headroom if need be, then pick_cached_chunk's), else a new one. A slot still mapping a chunk that is
  * owned elsewhere is unmapped first. New mappings get their access set in
  * runs. On failure every slot is consistent and nothing is lost: the caller
  * unclaims the range. */
@@ -441,12 +443,15 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
   /* Headroom: rather than take a free chunk that is mapped elsewhere (whose
    * layout then breaks when it comes back), lease fresh ones while the held
    * bytes stay within headroom_pct of the peak allocated. Best effort: at
-   * the limit, or if the source says no, the free chunks serve. */
+   * the limit, or if the source says no, the free chunks serve; after a no,
+   * the source is not asked again for GML_HEADROOM_BACKOFF operations (each
+   * ask is a daemon round trip). */
   size_t fresh = a->lists[GML_CL_FRESH].count;
-  if (fresh < need && a->headroom_pct > 0) {
+  if (fresh < need && a->headroom_pct > 0 && a->tick >= a->headroom_retry_tick) {
     uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100), held = reserved_bytes(a);
     size_t room = cap > held ? (size_t)((cap - held) / a->cs) : 0, want = GML_MIN(need - fresh, room);
     if (want && lease_chunks_slow(a, want, 1) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
+    else if (want) a->headroom_retry_tick = a->tick + GML_HEADROOM_BACKOFF;
   }
   uint32_t run_start = UINT32_MAX;
   for (uint32_t s = first; s <= last + 1; s++) {
@@ -457,7 +462,7 @@ static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_s
         if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = slot_unmap(a, s))) return rc;
       }
       int l = a->lists[GML_CL_FRESH].count ? GML_CL_FRESH : GML_CL_CACHED;
-      int32_t ci = l == GML_CL_FRESH ? a->lists[l].head : pick_cached_chunk(a, s);
+      int32_t ci = l == GML_CL_FRESH ? a->lists[l].head : pick_cached_chunk(a, s, stream);
       if (l == GML_CL_CACHED && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick)))
         return rc;
       if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;

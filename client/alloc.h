@@ -42,6 +42,7 @@
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
 #define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
+#define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
 
 typedef struct gml_chunk_source {
   void *ctx;
@@ -131,6 +132,7 @@ typedef struct gml_allocator {
   uint64_t mapped_allocs;   /* allocations that mapped a chunk (the slow path) */
   double headroom_pct;      /* GMLAKE_HEADROOM: fresh chunks leased past need, % of peak allocated */
   uint64_t headroom_leased; /* chunks leased as headroom */
+  uint64_t headroom_retry_tick; /* no headroom lease before this tick (the source said no) */
   uint64_t map_ns;      /* time in map_slots_slow (driver calls, fence waits) */
   int timing;           /* GMLAKE_TIMING=1: also sum the time of every malloc in malloc_ns */
   uint64_t malloc_ns;

@@ -522,6 +522,10 @@ START_TEST(test_optional_headroom_leases) {
   ck_assert_str_eq(client_cmd(&b, "stats"), "stats 10485760 10485760 0 1"); /* y + z; 5 chunks: x's 2 restitched */
   ck_assert_int_eq(stat_num("optional_declined"), 1);
   ck_assert_int_eq(stat_num("leases_refused"), 0);
+  /* after a no, B does not ask again at once: one more slot to map, from x's chunks */
+  ck_assert_str_eq(client_cmd(&b, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 8 << 20), "ok 0");
+  ck_assert_int_eq(stat_num("optional_declined"), 1);
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
   ck_assert_str_eq(client_cmd(&a, "stats"), "stats 0 25165824 25165824 1"); /* A was not asked for its cache */
   ck_assert_int_eq(client_finish(&a), 0);
