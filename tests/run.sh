@@ -25,6 +25,23 @@ for line in sys.stdin:
     bad += not ok
 sys.exit(1 if bad else 0)' "${SAN:-0}"
 done
+echo "== python/gmlake's stats struct against the library's (host backend, embedded)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: python cannot load the sanitized library without preloading its runtime)"; else
+GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent PYTHONPATH=python python3 -c '
+import ctypes, gmlake
+lib = gmlake._load()
+lib.gmlake_torch_malloc.restype = ctypes.c_void_p
+lib.gmlake_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+lib.gmlake_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+p = lib.gmlake_torch_malloc(3 << 20, 0, None)
+st = gmlake._Stats()
+assert p and lib.gmlake_torch_stats(0, ctypes.byref(st)) == 0
+got = (st.allocated, st.reserved, st.alloc_count, st.maps, st.chunk_size, st.backend, st.mapped_allocs, st.malloc_ns)
+want = (3 << 20, 4 << 20, 1, 2, 2 << 20, b"host", 1, 0)
+assert got == want, "python/gmlake _Stats does not mirror gml_stats: %r, expected %r" % (got, want)
+lib.gmlake_torch_free(p, 3 << 20, 0, None)
+print("  fields agree:", dict(zip(("allocated", "reserved", "alloc_count", "maps", "chunk_size", "backend", "mapped_allocs", "malloc_ns"), got)))'
+fi
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)
