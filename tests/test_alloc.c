@@ -269,6 +269,20 @@ START_TEST(test_chunk_size_setting) {
 }
 END_TEST
 
+START_TEST(test_headroom_setting) {
+  ck_assert(A.headroom_pct == GML_DEFAULT_HEADROOM_PCT);
+  const struct { const char *env; double want; } cases[] = {{"5", 5}, {"0.5%", 0.5}, {"0", 0}, {"junk", 2}, {"-1", 2}, {"101", 2}, {"3x", 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    setenv("GMLAKE_HEADROOM", cases[i].env, 1);
+    gml_allocator a2;
+    ck_assert_int_eq(gml_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release}, 1ul << 30), 0);
+    ck_assert_msg(a2.headroom_pct == cases[i].want, "GMLAKE_HEADROOM=%s gave %g", cases[i].env, a2.headroom_pct);
+    gml_alloc_destroy(&a2);
+  }
+  unsetenv("GMLAKE_HEADROOM");
+}
+END_TEST
+
 /* _i = 0: 2 MiB chunks (the host default); 1: 4 MiB (the cuda default) */
 START_TEST(test_randomized_against_model) {
   enum { N = 600 };
@@ -351,6 +365,7 @@ Suite *alloc_suite(void) {
   tcase_add_test(tc, test_no_headroom_stitches);
   tcase_add_loop_test(tc, test_randomized_against_model, 0, 2);
   tcase_add_test(tc, test_chunk_size_setting);
+  tcase_add_test(tc, test_headroom_setting);
   suite_add_tcase(s, tc);
   return s;
 }
