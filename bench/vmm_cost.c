@@ -4,6 +4,8 @@
  *     cuMemSetAccess / cuMemUnmap over a run of chunks in one call;
  *   - the same calls while the GPU is busy with queued work: does the call
  *     wait for it (a hidden synchronize), or return at once?
+ *   - on a busy GPU, set-access over runs of 1/4/16/64 new chunks, and over the
+ *     same run again (per call or per chunk? is re-setting free?);
  *   - whether the calls cost more with 1k-16k mappings already in the context;
  *   - map + set-access and unmap of one 2, 4 and 8 MiB chunk (is the cost per
  *     chunk, whatever its size? the 4 MiB default rests on that);
@@ -167,6 +169,26 @@ int main(void) {
     double drain = now_us() - t0;
     printf("  %-24s %10.1f us  (%s; queueing took %.0f us, the rest of the queue %.0f us)\n", what[w], dt,
            busy ? "returned while the GPU was busy" : "waited", q1 - q0, drain);
+  }
+
+  /* Busy GPU, set-access over a run of K chunks mapped just before, and again
+   * over the same, already accessible run: is the busy cost per call or per
+   * chunk, and does re-setting cost anything? (one call per allocation over
+   * its whole range would include slots that are accessible already) */
+  printf("GPU busy, cuMemSetAccess over K new chunks in one call, then over the same K again (us): K, new, again\n");
+  for (int K = 1; K <= 64; K *= 4) {
+    CK(p_cuCtxSynchronize());
+    for (int i = 0; i < N; i++) (void)p_cuMemUnmap(va + (size_t)i * CS, CS);
+    for (int i = 0; i < K; i++) CK(p_cuMemMap(va + (size_t)i * CS, CS, 0, h[i], 0));
+    for (int i = 0; i < 100; i++) CK(p_cuMemsetD8Async(big, (unsigned char)i, bigsz, st));
+    t0 = now_us();
+    CK(p_cuMemSetAccess(va, (size_t)K * CS, &acc, 1));
+    double dnew = now_us() - t0;
+    t0 = now_us();
+    CK(p_cuMemSetAccess(va, (size_t)K * CS, &acc, 1));
+    double dagain = now_us() - t0;
+    int busy = p_cuStreamQuery(st) == CUDA_ERROR_NOT_READY;
+    printf("  %4d %10.1f %10.1f%s\n", K, dnew, dagain, busy ? "" : "  (the queue drained: not a busy measurement)");
   }
 
   /* Does a call cost more when the context already has many mappings (an
