@@ -199,38 +199,29 @@ void sessions_tick(gmld *d) {
 static void handle_lease(session *s, uint64_t seq, uint32_t count, int optional) {
   gmld *d = s->d;
   d->prefetch_suspended = 0;
-  if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
-    uint64_t quota = lake_quota_for(&d->lk, s->pid, s->uid);
-    uint64_t allowed = !quota ? count : quota / d->lk.cs > s->leased_chunks ? quota / d->lk.cs - s->leased_chunks : 0;
-    if (allowed && d->lk.nfree) {
-      s->pending = 1;
-      s->pending_seq = seq;
-      s->pending_count = count < allowed ? count : (uint32_t)allowed;
-      s->pending_since_ns = gml_now_ns();
-      serve_lease(s);
-    } else {
-      d->optional_declined++;
-      send_error(s, seq, GML_ENOMEM, "no free chunk at once (optional lease)");
-    }
-    lake_refill(d);
-    return;
-  }
   s->pending = 1;
   s->pending_seq = seq;
   s->pending_count = count;
   s->pending_since_ns = gml_now_ns();
   s->pending_deadline_ns = s->pending_since_ns + LEASE_WAIT_MS * 1000000ull;
   uint64_t quota = lake_quota_for(&d->lk, s->pid, s->uid);
-  if (quota) {
-    uint64_t allowed = quota / d->lk.cs > s->leased_chunks ? quota / d->lk.cs - s->leased_chunks : 0;
-    if (!allowed) {
-      char q[32];
-      char why[128];
-      snprintf(why, sizeof why, "quota of %s reached", gml_format_bytes(quota, q, sizeof q));
-      refuse_lease(s, GML_EQUOTA, why);
-      return;
+  uint64_t allowed = !quota ? count : quota / d->lk.cs > s->leased_chunks ? quota / d->lk.cs - s->leased_chunks : 0;
+  if (s->pending_count > allowed) s->pending_count = (uint32_t)allowed;
+  if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
+    if (!allowed || !serve_lease(s)) {
+      s->pending = 0;
+      d->optional_declined++;
+      send_error(s, seq, GML_ENOMEM, "no free chunk at once (optional lease)");
     }
-    if (s->pending_count > allowed) s->pending_count = (uint32_t)allowed;
+    lake_refill(d);
+    return;
+  }
+  if (!allowed) {
+    char q[32];
+    char why[128];
+    snprintf(why, sizeof why, "quota of %s reached", gml_format_bytes(quota, q, sizeof q));
+    refuse_lease(s, GML_EQUOTA, why);
+    return;
   }
   if (serve_lease(s)) {
     lake_refill(d);
