@@ -41,7 +41,6 @@ def run(seg, inside_only=False):
     left=[p[1] for p in seg if p[0]=='a' and p[1] in remap]
     carry += [(remap.pop(k), sizes[k]) for k in left]
 run(ev[:good[0][0]], True)
-carry=[remap.pop(k) for k in list(remap)][-25:] if False else carry
 import os
 order=os.environ.get("ORDER")
 if order:

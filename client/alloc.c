@@ -418,10 +418,10 @@ static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s, gml_stream stream
 /* Give chunks to every slot of [first, last] that has none of its own: a
  * free chunk mapped there already (waiting for the device if another stream
  * freed it), else a free chunk from anywhere (fresh ones first, leased as
- * headroom if need be, then pick_cached_chunk's), else a new one. A slot still mapping a chunk that is
- * owned elsewhere is unmapped first. New mappings get their access set in
- * runs. On failure every slot is consistent and nothing is lost: the caller
- * unclaims the range. */
+ * headroom if need be, then pick_cached_chunk's), else a new one. A slot
+ * still mapping a chunk that is owned elsewhere is unmapped first. New
+ * mappings get their access set in runs. On failure every slot is consistent
+ * and nothing is lost: the caller unclaims the range. */
 static int map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole) {
   size_t need = 0;
   for (uint32_t s = first; s <= last; s++) {

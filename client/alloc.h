@@ -27,8 +27,9 @@
  * Chunks for slots: the one mapped there if free; else a fresh chunk (mapped
  * nowhere, so no other layout loses it), leased while the held bytes stay
  * within GMLAKE_HEADROOM (default 2%) of the peak allocated; else, of the
- * free chunks freed longest ago, the one mapped farthest from the slot. (Placement that chased mapped chunks, tried in
- * sessions 2-3, took chunks other layouts needed and never settled.) */
+ * free chunks freed longest ago, the one mapped farthest from the slot.
+ * (Placement that chased mapped chunks, tried in sessions 2-3, took chunks
+ * other layouts needed and never settled.) */
 #ifndef GML_ALLOC_H
 #define GML_ALLOC_H
 #include "backend.h"

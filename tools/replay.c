@@ -89,10 +89,10 @@ static void print_steps(const char *name, const step_sample *v, size_t n, const 
     const step_sample *a = start ? &v[start - 1] : &(step_sample){0}, *b = &v[i];
     double m = ((b->unmaps - a->unmaps) * cost[0] + (b->maps - a->maps) * cost[1] + (b->access - a->access) * cost[2] +
                 (b->syncs - a->syncs) * cost[3]) / 1000.0;
-    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %7llu %8.0f %6llu\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
+    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %7llu %8llu %6llu\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
            (unsigned long long)(b->maps - a->maps), (unsigned long long)(b->unmaps - a->unmaps),
            (unsigned long long)(b->access - a->access), (unsigned long long)(b->syncs - a->syncs), m,
-           (unsigned long long)(b->mapping - a->mapping), (double)(b->headroom - a->headroom), (unsigned long long)(b->leased - a->leased));
+           (unsigned long long)(b->mapping - a->mapping), (unsigned long long)(b->headroom - a->headroom), (unsigned long long)(b->leased - a->leased));
     ms[nsteps++] = m;
     start = i + 1, above = 0, speak = 0;
   }
