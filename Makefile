@@ -5,7 +5,6 @@
 PREFIX ?= /usr/local
 DESTDIR ?=
 BUILD ?= build
-CUDA_INC ?= /usr/local/cuda/include
 CC ?= cc
 SAN ?= 0
 
@@ -17,7 +16,7 @@ else
   OPT := -O2
   LDSAN :=
 endif
-INC := -Iclient/include -Iclient -Idaemon -Icommon -I$(BUILD)/gen -I$(CUDA_INC)
+INC := -Iclient/include -Iclient -Idaemon -Icommon -I$(BUILD)/gen
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
 LDFLAGS := $(LDSAN) -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS ?= $(shell pkg-config --libs check)
@@ -37,7 +36,7 @@ BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libg
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
 TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/gml-testclient
 
-.PHONY: all clean test check-plain check-san deps install demo
+.PHONY: all clean test check-plain check-san deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
 
 $(GEN): proto/gmlake.proto
@@ -80,6 +79,16 @@ $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-clien
 $(BUILD)/gmlake.pc: Makefile
 	@mkdir -p $(BUILD)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: 0.1.0\nLibs: -L$${libdir} -lgmlake-client\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+
+# common/cuda_driver.h against NVIDIA's cuda.h (not part of the build, which
+# needs no CUDA package): run where CUDA's headers are, e.g. the GPU machine.
+CUDA_INC ?= /usr/local/cuda/include
+cuda-header-check:
+	@mkdir -p $(BUILD)/gen
+	$(CC) $(CFLAGS_BASE) -Icommon tools/cuda_header_check.c -o $(BUILD)/cuda_header_gen
+	$(BUILD)/cuda_header_gen > $(BUILD)/gen/cuda_header_asserts.c
+	$(CC) $(CFLAGS_BASE) -I$(CUDA_INC) $(BUILD)/gen/cuda_header_asserts.c -o $(BUILD)/cuda_header_asserts
+	$(BUILD)/cuda_header_asserts
 
 deps:
 	@scripts/deps.sh

@@ -6,10 +6,10 @@
 #define _GNU_SOURCE
 #endif
 #include "backend.h"
+#include "cuda_driver.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
-#include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,40 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The driver entry points we use, by their exported (ABI) names. */
-#define CU_FUNCS(X)                                                                                      \
-  X(cuInit, (unsigned int))                                                                              \
-  X(cuDriverGetVersion, (int *))                                                                         \
-  X(cuDeviceGet, (CUdevice *, int))                                                                      \
-  X(cuDeviceGetCount, (int *))                                                                           \
-  X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                         \
-  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                   \
-  X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                            \
-  X(cuCtxSetCurrent, (CUcontext))                                                                        \
-  X(cuCtxGetCurrent, (CUcontext *))                                                                      \
-  X(cuCtxSynchronize, (void))                                                                            \
-  X(cuGetErrorString, (CUresult, const char **))                                                         \
-  X(cuMemGetAllocationGranularity, (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)) \
-  X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
-  X(cuMemRelease, (CUmemGenericAllocationHandle))                                                        \
-  X(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
-  X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType)) \
-  X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))               \
-  X(cuMemAddressFree, (CUdeviceptr, size_t))                                                             \
-  X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))           \
-  X(cuMemUnmap, (CUdeviceptr, size_t))                                                                   \
-  X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                              \
-  X(cuMemGetInfo_v2, (size_t *, size_t *))                                                               \
-  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                                                \
-  X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                                      \
-  X(cuEventCreate, (CUevent *, unsigned int))                                                            \
-  X(cuEventRecord, (CUevent, CUstream))                                                                  \
-  X(cuEventQuery, (CUevent))                                                                             \
-  X(cuEventDestroy_v2, (CUevent))
-
+/* The driver entry points we use (cuda_driver.h), by their exported names. */
 typedef struct cuda_api {
-#define DECLARE_FN(name, args) CUresult (*name) args;
-  CU_FUNCS(DECLARE_FN)
+#define DECLARE_FN(name, params) gml_pfn_##name name;
+  GML_CUDA_FUNCS(DECLARE_FN)
 #undef DECLARE_FN
 } cuda_api;
 
@@ -250,13 +220,13 @@ int gml_backend_cuda_open(int device, gml_backend **out, char *msg, size_t msgle
     return GML_ENOMEM;
   }
   p->lib = lib;
-#define LOAD_FN(name, args)                                                         \
-  p->api.name = (CUresult(*) args)dlsym(lib, #name);                                \
+#define LOAD_FN(name, params)                                                       \
+  p->api.name = (gml_pfn_##name)dlsym(lib, #name);                                  \
   if (!p->api.name) {                                                               \
     snprintf(msg, msglen, "libcuda.so.1 lacks %s (driver too old for VMM)", #name); \
     goto fail;                                                                      \
   }
-  CU_FUNCS(LOAD_FN)
+  GML_CUDA_FUNCS(LOAD_FN)
 #undef LOAD_FN
   CUresult r = p->api.cuInit(0);
   if (r != CUDA_SUCCESS) {
