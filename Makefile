@@ -23,7 +23,7 @@ CHECK_LIBS ?= $(shell pkg-config --libs check)
 
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
-CLIENT_SRC := client/alloc.c client/client.c client/torch.c
+CLIENT_SRC := client/alloc.c client/client.c client/torch.c client/growable.c
 DAEMON_SRC := daemon/main.c daemon/lake.c daemon/session.c daemon/creator.c daemon/control.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -66,7 +66,7 @@ $(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c) $(COMMON_OBJ)
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
-$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_wire.c) \
+$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_wire.c tests/test_growable.c) \
                     $(call obj,daemon/lake.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 

@@ -5,7 +5,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "alloc.h"
+#include "client_priv.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
@@ -19,28 +19,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
-
-struct gml_client {
-  gml_allocator alloc;
-  gml_backend *be;
-  int mode;
-  int sock;                 /* daemon mode */
-  pthread_mutex_t conn_lock;
-  uint64_t seq;
-  uint64_t client_id;
-  int daemon_gone;
-  uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
-  uint64_t last_report_ns;
-  uint32_t ops_since_check;
-  char last_error[256];
-};
-
 /* ---------- embedded source: the backend directly ---------- */
 
 static int embedded_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
   gml_client *c = ctx;
   (void)optional; /* the device says at once whether it has memory */
+  /* the limit holds for the allocator's chunks and the growable ranges' together
+   * (the allocator checks its own part before it asks; called with its lock or grow.lock) */
+  uint64_t held = (uint64_t)__atomic_load_n(&c->alloc.held, __ATOMIC_RELAXED) * c->be->chunk_size +
+                  __atomic_load_n(&c->grow.mapped, __ATOMIC_RELAXED);
+  if (c->alloc.limit_bytes && held + n * c->be->chunk_size > c->alloc.limit_bytes) return GML_ENOMEM;
   size_t got = 0;
   for (; got < n; got++) {
     int rc = c->be->ops->chunk_create(c->be, &phys[got], NULL);
@@ -175,8 +163,11 @@ static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint
 static void send_usage_report(gml_client *c) {
   gml_stats st;
   gml_alloc_stats(&c->alloc, &st);
+  gml_grow_stats(c, &st);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.growable_mapped = st.growable_mapped;
+  u.growable_unmapped = st.growable_unmapped;
   u.allocated = st.allocated;
   u.cached = st.cached;
   u.stitched = st.stitched;
@@ -292,6 +283,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   if (!c) return GML_ENOMEM;
   c->sock = -1;
   pthread_mutex_init(&c->conn_lock, NULL);
+  gml_grow_init(c);
   char why[512] = "", msg[512] = "";
   int rc = GML_EDAEMON;
   char path[256];
@@ -351,6 +343,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
 fail:
   if (c->sock >= 0) close(c->sock);
   if (c->be) gml_backend_close(c->be);
+  gml_grow_destroy_all(c);
   pthread_mutex_destroy(&c->conn_lock);
   free(c);
   return rc;
@@ -358,6 +351,7 @@ fail:
 
 int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
+  gml_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
   gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
   if (c->sock >= 0) close(c->sock);
   gml_backend_close(c->be);
@@ -393,6 +387,7 @@ int gml_free(gml_client *c, void *ptr) {
 int gml_stats_get(gml_client *c, gml_stats *out) {
   if (!c || !out) return GML_EINVAL;
   gml_alloc_stats(&c->alloc, out);
+  gml_grow_stats(c, out);
   out->mode = c->mode;
   return 0;
 }

@@ -282,6 +282,74 @@ START_TEST(test_sigkill_returns_chunks) {
 }
 END_TEST
 
+/* A growable range in daemon mode: its chunks are leased as it grows (in
+ * place: the base stays, the tags stay) and go back to the lake as it
+ * shrinks, where another client gets them; SIGKILL returns the rest. */
+START_TEST(test_growable_range) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(sock_path);
+  client_first_line(&a);
+  char base[64], line[256];
+  snprintf(base, sizeof base, "%s", client_cmd(&a, "grow %d", 32 << 20));
+  ck_assert_msg(!strncmp(base, "ok 0x", 5), "grow said '%s'", base);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0); /* reserving maps nothing */
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", (5 << 20) + 1), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 3);
+  for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gtag %d 4", k), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 12 << 20), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 6);
+  snprintf(line, sizeof line, "ginfo %s %d %d %d stats 1 %d %d", base + 3, 32 << 20, 12 << 20, 12 << 20, 12 << 20, 20 << 20);
+  ck_assert_str_eq(client_cmd(&a, "ginfo"), line);
+  for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gread %d", k), k == 0 ? "tag 4000" : k == 1 ? "tag 4001" : "tag 4002");
+  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 30 << 20, 2 << 20), "ok"); /* a chunk at the far end */
+  ck_assert_int_eq(stat_num("chunks_leased"), 7);
+  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned or past the end");
+  /* shrink to 2 chunks: the other 5 go back to the lake */
+  ck_assert_str_eq(client_cmd(&a, "gshrink %d", 4 << 20), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 2);
+  ck_assert_int_eq(stat_num("chunks_free"), 5);
+  ck_assert_str_eq(client_cmd(&a, "gread 2"), "unmapped");
+  ck_assert_str_eq(client_cmd(&a, "gread 1"), "tag 4001");
+  /* another client gets them, with A's bytes still in them */
+  proc b = client_start(sock_path);
+  client_first_line(&b);
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 10 << 20), "ok 0");
+  ck_assert_int_eq(stat_num("chunks_free"), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 7);
+  ck_assert_int_eq(client_finish(&b), 0);
+  /* the lake is full (64 MiB = 32 chunks) past what the limit allows: all or nothing */
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 32 << 20), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 16);
+  ck_assert_str_eq(client_cmd(&a, "gread 1"), "tag 4001");
+  kill(a.pid, SIGKILL);
+  int st;
+  waitpid(a.pid, &st, 0);
+  fclose(a.in), fclose(a.out);
+  long long now = -1;
+  for (int i = 0; i < 200 && (now = stat_num("chunks_leased")) != 0; i++) msleep(25);
+  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* The lake's limit binds a range too: a map the lake cannot serve whole maps nothing. */
+START_TEST(test_growable_over_limit) {
+  start_daemon("--limit 8MiB --prefetch 0");
+  proc a = client_start(sock_path);
+  client_first_line(&a);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 64 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 6 << 20), "ok");
+  const char *r = client_cmd(&a, "gensure %d", 12 << 20);
+  ck_assert_msg(!strncmp(r, "err -1 ", 7), "gensure over the limit said '%s'", r);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "ginfo"), " "), "ginfo");
+  ck_assert_int_eq(stat_num("chunks_leased"), 3); /* the chunk it got was given back */
+  ck_assert_str_eq(client_cmd(&a, "gdestroy"), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 static int raw_connect(void) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
@@ -597,6 +665,8 @@ int main(void) {
   tcase_add_test(tc, test_clients_numbers);
   tcase_add_test(tc, test_client_takes_daemon_chunk_size);
   tcase_add_test(tc, test_sigkill_returns_chunks);
+  tcase_add_test(tc, test_growable_range);
+  tcase_add_test(tc, test_growable_over_limit);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);
   tcase_add_test(tc, test_trim);

@@ -1,6 +1,8 @@
 /* gml-testclient: a client process the integration tests drive through
  * stdin/stdout, one command a line:
  *   alloc SIZE | free I | tag I TOKEN | readtags I | leasebench N | flush | stats | trim | close | exit
+ * and on one growable range: grow MAX | gmap OFF LEN | gunmap OFF LEN | gensure N | gshrink N |
+ *   gtag K TOKEN (chunk k of the range) | gread K | ginfo | gdestroy
  * It opens the daemon at argv[1] ("embedded" for no daemon). */
 #include "gmlake.h"
 #include <stdio.h>
@@ -36,6 +38,7 @@ int main(int argc, char **argv) {
   uint64_t *buf = malloc(cs);
   if (!buf) return 1;
   printf("ready %d %zu %s\n", (int)getpid(), cs, st.backend);
+  gml_growable *g = NULL;
   void *blk[MAXB] = {0};
   size_t sz[MAXB] = {0};
   char line[256];
@@ -104,6 +107,47 @@ int main(int argc, char **argv) {
       size_t r = 0;
       gml_trim(c, &r);
       printf("ok %zu\n", r);
+    } else if (!strcmp(cmd, "grow") && !g) {
+      rc = gml_growable_create(c, (size_t)a, &g);
+      gml_growable_info gi;
+      if (!rc) gml_growable_info_get(g, &gi);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok %p\n", gi.base);
+    } else if (g && (!strcmp(cmd, "gmap") || !strcmp(cmd, "gunmap") || !strcmp(cmd, "gensure") || !strcmp(cmd, "gshrink"))) {
+      rc = !strcmp(cmd, "gmap") ? gml_growable_map(g, (size_t)a, (size_t)b)
+           : !strcmp(cmd, "gunmap") ? gml_growable_unmap(g, (size_t)a, (size_t)b)
+           : !strcmp(cmd, "gensure") ? gml_growable_ensure(g, (size_t)a) : gml_growable_shrink(g, (size_t)a);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok\n");
+    } else if (g && (!strcmp(cmd, "gtag") || !strcmp(cmd, "gread"))) {
+      gml_growable_info gi;
+      gml_growable_info_get(g, &gi);
+      char *p = (char *)gi.base + a * cs;
+      if (!strcmp(cmd, "gtag")) {
+        for (size_t w = 0; w < cs / 8; w++) buf[w] = b * 1000 + a;
+        rc = gml_write(c, p, buf, cs);
+        printf(rc ? "err %d\n" : "ok\n", rc);
+      } else if (gml_growable_is_mapped(g, a * cs) != 1) {
+        printf("unmapped\n"); /* reading it would fault */
+      } else if (gml_read(c, buf, p, cs)) {
+        printf("err read\n");
+      } else {
+        int uniform = 1;
+        for (size_t w = 1; w < cs / 8; w++) uniform &= buf[w] == buf[0];
+        if (uniform) printf("tag %llu\n", (unsigned long long)buf[0]);
+        else printf("mixed\n");
+      }
+    } else if (g && !strcmp(cmd, "ginfo")) {
+      gml_growable_info gi;
+      gml_growable_info_get(g, &gi);
+      gml_stats_get(c, &st);
+      printf("ginfo %p %zu %zu %zu stats %llu %llu %llu\n", gi.base, gi.reserved, gi.mapped, gi.mapped_prefix,
+             (unsigned long long)st.growable_ranges, (unsigned long long)st.growable_mapped,
+             (unsigned long long)st.growable_unmapped);
+    } else if (g && !strcmp(cmd, "gdestroy")) {
+      rc = gml_growable_destroy(g);
+      g = NULL;
+      printf(rc ? "err %d\n" : "ok\n", rc);
     } else if (!strcmp(cmd, "close") || !strcmp(cmd, "exit")) {
       break;
     } else {

@@ -66,6 +66,10 @@ typedef struct gml_stats {
   uint64_t headroom_leased; /* chunks leased beyond need (GMLAKE_HEADROOM), so remaps take fresh chunks */
   uint64_t map_ns;          /* time spent mapping (driver calls, fence waits) */
   uint64_t malloc_ns;       /* time in gml_alloc, all of it (only with GMLAKE_TIMING=1, else 0) */
+  /* Growable ranges (gml_growable_*), not counted in the allocator's numbers above: */
+  uint64_t growable_ranges;   /* live ranges */
+  uint64_t growable_mapped;   /* bytes of chunks mapped into them (physical memory held) */
+  uint64_t growable_unmapped; /* bytes reserved for them but not mapped (address space only) */
 } gml_stats;
 
 const char *gml_strerror(int err);
@@ -88,6 +92,46 @@ int gml_read(gml_client *c, void *dst, const void *src, size_t n);
 int gml_flush(gml_client *c);
 /* The message of the last error on this client (e.g. the numbers of an OOM). */
 const char *gml_last_error(gml_client *c);
+
+/* Growable ranges: a contiguous virtual range of a fixed maximum size whose
+ * chunks are mapped and unmapped at given offsets, so memory grows in place
+ * (a KV cache takes physical memory as its sequences grow, and nothing
+ * already there moves or is copied). Chunks come from the same source as
+ * the allocator's (leased from the daemon, or created by the backend when
+ * embedded) and go back to it when unmapped. Offsets and lengths are
+ * multiples of the chunk size (gml_growable_info's chunk_size), except in
+ * ensure/shrink, which round. Accessing an unmapped part is an error, never
+ * silent garbage: SIGSEGV on the host backend; on cuda the kernel fails with
+ * CUDA_ERROR_ILLEGAL_ADDRESS (cudaErrorIllegalAddress), which poisons the
+ * CUDA context of the process. Unmapping waits for the device to be idle
+ * (a synchronize) so no pending kernel still reads a chunk handed back.
+ * Thread-safe; a range belongs to the client that created it and is
+ * destroyed with it at gml_close at the latest. */
+typedef struct gml_growable gml_growable;
+typedef struct gml_growable_info {
+  void *base;          /* start of the range: it never moves */
+  size_t reserved;     /* bytes of address space (max_bytes rounded up to chunks) */
+  size_t mapped;       /* bytes mapped (anywhere in the range) */
+  size_t mapped_prefix;/* bytes mapped from base on without a hole */
+  size_t chunk_size;
+} gml_growable_info;
+
+/* Reserve max_bytes (rounded up to the chunk size) of address space; nothing is mapped. */
+int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out);
+/* Map a chunk over every unmapped chunk of [offset, offset+len): all or
+ * nothing (GML_ENOMEM when the lake or the limit cannot give them all). */
+int gml_growable_map(gml_growable *g, size_t offset, size_t len);
+/* Unmap the mapped chunks of [offset, offset+len) and give them back. */
+int gml_growable_unmap(gml_growable *g, size_t offset, size_t len);
+/* Map [0, bytes rounded up to chunks); what is already mapped stays. */
+int gml_growable_ensure(gml_growable *g, size_t bytes);
+/* Unmap every chunk from bytes (rounded up to chunks) to the end. */
+int gml_growable_shrink(gml_growable *g, size_t bytes);
+/* 1 when the chunk holding byte offset is mapped, 0 when not, GML_EINVAL past the end. */
+int gml_growable_is_mapped(gml_growable *g, size_t offset);
+int gml_growable_info_get(gml_growable *g, gml_growable_info *out);
+/* Unmap everything, give the chunks back and free the address range. */
+int gml_growable_destroy(gml_growable *g);
 
 /* PyTorch CUDAPluggableAllocator entry points (one client per device, thread-safe). */
 void *gmlake_torch_malloc(ssize_t size, int device, void *stream);

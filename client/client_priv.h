@@ -1,0 +1,43 @@
+/* client_priv.h: the client handle as the library's parts see it (client.c
+ * owns the connection and the allocator's chunk sources; growable.c maps
+ * chunks from the same source into ranges of their own). Not installed. */
+#ifndef GML_CLIENT_PRIV_H
+#define GML_CLIENT_PRIV_H
+#include "alloc.h"
+#include "gmlake.h"
+#include <pthread.h>
+#include <stdint.h>
+
+#define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
+
+/* Growable ranges of one client (growable.c). */
+typedef struct gml_grow_state {
+  pthread_mutex_t lock;     /* the list and every range's chunk table */
+  struct gml_growable *head;
+  uint64_t ranges;          /* live ranges */
+  uint64_t reserved;        /* bytes of virtual range they reserve */
+  uint64_t mapped;          /* bytes of chunks mapped into them */
+  uint64_t chunks_leased, chunks_returned; /* over the client's life */
+} gml_grow_state;
+
+struct gml_client {
+  gml_allocator alloc;
+  gml_backend *be;
+  int mode;
+  int sock;                 /* daemon mode */
+  pthread_mutex_t conn_lock;
+  uint64_t seq;
+  uint64_t client_id;
+  int daemon_gone;
+  uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
+  uint64_t last_report_ns;
+  uint32_t ops_since_check;
+  gml_grow_state grow;
+  char last_error[256];
+};
+
+/* growable.c */
+void gml_grow_init(gml_client *c);
+void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */
+void gml_grow_stats(gml_client *c, gml_stats *st);
+#endif
