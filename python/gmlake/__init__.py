@@ -29,7 +29,9 @@ class _Stats(ctypes.Structure):
         ("fragmentation", ctypes.c_double), ("chunk_size", ctypes.c_size_t),
         ("mode", ctypes.c_int), ("backend", ctypes.c_char_p), ("access_calls", ctypes.c_uint64),
         ("mapped_allocs", ctypes.c_uint64), ("headroom_leased", ctypes.c_uint64),
-        ("map_ns", ctypes.c_uint64), ("malloc_ns", ctypes.c_uint64)]
+        ("map_ns", ctypes.c_uint64), ("malloc_ns", ctypes.c_uint64),
+        ("growable_ranges", ctypes.c_uint64), ("growable_mapped", ctypes.c_uint64),
+        ("growable_unmapped", ctypes.c_uint64)]
 
 
 _lib = None
