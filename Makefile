@@ -8,7 +8,8 @@ BUILD ?= build
 CC ?= cc
 SAN ?= 0
 
-CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -D_GNU_SOURCE -pthread
+# -fvisibility=hidden: the library exports only what include/gmlake.h marks GML_API.
+CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -fvisibility=hidden -D_GNU_SOURCE -pthread
 ifeq ($(SAN),1)
   OPT := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDSAN := -fsanitize=address,undefined
@@ -16,7 +17,7 @@ else
   OPT := -O2
   LDSAN :=
 endif
-INC := -Iclient/include -Iclient -Idaemon -Icommon -I$(BUILD)/gen
+INC := -Iinclude -Iclient -Idaemon -Icommon -I$(BUILD)/gen
 CFLAGS := $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
 LDFLAGS := $(LDSAN) -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS ?= $(shell pkg-config --libs check)
@@ -43,11 +44,11 @@ $(GEN): proto/gmlake.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --c_out=$(BUILD)/gen -Iproto proto/gmlake.proto
 
-$(BUILD)/obj/gen/gmlake.pb-c.o: $(BUILD)/gen/gmlake.pb-c.c
+$(BUILD)/obj/gen/gmlake.pb-c.o: $(BUILD)/gen/gmlake.pb-c.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h client/include/*.h daemon/*.h)
+$(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h include/*.h daemon/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -66,7 +67,8 @@ $(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c) $(COMMON_OBJ)
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
-$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_wire.c tests/test_growable.c) \
+$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_wire.c tests/test_growable.c \
+                      tests/test_api.c) \
                     $(call obj,daemon/lake.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
@@ -76,9 +78,15 @@ $(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmla
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/gmlake.pc: Makefile
+# Rewritten whenever PREFIX or the version differ from what it holds (so
+# `make install PREFIX=...` installs a .pc for that prefix); the version is
+# include/gmlake.h's GML_VERSION_*.
+VERSION := $(shell sed -n 's/^\#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmlake.h | paste -sd.)
+$(BUILD)/gmlake.pc: FORCE
 	@mkdir -p $(BUILD)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: 0.1.0\nLibs: -L$${libdir} -lgmlake-client\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLibs: -L$${libdir} -lgmlake-client\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@ && echo "gmlake.pc: prefix $(PREFIX), version $(VERSION)"; fi
+FORCE:
 
 # common/cuda_driver.h against NVIDIA's cuda.h (not part of the build, which
 # needs no CUDA package): run where CUDA's headers are, e.g. the GPU machine.
@@ -117,7 +125,7 @@ install: $(BINS)
 	install -m 755 $(BUILD)/libgmlake-client.so $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so.1
 	ln -sf libgmlake-client.so.1 $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so
 	install -m 644 $(BUILD)/libgmlake-client.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 client/include/gmlake.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/gmlake.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/gmlake.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	sed 's|/usr/local|$(PREFIX)|g' systemd/gmlaked@.service > $(DESTDIR)/lib/systemd/system/gmlaked@.service
 	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/

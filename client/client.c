@@ -388,6 +388,7 @@ int gml_stats_get(gml_client *c, gml_stats *out) {
   if (!c || !out) return GML_EINVAL;
   gml_alloc_stats(&c->alloc, out);
   gml_grow_stats(c, out);
+  out->version = GML_VERSION;
   out->mode = c->mode;
   return 0;
 }

@@ -1,6 +1,7 @@
 /* log.c: one place that decides what gets printed and how. Under systemd
  * (JOURNAL_STREAM set) lines carry "<prio>" prefixes so journald keeps levels. */
 #include "log.h"
+#include "gmlake.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ int gml_log_parse_level(const char *s) {
       {"error", GML_LOG_ERROR}, {"warn", GML_LOG_WARN}, {"info", GML_LOG_INFO}, {"debug", GML_LOG_DEBUG}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcasecmp(s, names[i].name)) return names[i].level;
-  return -1;
+  return GML_EINVAL;
 }
 
 static int effective_level(void) {

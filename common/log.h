@@ -3,7 +3,7 @@
 #define GML_LOG_H
 enum gml_log_level { GML_LOG_ERROR = 3, GML_LOG_WARN = 4, GML_LOG_INFO = 6, GML_LOG_DEBUG = 7 };
 void gml_log_set_level(int level);
-int gml_log_parse_level(const char *s); /* -1 when unknown */
+int gml_log_parse_level(const char *s); /* GML_EINVAL when unknown */
 void gml_log_set_ident(const char *ident);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define GML_ERR(...) gml_log(GML_LOG_ERROR, __VA_ARGS__)

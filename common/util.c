@@ -1,4 +1,5 @@
-/* util.c: size parsing/formatting, default paths, fd limits, percentiles. */
+/* util.c: size parsing/formatting, default paths, fd limits, percentiles,
+ * and the library's error strings (from GML_ERRNO_MAP in gmlake.h). */
 #include "util.h"
 #include "gmlake.h"
 #include <ctype.h>
@@ -11,14 +12,14 @@
 #include <unistd.h>
 
 int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
-  if (!s || !*s) return -1;
+  if (!s || !*s) return GML_EINVAL;
   errno = 0;
   char *end;
   double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return -1;
+  if (errno || end == s || v < 0) return GML_EINVAL;
   while (isspace((unsigned char)*end)) end++;
   if (*end == '%') {
-    if (!total || end[1] || v > 100) return -1;
+    if (!total || end[1] || v > 100) return GML_EINVAL;
     *out = (uint64_t)(v / 100.0 * (double)total);
     return 0;
   }
@@ -32,7 +33,7 @@ int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
       return 0;
     }
   }
-  return -1;
+  return GML_EINVAL;
 }
 
 const char *gml_format_bytes(uint64_t v, char *buf, size_t len) {
@@ -88,17 +89,22 @@ double gml_percentile_u64(uint64_t *v, size_t n, double pct) {
 
 const char *gml_strerror(int err) {
   switch (err) {
-  case GML_OK: return "success";
-  case GML_ENOMEM: return "out of memory";
-  case GML_EDAEMON: return "daemon unreachable or gone";
-  case GML_EINVAL: return "invalid argument";
-  case GML_EBADPTR: return "pointer not allocated by this client";
-  case GML_EBACKEND: return "physical backend (driver) error";
-  case GML_ENODEV: return "backend not available";
-  case GML_EPROTO: return "protocol error";
-  case GML_EQUOTA: return "quota exceeded";
-  case GML_ESYS: return "system call failed";
-  case GML_ECLOSED: return "client closed";
+#define GML_ERROR_MESSAGE(name, code, msg) \
+  case GML_##name: return msg;
+    GML_ERRNO_MAP(GML_ERROR_MESSAGE)
+#undef GML_ERROR_MESSAGE
   default: return "unknown error";
   }
 }
+
+const char *gml_errname(int err) {
+  switch (err) {
+#define GML_ERROR_NAME(name, code, msg) \
+  case GML_##name: return "GML_" #name;
+    GML_ERRNO_MAP(GML_ERROR_NAME)
+#undef GML_ERROR_NAME
+  default: return "GML_EUNKNOWN";
+  }
+}
+
+uint32_t gml_version(void) { return GML_VERSION; }

@@ -19,7 +19,7 @@ static inline uint64_t gml_now_ns(void) {
 static inline size_t gml_round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* "123", "4K", "512MiB", "2G"... into bytes; "40%" into a fraction of total
- * (total 0: percentages are refused). Returns 0 or -1. */
+ * (total 0: percentages are refused). Returns 0 or GML_EINVAL. */
 int gml_parse_size(const char *s, uint64_t total, uint64_t *out);
 /* "1.50 GiB" style; buf of 32 bytes is enough. */
 const char *gml_format_bytes(uint64_t v, char *buf, size_t len);

@@ -10,6 +10,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* A failed socket call as the GML_E* code a caller acts on; errno stays set
+ * for its log line. */
+static long errno_to_gml(int e) {
+  if (e == EAGAIN || e == EWOULDBLOCK) return GML_EAGAIN;
+  if (e == EPIPE || e == ECONNRESET) return GML_EDAEMON; /* the peer is gone */
+  if (e == ENOMEM || e == ENOBUFS) return GML_ENOMEM;
+  return GML_ESYS;
+}
+
 int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len) {
   size_t n = gmlake__envelope__get_packed_size(env);
   if (n > GML_MAX_FRAME) return GML_EINVAL;
@@ -29,7 +38,7 @@ long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, 
   m.msg_iovlen = 1;
   char cbuf[CMSG_SPACE(sizeof(int) * GML_MAX_LEASE_CHUNKS)];
   if (nfds > 0) {
-    if (nfds > GML_MAX_LEASE_CHUNKS) return -EINVAL;
+    if (nfds > GML_MAX_LEASE_CHUNKS) return GML_EINVAL;
     memset(cbuf, 0, sizeof cbuf);
     m.msg_control = cbuf;
     m.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
@@ -42,14 +51,14 @@ long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, 
   ssize_t r;
   do r = sendmsg(sock, &m, MSG_NOSIGNAL);
   while (r < 0 && errno == EINTR);
-  return r < 0 ? -errno : (long)r;
+  return r < 0 ? errno_to_gml(errno) : (long)r;
 }
 
 int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds) {
   size_t off = 0;
   while (off < len) {
     long r = gml_wire_sendmsg(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0);
-    if (r < 0) return (r == -EPIPE || r == -ECONNRESET) ? GML_EDAEMON : GML_ESYS;
+    if (r < 0) return r == GML_EDAEMON ? GML_EDAEMON : GML_ESYS;
     off += (size_t)r;
   }
   return 0;
@@ -68,7 +77,7 @@ static long recv_some(int sock, uint8_t *buf, size_t len, int *fds, int *nfds, i
   ssize_t r;
   do r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
   while (r < 0 && errno == EINTR);
-  if (r < 0) return -errno;
+  if (r < 0) return errno_to_gml(errno);
   if (m.msg_flags & MSG_CTRUNC) *overflow = 1;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
@@ -136,17 +145,18 @@ long gml_rx_fill(gml_rx *rx, int sock) {
   if (rx->cap - rx->len < 4096) {
     size_t cap = rx->cap ? rx->cap * 2 : 8192;
     if (cap > 2 * (GML_MAX_FRAME + 4)) cap = 2 * (GML_MAX_FRAME + 4);
-    if (cap <= rx->len) return -ENOBUFS; /* a frame over the maximum is caught by rx_next first */
+    if (cap <= rx->len) return GML_EPROTO; /* a frame over the maximum is caught by rx_next first */
     uint8_t *b = realloc(rx->buf, cap);
-    if (!b) return -ENOMEM;
+    if (!b) return GML_ENOMEM;
     rx->buf = b;
     rx->cap = cap;
   }
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0, overflow = 0;
   long r = recv_some(sock, rx->buf + rx->len, rx->cap - rx->len, fds, &nfds, GML_MAX_LEASE_CHUNKS, &overflow);
+  int saved = errno; /* GML_ESYS: the caller may log it */
   for (int i = 0; i < nfds; i++) close(fds[i]);
+  errno = saved;
   rx->fds_received += nfds + overflow;
-  if (r == -EWOULDBLOCK) return -EAGAIN;
   if (r > 0) rx->len += (size_t)r;
   return r;
 }

@@ -16,7 +16,9 @@ int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);
 /* Send a whole frame and its fds (fds go with the first byte). Blocking
  * sockets only; returns 0 or GML_EDAEMON/GML_ESYS. */
 int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds);
-/* One sendmsg; returns bytes sent (>= 0) or -errno. For non-blocking senders. */
+/* One sendmsg; returns bytes sent (>= 0), GML_EAGAIN when it would block,
+ * GML_EDAEMON when the peer is gone, else GML_ESYS (errno says why). For
+ * non-blocking senders. */
 long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds);
 /* Blocking receive of one frame; fds received with it land in fds[0..*nfds).
  * Returns 0, GML_EDAEMON on EOF/error, GML_EPROTO on a bad length or too many fds.
@@ -29,8 +31,9 @@ typedef struct gml_rx {
   size_t len, cap;
   int fds_received; /* count of fds that arrived (the daemon accepts none) */
 } gml_rx;
-/* Read what is available. Returns >0 bytes read, 0 on EOF, -EAGAIN when
- * nothing is there, other -errno on error. Received fds are closed and counted. */
+/* Read what is available. Returns >0 bytes read, 0 on EOF, GML_EAGAIN when
+ * nothing is there, GML_EDAEMON when the peer reset, GML_ENOMEM, GML_EPROTO
+ * (buffer full), or GML_ESYS (errno says why). Received fds are closed and counted. */
 long gml_rx_fill(gml_rx *rx, int sock);
 /* 1 and the frame's body when one is complete, 0 when more is needed,
  * GML_EPROTO when the length is over GML_MAX_FRAME. */

@@ -53,7 +53,7 @@ static void tx_flush(session *s) {
   while (s->tx_head) {
     tx_item *t = s->tx_head;
     long r = gml_wire_sendmsg(s->fd, t->buf + t->off, t->len - t->off, t->off == 0 ? t->fds : NULL, t->off == 0 ? t->nfds : 0);
-    if (r == -EAGAIN || r == -EWOULDBLOCK) break;
+    if (r == GML_EAGAIN) break;
     if (r < 0) {
       s->closing = 1;
       return;
@@ -346,7 +346,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
         session_close(s, "unexpected fds");
         return;
       }
-      if (r == -EAGAIN) break;
+      if (r == GML_EAGAIN) break;
       if (r == 0 && s->rx.len) {
         s->d->protocol_errors++;
         GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->id, (int)s->pid);
@@ -354,7 +354,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
         return;
       }
       if (r <= 0) {
-        session_close(s, r == 0 ? "disconnected" : strerror((int)-r));
+        session_close(s, r == 0 ? "disconnected" : r == GML_EPROTO ? "receive buffer full" : strerror(errno));
         return;
       }
       const uint8_t *body;

@@ -36,12 +36,23 @@ lib.gmlake_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_in
 p = lib.gmlake_torch_malloc(3 << 20, 0, None)
 st = gmlake._Stats()
 assert p and lib.gmlake_torch_stats(0, ctypes.byref(st)) == 0
-got = (st.allocated, st.reserved, st.alloc_count, st.maps, st.chunk_size, st.backend, st.mapped_allocs, st.malloc_ns)
-want = (3 << 20, 4 << 20, 1, 2, 2 << 20, b"host", 1, 0)
+lib.gml_version.restype = ctypes.c_uint32
+got = (st.version, st.allocated, st.reserved, st.alloc_count, st.maps, st.chunk_size, st.backend, st.mapped_allocs, st.malloc_ns)
+want = (lib.gml_version(), 3 << 20, 4 << 20, 1, 2, 2 << 20, b"host", 1, 0)
+assert want[0] > 0
 assert got == want, "python/gmlake _Stats does not mirror gml_stats: %r, expected %r" % (got, want)
 lib.gmlake_torch_free(p, 3 << 20, 0, None)
-print("  fields agree:", dict(zip(("allocated", "reserved", "alloc_count", "maps", "chunk_size", "backend", "mapped_allocs", "malloc_ns"), got)))'
+print("  fields agree:", dict(zip(("version", "allocated", "reserved", "alloc_count", "maps", "chunk_size", "backend", "mapped_allocs", "malloc_ns"), got)))'
 fi
+echo "== exported symbols of libgmlake-client.so = the functions include/gmlake.h marks GML_API"
+sed -n 's/^GML_API [^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' include/gmlake.h | sort > "$BUILD/api.declared"
+nm -D --defined-only "$BUILD/libgmlake-client.so" | awk '{print $NF}' | sort > "$BUILD/api.exported"
+if ! cmp -s "$BUILD/api.declared" "$BUILD/api.exported"; then
+  echo "exports differ from include/gmlake.h's GML_API (< declared only, > exported only):" >&2
+  diff "$BUILD/api.declared" "$BUILD/api.exported" >&2 || true
+  exit 1
+fi
+echo "  $(wc -l < "$BUILD/api.exported") functions, as declared"
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)

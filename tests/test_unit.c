@@ -1,4 +1,5 @@
-/* Unit tests (check): allocator, lake bookkeeping, wire framing, growable ranges. */
+/* Unit tests (check): allocator, lake bookkeeping, wire framing, growable ranges,
+ * the API boundary. */
 #include <check.h>
 #include <stdlib.h>
 
@@ -6,12 +7,14 @@ Suite *alloc_suite(void);
 Suite *lake_suite(void);
 Suite *wire_suite(void);
 Suite *growable_suite(void);
+Suite *api_suite(void);
 
 int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
   srunner_add_suite(sr, lake_suite());
   srunner_add_suite(sr, wire_suite());
   srunner_add_suite(sr, growable_suite());
+  srunner_add_suite(sr, api_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

@@ -21,8 +21,8 @@ class GMLakeError(RuntimeError):
 
 
 class _Stats(ctypes.Structure):
-    # mirrors struct gml_stats in client/include/gmlake.h
-    _fields_ = [(n, ctypes.c_uint64) for n in (
+    # mirrors struct gml_stats in include/gmlake.h (tests/run.sh checks it)
+    _fields_ = [("version", ctypes.c_uint32)] + [(n, ctypes.c_uint64) for n in (
         "allocated", "reserved", "cached", "stitched", "largest_free", "peak_allocated",
         "peak_reserved", "alloc_count", "free_count", "chunks_leased", "chunks_returned",
         "maps", "unmaps", "ooms", "syncs", "lease_calls", "lease_p50_ns", "lease_p99_ns")] + [

@@ -3,7 +3,8 @@
  * A process opens the lake of one device (through its daemon, or embedded
  * when no daemon runs), allocates and frees device memory with a stream, reads
  * its numbers and closes. Every function returns 0 or a negative GML_E* code;
- * gml_strerror() names it. */
+ * gml_strerror() says what it means and gml_errname() names it. The library
+ * exports exactly the functions marked GML_API below (`make test` checks it). */
 #ifndef GMLAKE_H
 #define GMLAKE_H
 
@@ -15,18 +16,39 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#define GML_API __attribute__((visibility("default")))
+#else
+#define GML_API
+#endif
+
+/* This header's version; gml_version() gives the library's. */
+#define GML_VERSION_MAJOR 0
+#define GML_VERSION_MINOR 1
+#define GML_VERSION_PATCH 0
+#define GML_VERSION ((GML_VERSION_MAJOR << 16) | (GML_VERSION_MINOR << 8) | GML_VERSION_PATCH)
+
+/* Every error, once: (name, code, message). Codes are stable; a new error
+ * takes the next free code. Errno detail (which system call, which driver
+ * error) goes to the log and to gml_last_error(), never into the code. */
+#define GML_ERRNO_MAP(X)                                                                           \
+  X(OK, 0, "success")                                                                              \
+  X(ENOMEM, -1, "out of memory")                /* the lake, the quota or the device is full */    \
+  X(EDAEMON, -2, "daemon unreachable or gone")  /* or it refused the connection */                 \
+  X(EINVAL, -3, "invalid argument")             /* size 0, unknown option, ... */                  \
+  X(EBADPTR, -4, "pointer not allocated by this client") /* or already freed */                   \
+  X(EBACKEND, -5, "physical backend (driver) error")                                              \
+  X(ENODEV, -6, "backend not available")        /* no GPU, no libcuda */                          \
+  X(EPROTO, -7, "protocol error")               /* malformed or unexpected message */             \
+  X(EQUOTA, -8, "quota exceeded")               /* this client's quota would be exceeded */       \
+  X(ESYS, -9, "system call failed")             /* errno is in the log */                         \
+  X(ECLOSED, -10, "client closed")              /* the handle is closed */                        \
+  X(EAGAIN, -11, "try again")                   /* a non-blocking call would block */
+
 enum gml_error {
-  GML_OK = 0,
-  GML_ENOMEM = -1,        /* out of memory: the lake, the quota or the device is full */
-  GML_EDAEMON = -2,       /* the daemon is gone or refused the connection */
-  GML_EINVAL = -3,        /* invalid argument (size 0, unknown option, ...) */
-  GML_EBADPTR = -4,       /* pointer not allocated by this client (or already freed) */
-  GML_EBACKEND = -5,      /* the physical backend failed (driver error) */
-  GML_ENODEV = -6,        /* the backend asked for is not available (no GPU, no libcuda) */
-  GML_EPROTO = -7,        /* malformed or unexpected message */
-  GML_EQUOTA = -8,        /* this client's quota would be exceeded */
-  GML_ESYS = -9,          /* a system call failed (see errno in the log) */
-  GML_ECLOSED = -10,      /* the handle is closed */
+#define GML_ERROR_ENUM(name, code, msg) GML_##name = code,
+  GML_ERRNO_MAP(GML_ERROR_ENUM)
+#undef GML_ERROR_ENUM
 };
 
 typedef struct gml_client gml_client;
@@ -42,7 +64,10 @@ typedef struct gml_open_opts {
   size_t limit_bytes;      /* embedded mode: the most this process may hold (0 = no limit) */
 } gml_open_opts;
 
+/* version is the first member and stays first; new members are only ever
+ * appended, so a reader can always tell which library filled the rest. */
 typedef struct gml_stats {
+  uint32_t version;         /* GML_VERSION of the library that filled it (gml_version()) */
   uint64_t allocated;       /* bytes in live blocks */
   uint64_t reserved;        /* bytes of physical chunks held */
   uint64_t cached;          /* reserved - allocated */
@@ -72,26 +97,31 @@ typedef struct gml_stats {
   uint64_t growable_unmapped; /* bytes reserved for them but not mapped (address space only) */
 } gml_stats;
 
-const char *gml_strerror(int err);
+/* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
+ * "unknown error" / "GML_EUNKNOWN" for a code not in GML_ERRNO_MAP. */
+GML_API const char *gml_strerror(int err);
+GML_API const char *gml_errname(int err);
+/* The library's version, GML_VERSION as it was built (compare with the header's). */
+GML_API uint32_t gml_version(void);
 
 /* opts may be NULL. On success *out is a client; on failure a GML_E* code. */
-int gml_open(const gml_open_opts *opts, gml_client **out);
-int gml_close(gml_client *c);
+GML_API int gml_open(const gml_open_opts *opts, gml_client **out);
+GML_API int gml_close(gml_client *c);
 
-int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);
-int gml_free(gml_client *c, void *ptr);
-int gml_stats_get(gml_client *c, gml_stats *out);
+GML_API int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);
+GML_API int gml_free(gml_client *c, void *ptr);
+GML_API int gml_stats_get(gml_client *c, gml_stats *out);
 /* Give every idle cached chunk back (to the daemon, or to the driver when embedded). */
-int gml_trim(gml_client *c, size_t *released_bytes);
+GML_API int gml_trim(gml_client *c, size_t *released_bytes);
 /* Copy between host memory and memory this client allocated (a plain
  * memcpy on the host backend, cuMemcpy on cuda): for tests and tools. */
-int gml_write(gml_client *c, void *dst, const void *src, size_t n);
-int gml_read(gml_client *c, void *dst, const void *src, size_t n);
+GML_API int gml_write(gml_client *c, void *dst, const void *src, size_t n);
+GML_API int gml_read(gml_client *c, void *dst, const void *src, size_t n);
 /* Send this client's usage numbers to the daemon now (they also go every
  * 100 ms of activity); a no-op when embedded. */
-int gml_flush(gml_client *c);
+GML_API int gml_flush(gml_client *c);
 /* The message of the last error on this client (e.g. the numbers of an OOM). */
-const char *gml_last_error(gml_client *c);
+GML_API const char *gml_last_error(gml_client *c);
 
 /* Growable ranges: a contiguous virtual range of a fixed maximum size whose
  * chunks are mapped and unmapped at given offsets, so memory grows in place
@@ -117,28 +147,28 @@ typedef struct gml_growable_info {
 } gml_growable_info;
 
 /* Reserve max_bytes (rounded up to the chunk size) of address space; nothing is mapped. */
-int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out);
+GML_API int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out);
 /* Map a chunk over every unmapped chunk of [offset, offset+len): all or
  * nothing (GML_ENOMEM when the lake or the limit cannot give them all). */
-int gml_growable_map(gml_growable *g, size_t offset, size_t len);
+GML_API int gml_growable_map(gml_growable *g, size_t offset, size_t len);
 /* Unmap the mapped chunks of [offset, offset+len) and give them back. */
-int gml_growable_unmap(gml_growable *g, size_t offset, size_t len);
+GML_API int gml_growable_unmap(gml_growable *g, size_t offset, size_t len);
 /* Map [0, bytes rounded up to chunks); what is already mapped stays. */
-int gml_growable_ensure(gml_growable *g, size_t bytes);
+GML_API int gml_growable_ensure(gml_growable *g, size_t bytes);
 /* Unmap every chunk from bytes (rounded up to chunks) to the end. */
-int gml_growable_shrink(gml_growable *g, size_t bytes);
+GML_API int gml_growable_shrink(gml_growable *g, size_t bytes);
 /* 1 when the chunk holding byte offset is mapped, 0 when not, GML_EINVAL past the end. */
-int gml_growable_is_mapped(gml_growable *g, size_t offset);
-int gml_growable_info_get(gml_growable *g, gml_growable_info *out);
+GML_API int gml_growable_is_mapped(gml_growable *g, size_t offset);
+GML_API int gml_growable_info_get(gml_growable *g, gml_growable_info *out);
 /* Unmap everything, give the chunks back and free the address range. */
-int gml_growable_destroy(gml_growable *g);
+GML_API int gml_growable_destroy(gml_growable *g);
 
 /* PyTorch CUDAPluggableAllocator entry points (one client per device, thread-safe). */
-void *gmlake_torch_malloc(ssize_t size, int device, void *stream);
-void gmlake_torch_free(void *ptr, ssize_t size, int device, void *stream);
+GML_API void *gmlake_torch_malloc(ssize_t size, int device, void *stream);
+GML_API void gmlake_torch_free(void *ptr, ssize_t size, int device, void *stream);
 /* Fill *out for that device's client; returns 0, or GML_EINVAL if none is open. */
-int gmlake_torch_stats(int device, gml_stats *out);
-int gmlake_torch_trim(int device);
+GML_API int gmlake_torch_stats(int device, gml_stats *out);
+GML_API int gmlake_torch_trim(int device);
 
 #ifdef __cplusplus
 }
