@@ -13,6 +13,10 @@ CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -fvisibility=hidden -D_
 ifeq ($(SAN),1)
   OPT := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDSAN := -fsanitize=address,undefined
+else ifeq ($(SAN),fuzz)
+  # libFuzzer targets (make fuzz): coverage for the fuzzer, ASan+UBSan for what it finds
+  OPT := -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+  LDSAN := -fsanitize=address,undefined
 else
   OPT := -O2
   LDSAN :=
@@ -37,7 +41,7 @@ BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libg
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
 TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/gml-testclient
 
-.PHONY: all clean test check-plain check-san deps install demo cuda-header-check
+.PHONY: all clean test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
 
 $(GEN): proto/gmlake.proto
@@ -78,6 +82,32 @@ $(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmla
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
 
+# Fuzz targets (tests/fuzz/): built with clang and libFuzzer into build-fuzz/.
+FUZZ_TARGETS := fuzz_frame fuzz_control fuzz_reply
+FUZZ_CC ?= clang
+$(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
+	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/session.c daemon/lake.c) $(COMMON_OBJ)
+	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
+
+$(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)
+	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
+
+fuzz:
+	$(MAKE) BUILD=build-fuzz SAN=fuzz CC=$(FUZZ_CC) $(addprefix build-fuzz/,$(FUZZ_TARGETS))
+
+# The seed corpora (committed): small valid inputs written by tests/fuzz/gen_corpus.c.
+fuzz-corpus: $(call obj,tests/fuzz/gen_corpus.c) $(COMMON_OBJ)
+	$(CC) -o $(BUILD)/gen_corpus $^ $(LDFLAGS) $(LIBS)
+	mkdir -p $(addprefix tests/fuzz/corpus/,$(FUZZ_TARGETS))
+	$(BUILD)/gen_corpus tests/fuzz/corpus
+
+# Each fuzz target for FUZZ_SECONDS from its seed corpus; a crash fails.
+FUZZ_SECONDS ?= 20
+check-fuzz: fuzz
+	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 # Rewritten whenever PREFIX or the version differ from what it holds (so
 # `make install PREFIX=...` installs a .pc for that prefix); the version is
 # include/gmlake.h's GML_VERSION_*.
@@ -105,6 +135,7 @@ deps:
 test: deps
 	$(MAKE) check-plain
 	$(MAKE) check-san
+	$(MAKE) check-fuzz
 
 check-plain: all
 	BUILD=$(BUILD) tests/run.sh
@@ -132,4 +163,4 @@ install: $(BINS)
 	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

@@ -141,6 +141,20 @@ fail:
   return rc;
 }
 
+const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) {
+  if (env->seq == 0) return "request without a sequence number";
+  if (!hello_done && env->msg_case != GMLAKE__ENVELOPE__MSG_HELLO) return "request before hello";
+  switch (env->msg_case) {
+  case GMLAKE__ENVELOPE__MSG_HELLO: return hello_done ? "second hello" : NULL;
+  case GMLAKE__ENVELOPE__MSG_LEASE:
+    return env->lease->count < 1 || env->lease->count > GML_MAX_LEASE_CHUNKS ? "lease count out of range" : NULL;
+  case GMLAKE__ENVELOPE__MSG_RET:
+    return env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS ? "return count out of range" : NULL;
+  case GMLAKE__ENVELOPE__MSG_USAGE: return NULL;
+  default: return "unexpected message kind";
+  }
+}
+
 long gml_rx_fill(gml_rx *rx, int sock) {
   if (rx->cap - rx->len < 4096) {
     size_t cap = rx->cap ? rx->cap * 2 : 8192;

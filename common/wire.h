@@ -25,6 +25,12 @@ long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, 
  * *env must be freed with gmlake__envelope__free_unpacked. */
 int gml_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int maxfds);
 
+/* The checks every request from a client passes before the daemon acts on
+ * it, whatever its state: a sequence number, hello first and only once, a
+ * kind a client may send, chunk counts within 1..GML_MAX_LEASE_CHUNKS.
+ * Returns NULL, or what is wrong (the daemon closes that client). */
+const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done);
+
 /* Incremental receiver for non-blocking sockets (the daemon). */
 typedef struct gml_rx {
   uint8_t *buf;

@@ -169,6 +169,27 @@ static void handle_request(gmld *d, const Gmlake__CtlRequest *req, Gmlake__CtlRe
   }
 }
 
+int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **reply, size_t *reply_len) {
+  Gmlake__CtlReply rep = GMLAKE__CTL_REPLY__INIT;
+  Gmlake__CtlRequest *req = NULL;
+  if (req_len > GML_MAX_FRAME || !(req = gmlake__ctl_request__unpack(NULL, req_len, req_buf))) {
+    rep.code = GML_EPROTO;
+    rep.message = "malformed control request";
+    d->protocol_errors++;
+  }
+  void *to_free[2] = {NULL, NULL};
+  if (req) handle_request(d, req, &rep, to_free);
+  size_t n = gmlake__ctl_reply__get_packed_size(&rep);
+  uint8_t *out = malloc(n ? n : 1);
+  if (out) gmlake__ctl_reply__pack(&rep, out);
+  free(to_free[0]), free(to_free[1]);
+  if (req) gmlake__ctl_request__free_unpacked(req, NULL);
+  if (!out) return GML_ENOMEM;
+  *reply = out;
+  *reply_len = n;
+  return 0;
+}
+
 static void on_ctl(uv_poll_t *h, int status, int events) {
   (void)status, (void)events;
   gmld *d = h->data;
@@ -180,20 +201,14 @@ static void on_ctl(uv_poll_t *h, int status, int events) {
       GML_WARN("control receive: %s", nng_strerror(rv));
       return;
     }
-    Gmlake__CtlReply rep = GMLAKE__CTL_REPLY__INIT;
-    Gmlake__CtlRequest *req = NULL;
-    if (nng_msg_len(msg) > GML_MAX_FRAME ||
-        !(req = gmlake__ctl_request__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg)))) {
-      rep.code = GML_EPROTO;
-      rep.message = "malformed control request";
-      d->protocol_errors++;
+    uint8_t *out;
+    size_t n;
+    if (control_handle(d, nng_msg_body(msg), nng_msg_len(msg), &out, &n)) {
+      nng_msg_free(msg);
+      continue;
     }
-    void *to_free[2] = {NULL, NULL};
-    if (req) handle_request(d, req, &rep, to_free);
-    size_t n = gmlake__ctl_reply__get_packed_size(&rep);
     nng_msg_clear(msg);
-    if (nng_msg_realloc(msg, n) == 0) {
-      gmlake__ctl_reply__pack(&rep, nng_msg_body(msg));
+    if (nng_msg_append(msg, out, n) == 0) {
       if ((rv = nng_sendmsg(d->ctl, msg, NNG_FLAG_NONBLOCK)) != 0) {
         GML_WARN("control send: %s", nng_strerror(rv));
         nng_msg_free(msg);
@@ -201,8 +216,7 @@ static void on_ctl(uv_poll_t *h, int status, int events) {
     } else {
       nng_msg_free(msg);
     }
-    free(to_free[0]), free(to_free[1]);
-    if (req) gmlake__ctl_request__free_unpacked(req, NULL);
+    free(out);
   }
 }
 

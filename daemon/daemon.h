@@ -135,5 +135,9 @@ void creator_request(gmld *d, uint64_t n);
 void lake_refill(gmld *d);
 /* control.c */
 int control_start(gmld *d);
+/* One control request (a serialized CtlRequest) in, its serialized CtlReply
+ * out (malloc'd): decoding, dispatch and encoding without nng, so the fuzz
+ * target runs what the daemon runs. Returns 0 or GML_ENOMEM. */
+int control_handle(gmld *d, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
 void control_stop(gmld *d);
 #endif

@@ -289,34 +289,25 @@ static void handle_hello(session *s, uint64_t seq, const Gmlake__Hello *h) {
 static int handle_frame(session *s, const uint8_t *body, size_t len) {
   gmld *d = s->d;
   Gmlake__Envelope *env = gmlake__envelope__unpack(NULL, len, body);
-  const char *bad = NULL;
-  if (!env) bad = "undecodable message";
-  else if (env->seq == 0) bad = "request without a sequence number";
-  else if (!s->hello_done && env->msg_case != GMLAKE__ENVELOPE__MSG_HELLO) bad = "request before hello";
-  else if (s->hello_done && env->msg_case == GMLAKE__ENVELOPE__MSG_HELLO) bad = "second hello";
+  const char *bad = env ? gml_wire_check_request(env, s->hello_done) : "undecodable message";
   if (!bad) {
     switch (env->msg_case) {
     case GMLAKE__ENVELOPE__MSG_HELLO: handle_hello(s, env->seq, env->hello); break;
     case GMLAKE__ENVELOPE__MSG_LEASE:
       if (s->pending) bad = "a second lease while one is in flight";
-      else if (env->lease->count < 1 || env->lease->count > GML_MAX_LEASE_CHUNKS) bad = "lease count out of range";
       else handle_lease(s, env->seq, env->lease->count, env->lease->optional);
       break;
     case GMLAKE__ENVELOPE__MSG_RET:
-      if (env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS) bad = "return count out of range";
-      else {
-        handle_return(s, env->seq, env->ret);
-        gmlake__envelope__free_unpacked(env, NULL);
-        return s->closing ? -1 : 0;
-      }
-      break;
+      handle_return(s, env->seq, env->ret);
+      gmlake__envelope__free_unpacked(env, NULL);
+      return s->closing ? -1 : 0;
     case GMLAKE__ENVELOPE__MSG_USAGE:
       s->allocated = env->usage->allocated;
       s->cached = env->usage->cached;
       s->stitched = env->usage->stitched;
       s->largest_free = env->usage->largest_free;
       break;
-    default: bad = "unexpected message kind"; break;
+    default: break; /* gml_wire_check_request let no other kind through */
     }
   }
   if (env) gmlake__envelope__free_unpacked(env, NULL);
