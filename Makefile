@@ -7,6 +7,8 @@ DESTDIR ?=
 BUILD ?= build
 CC ?= cc
 SAN ?= 0
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
 
 # -fvisibility=hidden: the library exports only what include/gmlake.h marks GML_API.
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -fvisibility=hidden -D_GNU_SOURCE -pthread
@@ -110,11 +112,12 @@ check-fuzz: fuzz
 
 # Rewritten whenever PREFIX or the version differ from what it holds (so
 # `make install PREFIX=...` installs a .pc for that prefix); the version is
-# include/gmlake.h's GML_VERSION_*.
+# include/gmlake.h's GML_VERSION_*. Libs.private: what linking
+# libgmlake-client.a statically (pkg-config --static) also needs.
 VERSION := $(shell sed -n 's/^\#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmlake.h | paste -sd.)
 $(BUILD)/gmlake.pc: FORCE
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLibs: -L$${libdir} -lgmlake-client\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@ && echo "gmlake.pc: prefix $(PREFIX), version $(VERSION)"; fi
 FORCE:
 
@@ -149,18 +152,26 @@ check-san:
 demo: deps all
 	scripts/demo.sh
 
+# Binaries, library, header, gmlake.pc, man pages, the unit and a default
+# config (an existing /etc/gmlake/gmlaked.conf is kept), then ldconfig.
 install: $(BINS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/gmlake
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/gmlake \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/gmlake
 	install -m 755 $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(BUILD)/libgmlake-client.so $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so.1
 	ln -sf libgmlake-client.so.1 $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so
 	install -m 644 $(BUILD)/libgmlake-client.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/gmlake.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/gmlake.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	sed 's|/usr/local|$(PREFIX)|g' systemd/gmlaked@.service > $(DESTDIR)/lib/systemd/system/gmlaked@.service
+	install -m 644 man/man1/gmlakectl.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 man/man3/gmlake.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 644 man/man8/gmlaked.8 $(DESTDIR)$(MANDIR)/man8/
+	sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/gmlaked@.service > $(DESTDIR)/lib/systemd/system/gmlaked@.service
 	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/
+	[ -e $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf ] || install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf
 	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/
+	if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 clean:
 	rm -rf build build-san build-fuzz

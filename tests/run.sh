@@ -57,9 +57,13 @@ echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlak
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)
   sed "s|/usr/local/bin/gmlaked|$(pwd)/$BUILD/gmlaked|" systemd/gmlaked@.service > "$d/gmlaked@.service"
-  systemd-analyze verify "$d/gmlaked@.service"
+  MANPATH="$(pwd)/man:" systemd-analyze verify "$d/gmlaked@.service" # Documentation= names man:gmlaked(8)
   rm -rf "$d"
 else
   echo "systemd-analyze missing (scripts/deps.sh installs it)" >&2; exit 1
+fi
+echo "== make install, the installed unit, gmlake.pc, man pages ($BUILD)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: the same Makefile rules; the C example would need the sanitizer runtime)"; else
+tests/install.sh "$BUILD"
 fi
 echo "all tests passed ($BUILD)"

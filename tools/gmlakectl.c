@@ -6,6 +6,7 @@
 #include "gmlake.h"
 #include "gmlake.pb-c.h"
 #include "util.h"
+#include "wire.h"
 #include <getopt.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -17,6 +18,7 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gmlakectl [--control URL | --device N] [--json] COMMAND\n"
+             "       gmlakectl --version\n"
              "commands:\n"
              "  stats                     lake size and limit, chunk states, client totals, fragmentation, lease latency\n"
              "  clients                   connected clients: pid, uid, name, leased, allocated, cached, since\n"
@@ -217,9 +219,9 @@ int main(int argc, char **argv) {
   static const struct option all_opts[] = {
       {"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'},
       {"help", no_argument, 0, 'h'},          {"client", required_argument, 0, 'p'}, {"interval", required_argument, 0, 'i'},
-      {0, 0, 0, 0}};
+      {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
   while (optind < argc) {
-    if ((ch = getopt_long(argc, argv, "+c:d:jhp:i:", all_opts, NULL)) == -1) {
+    if ((ch = getopt_long(argc, argv, "+c:d:jhp:i:V", all_opts, NULL)) == -1) {
       if (!cmd) cmd = argv[optind];
       else if (nargs < 4) args[nargs++] = argv[optind];
       optind++;
@@ -232,6 +234,7 @@ int main(int argc, char **argv) {
     case 'p': pidopt = atoi(optarg); break;
     case 'i': interval = atof(optarg); break;
     case 'h': usage(stdout); return 0;
+    case 'V': printf("gmlakectl %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION); return 0;
     default: usage(stderr); return 2;
     }
   }
