@@ -53,6 +53,14 @@ if ! cmp -s "$BUILD/api.declared" "$BUILD/api.exported"; then
   exit 1
 fi
 echo "  $(wc -l < "$BUILD/api.exported") functions, as declared"
+echo "== python/gmlake's growable ranges (host backend, embedded)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+for py in python3 /usr/bin/python3; do
+  # the second only where it is another python that has torch (a CPU build is enough)
+  if [ "$py" != python3 ] && { [ "$(command -v python3)" = "$py" ] || ! "$py" -c 'import torch' 2>/dev/null; }; then continue; fi
+  GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent PYTHONPATH=python "$py" tests/python_growable.py
+done
+fi
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)

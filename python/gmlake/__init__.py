@@ -9,11 +9,13 @@ gmlaked when one runs, else runs embedded. torch.cuda.memory_stats() knows
 nothing of a pluggable allocator: gmlake.stats() gives our numbers.
 gmlake.pool() gives a torch.cuda.MemPool on the lake, to put only part of a
 program there (use it with torch.cuda.use_mem_pool) without enable().
+gmlake.growable(max_shape, dtype) gives a tensor whose rows are backed by
+memory only as far as asked, growing in place (gmlake/grow.py).
 """
 import ctypes
 import os
 
-__all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError"]
+__all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange"]
 
 
 class GMLakeError(RuntimeError):
@@ -122,3 +124,6 @@ def pool():
     """A torch.cuda.MemPool whose memory comes from the lake."""
     import torch
     return torch.cuda.MemPool(_pluggable().allocator())
+
+
+from .grow import GrowableRange, growable  # noqa: E402 (needs _load and GMLakeError above)
