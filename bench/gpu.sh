@@ -1,6 +1,7 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
-#   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]   (default: all)
+#   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
+#                [kvcache] [shareweights]   (default: build vmm test lease replay torch shared)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
@@ -13,6 +14,9 @@
 #           (replay it here: build/gmlake-replay --steps W.trace.gz)
 # accept:W  the speed table of issue 4 for workload W (long runs, repeats, per-step ratios)
 # shared: two trainings through one daemon limited below their summed peaks
+# kvcache: bench/kv_cache.py: a GPT-2 generate loop with its K/V cache on growable tensors vs
+#          concatenation (DynamicCache) and preallocation (StaticCache), embedded, then the same
+#          through a daemon; PASS/FAIL lines
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -107,4 +111,17 @@ if has shared; then
   PYTHONUNBUFFERED=1 python3 bench/torch_bench.py shared 2>&1 | tee "$OUTDIR/shared.txt"
   grep -E '^SHARED|separate peaks' "$OUTDIR/shared.txt" >> "$SUMMARY"
 fi
+if has kvcache; then
+  PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/kv_cache.py 2>&1 | tee "$OUTDIR/kv_cache.txt"
+  sed -n '/^model:/p; /^cache /,$p' "$OUTDIR/kv_cache.txt" | sed 's/^/kvcache embedded: /' >> "$SUMMARY"
+  d=$(mktemp -d)
+  "$BUILD/gmlaked" --backend cuda --socket $d/s --control ipc://$d/c --log-level warn 2>$d/log &
+  dp=$!
+  for i in $(seq 100); do "$BUILD/gmlakectl" --control ipc://$d/c stats >/dev/null 2>&1 && break; sleep 0.1; done
+  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --no-hf --repeats 1 2>&1 |
+    tee "$OUTDIR/kv_cache_daemon.txt" | grep -E '^(model|PASS|FAIL|SKIP)' | sed 's/^/kvcache daemon: /' | tee -a "$SUMMARY"
+  say "kvcache daemon: lake after the run: $("$BUILD/gmlakectl" --control ipc://$d/c stats | grep -E 'chunks ')"
+  kill $dp; wait $dp; rm -rf $d
+fi
+
 echo; echo "==== summary"; cat "$SUMMARY"

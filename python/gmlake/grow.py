@@ -29,7 +29,7 @@ import os
 
 from . import GMLakeError, _load
 
-__all__ = ["GrowableRange", "growable", "client_for"]
+__all__ = ["GrowableRange", "growable", "client_for", "client_stats"]
 
 
 class _Info(ctypes.Structure):
@@ -109,6 +109,19 @@ def client_for(device):
             raise GMLakeError("cannot open the lake for %s:%d: %s" % (kind, index, lib.gml_strerror(rc).decode()))
         _own_clients[key] = c.value
     return _own_clients[key]
+
+
+def client_stats(client):
+    """gml_stats of a client (an int from client_for) as a dict."""
+    from . import _Stats
+    lib = _lib()
+    if not getattr(lib.gml_stats_get, "argtypes", None):
+        lib.gml_stats_get.argtypes, lib.gml_stats_get.restype = [ctypes.c_void_p, ctypes.POINTER(_Stats)], ctypes.c_int
+    st = _Stats()
+    _check(lib.gml_stats_get(client, ctypes.byref(st)), "stats")
+    out = {name: getattr(st, name) for name, _ in _Stats._fields_}
+    out["backend"] = st.backend.decode() if st.backend else None
+    return out
 
 
 def _device_parts(device):
