@@ -1,7 +1,9 @@
-/* alloc.h: the stitching caching allocator (policy). It decides which
- * virtual range serves a request and which physical chunk backs which slot;
- * the mechanism (map/unmap, events) is a gml_backend and chunks come from a
- * gml_chunk_source (the daemon, or the backend directly when embedded).
+/* alloc.h: the stitching caching allocator, its interface for client.c
+ * and its design. It decides which virtual range serves a request and which
+ * physical chunk backs which slot (every such decision: policy.c); the
+ * driver calls (map/unmap, events) are a gml_backend's and chunks come from
+ * a gml_chunk_source (the daemon, or the backend directly when embedded).
+ * Its files: alloc_internal.h says which holds what.
  *
  * Layout: one large virtual reservation, split into a small-block region
  * (requests < GML_SMALL_LIMIT, packed 512 B apart into shared chunks) and a
@@ -42,8 +44,6 @@
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
-#define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
-#define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
 
 typedef struct gml_chunk_source {
   void *ctx;

@@ -1,0 +1,180 @@
+/* alloc_internal.h: what the allocator's files share (not for client.c).
+ * alloc.h has the types and the design; this header has the block struct,
+ * the small helpers every file uses (static inline: they sit on the fast
+ * path), and the functions one file offers another:
+ *   blocks.c       block structs, best-fit treaps, pools, the pointer map
+ *   slots.c        chunk free lists, slot mappings (map/unmap/rollback),
+ *                  leases, stream fences and harvest
+ *   policy.c       every decision (policy.h)
+ *   alloc.c        the entry points: fast path, slow paths, init, stats
+ *   alloc_check.c  the invariant checker
+ * Functions shared between files are gml_-prefixed and hidden, so they
+ * never clash with, or get interposed by, a symbol of the program. */
+#ifndef GML_ALLOC_INTERNAL_H
+#define GML_ALLOC_INTERNAL_H
+#include "alloc.h"
+
+#define GML_HIDDEN __attribute__((visibility("hidden")))
+
+struct gml_block {
+  uintptr_t addr;
+  size_t size;
+  gml_block *prev, *next;   /* address order within the region */
+  gml_block *kid[2];        /* free blocks: treap children, left and right */
+  uint32_t prio;
+  uint8_t is_free;
+  uint8_t region;
+  uint8_t pool;             /* index into region->pools while free */
+  uint8_t stitched;         /* live block mapped with chunks taken from elsewhere */
+  gml_stream stream;        /* stream allocated on (live) / freed on (free) */
+  uintptr_t event;          /* free: recorded on `stream` when has_event */
+  uint8_t has_event;
+};
+
+/* ---------- layout ---------- */
+
+static inline uint32_t slot_of(gml_allocator *a, uintptr_t addr) { return (uint32_t)((addr - a->va_base) / a->cs); }
+static inline uintptr_t slot_addr(gml_allocator *a, uint32_t s) { return a->va_base + (uintptr_t)s * a->cs; }
+static inline uint64_t reserved_bytes(gml_allocator *a) { return (uint64_t)a->held * a->cs; }
+static inline size_t free_chunks(gml_allocator *a) { return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count; }
+static inline gml_region *region_for(gml_allocator *a, size_t size) { return &a->regions[size < GML_SMALL_LIMIT ? 0 : 1]; }
+
+/* ---------- blocks.c: block structs, treaps, pools, pointer map ---------- */
+
+GML_HIDDEN gml_block *gml_block_new(gml_allocator *a);
+GML_HIDDEN void gml_block_put(gml_allocator *a, gml_block *b);
+/* Cut free block b (in no tree) at offset `at`: b keeps the front, the
+ * returned free block (in no tree yet) the rest; NULL if out of memory. */
+GML_HIDDEN gml_block *gml_block_split(gml_allocator *a, gml_block *b, size_t at);
+/* Merge b with free neighbours of the same pool; b is not in any tree. */
+GML_HIDDEN gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b);
+GML_HIDDEN void gml_region_free_blocks(gml_allocator *a, gml_region *r);
+
+/* Smallest (size, addr) with size >= want. */
+static inline gml_block *treap_best_fit(gml_block *root, size_t want) {
+  gml_block *best = NULL;
+  while (root) {
+    if (root->size >= want) {
+      best = root;
+      root = root->kid[0];
+    } else {
+      root = root->kid[1];
+    }
+  }
+  return best;
+}
+/* Up to max free blocks of size >= want, in (size, addr) order. */
+GML_HIDDEN void gml_treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max);
+
+/* Pool of stream s in region r ([0]: any stream), created if asked. */
+static inline int pool_index(gml_allocator *a, gml_region *r, gml_stream s, int create) {
+  for (int i = 1; i <= GML_MAX_STREAMS; i++)
+    if (r->pools[i].used && r->pools[i].stream == s) return i;
+  if (!create) return -1;
+  for (int i = 1; i <= GML_MAX_STREAMS; i++) {
+    if (!r->pools[i].used) {
+      r->pools[i].used = 1;
+      r->pools[i].stream = s;
+      int seen = 0;
+      for (int k = 0; k < a->nstreams_seen; k++) seen |= a->streams_seen[k] == s;
+      if (!seen && a->nstreams_seen < GML_MAX_STREAMS) a->streams_seen[a->nstreams_seen++] = s;
+      return i;
+    }
+  }
+  return 0; /* too many streams: fall back to the shared pool after a full sync */
+}
+GML_HIDDEN void gml_pool_add(gml_region *r, int pi, gml_block *b);
+GML_HIDDEN void gml_pool_del(gml_region *r, gml_block *b);
+
+GML_HIDDEN int gml_ptrmap_put(gml_ptrmap *m, uintptr_t k, gml_block *v);
+/* The block at k (NULL if none), taken out of the map if `remove`. */
+GML_HIDDEN gml_block *gml_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove);
+
+/* ---------- chunk free lists and slot ownership (fast-path part) ---------- */
+
+static inline void clist_push(gml_allocator *a, int l, int32_t ci) {
+  gml_clist *L = &a->lists[l];
+  gml_pchunk *c = &a->chunks[ci];
+  c->list = (uint8_t)l;
+  c->lprev = L->tail;
+  c->lnext = -1;
+  if (L->tail >= 0) a->chunks[L->tail].lnext = ci;
+  else L->head = ci;
+  L->tail = ci;
+  L->count++;
+}
+
+static inline void clist_unlink(gml_allocator *a, int32_t ci) {
+  gml_pchunk *c = &a->chunks[ci];
+  gml_clist *L = &a->lists[c->list];
+  if (c->lprev >= 0) a->chunks[c->lprev].lnext = c->lnext;
+  else L->head = c->lnext;
+  if (c->lnext >= 0) a->chunks[c->lnext].lprev = c->lprev;
+  else L->tail = c->lprev;
+  c->lprev = c->lnext = -1;
+  c->list = GML_CL_OWNED;
+  L->count--;
+}
+
+/* Free chunk ci becomes owned by slot s. */
+static inline void chunk_own(gml_allocator *a, int32_t ci, uint32_t s) {
+  clist_unlink(a, ci);
+  a->chunks[ci].owner = (int32_t)s;
+}
+
+/* Slot s goes untouched: its chunk becomes free (and stays mapped there). */
+static inline void slot_release(gml_allocator *a, uint32_t s) {
+  int32_t ci = a->slot_chunk[s];
+  gml_pchunk *c = &a->chunks[ci];
+  c->owner = -1;
+  c->free_tick = a->tick;
+  c->free_stream = a->slot_stream[s];
+  a->slot_idle_tick[s] = a->tick;
+  clist_push(a, GML_CL_CACHED, ci);
+}
+
+/* May a block on `stream` use chunk ci now without waiting? Work queued on
+ * the stream that freed it runs first anyway; other streams need the fence. */
+static inline int chunk_ready_for(gml_allocator *a, int32_t ci, gml_stream stream) {
+  gml_pchunk *c = &a->chunks[ci];
+  return c->free_stream == stream || c->free_tick < a->safe_tick; /* MIXED matches no stream */
+}
+
+/* Slot s becomes touched by a block on `stream`: take its mapped chunk if
+ * that is free and ready. Returns 1 if the slot still needs a chunk. */
+static inline int slot_claim(gml_allocator *a, uint32_t s, gml_stream stream) {
+  if (a->slot_use[s]++) {
+    if (a->slot_stream[s] != stream) a->slot_stream[s] = GML_STREAM_MIXED;
+    return 0;
+  }
+  a->slot_stream[s] = stream;
+  int32_t ci = a->slot_chunk[s];
+  if (ci >= 0 && a->chunks[ci].owner < 0 && chunk_ready_for(a, ci, stream)) {
+    chunk_own(a, ci, s);
+    return 0;
+  }
+  return 1;
+}
+
+/* ---------- slots.c: mapping, leases, fences, harvest ---------- */
+
+/* Undo slot_claim for slots [first, last] after a failed request. */
+GML_HIDDEN void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last);
+/* Unmap slot s (no live block touches it, nor will the device again). */
+GML_HIDDEN int gml_slot_unmap(gml_allocator *a, uint32_t s);
+/* New chunks from the source onto the fresh list (optional: headroom). */
+GML_HIDDEN int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional);
+/* Back every slot of [first, last] that has no chunk of its own (policy.h
+ * picks which); on failure every slot is consistent, the caller unclaims. */
+GML_HIDDEN int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole);
+/* Unmap free chunk ci from every slot and give it back to the source;
+ * nonzero (and the chunk kept) if the backend refused an unmap. */
+GML_HIDDEN int gml_chunk_give_back(gml_allocator *a, int32_t ci);
+/* Poll the fence; arm a new one when none is pending. */
+GML_HIDDEN void gml_fence_update(gml_allocator *a);
+/* Move free blocks whose stream has passed them into the shared pool;
+ * returns how many moved. */
+GML_HIDDEN int gml_harvest_streams_slow(gml_allocator *a, gml_region *r);
+/* Would a block at [addr, addr + rsize) on `stream` need a driver call or a wait? */
+GML_HIDDEN int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);
+#endif

@@ -1,0 +1,47 @@
+/* policy.h: every decision the allocator makes, in one file (policy.c),
+ * apart from the mechanism that carries it out (blocks.c, slots.c), so a
+ * policy can be changed and measured with gmlake-replay alone (same peak
+ * reserved? fewer maps, unmaps, syncs per step?). The mechanism calls it
+ * at four points:
+ *
+ *   placement  gml_policy_place           which free block serves a request
+ *                                         (every malloc: keep it cheap)
+ *   headroom   gml_policy_headroom        before a request maps chunks:
+ *                                         lease fresh ones beyond need?
+ *   remap      gml_policy_chunk_for_slot  which free chunk backs a slot
+ *                                         that has none of its own
+ *   trim       gml_policy_trim_next       which free chunk goes back first
+ *
+ * Fixed in the mechanism, not choices: a slot whose own mapped chunk is
+ * free takes it back (waiting for the device if another stream freed it);
+ * a slot mapping a chunk that another slot owns is unmapped before it is
+ * mapped again; new mappings get their access set in runs; a fence is
+ * armed every 256 frees. */
+#ifndef GML_POLICY_H
+#define GML_POLICY_H
+#include "alloc_internal.h"
+
+#define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
+#define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
+
+/* The free block of region r that serves a request of rsize bytes (a
+ * multiple of GML_ALIGN) on `stream`, whose own pool is r->pools[pi];
+ * NULL if none (the virtual range is exhausted). The block stays in its
+ * pool; the caller takes it out and splits off the rest. */
+GML_HIDDEN gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream);
+
+/* A request must map `need` slots and at least `need` chunks are free:
+ * lease fresh chunks beyond need (optional leases) if that is wanted. */
+GML_HIDDEN void gml_policy_headroom(gml_allocator *a, size_t need);
+
+/* The free chunk (on the fresh or the cached list; not both empty) that
+ * slot s gets for a block on `stream`. A cached chunk that `stream` may
+ * not use yet is waited for by the caller. */
+GML_HIDDEN int32_t gml_policy_chunk_for_slot(gml_allocator *a, uint32_t s, gml_stream stream);
+
+/* Trimming: the free chunk to give back next (-1: none), and whether
+ * giving back max_chunks reaches chunks still mapped (the caller then
+ * synchronizes the device once, first). */
+GML_HIDDEN int32_t gml_policy_trim_next(gml_allocator *a);
+GML_HIDDEN int gml_policy_trim_reaches_mapped(gml_allocator *a, size_t max_chunks);
+#endif

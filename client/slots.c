@@ -1,0 +1,258 @@
+/* slots.c: the allocator's mechanism for physical chunks: leasing them from
+ * the source, mapping them into slots (and unmapping, and rolling a failed
+ * run back), giving them back, and the stream fences and harvest that say
+ * when the device is done with what was freed. Which chunk goes where is
+ * policy.c's; this file carries it out and keeps every slot consistent. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "alloc_internal.h"
+#include "policy.h"
+#include "util.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- slot mappings ---------- */
+
+/* Record that slot s now maps chunk ci (the backend call is done). */
+static void slot_link(gml_allocator *a, uint32_t s, int32_t ci) {
+  gml_pchunk *c = &a->chunks[ci];
+  a->slot_chunk[s] = ci;
+  a->slot_aprev[s] = -1;
+  a->slot_anext[s] = c->maps_head;
+  if (c->maps_head >= 0) a->slot_aprev[c->maps_head] = (int32_t)s;
+  c->maps_head = (int32_t)s;
+  c->nmaps++;
+}
+
+int gml_slot_unmap(gml_allocator *a, uint32_t s) {
+  int32_t ci = a->slot_chunk[s];
+  int rc = a->be->ops->unmap(a->be, slot_addr(a, s), a->cs);
+  if (rc) return rc;
+  gml_pchunk *c = &a->chunks[ci];
+  int32_t p = a->slot_aprev[s], n = a->slot_anext[s];
+  if (p >= 0) a->slot_anext[p] = n;
+  else c->maps_head = n;
+  if (n >= 0) a->slot_aprev[n] = p;
+  c->nmaps--;
+  a->slot_chunk[s] = -1;
+  a->slot_anext[s] = a->slot_aprev[s] = -1;
+  a->unmaps++;
+  if (c->list == GML_CL_CACHED && !c->nmaps) {
+    clist_unlink(a, ci);
+    clist_push(a, GML_CL_FRESH, ci);
+  }
+  return 0;
+}
+
+void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
+  for (uint32_t s = first; s <= last; s++) {
+    if (--a->slot_use[s]) continue;
+    int32_t ci = a->slot_chunk[s];
+    if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) slot_release(a, s);
+  }
+}
+
+/* ---------- fences: when is the device done with what was freed ---------- */
+
+void gml_fence_update(gml_allocator *a) {
+  if (a->fence_n) {
+    for (int i = 0; i < a->fence_n; i++)
+      if (a->be->ops->event_done(a->be, a->fence_ev[i]) != 1) return;
+    for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
+    a->fence_n = 0;
+    if (a->fence_tick > a->safe_tick) a->safe_tick = a->fence_tick;
+  }
+  int n = a->nstreams_seen ? a->nstreams_seen : 1;
+  for (int i = 0; i < n; i++) {
+    gml_stream st = a->nstreams_seen ? a->streams_seen[i] : 0;
+    if (a->be->ops->event_record(a->be, st, &a->fence_ev[a->fence_n])) {
+      for (int k = 0; k < a->fence_n; k++) a->be->ops->event_destroy(a->be, a->fence_ev[k]);
+      a->fence_n = 0; /* no fence: the caller falls back to a full synchronize */
+      return;
+    }
+    a->fence_n++;
+  }
+  a->fence_tick = a->tick;
+}
+
+/* Make sure the device is done with everything released at or before
+ * `tick`: the fence if it has passed, else a full synchronize. */
+static int device_past(gml_allocator *a, uint64_t tick) {
+  if (tick < a->safe_tick) return 0;
+  gml_fence_update(a);
+  if (tick < a->safe_tick) return 0;
+  int rc = a->be->ops->synchronize(a->be);
+  if (rc) return rc;
+  a->safe_tick = a->tick + 1;
+  a->syncs++;
+  return 0;
+}
+
+/* ---------- chunks from and back to the source ---------- */
+
+static int chunks_reserve(gml_allocator *a, size_t more) {
+  if (a->chunks_used + more <= a->chunks_cap) return 0;
+  size_t cap = GML_MAX(a->chunks_cap * 2, a->chunks_used + more);
+  gml_pchunk *c = realloc(a->chunks, cap * sizeof *c);
+  if (!c) return GML_ENOMEM;
+  a->chunks = c;
+  a->chunks_cap = cap;
+  return 0;
+}
+
+int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
+  if (a->limit_bytes && reserved_bytes(a) + want * a->cs > a->limit_bytes) return GML_ENOMEM;
+  if (want > 128) want = 128;
+  if (chunks_reserve(a, want)) return GML_ENOMEM;
+  gml_phys phys[128];
+  uint64_t ids[128];
+  uint64_t t0 = gml_now_ns();
+  int got = a->src.acquire(a->src.ctx, want, optional, phys, ids);
+  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
+  if (got <= 0) return got < 0 ? got : GML_ENOMEM;
+  for (int i = 0; i < got; i++) {
+    int32_t ci;
+    if (a->dead >= 0) {
+      ci = a->dead;
+      a->dead = a->chunks[ci].lnext;
+    } else {
+      ci = (int32_t)a->chunks_used++;
+    }
+    gml_pchunk *c = &a->chunks[ci];
+    memset(c, 0, sizeof *c);
+    c->phys = phys[i];
+    c->id = ids[i];
+    c->owner = c->maps_head = -1;
+    clist_push(a, GML_CL_FRESH, ci);
+    a->held++;
+  }
+  a->chunks_acquired += (uint64_t)got;
+  return 0;
+}
+
+int gml_chunk_give_back(gml_allocator *a, int32_t ci) {
+  gml_pchunk *c = &a->chunks[ci];
+  while (c->maps_head >= 0 && !gml_slot_unmap(a, (uint32_t)c->maps_head)) {
+  }
+  if (c->maps_head >= 0) return GML_EBACKEND; /* the backend refused: keep it */
+  clist_unlink(a, ci);
+  a->src.release(a->src.ctx, 1, &c->phys, &c->id);
+  c->list = GML_CL_DEAD;
+  c->lnext = a->dead;
+  a->dead = ci;
+  a->held--;
+  return 0;
+}
+
+/* ---------- mapping slots ---------- */
+
+/* Give chunks to every slot of [first, last] that has none of its own: a
+ * free chunk mapped there already (waiting for the device if another stream
+ * freed it), else the free chunk gml_policy_chunk_for_slot picks (after
+ * gml_policy_headroom had its say), leasing new ones when too few are free.
+ * A slot still mapping a chunk that is owned elsewhere is unmapped first.
+ * New mappings get their access set in runs. On failure every slot is
+ * consistent and nothing is lost: the caller unclaims the range. */
+int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole) {
+  size_t need = 0;
+  for (uint32_t s = first; s <= last; s++) {
+    int32_t ci = a->slot_chunk[s];
+    if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) continue;
+    if (ci >= 0 && a->chunks[ci].owner < 0) { /* free here, not ready for this stream yet */
+      int rc = device_past(a, a->chunks[ci].free_tick);
+      if (rc) return rc;
+      chunk_own(a, ci, s);
+      continue;
+    }
+    need++;
+  }
+  if (!need) return 0;
+  while (free_chunks(a) < need) {
+    int rc = gml_lease_chunks_slow(a, need - free_chunks(a), 0);
+    if (rc) return rc;
+  }
+  gml_policy_headroom(a, need);
+  uint32_t run_start = UINT32_MAX;
+  for (uint32_t s = first; s <= last + 1; s++) {
+    int mapped_now = 0;
+    if (s <= last && (a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s)) {
+      int rc;
+      if (a->slot_chunk[s] >= 0) { /* maps a chunk another slot owns now */
+        if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gml_slot_unmap(a, s))) return rc;
+      }
+      int32_t ci = gml_policy_chunk_for_slot(a, s, stream);
+      int cached = a->chunks[ci].list == GML_CL_CACHED;
+      if (cached && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick))) return rc;
+      if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
+      chunk_own(a, ci, s);
+      slot_link(a, s, ci);
+      a->maps++;
+      *stole |= cached;
+      mapped_now = 1;
+      if (run_start == UINT32_MAX) run_start = s;
+    }
+    if (!mapped_now && run_start != UINT32_MAX) {
+      int rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs);
+      if (rc) { /* take the run's new mappings back: no slot may keep an inaccessible one */
+        for (uint32_t k = run_start; k < s; k++) {
+          int32_t ci = a->slot_chunk[k];
+          if (gml_slot_unmap(a, k)) continue;
+          a->chunks[ci].owner = -1;
+          clist_push(a, a->chunks[ci].nmaps ? GML_CL_CACHED : GML_CL_FRESH, ci);
+        }
+        return rc;
+      }
+      a->access_calls++;
+      run_start = UINT32_MAX;
+    }
+  }
+  return 0;
+}
+
+/* ---------- streams: harvest, and would a window need driver calls ---------- */
+
+/* Only runs when a request found no fit (or one needing driver calls). */
+int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
+  int moved = 0;
+  for (int pi = 1; pi <= GML_MAX_STREAMS; pi++) {
+    gml_pool *p = &r->pools[pi];
+    if (!p->used || !p->count) continue;
+    /* collect first: moving changes the tree */
+    size_t n = p->count;
+    int k = 0;
+    gml_block **list = malloc(n * sizeof *list);
+    if (!list) return moved;
+    gml_treap_collect_ge(p->root, 0, list, &k, (int)n);
+    for (int i = 0; i < k; i++) {
+      gml_block *b = list[i];
+      if (!b->has_event) {
+        /* work queued on the stream so far covers every use of the block */
+        if (a->be->ops->event_record(a->be, p->stream, &b->event)) continue;
+        b->has_event = 1;
+      }
+      if (a->be->ops->event_done(a->be, b->event) != 1) continue;
+      a->be->ops->event_destroy(a->be, b->event);
+      b->has_event = 0;
+      gml_pool_del(r, b);
+      b->pool = 0;
+      b->stream = 0;
+      b = gml_block_coalesce(a, r, b);
+      gml_pool_add(r, 0, b);
+      moved++;
+    }
+    free(list);
+  }
+  return moved;
+}
+
+/* A slot the block touches that no live block uses maps no chunk, or one
+ * owned elsewhere, or a free chunk another stream may still be using. */
+int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
+  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last; s++) {
+    if (a->slot_use[s]) continue;
+    int32_t ci = a->slot_chunk[s];
+    if (ci < 0 || a->chunks[ci].owner >= 0 || !chunk_ready_for(a, ci, stream)) return 1;
+  }
+  return 0;
+}
