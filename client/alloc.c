@@ -209,7 +209,9 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   pthread_mutex_unlock(&a->lock);
 }
 
-int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size) {
+int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg) {
+  static const gml_alloc_config defaults = GML_ALLOC_CONFIG_DEFAULT;
+  if (!cfg) cfg = &defaults;
   memset(a, 0, sizeof *a);
   pthread_mutex_init(&a->lock, NULL);
   a->be = be;
@@ -217,16 +219,8 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->cs = be->chunk_size;
   a->va_size = gml_round_up(va_size, 8 * a->cs);
   a->rng = 0x2545F4914F6CDD1Dull;
-  a->timing = getenv("GMLAKE_TIMING") && atoi(getenv("GMLAKE_TIMING")) > 0;
-  a->headroom_pct = GML_DEFAULT_HEADROOM_PCT;
-  const char *hr = getenv("GMLAKE_HEADROOM");
-  if (hr && *hr) {
-    char *end;
-    double v = strtod(hr, &end);
-    if (*end == '%') end++;
-    if (*end || !(v >= 0 && v <= 100)) GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, a->headroom_pct);
-    else a->headroom_pct = v;
-  }
+  a->timing = cfg->timing;
+  a->headroom_pct = cfg->headroom_pct;
   a->dead = -1;
   for (int l = 0; l < 3; l++) a->lists[l].head = a->lists[l].tail = -1;
   int rc = be->ops->va_reserve(be, a->va_size, &a->va_base);

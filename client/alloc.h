@@ -28,7 +28,7 @@
  * slot of the same step holds) are remapped once and then stay settled.
  * Chunks for slots: the one mapped there if free; else a fresh chunk (mapped
  * nowhere, so no other layout loses it), leased while the held bytes stay
- * within GMLAKE_HEADROOM (default 2%) of the peak allocated; else, of the
+ * within the headroom (default 2%, GMLAKE_HEADROOM) of the peak allocated; else, of the
  * free chunks freed longest ago, the one mapped farthest from the slot.
  * (Placement that chased mapped chunks, tried in sessions 2-3, took chunks
  * other layouts needed and never settled.) */
@@ -44,6 +44,14 @@
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
+
+/* The allocator's settings. It reads no environment: client.c parses
+ * GMLAKE_HEADROOM and GMLAKE_TIMING into this (gml_alloc_config_from_env). */
+typedef struct gml_alloc_config {
+  double headroom_pct; /* fresh chunks leased past need, % of the peak allocated; 0: none */
+  int timing;          /* the caller sums the time of every malloc in malloc_ns */
+} gml_alloc_config;
+#define GML_ALLOC_CONFIG_DEFAULT {GML_DEFAULT_HEADROOM_PCT, 0}
 
 typedef struct gml_chunk_source {
   void *ctx;
@@ -131,11 +139,11 @@ typedef struct gml_allocator {
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
   uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
   uint64_t mapped_allocs;   /* allocations that mapped a chunk (the slow path) */
-  double headroom_pct;      /* GMLAKE_HEADROOM: fresh chunks leased past need, % of peak allocated */
+  double headroom_pct;      /* config: fresh chunks leased past need, % of peak allocated */
   uint64_t headroom_leased; /* chunks leased as headroom */
   uint64_t headroom_retry_tick; /* no headroom lease before this tick (the source said no) */
   uint64_t map_ns;      /* time in map_slots_slow (driver calls, fence waits) */
-  int timing;           /* GMLAKE_TIMING=1: also sum the time of every malloc in malloc_ns */
+  int timing;           /* config: also sum the time of every malloc in malloc_ns */
   uint64_t malloc_ns;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
@@ -143,7 +151,8 @@ typedef struct gml_allocator {
   char last_error[256];
 } gml_allocator;
 
-int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size);
+/* cfg NULL: GML_ALLOC_CONFIG_DEFAULT. */
+int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg);
 void gml_alloc_destroy(gml_allocator *a); /* unmaps and releases everything */
 int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr);
 int gml_alloc_free(gml_allocator *a, void *ptr);
@@ -155,4 +164,8 @@ size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes);
 /* Consistency check for tests: 0 when every invariant holds, else a GML_E*
  * code with the broken invariant in a->last_error. */
 int gml_alloc_check(gml_allocator *a);
+/* GMLAKE_HEADROOM (a percentage, 0 turns it off; anything else warns and
+ * keeps the default) and GMLAKE_TIMING into cfg. Defined in client.c: the
+ * environment is read where the allocator is created, never inside it. */
+void gml_alloc_config_from_env(gml_alloc_config *cfg);
 #endif

@@ -270,6 +270,21 @@ static size_t default_va_size(gml_backend *be) {
   return va;
 }
 
+/* The allocator's settings from the environment (alloc.h). Kept in one
+ * function so that it moves as one into the library's options table. */
+void gml_alloc_config_from_env(gml_alloc_config *cfg) {
+  *cfg = (gml_alloc_config)GML_ALLOC_CONFIG_DEFAULT;
+  cfg->timing = getenv("GMLAKE_TIMING") && atoi(getenv("GMLAKE_TIMING")) > 0;
+  const char *hr = getenv("GMLAKE_HEADROOM");
+  if (hr && *hr) {
+    char *end;
+    double v = strtod(hr, &end);
+    if (*end == '%') end++;
+    if (*end || !(v >= 0 && v <= 100)) GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, cfg->headroom_pct);
+    else cfg->headroom_pct = v;
+  }
+}
+
 int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_open_opts o = {0};
   if (opts) o = *opts;
@@ -327,7 +342,9 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     src = (gml_chunk_source){c, embedded_acquire, embedded_release};
     GML_INFO("embedded mode (no daemon: %s); %s", why[0] ? why : "asked for", msg);
   }
-  rc = gml_alloc_init(&c->alloc, c->be, src, default_va_size(c->be));
+  gml_alloc_config cfg;
+  gml_alloc_config_from_env(&cfg);
+  rc = gml_alloc_init(&c->alloc, c->be, src, default_va_size(c->be), &cfg);
   if (rc) goto fail;
   if (c->mode == GML_MODE_EMBEDDED) {
     uint64_t lim = o.limit_bytes;

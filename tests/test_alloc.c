@@ -42,7 +42,7 @@ static void setup(void) {
   ck_assert_int_eq(gml_backend_host_open(0, &be, msg, sizeof msg), 0);
   memset(&src, 0, sizeof src);
   src.be = be;
-  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30), 0);
+  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30, NULL), 0);
 }
 
 static void teardown(void) {
@@ -275,7 +275,9 @@ START_TEST(test_headroom_setting) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     setenv("GMLAKE_HEADROOM", cases[i].env, 1);
     gml_allocator a2;
-    ck_assert_int_eq(gml_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release}, 1ul << 30), 0);
+    gml_alloc_config cfg;
+    gml_alloc_config_from_env(&cfg); /* client.c parses it; the allocator reads no environment */
+    ck_assert_int_eq(gml_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release}, 1ul << 30, &cfg), 0);
     ck_assert_msg(a2.headroom_pct == cases[i].want, "GMLAKE_HEADROOM=%s gave %g", cases[i].env, a2.headroom_pct);
     gml_alloc_destroy(&a2);
   }
@@ -293,7 +295,7 @@ START_TEST(test_randomized_against_model) {
   if (_i == 1) {
     gml_alloc_destroy(&A);
     ck_assert_int_eq(gml_backend_set_chunk_size(be, 4 * MiB), 0);
-    ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30), 0);
+    ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30, NULL), 0);
   }
   src.limit = (400 * MiB) / be->chunk_size; /* 400 MiB: some requests fail, and must fail cleanly */
   for (int step = 0; step < 30000; step++) {
