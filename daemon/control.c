@@ -1,13 +1,16 @@
 /* control.c: the control RPC (nng REQ/REP, one CtlRequest -> one CtlReply).
  * The REP socket's receive fd is polled by the libuv loop, so every request
- * runs on the loop thread and sees consistent state. Commands:
+ * runs on the loop thread and sees consistent state. Requests (the `routes`
+ * table below):
  *   stats    lake size, limit, chunk states, client totals, fragmentation, lease latency
  *   clients  one row per connected client
  *   chunks   owner of every chunk slot
  *   trim     release free chunks to the driver; with a pid, ask that client for its idle cache
  *   limit    set the lake limit (free chunks over it are released at once)
  *   quota    set/clear a per-pid or per-uid quota */
+#include "control.h"
 #include "daemon.h"
+#include "session.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
@@ -17,6 +20,7 @@
 #include <string.h>
 
 static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
+  const broker *b = &d->br;
   st->device = d->cfg.device;
   st->backend = (char *)d->be->name;
   st->chunk_size = d->lk.cs;
@@ -25,25 +29,25 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   st->chunks_free = d->lk.nfree;
   st->chunks_leased = d->lk.leased;
   st->chunks_creating = d->lk.creating;
-  st->chunks_quarantined = d->lk.parked;
+  st->chunks_parked = d->lk.parked;
   st->device_total_bytes = d->device_total;
-  for (session *s = d->sessions; s; s = s->next) {
-    st->allocated += s->allocated;
-    st->cached += s->cached;
-    st->stitched += s->stitched;
+  for (const broker_client *c = b->clients; c; c = c->next) {
+    st->allocated += c->allocated;
+    st->cached += c->cached;
+    st->stitched += c->stitched;
   }
   uint64_t leased_bytes = (d->lk.leased + d->lk.parked) * d->lk.cs;
   st->fragmentation = leased_bytes && st->allocated <= leased_bytes ? 1.0 - (double)st->allocated / (double)leased_bytes : 0;
-  st->lease_count = d->lease_count;
-  st->leases_refused = d->leases_refused;
-  st->optional_declined = d->optional_declined;
+  st->lease_count = b->lease_count;
+  st->leases_refused = b->leases_refused;
+  st->optional_declined = b->optional_declined;
   st->protocol_errors = d->protocol_errors;
-  st->clients = d->nsessions;
-  size_t n = d->nlat < LAT_RING ? d->nlat : LAT_RING;
+  st->clients = b->nclients;
+  size_t n = b->nlat < BROKER_LAT_RING ? b->nlat : BROKER_LAT_RING;
   if (n) {
     uint64_t *tmp = malloc(n * sizeof *tmp);
     if (tmp) {
-      memcpy(tmp, d->lat_ns, n * sizeof *tmp);
+      memcpy(tmp, b->lat_ns, n * sizeof *tmp);
       st->lease_p50_us = gml_percentile_u64(tmp, n, 50) / 1e3;
       st->lease_p99_us = gml_percentile_u64(tmp, n, 99) / 1e3;
       free(tmp);
@@ -51,122 +55,149 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   }
 }
 
-static void handle_request(gmld *d, const Gmlake__CtlRequest *req, Gmlake__CtlReply *rep, void **to_free) {
-  static Gmlake__LakeStats st;
-  gmlake__lake_stats__init(&st);
-  switch (req->req_case) {
-  case GMLAKE__CTL_REQUEST__REQ_STATS:
-    fill_stats(d, &st);
-    rep->stats = &st;
-    break;
-  case GMLAKE__CTL_REQUEST__REQ_CLIENTS: {
-    Gmlake__ClientInfo *ci = calloc(d->nsessions ? d->nsessions : 1, sizeof *ci);
-    Gmlake__ClientInfo **cp = calloc(d->nsessions ? d->nsessions : 1, sizeof *cp);
-    to_free[0] = ci, to_free[1] = cp;
-    if (!ci || !cp) {
-      rep->code = GML_ENOMEM;
-      break;
-    }
-    size_t i = 0;
-    for (session *s = d->sessions; s; s = s->next, i++) {
-      gmlake__client_info__init(&ci[i]);
-      ci[i].client_id = s->id;
-      ci[i].pid = s->pid;
-      ci[i].uid = s->uid;
-      ci[i].name = s->name;
-      ci[i].leased_chunks = s->leased_chunks;
-      ci[i].leased_bytes = s->leased_chunks * d->lk.cs;
-      ci[i].allocated = s->allocated;
-      ci[i].cached = s->cached;
-      ci[i].stitched = s->stitched;
-      ci[i].largest_free = s->largest_free;
-      ci[i].quota_bytes = lake_quota_for(&d->lk, s->pid, s->uid);
-      ci[i].since = s->since;
-      ci[i].leases_refused = s->leases_refused;
-      cp[i] = &ci[i];
-    }
-    rep->n_clients = i;
-    rep->clients = cp;
-    fill_stats(d, &st);
-    rep->stats = &st;
-    break;
+/* One request being answered: what the handler fills and what is freed after the send. */
+typedef struct ctl_call {
+  gmld *d;
+  const Gmlake__CtlRequest *req;
+  Gmlake__CtlReply *rep;
+  Gmlake__LakeStats stats;
+  void *to_free[2];
+} ctl_call;
+
+static void with_stats(ctl_call *k) {
+  fill_stats(k->d, &k->stats);
+  k->rep->stats = &k->stats;
+}
+
+static void fail(ctl_call *k, int code, const char *message) {
+  k->rep->code = code;
+  if (message) k->rep->message = (char *)message;
+}
+
+static void ctl_stats(ctl_call *k) { with_stats(k); }
+
+static void ctl_clients(ctl_call *k) {
+  const broker *b = &k->d->br;
+  Gmlake__ClientInfo *ci = calloc(b->nclients ? b->nclients : 1, sizeof *ci);
+  Gmlake__ClientInfo **cp = calloc(b->nclients ? b->nclients : 1, sizeof *cp);
+  k->to_free[0] = ci, k->to_free[1] = cp;
+  if (!ci || !cp) {
+    fail(k, GML_ENOMEM, NULL);
+    return;
   }
-  case GMLAKE__CTL_REQUEST__REQ_CHUNKS: {
-    size_t n = d->lk.nslots;
-    Gmlake__ChunkInfo *ci = calloc(n ? n : 1, sizeof *ci);
-    Gmlake__ChunkInfo **cp = calloc(n ? n : 1, sizeof *cp);
-    to_free[0] = ci, to_free[1] = cp;
-    if (!ci || !cp) {
-      rep->code = GML_ENOMEM;
-      break;
-    }
-    size_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-      lake_chunk *c = &d->lk.chunks[i];
-      if (c->state == CHUNK_UNUSED) continue;
-      gmlake__chunk_info__init(&ci[k]);
-      ci[k].chunk_id = lake_chunk_id(&d->lk, i);
-      ci[k].owner_pid = 0;
-      if (c->state == CHUNK_LEASED)
-        for (session *s = d->sessions; s; s = s->next)
-          if (s->id == c->owner) ci[k].owner_pid = s->pid;
-      if (c->state == CHUNK_PARKED) ci[k].owner_pid = -1;
-      cp[k] = &ci[k];
-      k++;
-    }
-    rep->n_chunks = k;
-    rep->chunks = cp;
-    fill_stats(d, &st);
-    rep->stats = &st;
-    break;
+  size_t i = 0;
+  for (const broker_client *c = b->clients; c; c = c->next, i++) {
+    gmlake__client_info__init(&ci[i]);
+    ci[i].client_id = c->id;
+    ci[i].pid = c->pid;
+    ci[i].uid = c->uid;
+    ci[i].name = (char *)c->name;
+    ci[i].leased_chunks = c->leased_chunks;
+    ci[i].leased_bytes = c->leased_chunks * k->d->lk.cs;
+    ci[i].allocated = c->allocated;
+    ci[i].cached = c->cached;
+    ci[i].stitched = c->stitched;
+    ci[i].largest_free = c->largest_free;
+    ci[i].quota_bytes = lake_quota_for(&k->d->lk, c->pid, c->uid);
+    ci[i].since = c->since;
+    ci[i].leases_refused = c->leases_refused;
+    cp[i] = &ci[i];
   }
-  case GMLAKE__CTL_REQUEST__REQ_TRIM: {
-    int pid = req->trim ? req->trim->client_pid : 0;
-    if (pid) {
-      session *s = session_by_pid(d, pid);
-      if (!s) {
-        rep->code = GML_EINVAL;
-        rep->message = "no client with that pid";
-        break;
-      }
-      session_send_reclaim(s, 0);
+  k->rep->n_clients = i;
+  k->rep->clients = cp;
+  with_stats(k);
+}
+
+static void ctl_chunks(ctl_call *k) {
+  const lake *lk = &k->d->lk;
+  size_t n = lk->nslots;
+  Gmlake__ChunkInfo *ci = calloc(n ? n : 1, sizeof *ci);
+  Gmlake__ChunkInfo **cp = calloc(n ? n : 1, sizeof *cp);
+  k->to_free[0] = ci, k->to_free[1] = cp;
+  if (!ci || !cp) {
+    fail(k, GML_ENOMEM, NULL);
+    return;
+  }
+  size_t j = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const lake_chunk *c = &lk->chunks[i];
+    if (c->state == CHUNK_UNUSED) continue;
+    gmlake__chunk_info__init(&ci[j]);
+    ci[j].chunk_id = lake_chunk_id(lk, i);
+    ci[j].owner_pid = 0;
+    if (c->state == CHUNK_LEASED)
+      for (const broker_client *o = k->d->br.clients; o; o = o->next)
+        if (o->id == c->owner) ci[j].owner_pid = o->pid;
+    if (c->state == CHUNK_PARKED) ci[j].owner_pid = -1;
+    cp[j] = &ci[j];
+    j++;
+  }
+  k->rep->n_chunks = j;
+  k->rep->chunks = cp;
+  with_stats(k);
+}
+
+static void ctl_trim(ctl_call *k) {
+  gmld *d = k->d;
+  int pid = k->req->trim ? k->req->trim->client_pid : 0;
+  if (pid) {
+    session *s = session_by_pid(d, pid);
+    if (!s) {
+      fail(k, GML_EINVAL, "no client with that pid");
+      return;
     }
-    rep->trimmed_chunks = lake_trim(&d->lk, 0);
-    d->prefetch_suspended = 1; /* stay trimmed until demand comes back */
-    GML_INFO("trim: released %llu free chunk(s) to the driver%s", (unsigned long long)rep->trimmed_chunks,
-             pid ? " and asked the client for its idle cache" : "");
-    break;
+    session_send_reclaim(s, 0);
   }
-  case GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES: {
-    uint64_t lim = req->set_limit_bytes;
-    if (lim < d->lk.cs) {
-      rep->code = GML_EINVAL;
-      rep->message = "limit below one chunk";
-      break;
+  k->rep->trimmed_chunks = lake_trim(&d->lk, 0);
+  broker_trimmed(&d->br); /* stay trimmed until demand comes back */
+  GML_INFO("trim: released %llu free chunk(s) to the driver%s", (unsigned long long)k->rep->trimmed_chunks,
+           pid ? " and asked the client for its idle cache" : "");
+}
+
+static void ctl_set_limit(ctl_call *k) {
+  uint64_t lim = k->req->set_limit_bytes;
+  if (broker_set_limit(&k->d->br, lim)) {
+    fail(k, GML_EINVAL, "limit below one chunk");
+    return;
+  }
+  GML_INFO("limit set to %llu bytes", (unsigned long long)lim);
+  with_stats(k);
+}
+
+static void ctl_set_quota(ctl_call *k) {
+  const Gmlake__QuotaRequest *q = k->req->set_quota;
+  if (!q || lake_set_quota(&k->d->lk, q->by_uid, q->by_uid ? q->uid : (uint32_t)q->pid, q->bytes)) {
+    fail(k, GML_EINVAL, "bad quota");
+    return;
+  }
+  GML_INFO("quota of %s %u set to %llu bytes", q->by_uid ? "uid" : "pid", q->by_uid ? q->uid : (unsigned)q->pid,
+           (unsigned long long)q->bytes);
+}
+
+/* A new control request: a case in CtlRequest (proto/gmlake.proto), a
+ * handler above, one row here. `changes` marks requests that change the lake
+ * (for who may send them). */
+static const struct ctl_route {
+  Gmlake__CtlRequest__ReqCase kind;
+  const char *name;
+  int changes;
+  void (*handle)(ctl_call *k);
+} routes[] = {
+    {GMLAKE__CTL_REQUEST__REQ_STATS, "stats", 0, ctl_stats},
+    {GMLAKE__CTL_REQUEST__REQ_CLIENTS, "clients", 0, ctl_clients},
+    {GMLAKE__CTL_REQUEST__REQ_CHUNKS, "chunks", 0, ctl_chunks},
+    {GMLAKE__CTL_REQUEST__REQ_TRIM, "trim", 1, ctl_trim},
+    {GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES, "limit", 1, ctl_set_limit},
+    {GMLAKE__CTL_REQUEST__REQ_SET_QUOTA, "quota", 1, ctl_set_quota},
+};
+
+static void handle_request(ctl_call *k) {
+  for (size_t i = 0; i < GML_ARRAY_LEN(routes); i++)
+    if (routes[i].kind == k->req->req_case) {
+      routes[i].handle(k);
+      return;
     }
-    d->lk.limit_bytes = lim;
-    uint64_t limit_chunks = lim / d->lk.cs;
-    while (d->lk.total > limit_chunks && d->lk.nfree) lake_trim(&d->lk, d->lk.nfree - 1);
-    GML_INFO("limit set to %llu bytes", (unsigned long long)lim);
-    fill_stats(d, &st);
-    rep->stats = &st;
-    break;
-  }
-  case GMLAKE__CTL_REQUEST__REQ_SET_QUOTA: {
-    const Gmlake__QuotaRequest *q = req->set_quota;
-    if (!q || lake_set_quota(&d->lk, q->by_uid, q->by_uid ? q->uid : (uint32_t)q->pid, q->bytes)) {
-      rep->code = GML_EINVAL;
-      rep->message = "bad quota";
-      break;
-    }
-    GML_INFO("quota of %s %u set to %llu bytes", q->by_uid ? "uid" : "pid", q->by_uid ? q->uid : (unsigned)q->pid,
-             (unsigned long long)q->bytes);
-    break;
-  }
-  default:
-    rep->code = GML_EINVAL;
-    rep->message = "unknown request";
-  }
+  fail(k, GML_EINVAL, "unknown request");
 }
 
 int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **reply, size_t *reply_len) {
@@ -177,12 +208,13 @@ int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **re
     rep.message = "malformed control request";
     d->protocol_errors++;
   }
-  void *to_free[2] = {NULL, NULL};
-  if (req) handle_request(d, req, &rep, to_free);
+  ctl_call k = {.d = d, .req = req, .rep = &rep};
+  gmlake__lake_stats__init(&k.stats);
+  if (req) handle_request(&k);
   size_t n = gmlake__ctl_reply__get_packed_size(&rep);
   uint8_t *out = malloc(n ? n : 1);
   if (out) gmlake__ctl_reply__pack(&rep, out);
-  free(to_free[0]), free(to_free[1]);
+  free(k.to_free[0]), free(k.to_free[1]);
   if (req) gmlake__ctl_request__free_unpacked(req, NULL);
   if (!out) return GML_ENOMEM;
   *reply = out;

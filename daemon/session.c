@@ -7,6 +7,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "session.h"
 #include "daemon.h"
 #include "gmlake.h"
 #include "log.h"
@@ -55,7 +56,7 @@ static void tx_flush(session *s) {
     long r = gml_wire_sendmsg(s->fd, t->buf + t->off, t->len - t->off, t->off == 0 ? t->fds : NULL, t->off == 0 ? t->nfds : 0);
     if (r == GML_EAGAIN) break;
     if (r < 0) {
-      s->closing = 1;
+      s->bc.closing = 1;
       return;
     }
     t->off += (size_t)r;
@@ -110,165 +111,100 @@ void session_send_reclaim(session *s, uint64_t bytes) {
   session_send(s, &env, NULL, 0);
 }
 
-/* ---------- leases ---------- */
+/* ---------- carrying out the broker's decisions ---------- */
 
-static void record_latency(gmld *d, uint64_t ns) {
-  d->lat_ns[d->nlat % LAT_RING] = ns;
-  d->nlat++;
+/* Ask the clients the broker names (most idle cache first) for idle cache. */
+static void ask_reclaim(gmld *d, const broker_client *asker, uint64_t bytes) {
+  broker_client *few[32], **who = few;
+  size_t n = broker_reclaim_targets(&d->br, asker, few, GML_ARRAY_LEN(few));
+  if (n > GML_ARRAY_LEN(few)) {
+    if ((who = malloc(n * sizeof *who))) broker_reclaim_targets(&d->br, asker, who, n);
+    else who = few, n = GML_ARRAY_LEN(few); /* out of memory: the most idle ones */
+  }
+  for (size_t i = 0; i < n; i++) {
+    session_send_reclaim(session_of(who[i]), bytes);
+    GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
+             (unsigned long long)bytes);
+  }
+  if (who != few) free(who);
 }
 
-/* Serve s's waiting lease from free chunks, if any. Returns 1 when answered. */
-static int serve_lease(session *s) {
+static void send_chunks(session *s, const broker_decision *dec) {
   gmld *d = s->d;
-  if (!s->pending || !d->lk.nfree) return 0;
-  uint32_t idx[GML_MAX_LEASE_CHUNKS];
-  uint32_t n = lake_take(&d->lk, s->id, s->pending_count, idx);
-  uint64_t ids[GML_MAX_LEASE_CHUNKS];
-  int fds[GML_MAX_LEASE_CHUNKS];
-  for (uint32_t i = 0; i < n; i++) {
-    ids[i] = lake_chunk_id(&d->lk, idx[i]);
-    fds[i] = d->lk.chunks[idx[i]].fd;
+  uint64_t ids[BROKER_MAX_LEASE];
+  int fds[BROKER_MAX_LEASE];
+  for (uint32_t i = 0; i < dec->n; i++) {
+    ids[i] = lake_chunk_id(&d->lk, dec->idx[i]);
+    fds[i] = d->lk.chunks[dec->idx[i]].fd;
   }
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__LeaseReply lr = GMLAKE__LEASE_REPLY__INIT;
-  lr.n_chunk_ids = n;
+  lr.n_chunk_ids = dec->n;
   lr.chunk_ids = ids;
-  env.seq = s->pending_seq;
+  env.seq = dec->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE_REPLY;
   env.lease_reply = &lr;
-  s->leased_chunks += n;
-  s->pending = 0;
-  s->reclaim_sent = 0;
-  d->lease_count++;
-  session_send(s, &env, fds, (int)n);
-  record_latency(d, gml_now_ns() - s->pending_since_ns);
-  return 1;
+  session_send(s, &env, fds, (int)dec->n);
+  broker_record_latency(&d->br, gml_now_ns() - dec->since_ns);
 }
 
-/* Ask clients other than `except` that hold idle cache to give some back. */
-/* Returns how many clients were asked. */
-static int ask_reclaim(gmld *d, session *except, uint64_t bytes) {
-  int asked = 0;
-  for (session *o = d->sessions; o; o = o->next) {
-    if (o == except || o->closing || o->cached < d->lk.cs) continue;
-    session_send_reclaim(o, bytes);
-    asked++;
-    GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)o->id, (int)o->pid,
-             (unsigned long long)bytes);
+/* Reclaim requests first, then s's answer (nothing while its lease waits). */
+static void carry_out(session *s, const broker_decision *dec) {
+  if (dec->reclaim_bytes) ask_reclaim(s->d, &s->bc, dec->reclaim_bytes);
+  switch (dec->verdict) {
+  case BROKER_SERVE: send_chunks(s, dec); break;
+  case BROKER_REFUSE:
+    GML_WARN("lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
+             (int)s->bc.pid, dec->why);
+    send_error(s, dec->seq, dec->code, "%s", dec->message);
+    break;
+  case BROKER_DECLINE: send_error(s, dec->seq, dec->code, "%s", dec->message); break;
+  case BROKER_NONE:
+  case BROKER_WAIT: break;
   }
-  return asked;
-}
-
-static void refuse_lease(session *s, int code, const char *why) {
-  gmld *d = s->d;
-  s->pending = 0;
-  s->leases_refused++;
-  d->leases_refused++;
-  char h[32], l[32];
-  GML_WARN("lease of %u chunk(s) refused to client %llu (pid %d): %s", s->pending_count, (unsigned long long)s->id,
-           (int)s->pid, why);
-  send_error(s, s->pending_seq, code, "%s (lake holds %s of limit %s)", why,
-             gml_format_bytes(d->lk.total * d->lk.cs, h, sizeof h), gml_format_bytes(d->lk.limit_bytes, l, sizeof l));
 }
 
 void sessions_serve_pending(gmld *d) {
-  for (session *s = d->sessions; s && d->lk.nfree; s = s->next)
-    if (s->pending && !s->closing) serve_lease(s);
+  broker_decision dec;
+  for (broker_client *c = d->br.clients; c && d->lk.nfree; c = c->next)
+    if (broker_serve_free(&d->br, c, &dec)) carry_out(session_of(c), &dec);
 }
 
 void sessions_tick(gmld *d) {
   uint64_t now = gml_now_ns();
-  for (session *s = d->sessions; s; s = s->next) {
-    if (!s->pending || s->closing) continue;
-    if (serve_lease(s)) continue;
-    int nothing_coming = d->lk.creating == 0 && lake_headroom(&d->lk) == 0;
-    if (nothing_coming && !s->reclaim_sent) {
-      s->reclaim_sent = 1;
-      /* nobody holds idle cache to give back: say so now rather than wait */
-      if (!ask_reclaim(d, s, (uint64_t)s->pending_count * d->lk.cs) && d->lk.parked == 0) {
-        refuse_lease(s, GML_ENOMEM, "out of memory: the lake is full");
-        continue;
-      }
-    }
-    if (now >= s->pending_deadline_ns) {
-      refuse_lease(s, GML_ENOMEM, "out of memory: the lake is full");
-    }
+  broker_decision dec;
+  for (broker_client *c = d->br.clients; c; c = c->next) {
+    broker_review(&d->br, c, now, &dec);
+    carry_out(session_of(c), &dec);
   }
 }
 
-static void handle_lease(session *s, uint64_t seq, uint32_t count, int optional) {
-  gmld *d = s->d;
-  d->prefetch_suspended = 0;
-  s->pending = 1;
-  s->pending_seq = seq;
-  s->pending_count = count;
-  s->pending_since_ns = gml_now_ns();
-  s->pending_deadline_ns = s->pending_since_ns + LEASE_WAIT_MS * 1000000ull;
-  uint64_t quota = lake_quota_for(&d->lk, s->pid, s->uid);
-  uint64_t allowed = !quota ? count : quota / d->lk.cs > s->leased_chunks ? quota / d->lk.cs - s->leased_chunks : 0;
-  if (s->pending_count > allowed) s->pending_count = (uint32_t)allowed;
-  if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
-    if (!allowed || !serve_lease(s)) {
-      s->pending = 0;
-      d->optional_declined++;
-      send_error(s, seq, GML_ENOMEM, "no free chunk at once (optional lease)");
-    }
-    lake_refill(d);
-    return;
-  }
-  if (!allowed) {
-    char q[32];
-    char why[128];
-    snprintf(why, sizeof why, "quota of %s reached", gml_format_bytes(quota, q, sizeof q));
-    refuse_lease(s, GML_EQUOTA, why);
-    return;
-  }
-  if (serve_lease(s)) {
-    lake_refill(d);
-    return;
-  }
-  lake_refill(d);
-  sessions_tick(d); /* may ask others to reclaim */
+/* ---------- requests: one table, message kind -> check and handler ---------- */
+
+typedef struct request {
+  session *s;
+  const Gmlake__Envelope *env;
+  char why[160];                      /* set by a check that refuses the message */
+  uint32_t idx[GML_MAX_LEASE_CHUNKS]; /* return: lake indices of the chunks, checked */
+} request;
+
+static int refuse_msg(request *rq, const char *why) {
+  snprintf(rq->why, sizeof rq->why, "%s", why);
+  return -1;
 }
 
-static void handle_return(session *s, uint64_t seq, const Gmlake__ReturnRequest *rr) {
-  gmld *d = s->d;
-  long idx[GML_MAX_LEASE_CHUNKS];
-  for (size_t i = 0; i < rr->n_chunk_ids; i++) {
-    idx[i] = lake_owned_index(&d->lk, rr->chunk_ids[i], s->id);
-    for (size_t k = 0; k < i && idx[i] >= 0; k++)
-      if (idx[k] == idx[i]) idx[i] = -1; /* the same id twice */
-    if (idx[i] < 0) {
-      d->protocol_errors++;
-      GML_WARN("client %llu (pid %d) returned chunk %#llx it does not hold: closing it", (unsigned long long)s->id, (int)s->pid,
-               (unsigned long long)rr->chunk_ids[i]);
-      session_close(s, "foreign chunk id");
-      return;
-    }
-  }
-  /* The client unmapped and released them: they go straight back. */
-  for (size_t i = 0; i < rr->n_chunk_ids; i++) lake_give_back(&d->lk, (uint32_t)idx[i]);
-  s->leased_chunks -= rr->n_chunk_ids;
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__ReturnReply r = GMLAKE__RETURN_REPLY__INIT;
-  r.returned = (uint32_t)rr->n_chunk_ids;
-  env.seq = seq;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_RET_REPLY;
-  env.ret_reply = &r;
-  session_send(s, &env, NULL, 0);
-  sessions_serve_pending(d);
-}
-
-static void handle_hello(session *s, uint64_t seq, const Gmlake__Hello *h) {
+static void handle_hello(request *rq) {
+  session *s = rq->s;
+  const Gmlake__Hello *h = rq->env->hello;
   gmld *d = s->d;
   if (h->protocol_version != GML_PROTOCOL_VERSION) {
-    send_error(s, seq, GML_EPROTO, "protocol version %u not supported (daemon speaks %d)", h->protocol_version,
+    send_error(s, rq->env->seq, GML_EPROTO, "protocol version %u not supported (daemon speaks %d)", h->protocol_version,
                GML_PROTOCOL_VERSION);
-    s->closing = 1;
+    s->bc.closing = 1;
     return;
   }
-  snprintf(s->name, sizeof s->name, "%s", h->name ? h->name : "");
-  for (char *p = s->name; *p; p++)
+  snprintf(s->bc.name, sizeof s->bc.name, "%s", h->name ? h->name : "");
+  for (char *p = s->bc.name; *p; p++)
     if ((unsigned char)*p < 32 || (unsigned char)*p > 126) *p = '?';
   s->hello_done = 1;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
@@ -277,52 +213,118 @@ static void handle_hello(session *s, uint64_t seq, const Gmlake__Hello *h) {
   r.chunk_size = d->lk.cs;
   r.backend = (char *)d->be->name;
   r.device = d->cfg.device;
-  r.client_id = s->id;
-  env.seq = seq;
+  r.client_id = s->bc.id;
+  env.seq = rq->env->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;
   session_send(s, &env, NULL, 0);
-  GML_INFO("client %llu connected: pid %d uid %u (%s)", (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid, s->name);
+  GML_INFO("client %llu connected: pid %d uid %u (%s)", (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid,
+           s->bc.name);
+}
+
+static int check_lease(request *rq) {
+  return rq->s->bc.lease.pending ? refuse_msg(rq, "a second lease while one is in flight") : 0;
+}
+
+static void handle_lease(request *rq) {
+  session *s = rq->s;
+  gmld *d = s->d;
+  broker_decision dec;
+  broker_lease(&d->br, &s->bc, rq->env->seq, rq->env->lease->count, rq->env->lease->optional, gml_now_ns(), &dec);
+  carry_out(s, &dec);
+  daemon_refill(d);
+  if (dec.verdict == BROKER_WAIT) sessions_tick(d); /* may ask others to reclaim */
+}
+
+/* Every id must be a chunk the client holds, each once. */
+static int check_return(request *rq) {
+  const Gmlake__ReturnRequest *rr = rq->env->ret;
+  const lake *lk = &rq->s->d->lk;
+  for (size_t i = 0; i < rr->n_chunk_ids; i++) {
+    long idx = lake_owned_index(lk, rr->chunk_ids[i], rq->s->bc.id);
+    for (size_t k = 0; k < i && idx >= 0; k++)
+      if (rq->idx[k] == (uint32_t)idx) idx = -1; /* the same id twice */
+    if (idx < 0) {
+      snprintf(rq->why, sizeof rq->why, "returned chunk %#llx it does not hold", (unsigned long long)rr->chunk_ids[i]);
+      return -1;
+    }
+    rq->idx[i] = (uint32_t)idx;
+  }
+  return 0;
+}
+
+static void handle_return(request *rq) {
+  session *s = rq->s;
+  gmld *d = s->d;
+  size_t n = rq->env->ret->n_chunk_ids;
+  /* The client unmapped and released them: they go straight back. */
+  broker_returned(&d->br, &s->bc, rq->idx, n);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ReturnReply r = GMLAKE__RETURN_REPLY__INIT;
+  r.returned = (uint32_t)n;
+  env.seq = rq->env->seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_RET_REPLY;
+  env.ret_reply = &r;
+  session_send(s, &env, NULL, 0);
+  sessions_serve_pending(d);
+}
+
+static void handle_usage(request *rq) {
+  const Gmlake__UsageReport *u = rq->env->usage;
+  broker_client *c = &rq->s->bc;
+  c->allocated = u->allocated;
+  c->cached = u->cached;
+  c->stitched = u->stitched;
+  c->largest_free = u->largest_free;
+}
+
+/* A new client message: its case in Envelope (proto/gmlake.proto), what it
+ * must be on the wire in gml_wire_check_request (common/wire.c: sizes,
+ * ranges, allowed before hello?), a row here with a check against the
+ * daemon's state (NULL: none) and a handler. A message that fails either
+ * check closes that client's connection. */
+static const struct msg_route {
+  Gmlake__Envelope__MsgCase kind;
+  int (*check)(request *rq); /* 0, or -1 with rq->why */
+  void (*handle)(request *rq);
+} routes[] = {
+    {GMLAKE__ENVELOPE__MSG_HELLO, NULL, handle_hello},
+    {GMLAKE__ENVELOPE__MSG_LEASE, check_lease, handle_lease},
+    {GMLAKE__ENVELOPE__MSG_RET, check_return, handle_return},
+    {GMLAKE__ENVELOPE__MSG_USAGE, NULL, handle_usage},
+};
+
+static const struct msg_route *route_of(Gmlake__Envelope__MsgCase kind) {
+  for (size_t i = 0; i < GML_ARRAY_LEN(routes); i++)
+    if (routes[i].kind == kind) return &routes[i];
+  return NULL;
 }
 
 /* Returns 0 to go on, -1 when the session was closed. */
 static int handle_frame(session *s, const uint8_t *body, size_t len) {
   gmld *d = s->d;
+  request rq = {.s = s};
   Gmlake__Envelope *env = gmlake__envelope__unpack(NULL, len, body);
+  /* what every message must be on the wire (common/wire.c, fuzzed), then the route's own checks */
   const char *bad = env ? gml_wire_check_request(env, s->hello_done) : "undecodable message";
-  if (!bad) {
-    switch (env->msg_case) {
-    case GMLAKE__ENVELOPE__MSG_HELLO: handle_hello(s, env->seq, env->hello); break;
-    case GMLAKE__ENVELOPE__MSG_LEASE:
-      if (s->pending) bad = "a second lease while one is in flight";
-      else handle_lease(s, env->seq, env->lease->count, env->lease->optional);
-      break;
-    case GMLAKE__ENVELOPE__MSG_RET:
-      handle_return(s, env->seq, env->ret);
-      gmlake__envelope__free_unpacked(env, NULL);
-      return s->closing ? -1 : 0;
-    case GMLAKE__ENVELOPE__MSG_USAGE:
-      s->allocated = env->usage->allocated;
-      s->cached = env->usage->cached;
-      s->stitched = env->usage->stitched;
-      s->largest_free = env->usage->largest_free;
-      break;
-    default: break; /* gml_wire_check_request let no other kind through */
-    }
-  }
+  const struct msg_route *r = bad ? NULL : route_of(env->msg_case);
+  rq.env = env;
+  if (!bad && !r) bad = "unexpected message kind";
+  if (!bad && r->check && r->check(&rq)) bad = rq.why;
+  if (!bad) r->handle(&rq);
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   if (bad) {
     d->protocol_errors++;
-    GML_WARN("protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->id, (int)s->pid, bad);
+    GML_WARN("protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, bad);
     session_close(s, bad);
     return -1;
   }
-  return 0;
+  return s->fd < 0 ? -1 : 0;
 }
 
 static void on_session_io(uv_poll_t *h, int status, int events) {
   session *s = h->data;
-  if (s->closing) return;
+  if (s->bc.closing) return;
   if (status < 0) {
     session_close(s, uv_strerror(status));
     return;
@@ -333,14 +335,14 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
       long r = gml_rx_fill(&s->rx, s->fd);
       if (s->rx.fds_received) {
         s->d->protocol_errors++;
-        GML_WARN("client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->id, (int)s->pid);
+        GML_WARN("client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
         session_close(s, "unexpected fds");
         return;
       }
       if (r == GML_EAGAIN) break;
       if (r == 0 && s->rx.len) {
         s->d->protocol_errors++;
-        GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->id, (int)s->pid);
+        GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
         session_close(s, "truncated frame");
         return;
       }
@@ -357,19 +359,19 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
       }
       if (k < 0) {
         s->d->protocol_errors++;
-        GML_WARN("client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->id, (int)s->pid,
+        GML_WARN("client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
                  GML_MAX_FRAME);
         session_close(s, "oversize frame");
         return;
       }
     }
   }
-  if (s->closing) session_close(s, "send failed");
+  if (s->bc.closing) session_close(s, "send failed");
   else session_update_poll(s);
 }
 
 static void session_update_poll(session *s) {
-  if (s->closing) return;
+  if (s->bc.closing) return;
   int ev = UV_READABLE | (s->tx_head ? UV_WRITABLE : 0);
   if (ev != s->poll_events) {
     s->poll_events = ev;
@@ -420,24 +422,24 @@ static void session_free_cb(uv_handle_t *h) {
 static void session_close(session *s, const char *why) {
   gmld *d = s->d;
   if (s->fd < 0) return;
-  s->closing = 1;
+  s->bc.closing = 1;
   uint64_t held = 0;
   for (uint32_t i = 0; i < d->lk.nslots; i++)
-    held += d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->id;
-  int gone = process_gone(s->pidfd, s->pid);
+    held += d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id;
+  int gone = process_gone(s->pidfd, s->bc.pid);
   if (gone || !held || d->stopping) {
-    release_owner_chunks(d, s->id);
+    release_owner_chunks(d, s->bc.id);
     if (s->pidfd >= 0) close(s->pidfd);
   } else {
     /* Its process lives on and may still map them: park until it exits. */
     for (uint32_t i = 0; i < d->lk.nslots; i++)
-      if (d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->id) lake_park(&d->lk, i);
+      if (d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id) lake_park(&d->lk, i);
     parked_owner *p = calloc(1, sizeof *p);
     if (p && s->pidfd >= 0) {
       p->d = d;
-      p->owner = s->id;
+      p->owner = s->bc.id;
       p->pidfd = s->pidfd;
-      p->pid = s->pid;
+      p->pid = s->bc.pid;
       uv_poll_init(d->loop, &p->poll, p->pidfd);
       p->poll.data = p;
       uv_poll_start(&p->poll, UV_READABLE, on_parked_exit);
@@ -446,15 +448,12 @@ static void session_close(session *s, const char *why) {
     } else {
       free(p);
       if (s->pidfd >= 0) close(s->pidfd);
-      GML_WARN("cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->pid, (unsigned long long)held);
+      GML_WARN("cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->bc.pid, (unsigned long long)held);
     }
   }
-  GML_INFO("client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->id, (int)s->pid, why,
+  GML_INFO("client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid, why,
            (unsigned long long)held, gone || d->stopping ? "back in the lake" : "parked until its process exits");
-  if (s->prev) s->prev->next = s->next;
-  else d->sessions = s->next;
-  if (s->next) s->next->prev = s->prev;
-  d->nsessions--;
+  broker_remove_client(&d->br, &s->bc);
   uv_poll_stop(&s->poll);
   close(s->fd);
   s->fd = -1;
@@ -487,19 +486,16 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     }
     s->d = d;
     s->fd = fd;
-    s->id = ++d->next_client_id;
-    s->pid = cred.pid;
-    s->uid = cred.uid;
+    s->bc.id = ++d->next_client_id;
+    s->bc.pid = cred.pid;
+    s->bc.uid = cred.uid;
     s->pidfd = pidfd_open_compat(cred.pid);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    s->since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    s->bc.since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
     uv_poll_init(d->loop, &s->poll, fd);
     s->poll.data = s;
-    s->next = d->sessions;
-    if (d->sessions) d->sessions->prev = s;
-    d->sessions = s;
-    d->nsessions++;
+    broker_add_client(&d->br, &s->bc);
     session_update_poll(s);
   }
 }
@@ -550,8 +546,8 @@ int sessions_listen(gmld *d) {
 }
 
 session *session_by_pid(gmld *d, pid_t pid) {
-  for (session *s = d->sessions; s; s = s->next)
-    if (s->pid == pid) return s;
+  for (broker_client *c = d->br.clients; c; c = c->next)
+    if (c->pid == pid) return session_of(c);
   return NULL;
 }
 
@@ -563,7 +559,7 @@ void sessions_close_all(gmld *d) {
     d->listen_fd = -1;
     unlink(d->cfg.socket_path);
   }
-  while (d->sessions) session_close(d->sessions, "daemon shutting down");
+  while (d->br.clients) session_close(session_of(d->br.clients), "daemon shutting down");
   while (d->parked) {
     parked_owner *p = d->parked;
     d->parked = p->next;

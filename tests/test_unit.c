@@ -1,10 +1,11 @@
-/* Unit tests (check): allocator, lake bookkeeping, wire framing, growable ranges,
- * the API boundary. */
+/* Unit tests (check): allocator, lake bookkeeping, lease broker, wire framing,
+ * growable ranges, the API boundary. */
 #include <check.h>
 #include <stdlib.h>
 
 Suite *alloc_suite(void);
 Suite *lake_suite(void);
+Suite *broker_suite(void);
 Suite *wire_suite(void);
 Suite *growable_suite(void);
 Suite *api_suite(void);
@@ -12,6 +13,7 @@ Suite *api_suite(void);
 int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
   srunner_add_suite(sr, lake_suite());
+  srunner_add_suite(sr, broker_suite());
   srunner_add_suite(sr, wire_suite());
   srunner_add_suite(sr, growable_suite());
   srunner_add_suite(sr, api_suite());

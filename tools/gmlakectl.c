@@ -80,7 +80,7 @@ static void json_stats(const Gmlake__LakeStats *s) {
          "\"device_total_bytes\":%llu,\"optional_declined\":%llu}",
          s->device, s->backend, (unsigned long long)s->chunk_size, (unsigned long long)s->limit_bytes,
          (unsigned long long)s->chunks_total, (unsigned long long)s->chunks_free, (unsigned long long)s->chunks_leased,
-         (unsigned long long)s->chunks_creating, (unsigned long long)s->chunks_quarantined,
+         (unsigned long long)s->chunks_creating, (unsigned long long)s->chunks_parked,
          (unsigned long long)s->allocated, (unsigned long long)s->cached, (unsigned long long)s->stitched,
          s->fragmentation, (unsigned long long)s->lease_count, s->lease_p50_us, s->lease_p99_us,
          (unsigned long long)s->leases_refused, (unsigned long long)s->protocol_errors, (unsigned long long)s->clients,
@@ -94,7 +94,7 @@ static void print_stats(const Gmlake__LakeStats *s) {
   printf("  lake      %s held of limit %s\n", B(s->chunks_total * cs, a), B(s->limit_bytes, b));
   printf("  chunks    %llu total: %llu free, %llu leased, %llu parked, %llu being created\n",
          (unsigned long long)s->chunks_total, (unsigned long long)s->chunks_free, (unsigned long long)s->chunks_leased,
-         (unsigned long long)s->chunks_quarantined, (unsigned long long)s->chunks_creating);
+         (unsigned long long)s->chunks_parked, (unsigned long long)s->chunks_creating);
   printf("  clients   %llu: allocated %s, cached %s, stitched %s\n", (unsigned long long)s->clients, B(s->allocated, a),
          B(s->cached, b), B(s->stitched, c2));
   printf("  fragmentation %.2f%% (1 - allocated/leased)\n", s->fragmentation * 100);
@@ -170,7 +170,7 @@ static void print_metrics(const Gmlake__CtlReply *r) {
   printf("# HELP gmlake_lake_bytes Bytes of the lake's chunks by state.\n# TYPE gmlake_lake_bytes gauge\n");
   printf("gmlake_lake_bytes{device=\"%d\",state=\"free\"} %llu\n", dev, (unsigned long long)(s->chunks_free * cs));
   printf("gmlake_lake_bytes{device=\"%d\",state=\"leased\"} %llu\n", dev, (unsigned long long)(s->chunks_leased * cs));
-  printf("gmlake_lake_bytes{device=\"%d\",state=\"parked\"} %llu\n", dev, (unsigned long long)(s->chunks_quarantined * cs));
+  printf("gmlake_lake_bytes{device=\"%d\",state=\"parked\"} %llu\n", dev, (unsigned long long)(s->chunks_parked * cs));
   printf("gmlake_lake_bytes{device=\"%d\",state=\"creating\"} %llu\n", dev, (unsigned long long)(s->chunks_creating * cs));
   printf("# HELP gmlake_lake_limit_bytes The most the lake may hold.\n# TYPE gmlake_lake_limit_bytes gauge\n");
   printf("gmlake_lake_limit_bytes{device=\"%d\"} %llu\n", dev, (unsigned long long)s->limit_bytes);

@@ -4,7 +4,9 @@
  * on a lake of the host backend that holds free, leased and parked chunks and
  * two connected clients. The reply must decode. Each input starts from the
  * same limit, no quotas and at least 8 chunks, so a crash reproduces alone. */
+#include "control.h"
 #include "daemon.h"
+#include "session.h"
 #include "gmlake.h"
 #include "log.h"
 #include <stdio.h>
@@ -18,7 +20,7 @@ static session sess[2];
 static int peer[2];
 
 /* The chunk creator is not under test: refills are what the harness does. */
-void lake_refill(gmld *dd) { (void)dd; }
+void creator_make(creator *cr, uint64_t n) { (void)cr, (void)n; }
 
 static void fill_lake(void) {
   while (d->lk.total < 8) {
@@ -36,6 +38,7 @@ static void setup(void) {
   if (!d || gml_backend_open("host", 0, &d->be, msg, sizeof msg)) abort();
   d->loop = uv_default_loop();
   lake_init(&d->lk, d->be, 16 * d->be->chunk_size);
+  broker_init(&d->br, &d->lk, 0, 0);
   d->device_total = 64 * d->be->chunk_size;
   d->listen_fd = -1;
   fill_lake();
@@ -46,30 +49,27 @@ static void setup(void) {
     s->d = d;
     s->fd = sv[0];
     peer[i] = sv[1];
-    s->id = ++d->next_client_id;
-    s->pid = 1000 + i;
-    s->uid = 1000;
+    s->bc.id = ++d->next_client_id;
+    s->bc.pid = 1000 + i;
+    s->bc.uid = 1000;
     s->pidfd = -1;
     s->hello_done = 1;
-    snprintf(s->name, sizeof s->name, "client%d", i);
+    snprintf(s->bc.name, sizeof s->bc.name, "client%d", i);
     uv_poll_init(d->loop, &s->poll, s->fd);
     s->poll.data = s;
-    s->next = d->sessions;
-    if (d->sessions) d->sessions->prev = s;
-    d->sessions = s;
-    d->nsessions++;
+    broker_add_client(&d->br, &s->bc);
     uint32_t idx[2];
-    s->leased_chunks = lake_take(&d->lk, s->id, 2, idx);
-    s->allocated = 3 * d->lk.cs;
-    s->cached = d->lk.cs;
+    s->bc.leased_chunks = lake_take(&d->lk, s->bc.id, 2, idx);
+    s->bc.allocated = 3 * d->lk.cs;
+    s->bc.cached = d->lk.cs;
   }
   for (uint32_t i = 0; i < d->lk.nslots; i++) /* one of client 1's chunks parked, as after a disconnect */
-    if (d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == sess[1].id) {
+    if (d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == sess[1].bc.id) {
       lake_park(&d->lk, i);
-      sess[1].leased_chunks--;
+      sess[1].bc.leased_chunks--;
       break;
     }
-  for (int i = 0; i < 50; i++) d->lat_ns[d->nlat++ % LAT_RING] = 1000 + 37u * (unsigned)i;
+  for (int i = 0; i < 50; i++) broker_record_latency(&d->br, 1000 + 37u * (unsigned)i);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,0 +1,198 @@
+/* broker.c: the lease policy (no I/O: see broker.h). */
+#include "broker.h"
+#include "gmlake.h"
+#include "util.h"
+#include <stdio.h>
+#include <string.h>
+
+void broker_init(broker *b, lake *lk, uint64_t prefetch_chunks, uint64_t preallocate_chunks) {
+  memset(b, 0, sizeof *b);
+  b->lk = lk;
+  b->lease_wait_ns = BROKER_LEASE_WAIT_MS * 1000000ull;
+  b->prefetch_chunks = prefetch_chunks;
+  b->preallocate_chunks = preallocate_chunks;
+}
+
+void broker_add_client(broker *b, broker_client *c) {
+  c->prev = NULL;
+  c->next = b->clients;
+  if (b->clients) b->clients->prev = c;
+  b->clients = c;
+  b->nclients++;
+}
+
+void broker_remove_client(broker *b, broker_client *c) {
+  if (c->prev) c->prev->next = c->next;
+  else b->clients = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+  b->nclients--;
+}
+
+static void decision_start(broker_decision *d, const broker_client *c) {
+  d->verdict = BROKER_NONE;
+  d->seq = c->lease.seq;
+  d->count = c->lease.count;
+  d->n = 0;
+  d->code = 0;
+  d->why[0] = d->message[0] = 0;
+  d->reclaim_bytes = 0;
+}
+
+/* Serve c's lease from the free chunks, all or part of it. */
+static int serve(broker *b, broker_client *c, broker_decision *d) {
+  if (!c->lease.pending || !b->lk->nfree) return 0;
+  d->verdict = BROKER_SERVE;
+  d->n = lake_take(b->lk, c->id, c->lease.count, d->idx);
+  d->since_ns = c->lease.since_ns;
+  c->leased_chunks += d->n;
+  c->lease.pending = 0;
+  c->lease.reclaim_asked = 0;
+  b->lease_count++;
+  return 1;
+}
+
+static void refuse(broker *b, broker_client *c, broker_decision *d, int code, const char *why) {
+  char h[32], l[32];
+  d->verdict = BROKER_REFUSE;
+  d->code = code;
+  snprintf(d->why, sizeof d->why, "%s", why);
+  snprintf(d->message, sizeof d->message, "%s (lake holds %s of limit %s)", why,
+           gml_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gml_format_bytes(b->lk->limit_bytes, l, sizeof l));
+  c->lease.pending = 0;
+  c->leases_refused++;
+  b->leases_refused++;
+}
+
+/* Chunks c may still lease under its quota (count when it has none). */
+static uint64_t quota_allows(const broker *b, const broker_client *c, uint32_t count, uint64_t *quota) {
+  *quota = lake_quota_for(b->lk, c->pid, c->uid);
+  if (!*quota) return count;
+  uint64_t q = *quota / b->lk->cs;
+  return q > c->leased_chunks ? q - c->leased_chunks : 0;
+}
+
+void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
+                  broker_decision *d) {
+  b->prefetch_suspended = 0; /* demand is back */
+  uint64_t quota;
+  uint64_t allowed = quota_allows(b, c, count, &quota);
+  c->lease = (broker_request){.pending = 1,
+                            .seq = seq,
+                            .count = count > allowed ? (uint32_t)allowed : count,
+                            .since_ns = now_ns,
+                            .deadline_ns = now_ns + b->lease_wait_ns};
+  decision_start(d, c);
+  if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
+    if (allowed && serve(b, c, d)) return;
+    c->lease.pending = 0;
+    b->optional_declined++;
+    d->verdict = BROKER_DECLINE;
+    d->code = GML_ENOMEM;
+    snprintf(d->why, sizeof d->why, "nothing free now");
+    snprintf(d->message, sizeof d->message, "no free chunk at once (optional lease)");
+    return;
+  }
+  if (!allowed) {
+    char q[32], why[64];
+    snprintf(why, sizeof why, "quota of %s reached", gml_format_bytes(quota, q, sizeof q));
+    refuse(b, c, d, GML_EQUOTA, why);
+    return;
+  }
+  if (!serve(b, c, d)) d->verdict = BROKER_WAIT;
+}
+
+static int can_give_back(const broker *b, const broker_client *asker, const broker_client *o) {
+  return o != asker && !o->closing && o->cached >= b->lk->cs;
+}
+
+void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
+  decision_start(d, c);
+  if (!c->lease.pending || c->closing) return;
+  if (serve(b, c, d)) return;
+  d->verdict = BROKER_WAIT;
+  int nothing_coming = b->lk->creating == 0 && lake_headroom(b->lk) == 0;
+  if (nothing_coming && !c->lease.reclaim_asked) {
+    c->lease.reclaim_asked = 1;
+    if (broker_reclaim_targets(b, c, NULL, 0)) {
+      d->reclaim_bytes = (uint64_t)c->lease.count * b->lk->cs;
+    } else if (b->lk->parked == 0) {
+      /* nobody holds idle cache to give back: say so now rather than wait */
+      refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
+      return;
+    }
+  }
+  if (now_ns >= c->lease.deadline_ns) refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
+}
+
+int broker_serve_free(broker *b, broker_client *c, broker_decision *d) {
+  decision_start(d, c);
+  return !c->closing && serve(b, c, d);
+}
+
+size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broker_client **out, size_t max) {
+  size_t n = 0;
+  for (broker_client *o = b->clients; o; o = o->next) {
+    if (!can_give_back(b, asker, o)) continue;
+    size_t len = GML_MIN(n, max);
+    if (len < max || (max && out[max - 1]->cached < o->cached)) { /* by idle cache, most first */
+      size_t k = len < max ? len : max - 1;
+      while (k > 0 && out[k - 1]->cached < o->cached) {
+        out[k] = out[k - 1];
+        k--;
+      }
+      out[k] = o;
+    }
+    n++;
+  }
+  return n;
+}
+
+void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n) {
+  for (size_t i = 0; i < n; i++) lake_give_back(b->lk, idx[i]);
+  c->leased_chunks -= n;
+}
+
+void broker_record_latency(broker *b, uint64_t ns) {
+  b->lat_ns[b->nlat % BROKER_LAT_RING] = ns;
+  b->nlat++;
+}
+
+uint64_t broker_refill(broker *b, uint64_t now_ns) {
+  lake *lk = b->lk;
+  if (now_ns < b->create_backoff_until_ns) return 0;
+  uint64_t order = 0;
+  if (!b->prefetch_suspended && b->preallocate_chunks > lk->total + lk->creating) {
+    /* keep the lake at its preallocated size at least */
+    order = GML_MIN(b->preallocate_chunks - (lk->total + lk->creating), lake_headroom(lk));
+    lk->creating += order;
+  }
+  uint64_t waiting = 0;
+  for (broker_client *c = b->clients; c; c = c->next)
+    if (c->lease.pending) waiting += c->lease.count;
+  uint64_t want = (b->prefetch_suspended ? 0 : b->prefetch_chunks) + waiting;
+  uint64_t have = lk->nfree + lk->creating;
+  if (want > have) {
+    uint64_t more = GML_MIN(want - have, lake_headroom(lk));
+    lk->creating += more;
+    order += more;
+  }
+  return order;
+}
+
+int broker_creation_failed(broker *b, uint64_t now_ns) {
+  int starts = now_ns >= b->create_backoff_until_ns;
+  b->create_backoff_until_ns = now_ns + BROKER_CREATE_BACKOFF_MS * 1000000ull;
+  return starts;
+}
+
+void broker_trimmed(broker *b) { b->prefetch_suspended = 1; }
+
+int broker_set_limit(broker *b, uint64_t limit_bytes) {
+  lake *lk = b->lk;
+  if (limit_bytes < lk->cs) return GML_EINVAL;
+  lk->limit_bytes = limit_bytes;
+  uint64_t limit_chunks = limit_bytes / lk->cs;
+  while (lk->total > limit_chunks && lk->nfree) lake_trim(lk, lk->nfree - 1);
+  return 0;
+}

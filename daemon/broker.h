@@ -1,0 +1,131 @@
+/* broker.h: every lease decision of the daemon, in one place and free of I/O
+ * (like lake.h) so it can be unit-tested: a lease is served now, waits (until
+ * a deadline), makes the broker ask other clients for idle cache (whom, how
+ * much), is refused (lake full, quota) or, when optional (headroom), quietly
+ * declined; and how many chunks the creators should make. The broker keeps
+ * the lake's accounting as it decides (chunks taken for a served lease,
+ * chunks ordered from the creators); sessions (session.c) and the loop
+ * (main.c) carry its decisions out: they send, log and create.
+ *
+ * Extending it: a new outcome is a new broker_verdict (or a new field of
+ * broker_decision, such as reclaim_bytes) that the session carries out; a new
+ * input is a field of broker_client (what a client is and reports) or of
+ * broker (settings, counters); a new decision is a broker_* function that
+ * fills a broker_decision. Time is always passed in (now_ns), never read. */
+#ifndef GML_BROKER_H
+#define GML_BROKER_H
+#include "lake.h"
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define BROKER_MAX_LEASE 128          /* chunks one lease may ask for (the wire's limit) */
+#define BROKER_LEASE_WAIT_MS 1000     /* a lease waits this long for reclaimed chunks */
+#define BROKER_CREATE_BACKOFF_MS 1000 /* after a failed creation (device full?) */
+#define BROKER_LAT_RING 4096          /* recent lease latencies kept for p50/p99 */
+
+typedef struct broker_request { /* a client's lease request in flight (at most one) */
+  int pending;
+  uint64_t seq;                /* the request's seq, echoed by the answer */
+  uint32_t count;              /* chunks wanted, after the quota */
+  uint64_t since_ns, deadline_ns;
+  int reclaim_asked;           /* other clients were asked for idle cache for it */
+} broker_request;
+
+/* A client as the broker sees it: who it is, what it holds and reported.
+ * The session embeds one and registers it with broker_add_client. */
+typedef struct broker_client {
+  struct broker_client *next, *prev;
+  uint64_t id;                 /* owner id of its chunks in the lake */
+  pid_t pid;
+  uid_t uid;
+  char name[64];
+  double since;                /* unix time of connect */
+  int closing;                 /* going away: nothing is served to it or asked of it */
+  uint64_t leased_chunks;
+  uint64_t allocated, cached, stitched, largest_free; /* its last usage report, bytes */
+  uint64_t leases_refused;
+  broker_request lease;
+} broker_client;
+
+typedef struct broker {
+  lake *lk;
+  broker_client *clients;      /* newest first */
+  size_t nclients;
+  /* settings */
+  uint64_t lease_wait_ns;
+  uint64_t prefetch_chunks;    /* kept free ahead of demand */
+  uint64_t preallocate_chunks; /* the lake holds at least this many */
+  /* state */
+  int prefetch_suspended;      /* after a trim, until the next lease */
+  uint64_t create_backoff_until_ns;
+  /* counters */
+  uint64_t lease_count, leases_refused, optional_declined;
+  uint64_t lat_ns[BROKER_LAT_RING];
+  size_t nlat;
+} broker;
+
+enum broker_verdict {
+  BROKER_NONE = 0,   /* no lease to answer */
+  BROKER_WAIT,       /* nothing to send yet: the lease waits for chunks, until lease.deadline_ns */
+  BROKER_SERVE,      /* send n chunks: idx[] are already leased to the client in the lake */
+  BROKER_REFUSE,     /* send error code/message; counted and logged as a refusal (why) */
+  BROKER_DECLINE,    /* an optional lease: send error code/message, quietly */
+};
+
+typedef struct broker_decision {
+  enum broker_verdict verdict;
+  uint64_t seq;                /* of the lease answered */
+  uint32_t count;              /* chunks the lease asked for (after the quota) */
+  uint32_t n;                  /* BROKER_SERVE: chunks served (may be fewer than count) */
+  uint32_t idx[BROKER_MAX_LEASE];
+  uint64_t since_ns;           /* BROKER_SERVE: when the lease was asked (its latency) */
+  int code;                    /* BROKER_REFUSE / BROKER_DECLINE: a GML_E* code */
+  char why[128];               /* ... the reason, for the log */
+  char message[256];           /* ... the text the client gets */
+  /* Before the verdict, ask every client broker_reclaim_targets() lists to
+   * give back this many bytes of idle cache (0: ask nobody). */
+  uint64_t reclaim_bytes;
+} broker_decision;
+
+void broker_init(broker *b, lake *lk, uint64_t prefetch_chunks, uint64_t preallocate_chunks);
+void broker_add_client(broker *b, broker_client *c);
+void broker_remove_client(broker *b, broker_client *c);
+
+/* A client asks for count chunks (1..BROKER_MAX_LEASE). Quota first; an
+ * optional lease is served from free chunks or declined at once; a needed one
+ * is served from free chunks or waits (BROKER_WAIT: review all waiting leases
+ * with broker_review after ordering chunks with broker_refill). */
+void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
+                  broker_decision *d);
+/* Look again at c's waiting lease (the loop's tick, after a lease): serve it
+ * from free chunks; when no chunk can come any more (nothing being created, the
+ * lake at its limit) ask the others for idle cache once, or refuse when nobody
+ * has any and nothing is parked; refuse once its deadline has passed. */
+void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d);
+/* Serve c's waiting lease only if chunks are free now (chunks came back).
+ * Returns 1 with d filled (BROKER_SERVE), else 0. */
+int broker_serve_free(broker *b, broker_client *c, broker_decision *d);
+/* The clients to ask for idle cache for asker's lease, the one with the most
+ * idle cache first: every client but asker, not closing, with at least one
+ * chunk's worth cached. Fills out[0..max) and returns how many there are. */
+size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broker_client **out, size_t max);
+/* c gave back n chunks it holds (idx[], checked by the caller): into the lake. */
+void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n);
+/* A served lease's latency as the client saw it (measured after the send). */
+void broker_record_latency(broker *b, uint64_t ns);
+
+/* How many chunks the creators should make now: the waiting leases plus the
+ * prefetch (unless suspended by a trim) and the preallocation, within the
+ * limit and outside a back-off after failures. They are counted in
+ * lake.creating at once; the caller hands the number to the creators. */
+uint64_t broker_refill(broker *b, uint64_t now_ns);
+/* Creating chunks failed (the device is probably full): no new order for a
+ * while. Returns 1 when this starts a back-off (worth a log line), else 0. */
+int broker_creation_failed(broker *b, uint64_t now_ns);
+/* The operator trimmed the lake: no prefetch until demand comes back. */
+void broker_trimmed(broker *b);
+/* A new limit for the lake: GML_EINVAL below one chunk, else 0; free chunks
+ * over it are released at once. */
+int broker_set_limit(broker *b, uint64_t limit_bytes);
+#endif

@@ -1,0 +1,238 @@
+/* config.c: gmlaked's options (see config.h). Adding a setting: a field in
+ * gmld_config and one row in `options` below (name, type, where, default,
+ * help, range); the config file, the flags and --help all follow. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "config.h"
+#include "gmlake.h"
+#include "log.h"
+#include "util.h"
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+enum opt_type {
+  OPT_INT,      /* an int in [min, max], written in base `base` */
+  OPT_SIZE,     /* bytes: "256MiB", "2G" (uint64_t) */
+  OPT_LIMIT,    /* bytes or PCT%, kept as text: the device's size is known later */
+  OPT_STRING,   /* text of at most `max` bytes; min = 1: not empty */
+  OPT_CHOICE,   /* one of the words of `choices` */
+  OPT_URL,      /* text with "://" */
+  OPT_LOGLEVEL, /* error, warn, info, debug */
+  OPT_FLAG,     /* no value; sets the int to 1 */
+  OPT_CONFIG,   /* the config file (read before the other flags) */
+};
+
+typedef struct config_option {
+  const char *name;    /* long option and config-file key */
+  const char *arg;     /* the value's name in --help (NULL: a flag) */
+  enum opt_type type;
+  size_t off, size;    /* where in gmld_config */
+  const char *def;     /* default, parsed like a value (NULL: none) */
+  const char *help;    /* --help text; "%D" is replaced by the default */
+  long min, max;
+  int base;
+  const char *choices;
+} config_option;
+
+#define AT(field) offsetof(gmld_config, field), sizeof(((gmld_config *)0)->field)
+#define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+static const config_option options[] = {
+    {"device", "N", OPT_INT, AT(device), "0", "GPU index (default %D)", 0, 1023, 10, NULL},
+    {"backend", "B", OPT_CHOICE, AT(backend), "auto", "auto (default: cuda when a GPU is usable), cuda or host", 0, 0, 0,
+     "auto cuda host"},
+    {"socket", "PATH", OPT_STRING, AT(socket_path), NULL,
+     "client socket (default /run/gmlake/gmlake-N.sock, or $XDG_RUNTIME_DIR)", 1, SUN_PATH_MAX, 0, NULL},
+    {"control", "URL", OPT_URL, AT(control_url), NULL, "control RPC endpoint (default ipc://<same dir>/gmlake-N.ctl)", 0, 0,
+     0, NULL},
+    {"limit", "BYTES|PCT%", OPT_LIMIT, AT(limit), NULL,
+     "the most the lake holds (default 90% of the device; host: 50% of RAM)", 0, 0, 0, NULL},
+    {"prefetch", "BYTES", OPT_SIZE, AT(prefetch_bytes), "256MiB", "chunks created ahead of demand (default %D)", 0, 0, 0,
+     NULL},
+    {"preallocate", "BYTES", OPT_SIZE, AT(preallocate_bytes), "0",
+     "create this much at start and keep at least that much (default %D)", 0, 0, 0, NULL},
+    {"creators", "N", OPT_INT, AT(creators), "4", "threads creating chunks (default %D)", 1, 64, 10, NULL},
+    {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
+    {"socket-group", "NAME", OPT_STRING, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
+     NULL},
+    {"log-level", "L", OPT_LOGLEVEL, AT(log_level), "info", "error, warn, info (default) or debug", 0, 0, 0, NULL},
+    {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
+     0, NULL},
+    {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
+     NULL},
+};
+
+void config_usage(FILE *f) {
+  fprintf(f, "usage: gmlaked [options]\n"
+             "  One daemon per GPU: owns the device's memory chunks and leases them to processes.\n");
+  for (size_t i = 0; i < GML_ARRAY_LEN(options); i++) {
+    const config_option *o = &options[i];
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+    fprintf(f, "  %-22s", left);
+    for (const char *h = o->help; *h; h++) {
+      if (h[0] == '%' && h[1] == 'D') fputs(o->def ? o->def : "none", f), h++;
+      else fputc(*h, f);
+    }
+    fputc('\n', f);
+  }
+  fprintf(f, "Config file: one 'key = value' per line, keys as the long options without '--', '#' comments.\n");
+}
+
+static int has_word(const char *words, const char *w) {
+  size_t n = strlen(w);
+  if (!n) return 0;
+  for (const char *p = words; (p = strstr(p, w)); p += n)
+    if ((p == words || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+  return 0;
+}
+
+/* Parse val into o's field; 0, or -1 for a value it refuses. */
+static int set_value(gmld_config *c, const config_option *o, const char *val) {
+  void *at = (char *)c + o->off;
+  uint64_t v;
+  char *end;
+  switch (o->type) {
+  case OPT_INT: {
+    long n = strtol(val, &end, o->base);
+    if (*end || n < o->min || n > o->max) return -1;
+    if (o->size == sizeof(int)) *(int *)at = (int)n;
+    else return -1;
+    return 0;
+  }
+  case OPT_SIZE:
+    if (gml_parse_size(val, 0, &v)) return -1;
+    *(uint64_t *)at = v;
+    return 0;
+  case OPT_LIMIT:
+    if (gml_parse_size(val, 100, &v) || (strchr(val, '%') == NULL && v == 0) || strlen(val) >= o->size) return -1;
+    break;
+  case OPT_STRING:
+    if (strlen(val) < (size_t)o->min || strlen(val) > (size_t)o->max || strlen(val) >= o->size) return -1;
+    break;
+  case OPT_CHOICE:
+    if (!has_word(o->choices, val) || strlen(val) >= o->size) return -1;
+    break;
+  case OPT_URL:
+    if (!strstr(val, "://") || strlen(val) >= o->size) return -1;
+    break;
+  case OPT_LOGLEVEL: {
+    int l = gml_log_parse_level(val);
+    if (l < 0) return -1;
+    *(int *)at = l;
+    return 0;
+  }
+  case OPT_FLAG: *(int *)at = 1; return 0;
+  case OPT_CONFIG: break;
+  }
+  snprintf(at, o->size, "%s", val);
+  return 0;
+}
+
+static const config_option *find_option(const char *name) {
+  for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
+    if (!strcmp(options[i].name, name)) return &options[i];
+  return NULL;
+}
+
+/* Apply one setting; returns 0 or -1 with a message naming the key. */
+static int apply_setting(gmld_config *c, const char *key, const char *val, char *err, size_t errlen) {
+  const config_option *o = find_option(key);
+  if (!o || o->type == OPT_CONFIG) {
+    snprintf(err, errlen, "unknown setting '%s'", key);
+    return -1;
+  }
+  if (set_value(c, o, val)) {
+    snprintf(err, errlen, "bad value for %s: '%s'", key, val);
+    return -1;
+  }
+  return 0;
+}
+
+static int load_config_file(gmld_config *c, const char *path, int must_exist) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    if (!must_exist && errno == ENOENT) return 0;
+    fprintf(stderr, "gmlaked: cannot read config %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  char line[512];
+  int lineno = 0, rc = 0;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    char *p = line;
+    char *hash = strchr(p, '#');
+    if (hash) *hash = 0;
+    while (isspace((unsigned char)*p)) p++;
+    if (!*p) continue;
+    char *eq = strchr(p, '=');
+    char *end = p + strlen(p);
+    while (end > p && isspace((unsigned char)end[-1])) *--end = 0;
+    char *key = p, *val = (char *)"";
+    if (eq) {
+      *eq = 0;
+      val = eq + 1;
+      while (isspace((unsigned char)*val)) val++;
+      char *ke = eq;
+      while (ke > key && isspace((unsigned char)ke[-1])) *--ke = 0;
+    }
+    char err[256];
+    if (apply_setting(c, key, val, err, sizeof err)) {
+      fprintf(stderr, "gmlaked: %s:%d: %s\n", path, lineno, err);
+      rc = -1;
+      break;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+int config_load(gmld_config *c, int argc, char **argv) {
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
+    if (options[i].def && set_value(c, &options[i], options[i].def)) abort(); /* a bad row in the table */
+  const char *notify = getenv("NOTIFY_SOCKET");
+  if (notify) snprintf(c->notify_socket, sizeof c->notify_socket, "%s", notify);
+  struct option opts[GML_ARRAY_LEN(options) + 2];
+  for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
+    opts[i] = (struct option){options[i].name, options[i].arg ? required_argument : no_argument, 0, 0};
+  opts[GML_ARRAY_LEN(options)] = (struct option){"help", no_argument, 0, 'h'};
+  opts[GML_ARRAY_LEN(options) + 1] = (struct option){0, 0, 0, 0};
+  /* first pass: the config file, so that flags can override it */
+  const char *cfg = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[i + 1];
+    else if (!strncmp(argv[i], "--config=", 9)) cfg = argv[i] + 9;
+  }
+  if (!cfg) cfg = getenv("GMLAKED_CONFIG");
+  if (load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return -1;
+  if (cfg) snprintf(c->config_path, sizeof c->config_path, "%s", cfg);
+  int idx, ch;
+  while ((ch = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (ch == 'h') {
+      config_usage(stdout);
+      return 1;
+    }
+    if (ch != 0) {
+      config_usage(stderr);
+      return -1;
+    }
+    if (options[idx].type == OPT_CONFIG) continue;
+    char err[256];
+    if (apply_setting(c, options[idx].name, optarg ? optarg : "", err, sizeof err)) {
+      fprintf(stderr, "gmlaked: --%s\n", err);
+      return -1;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "gmlaked: unexpected argument '%s'\n", argv[optind]);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+/* config.h: gmlaked's settings, in one place. Built-in defaults, then the
+ * config file (/etc/gmlake/gmlaked.conf, $GMLAKED_CONFIG or --config), then
+ * the command line: flags win. One table of options (config.c) drives the
+ * file parser, the flag parser and --help; a bad value is an error at start
+ * that names its key. */
+#ifndef GML_CONFIG_H
+#define GML_CONFIG_H
+#include <stdint.h>
+#include <stdio.h>
+
+#define GMLD_DEFAULT_CONFIG "/etc/gmlake/gmlaked.conf"
+
+typedef struct gmld_config {
+  int device;
+  char backend[16];
+  char socket_path[256];
+  char control_url[300];
+  char limit[64];             /* bytes or PCT% of the device; "" = 90% (cuda) or 50% (host) */
+  uint64_t prefetch_bytes;    /* created ahead of demand */
+  uint64_t preallocate_bytes; /* the lake holds at least this much, created at start */
+  int creators;               /* worker threads creating chunks */
+  int foreground;
+  int log_level;
+  unsigned socket_mode;
+  char socket_group[64];
+  char config_path[256];
+  char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
+} gmld_config;
+
+/* Fill c from the defaults, the config file and argv. Returns 0, 1 when
+ * --help was printed (exit 0), or -1 after printing an error to stderr. */
+int config_load(gmld_config *c, int argc, char **argv);
+void config_usage(FILE *f);
+#endif

@@ -1,0 +1,41 @@
+/* session.h: a client's connection to the daemon (session.c). */
+#ifndef GML_SESSION_H
+#define GML_SESSION_H
+#include "broker.h"
+#include "wire.h"
+#include <stddef.h>
+#include <uv.h>
+
+struct gmld;
+
+typedef struct tx_item {
+  struct tx_item *next;
+  uint8_t *buf;
+  size_t len, off;
+  int fds[GML_MAX_LEASE_CHUNKS];
+  int nfds;                 /* sent with the first byte */
+} tx_item;
+
+typedef struct session {
+  broker_client bc;         /* who it is, its numbers, its lease in flight (broker.h) */
+  struct gmld *d;
+  int fd;                   /* -1 once closed */
+  uv_poll_t poll;
+  int poll_events;
+  int pidfd;
+  int hello_done;
+  gml_rx rx;
+  tx_item *tx_head, *tx_tail;
+} session;
+
+static inline session *session_of(broker_client *c) {
+  return (session *)((char *)c - offsetof(session, bc));
+}
+
+int sessions_listen(struct gmld *d);
+void sessions_close_all(struct gmld *d);
+void sessions_serve_pending(struct gmld *d); /* after chunks became free */
+void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines */
+void session_send_reclaim(session *s, uint64_t bytes);
+session *session_by_pid(struct gmld *d, pid_t pid);
+#endif

@@ -1,0 +1,340 @@
+/* The daemon's lease policy (daemon/broker.c) on a real lake of host chunks:
+ * serve, wait, reclaim from whom, refuse, quota, optional leases, refill. */
+#include "broker.h"
+#include "gmlake.h"
+#include <check.h>
+#include <string.h>
+
+#define MS 1000000ull
+
+static gml_backend *be;
+static lake lk;
+static broker br;
+static size_t cs;
+
+static void setup(void) {
+  char msg[256];
+  ck_assert_int_eq(gml_backend_host_open(0, &be, msg, sizeof msg), 0);
+  cs = be->chunk_size;
+  lake_init(&lk, be, 10 * cs);
+  broker_init(&br, &lk, 0, 0);
+}
+static void teardown(void) {
+  lake_destroy(&lk);
+  gml_backend_close(be);
+}
+
+static void add_chunks(int n) {
+  for (int i = 0; i < n; i++) {
+    gml_phys p;
+    int fd;
+    ck_assert_int_eq(be->ops->chunk_create(be, &p, &fd), 0);
+    ck_assert_int_eq(lake_add_created(&lk, p, fd), 0);
+  }
+}
+
+static void client(broker_client *c, uint64_t id, pid_t pid, uint64_t cached_chunks) {
+  memset(c, 0, sizeof *c);
+  c->id = id;
+  c->pid = pid;
+  c->uid = 1000;
+  c->cached = cached_chunks * cs;
+  broker_add_client(&br, c);
+}
+
+/* Fill the lake to its limit, every chunk leased to `holder`. */
+static void fill_lake(broker_client *holder) {
+  add_chunks(10);
+  broker_decision d;
+  broker_lease(&br, holder, 1, 10, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 10);
+  ck_assert_uint_eq(lake_headroom(&lk), 0);
+}
+
+START_TEST(test_serve_now) {
+  broker_client a;
+  client(&a, 7, 100, 0);
+  add_chunks(4);
+  broker_decision d;
+  broker_lease(&br, &a, 42, 3, 0, 5 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.seq, 42);
+  ck_assert_uint_eq(d.n, 3);
+  ck_assert_uint_eq(d.since_ns, 5 * MS);
+  for (uint32_t i = 0; i < d.n; i++) /* the chunks are the client's in the lake */
+    ck_assert_int_eq(lake_owned_index(&lk, lake_chunk_id(&lk, d.idx[i]), 7), (long)d.idx[i]);
+  ck_assert_uint_eq(a.leased_chunks, 3);
+  ck_assert_int_eq(a.lease.pending, 0);
+  ck_assert_uint_eq(br.lease_count, 1);
+  /* more than is free: what is free now (a partial lease), as before */
+  broker_lease(&br, &a, 43, 5, 0, 6 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 1);
+  ck_assert_uint_eq(a.leased_chunks, 4);
+  /* given back: the lake has them free again */
+  broker_returned(&br, &a, d.idx, d.n);
+  ck_assert_uint_eq(a.leased_chunks, 3);
+  ck_assert_uint_eq(lk.nfree, 1);
+}
+END_TEST
+
+START_TEST(test_quota) {
+  broker_client a;
+  client(&a, 7, 42, 0);
+  add_chunks(8);
+  ck_assert_int_eq(lake_set_quota(&lk, 0, 42, 3 * cs), 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 5, 0, 0, &d); /* 5 asked, 3 allowed */
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 3);
+  broker_lease(&br, &a, 2, 1, 0, 0, &d); /* over quota: refused at once, whatever is free */
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_EQUOTA);
+  ck_assert_uint_eq(d.seq, 2);
+  ck_assert_ptr_nonnull(strstr(d.why, "quota of"));
+  ck_assert_ptr_nonnull(strstr(d.message, "lake holds"));
+  ck_assert_int_eq(a.lease.pending, 0);
+  ck_assert_uint_eq(a.leases_refused, 1);
+  ck_assert_uint_eq(br.leases_refused, 1);
+  ck_assert_uint_eq(lk.nfree, 5);
+  /* an optional lease over quota is declined, not refused */
+  broker_lease(&br, &a, 3, 1, 1, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_DECLINE);
+  ck_assert_uint_eq(br.leases_refused, 1);
+  /* a uid quota counts for a client without a pid quota */
+  broker_client b;
+  client(&b, 8, 43, 0);
+  ck_assert_int_eq(lake_set_quota(&lk, 1, 1000, 1 * cs), 0);
+  broker_lease(&br, &b, 4, 2, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 1);
+}
+END_TEST
+
+/* A full lake: the lease waits, the clients with idle cache are asked (most
+ * idle first, the asker and those with less than a chunk idle not at all),
+ * once; the deadline passed, the lease is refused. */
+START_TEST(test_wait_reclaim_refuse) {
+  broker_client holder, small, big, asker, tiny, gone, one;
+  client(&holder, 1, 101, 7); /* listed last, the most idle */
+  fill_lake(&holder);
+  client(&small, 2, 102, 3);
+  client(&big, 3, 103, 5);
+  client(&tiny, 4, 104, 0);
+  tiny.cached = cs - 1;
+  client(&one, 7, 107, 1); /* exactly one chunk idle: enough */
+  client(&gone, 5, 105, 9);
+  gone.closing = 1;
+  client(&asker, 6, 106, 8); /* its own cache does not count */
+  broker_decision d;
+  broker_lease(&br, &asker, 9, 2, 0, 100 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_int_eq(asker.lease.pending, 1);
+  ck_assert_uint_eq(asker.lease.deadline_ns, 100 * MS + BROKER_LEASE_WAIT_MS * MS);
+  broker_review(&br, &asker, 101 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, 2 * cs);
+  broker_client *who[8];
+  ck_assert_uint_eq(broker_reclaim_targets(&br, &asker, who, 8), 4);
+  ck_assert_ptr_eq(who[0], &holder);
+  ck_assert_ptr_eq(who[1], &big);
+  ck_assert_ptr_eq(who[2], &small);
+  ck_assert_ptr_eq(who[3], &one);
+  ck_assert_uint_eq(broker_reclaim_targets(&br, &asker, who, 2), 4); /* counted beyond max */
+  ck_assert_ptr_eq(who[0], &holder);
+  ck_assert_ptr_eq(who[1], &big);
+  /* asked once per lease */
+  broker_review(&br, &asker, 102 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, 0);
+  /* the deadline passed: refused */
+  broker_review(&br, &asker, 100 * MS + BROKER_LEASE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_ENOMEM);
+  ck_assert_uint_eq(d.seq, 9);
+  ck_assert_str_eq(d.why, "out of memory: the lake is full");
+  ck_assert_int_eq(asker.lease.pending, 0);
+  ck_assert_uint_eq(br.leases_refused, 1);
+  /* nothing pending any more: nothing to decide */
+  broker_review(&br, &asker, 2000 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_NONE);
+}
+END_TEST
+
+/* Chunks given back serve the waiting lease (before its deadline). */
+START_TEST(test_reclaimed_chunks_serve_the_waiting_lease) {
+  broker_client holder, asker;
+  client(&holder, 1, 101, 4);
+  fill_lake(&holder);
+  client(&asker, 2, 102, 0);
+  broker_decision d;
+  broker_lease(&br, &asker, 5, 3, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 0); /* nothing free yet */
+  broker_review(&br, &asker, 1 * MS, &d);
+  ck_assert_uint_eq(d.reclaim_bytes, 3 * cs);
+  uint32_t back[2] = {0, 1};
+  broker_returned(&br, &holder, back, 2);
+  ck_assert_uint_eq(holder.leased_chunks, 8);
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.seq, 5);
+  ck_assert_uint_eq(d.n, 2);
+  ck_assert_uint_eq(asker.leased_chunks, 2);
+  ck_assert_int_eq(asker.lease.reclaim_asked, 0); /* the next lease may ask again */
+}
+END_TEST
+
+START_TEST(test_full_lake_nobody_to_ask) {
+  broker_client holder, asker;
+  client(&holder, 1, 101, 0); /* no idle cache anywhere */
+  fill_lake(&holder);
+  client(&asker, 2, 102, 0);
+  broker_decision d;
+  broker_lease(&br, &asker, 5, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_review(&br, &asker, 1 * MS, &d); /* refused now, not after the wait */
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_ENOMEM);
+  ck_assert_uint_eq(d.reclaim_bytes, 0);
+}
+END_TEST
+
+/* Chunks on their way (being created, or parked until a process exits): the lease waits. */
+START_TEST(test_wait_for_chunks_coming) {
+  broker_client holder, asker;
+  client(&holder, 1, 101, 0);
+  fill_lake(&holder);
+  client(&asker, 2, 102, 0);
+  broker_decision d;
+  lake_park(&lk, 0); /* the holder left, its process lives on */
+  broker_lease(&br, &asker, 5, 1, 0, 0, &d);
+  broker_review(&br, &asker, 1 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, 0);
+  lake_give_back(&lk, 0); /* its process exited */
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
+  /* with room under the limit, a lease waits for the creators, asking nobody */
+  broker_client c2;
+  client(&c2, 3, 103, 0);
+  holder.cached = 6 * cs;
+  ck_assert_int_eq(broker_set_limit(&br, 12 * cs), 0);
+  broker_lease(&br, &c2, 6, 2, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_review(&br, &c2, 1 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, 0);
+}
+END_TEST
+
+START_TEST(test_optional_leases) {
+  broker_client holder, a;
+  client(&holder, 1, 101, 5);
+  fill_lake(&holder);
+  client(&a, 2, 102, 0);
+  broker_decision d;
+  broker_lease(&br, &a, 8, 2, 1, 0, &d); /* nothing free: declined at once, quietly */
+  ck_assert_int_eq(d.verdict, BROKER_DECLINE);
+  ck_assert_int_eq(d.code, GML_ENOMEM);
+  ck_assert_uint_eq(d.seq, 8);
+  ck_assert_uint_eq(d.reclaim_bytes, 0);
+  ck_assert_int_eq(a.lease.pending, 0); /* nobody waits for it */
+  ck_assert_uint_eq(br.optional_declined, 1);
+  ck_assert_uint_eq(br.leases_refused, 0);
+  ck_assert_uint_eq(a.leases_refused, 0);
+  uint32_t back = 3;
+  broker_returned(&br, &holder, &back, 1);
+  broker_lease(&br, &a, 9, 2, 1, 0, &d); /* served from what is free */
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 1);
+  ck_assert_uint_eq(br.optional_declined, 1);
+}
+END_TEST
+
+START_TEST(test_closing_client_is_not_served) {
+  broker_client a;
+  client(&a, 1, 101, 0);
+  broker_decision d;
+  broker_lease(&br, &a, 3, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  a.closing = 1;
+  add_chunks(1);
+  ck_assert_int_eq(broker_serve_free(&br, &a, &d), 0);
+  broker_review(&br, &a, 5000 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_NONE);
+  ck_assert_uint_eq(lk.nfree, 1);
+}
+END_TEST
+
+START_TEST(test_refill) {
+  broker_init(&br, &lk, 4, 0); /* prefetch 4 chunks */
+  ck_assert_uint_eq(broker_refill(&br, 0), 4);
+  ck_assert_uint_eq(lk.creating, 4);
+  ck_assert_uint_eq(broker_refill(&br, 0), 0); /* already ordered */
+  broker_client a;
+  client(&a, 1, 101, 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 5, 0, 0, &d); /* waits: 5 more wanted */
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(broker_refill(&br, 0), 5);
+  ck_assert_uint_eq(broker_refill(&br, 0), 0);
+  /* the limit (10 chunks) caps the order */
+  a.lease.count = 20;
+  ck_assert_uint_eq(broker_refill(&br, 0), 1);
+  ck_assert_uint_eq(lake_headroom(&lk), 0);
+  /* a failed creation: a back-off, logged once */
+  lk.creating = 0;
+  ck_assert_int_eq(broker_creation_failed(&br, 10 * MS), 1);
+  ck_assert_int_eq(broker_creation_failed(&br, 20 * MS), 0);
+  ck_assert_uint_eq(broker_refill(&br, 500 * MS), 0);
+  ck_assert_uint_eq(broker_refill(&br, 20 * MS + BROKER_CREATE_BACKOFF_MS * MS), 10);
+}
+END_TEST
+
+START_TEST(test_refill_after_trim_and_preallocation) {
+  broker_init(&br, &lk, 2, 6); /* prefetch 2, preallocate 6 */
+  ck_assert_uint_eq(broker_refill(&br, 0), 6);    /* the preallocation covers the prefetch */
+  lk.creating = 0;
+  add_chunks(6);
+  ck_assert_uint_eq(broker_refill(&br, 0), 0);
+  broker_trimmed(&br);
+  ck_assert_uint_eq(lake_trim(&lk, 0), 6);
+  ck_assert_uint_eq(broker_refill(&br, 0), 0);    /* trimmed: stays trimmed */
+  broker_client a;
+  client(&a, 1, 101, 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 1, 0, 0, &d);          /* demand is back */
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(broker_refill(&br, 0), 6);
+}
+END_TEST
+
+START_TEST(test_set_limit) {
+  add_chunks(6);
+  ck_assert_int_eq(broker_set_limit(&br, cs - 1), GML_EINVAL);
+  ck_assert_uint_eq(lk.limit_bytes, 10 * cs);
+  ck_assert_int_eq(broker_set_limit(&br, 4 * cs), 0);
+  ck_assert_uint_eq(lk.total, 4);                 /* free chunks over it released */
+  ck_assert_uint_eq(lake_headroom(&lk), 0);
+}
+END_TEST
+
+Suite *broker_suite(void) {
+  Suite *s = suite_create("broker");
+  TCase *tc = tcase_create("broker");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_serve_now);
+  tcase_add_test(tc, test_quota);
+  tcase_add_test(tc, test_wait_reclaim_refuse);
+  tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
+  tcase_add_test(tc, test_full_lake_nobody_to_ask);
+  tcase_add_test(tc, test_wait_for_chunks_coming);
+  tcase_add_test(tc, test_optional_leases);
+  tcase_add_test(tc, test_closing_client_is_not_served);
+  tcase_add_test(tc, test_refill);
+  tcase_add_test(tc, test_refill_after_trim_and_preallocation);
+  tcase_add_test(tc, test_set_limit);
+  suite_add_tcase(s, tc);
+  return s;
+}
