@@ -9,28 +9,6 @@
 #include "policy.h"
 #include "util.h"
 
-/* ---------- placement ---------- */
-
-static inline gml_block *find_fit(gml_region *r, int pi, size_t size) {
-  gml_block *b = pi > 0 ? treap_best_fit(r->pools[pi].root, size) : NULL;
-  gml_block *c = treap_best_fit(r->pools[0].root, size);
-  if (!b || (c && c->size < b->size)) b = c;
-  return b;
-}
-
-/* Always the best fit (smallest, then lowest address) of the stream's own
- * pool and the shared one, whatever its slots map: placement that depends
- * only on sizes and order lays a repeated step out as before, so its slots
- * find their chunks again (BENCHMARKS.md, session 4). Other streams' free
- * blocks whose work is done join the shared pool when none fits, or when
- * the fit would need driver calls. */
-gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream) {
-  gml_block *b = find_fit(r, pi, rsize);
-  if ((!b || (a->nstreams_seen > 1 && gml_window_needs_calls(a, b->addr, rsize, stream))) && gml_harvest_streams_slow(a, r))
-    b = find_fit(r, pi, rsize);
-  return b;
-}
-
 /* ---------- headroom ---------- */
 
 /* Rather than take a free chunk that is mapped elsewhere (whose layout then

@@ -2,7 +2,7 @@
  * apart from the mechanism that carries it out (blocks.c, slots.c), so a
  * policy can be changed and measured with gmlake-replay alone (same peak
  * reserved? fewer maps, unmaps, syncs per step?). The mechanism calls it
- * at four points:
+ * at four points (placement inline here, the rest in policy.c):
  *
  *   placement  gml_policy_place           which free block serves a request
  *                                         (every malloc: keep it cheap)
@@ -24,11 +24,32 @@
 #define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
 #define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
 
-/* The free block of region r that serves a request of rsize bytes (a
- * multiple of GML_ALIGN) on `stream`, whose own pool is r->pools[pi];
- * NULL if none (the virtual range is exhausted). The block stays in its
- * pool; the caller takes it out and splits off the rest. */
-GML_HIDDEN gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream);
+/* Placement is on every malloc's fast path, so it is here, inline; the
+ * rest is in policy.c.
+ *
+ * gml_policy_place: the free block of region r that serves a request of
+ * rsize bytes (a multiple of GML_ALIGN) on `stream`, whose own pool is
+ * r->pools[pi]; NULL if none (the virtual range is exhausted). The block
+ * stays in its pool; the caller takes it out and splits off the rest. */
+static inline gml_block *find_fit(gml_region *r, int pi, size_t size) {
+  gml_block *b = pi > 0 ? treap_best_fit(r->pools[pi].root, size) : NULL;
+  gml_block *c = treap_best_fit(r->pools[0].root, size);
+  if (!b || (c && c->size < b->size)) b = c;
+  return b;
+}
+
+/* Always the best fit (smallest, then lowest address) of the stream's own
+ * pool and the shared one, whatever its slots map: placement that depends
+ * only on sizes and order lays a repeated step out as before, so its slots
+ * find their chunks again (BENCHMARKS.md, session 4). Other streams' free
+ * blocks whose work is done join the shared pool when none fits, or when
+ * the fit would need driver calls. */
+static inline gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream) {
+  gml_block *b = find_fit(r, pi, rsize);
+  if ((!b || (a->nstreams_seen > 1 && gml_window_needs_calls(a, b->addr, rsize, stream))) && gml_harvest_streams_slow(a, r))
+    b = find_fit(r, pi, rsize);
+  return b;
+}
 
 /* A request must map `need` slots and at least `need` chunks are free:
  * lease fresh chunks beyond need (optional leases) if that is wanted. */
