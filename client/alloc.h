@@ -45,8 +45,8 @@
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
 
-/* The allocator's settings. It reads no environment: client.c parses
- * GMLAKE_HEADROOM and GMLAKE_TIMING into this (gml_alloc_config_from_env). */
+/* The allocator's settings. It reads no environment: client.c fills this
+ * from the library's options (gml_alloc_config_from_options). */
 typedef struct gml_alloc_config {
   double headroom_pct; /* fresh chunks leased past need, % of the peak allocated; 0: none */
   int timing;          /* the caller sums the time of every malloc in malloc_ns */
@@ -164,8 +164,10 @@ size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes);
 /* Consistency check for tests: 0 when every invariant holds, else a GML_E*
  * code with the broken invariant in a->last_error. */
 int gml_alloc_check(gml_allocator *a);
-/* GMLAKE_HEADROOM (a percentage, 0 turns it off; anything else warns and
- * keeps the default) and GMLAKE_TIMING into cfg. Defined in client.c: the
- * environment is read where the allocator is created, never inside it. */
-void gml_alloc_config_from_env(gml_alloc_config *cfg);
+/* The settings from the library's options (common/options.h: GMLAKE_HEADROOM,
+ * a percentage, 0 turns it off, anything else warns and keeps the default;
+ * GMLAKE_TIMING). Defined in client.c: the environment is read once, at
+ * gml_open, never inside the allocator. */
+struct gml_options;
+void gml_alloc_config_from_options(const struct gml_options *opt, gml_alloc_config *cfg);
 #endif

@@ -8,6 +8,7 @@
 #include "client_priv.h"
 #include "gmlake.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include "wire.h"
 #include <errno.h>
@@ -57,6 +58,14 @@ static void handle_unsolicited(gml_client *c, Gmlake__Envelope *env) {
   }
 }
 
+/* A message from the daemon and the fds that came with it: every path that
+ * receives one ends in free_received (fds set to -1 were taken over). */
+static void free_received(Gmlake__Envelope *env, const int *fds, int nfds) {
+  if (env) gmlake__envelope__free_unpacked(env, NULL);
+  for (int i = 0; i < nfds; i++)
+    if (fds[i] >= 0) close(fds[i]);
+}
+
 /* Send env; when want_reply, wait for the reply with the same seq (handling
  * unsolicited messages meanwhile). conn_lock held. */
 static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
@@ -76,13 +85,11 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
     if (rc) goto gone;
     if (in->seq == 0) {
       handle_unsolicited(c, in);
-      gmlake__envelope__free_unpacked(in, NULL);
-      for (int i = 0; i < *nfds; i++) close(fds[i]);
+      free_received(in, fds, *nfds);
       continue;
     }
     if (in->seq != env->seq) {
-      gmlake__envelope__free_unpacked(in, NULL);
-      for (int i = 0; i < *nfds; i++) close(fds[i]);
+      free_received(in, fds, *nfds);
       rc = GML_EPROTO;
       goto gone;
     }
@@ -95,6 +102,23 @@ gone:
   return rc == GML_EPROTO ? GML_EPROTO : GML_EDAEMON;
 }
 
+/* One request and its reply (the reply's fds in fds[0..*nfds)); the caller
+ * ends with free_received. Takes conn_lock. */
+typedef struct daemon_reply {
+  Gmlake__Envelope *env;
+  int fds[GML_MAX_LEASE_CHUNKS];
+  int nfds;
+} daemon_reply;
+
+static int daemon_request(gml_client *c, Gmlake__Envelope *env, daemon_reply *r) {
+  r->env = NULL;
+  r->nfds = 0;
+  pthread_mutex_lock(&c->conn_lock);
+  int rc = conn_call(c, env, 1, &r->env, r->fds, &r->nfds);
+  pthread_mutex_unlock(&c->conn_lock);
+  return rc;
+}
+
 static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
   gml_client *c = ctx;
   if (n > GML_MAX_LEASE_CHUNKS) n = GML_MAX_LEASE_CHUNKS;
@@ -104,39 +128,36 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   lr.optional = optional != 0;
   env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
   env.lease = &lr;
-  Gmlake__Envelope *reply = NULL;
-  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
-  pthread_mutex_lock(&c->conn_lock);
-  int rc = conn_call(c, &env, 1, &reply, fds, &nfds);
-  pthread_mutex_unlock(&c->conn_lock);
+  daemon_reply r;
+  int rc = daemon_request(c, &env, &r);
   if (rc) return rc;
+  Gmlake__Envelope *reply = r.env;
   if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
     rc = reply->error->code < 0 && reply->error->code >= GML_ECLOSED ? reply->error->code : GML_ENOMEM;
     if (!optional) { /* an optional lease refused is no error of the caller's */
       snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
       GML_INFO("%s", c->last_error);
     }
-    gmlake__envelope__free_unpacked(reply, NULL);
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+    free_received(reply, r.fds, r.nfds);
     return rc;
   }
-  if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY || reply->lease_reply->n_chunk_ids != (size_t)nfds ||
-      nfds == 0 || (size_t)nfds > n) {
-    GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, nfds);
-    gmlake__envelope__free_unpacked(reply, NULL);
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+  if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY || reply->lease_reply->n_chunk_ids != (size_t)r.nfds ||
+      r.nfds == 0 || (size_t)r.nfds > n) {
+    GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, r.nfds);
+    free_received(reply, r.fds, r.nfds);
     return GML_EPROTO;
   }
   int got = 0;
-  for (int i = 0; i < nfds; i++) {
-    int irc = c->be->ops->chunk_import(c->be, fds[i], &phys[got]);
+  for (int i = 0; i < r.nfds; i++) {
+    int irc = c->be->ops->chunk_import(c->be, r.fds[i], &phys[got]);
+    r.fds[i] = -1; /* the import took it, whatever its result */
     if (irc) {
       GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(irc));
       continue; /* its id stays leased to us until we disconnect; nothing leaks */
     }
     ids[got++] = reply->lease_reply->chunk_ids[i];
   }
-  gmlake__envelope__free_unpacked(reply, NULL);
+  free_received(reply, r.fds, r.nfds);
   return got ? got : GML_EBACKEND;
 }
 
@@ -149,15 +170,11 @@ static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint
   rr.chunk_ids = (uint64_t *)ids;
   env.msg_case = GMLAKE__ENVELOPE__MSG_RET;
   env.ret = &rr;
-  Gmlake__Envelope *reply = NULL;
-  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
-  pthread_mutex_lock(&c->conn_lock);
-  if (conn_call(c, &env, 1, &reply, fds, &nfds) == 0) {
-    if (reply->msg_case != GMLAKE__ENVELOPE__MSG_RET_REPLY) GML_WARN("daemon did not accept returned chunks");
-    gmlake__envelope__free_unpacked(reply, NULL);
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+  daemon_reply r;
+  if (daemon_request(c, &env, &r) == 0) {
+    if (r.env->msg_case != GMLAKE__ENVELOPE__MSG_RET_REPLY) GML_WARN("daemon did not accept returned chunks");
+    free_received(r.env, r.fds, r.nfds);
   }
-  pthread_mutex_unlock(&c->conn_lock);
 }
 
 static void send_usage_report(gml_client *c) {
@@ -188,8 +205,7 @@ static void send_usage_report(gml_client *c) {
       break;
     }
     handle_unsolicited(c, in);
-    gmlake__envelope__free_unpacked(in, NULL);
-    for (int i = 0; i < nfds; i++) close(fds[i]);
+    free_received(in, fds, nfds);
   }
   c->last_report_ns = gml_now_ns();
   pthread_mutex_unlock(&c->conn_lock);
@@ -238,30 +254,31 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   h.name = name;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
-  Gmlake__Envelope *reply = NULL;
-  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
-  int rc = conn_call(c, &env, 1, &reply, fds, &nfds);
+  daemon_reply r;
+  int rc = daemon_request(c, &env, &r);
   if (rc) return rc;
-  for (int i = 0; i < nfds; i++) close(fds[i]);
+  Gmlake__Envelope *reply = r.env;
+  free_received(NULL, r.fds, r.nfds);
   if (reply->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY) {
     rc = reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? GML_EDAEMON : GML_EPROTO;
     if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR)
       snprintf(c->last_error, sizeof c->last_error, "daemon refused us: %s", reply->error->message);
-    gmlake__envelope__free_unpacked(reply, NULL);
+    free_received(reply, NULL, 0);
     return rc;
   }
   if (reply->hello_reply->device != device) GML_WARN("daemon serves device %d, asked for %d", reply->hello_reply->device, device);
   snprintf(backend, blen, "%s", reply->hello_reply->backend);
   *chunk_size = reply->hello_reply->chunk_size;
   c->client_id = reply->hello_reply->client_id;
-  gmlake__envelope__free_unpacked(reply, NULL);
+  free_received(reply, NULL, 0);
   return 0;
 }
 
-static size_t default_va_size(gml_backend *be) {
-  const char *env = getenv("GMLAKE_VA_SIZE");
+/* GMLAKE_VA_SIZE when it is a size of at least 64 chunks, else twice the
+ * device's memory within [64 GiB, 1 TiB]. */
+static size_t va_size(const gml_options *opt, gml_backend *be) {
   uint64_t v;
-  if (env && gml_parse_size(env, 0, &v) == 0 && v >= 64 * be->chunk_size) return v;
+  if (opt->va_size && gml_parse_size(opt->va_size, 0, &v) == 0 && v >= 64 * be->chunk_size) return v;
   uint64_t freeb = 0, total = 0;
   be->ops->mem_info(be, &freeb, &total);
   uint64_t va = 2 * total;
@@ -270,12 +287,21 @@ static size_t default_va_size(gml_backend *be) {
   return va;
 }
 
-/* The allocator's settings from the environment (alloc.h). Kept in one
- * function so that it moves as one into the library's options table. */
-void gml_alloc_config_from_env(gml_alloc_config *cfg) {
+/* The environment (options.h), read once, under what gml_open_opts set. */
+static void open_options(const gml_open_opts *o, gml_options *opt) {
+  gml_options_from_env(opt);
+  if (o->backend) opt->backend = o->backend, opt->backend_named = 1;
+  if (o->mode) opt->mode = o->mode;
+  if (o->socket_path) opt->socket = o->socket_path;
+}
+
+/* The allocator's settings (alloc.h) from the library's options: it reads no
+ * environment. GMLAKE_HEADROOM is a percentage, 0 turns it off; anything else
+ * warns and keeps the default. */
+void gml_alloc_config_from_options(const gml_options *opt, gml_alloc_config *cfg) {
   *cfg = (gml_alloc_config)GML_ALLOC_CONFIG_DEFAULT;
-  cfg->timing = getenv("GMLAKE_TIMING") && atoi(getenv("GMLAKE_TIMING")) > 0;
-  const char *hr = getenv("GMLAKE_HEADROOM");
+  cfg->timing = opt->timing;
+  const char *hr = opt->headroom;
   if (hr && *hr) {
     char *end;
     double v = strtod(hr, &end);
@@ -288,11 +314,9 @@ void gml_alloc_config_from_env(gml_alloc_config *cfg) {
 int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_open_opts o = {0};
   if (opts) o = *opts;
-  if (!o.backend) o.backend = getenv("GMLAKE_BACKEND") ? getenv("GMLAKE_BACKEND") : "auto";
-  if (!o.mode && getenv("GMLAKE_MODE")) {
-    const char *m = getenv("GMLAKE_MODE");
-    o.mode = !strcmp(m, "daemon") ? GML_MODE_DAEMON : !strcmp(m, "embedded") ? GML_MODE_EMBEDDED : 0;
-  }
+  gml_options opt;
+  open_options(&o, &opt);
+  gml_backend_opts bo = {.chunk_size = opt.chunk_size, .libcuda = opt.libcuda};
   gml_raise_fd_limit();
   gml_client *c = calloc(1, sizeof *c);
   if (!c) return GML_ENOMEM;
@@ -302,21 +326,20 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   char why[512] = "", msg[512] = "";
   int rc = GML_EDAEMON;
   char path[256];
-  if (o.socket_path) snprintf(path, sizeof path, "%s", o.socket_path);
-  else if (getenv("GMLAKE_SOCKET")) snprintf(path, sizeof path, "%s", getenv("GMLAKE_SOCKET"));
+  if (opt.socket) snprintf(path, sizeof path, "%s", opt.socket);
   else gml_default_socket_path(o.device, path, sizeof path);
-  if (o.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, path, why, sizeof why);
+  if (opt.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, path, why, sizeof why);
   gml_chunk_source src;
   if (rc == 0) {
     char backend[16];
     uint64_t chunk_size = 0;
     c->mode = GML_MODE_DAEMON;
     rc = daemon_hello(c, o.device, backend, sizeof backend, &chunk_size);
-    if (rc == 0 && strcmp(o.backend, "auto") && strcmp(o.backend, backend)) {
-      snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend, o.backend);
+    if (rc == 0 && strcmp(opt.backend, "auto") && strcmp(opt.backend, backend)) {
+      snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend, opt.backend);
       rc = GML_ENODEV;
     }
-    if (rc == 0) rc = gml_backend_open(backend, o.device, &c->be, msg, sizeof msg);
+    if (rc == 0) rc = gml_backend_open(backend, o.device, &bo, &c->be, msg, sizeof msg);
     /* the daemon's chunks are the ones we map, whatever our own default or GMLAKE_CHUNK_SIZE says */
     if (rc == 0 && c->be->chunk_size != chunk_size && gml_backend_set_chunk_size(c->be, chunk_size)) {
       snprintf(c->last_error, sizeof c->last_error, "daemon's chunk size %llu is not a multiple of this device's %zu",
@@ -329,12 +352,12 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     }
     src = (gml_chunk_source){c, daemon_acquire, daemon_release};
     GML_INFO("connected to the daemon at %s (client %llu, %s)", path, (unsigned long long)c->client_id, msg);
-  } else if (o.mode == GML_MODE_DAEMON) {
+  } else if (opt.mode == GML_MODE_DAEMON) {
     GML_ERR("%s", why);
     goto fail;
   } else {
     c->mode = GML_MODE_EMBEDDED;
-    rc = gml_backend_open(o.backend, o.device, &c->be, msg, sizeof msg);
+    rc = gml_backend_open(opt.backend, o.device, &bo, &c->be, msg, sizeof msg);
     if (rc) {
       GML_ERR("%s", msg);
       goto fail;
@@ -343,15 +366,15 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     GML_INFO("embedded mode (no daemon: %s); %s", why[0] ? why : "asked for", msg);
   }
   gml_alloc_config cfg;
-  gml_alloc_config_from_env(&cfg);
-  rc = gml_alloc_init(&c->alloc, c->be, src, default_va_size(c->be), &cfg);
+  gml_alloc_config_from_options(&opt, &cfg);
+  rc = gml_alloc_init(&c->alloc, c->be, src, va_size(&opt, c->be), &cfg);
   if (rc) goto fail;
   if (c->mode == GML_MODE_EMBEDDED) {
     uint64_t lim = o.limit_bytes;
-    if (!lim && getenv("GMLAKE_LIMIT")) {
+    if (!lim && opt.limit) {
       uint64_t f = 0, t = 0;
       c->be->ops->mem_info(c->be, &f, &t);
-      if (gml_parse_size(getenv("GMLAKE_LIMIT"), t, &lim)) lim = 0;
+      if (gml_parse_size(opt.limit, t, &lim)) lim = 0;
     }
     c->alloc.limit_bytes = lim;
   }

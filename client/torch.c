@@ -1,16 +1,28 @@
 /* torch.c: the entry points torch.cuda.memory.CUDAPluggableAllocator loads.
  * One client per device, opened on first use (daemon of that device if one
- * runs, else embedded); safe from several threads (the allocator locks). */
+ * runs, else embedded) with the library's one default backend, auto; it must
+ * serve device memory unless GMLAKE_BACKEND names another backend. Safe from
+ * several threads (the allocator locks). */
+#include "client_priv.h"
 #include "gmlake.h"
 #include "log.h"
+#include "options.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_DEVICES 64
 
 static gml_client *clients[MAX_DEVICES];
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* GMLAKE_BACKEND names the backend a client in this process gets. */
+static int backend_named_by_env(void) {
+  gml_options opt;
+  gml_options_from_env(&opt);
+  return opt.backend_named;
+}
 
 static gml_client *client_for(int device) {
   if (device < 0 || device >= MAX_DEVICES) return NULL;
@@ -18,10 +30,17 @@ static gml_client *client_for(int device) {
   if (c) return c;
   pthread_mutex_lock(&open_lock);
   if (!clients[device]) {
-    gml_open_opts o = {0};
+    gml_open_opts o = {0}; /* the backend: GMLAKE_BACKEND, else the one default, auto */
     o.device = device;
-    o.backend = getenv("GMLAKE_BACKEND") ? getenv("GMLAKE_BACKEND") : "cuda";
     int rc = gml_open(&o, &c);
+    if (rc == 0 && strcmp(c->be->name, "cuda") && !backend_named_by_env()) {
+      /* auto fell back to host memory (or a daemon serves it): PyTorch would
+       * take it for device memory */
+      GML_ERR("device %d: the lake serves %s memory, not device memory; PyTorch needs cuda "
+              "(GMLAKE_BACKEND=%s to use it anyway)", device, c->be->name, c->be->name);
+      gml_close(c);
+      rc = GML_ENODEV;
+    }
     if (rc) GML_ERR("cannot open the lake of device %d: %s", device, gml_strerror(rc));
     else __atomic_store_n(&clients[device], c, __ATOMIC_RELEASE);
   }

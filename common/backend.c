@@ -1,28 +1,88 @@
-/* backend.c: picks a physical backend by name. */
+/* backend.c: the table of physical backends, and opening one by name. */
 #include "backend.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
-#include <stdlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-static int backend_open_named(const char *name, int device, gml_backend **out, char *msg, size_t msglen);
+/* In the order "auto" tries them. skipped: what auto says when it passes
+ * over one; default_limit: a daemon's limit when none is configured. */
+static const struct backend_entry {
+  const char *name;
+  gml_backend_open_fn open;
+  const char *skipped;
+  const char *default_limit;
+} backends[] = {
+    {"cuda", gml_backend_cuda_open, "no usable GPU", "90%"},
+    {"host", gml_backend_host_open, "", "50%"},
+};
 
-/* GMLAKE_CHUNK_SIZE: another chunk than the backend's default, a multiple of
- * the device's granularity: larger is fewer mappings to move when stitching,
- * smaller is finer sharing and less rounding. */
-int gml_backend_open(const char *name, int device, gml_backend **out, char *msg, size_t msglen) {
-  int rc = backend_open_named(name, device, out, msg, msglen);
-  const char *env = getenv("GMLAKE_CHUNK_SIZE");
+static const struct backend_entry *backend_entry(const char *name) {
+  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++)
+    if (name && !strcmp(name, backends[i].name)) return &backends[i];
+  return NULL;
+}
+
+int gml_backend_known(const char *name) { return name && (!strcmp(name, "auto") || backend_entry(name)); }
+
+const char *gml_backend_names(void) {
+  static char names[128];
+  if (!names[0]) {
+    size_t n = (size_t)snprintf(names, sizeof names, "auto");
+    for (size_t i = 0; i < GML_ARRAY_LEN(backends) && n < sizeof names; i++)
+      n += (size_t)snprintf(names + n, sizeof names - n, ", %s", backends[i].name);
+  }
+  return names;
+}
+
+const char *gml_backend_default_limit(const gml_backend *be) {
+  const struct backend_entry *e = backend_entry(be->name);
+  return e ? e->default_limit : "50%";
+}
+
+static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
+  char why[512] = "";
+  int rc = GML_ENODEV;
+  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++) {
+    char m[256] = "";
+    rc = backends[i].open(device, opts, out, m, sizeof m);
+    if (rc == 0) {
+      if (why[0]) snprintf(msg, msglen, "backend auto: picked %s (%s)", backends[i].name, why);
+      else snprintf(msg, msglen, "backend auto: picked %s (device %d)", backends[i].name, device);
+      return 0;
+    }
+    if (!why[0]) snprintf(why, sizeof why, "%s: %s", backends[i].skipped, m);
+    snprintf(msg, msglen, "%s", m);
+  }
+  return rc;
+}
+
+/* opts->chunk_size (GMLAKE_CHUNK_SIZE): another chunk than the backend's
+ * default, a multiple of the device's granularity: larger is fewer mappings
+ * to move when stitching, smaller is finer sharing and less rounding. */
+int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
+                     size_t msglen) {
+  const struct backend_entry *e = NULL;
+  int rc;
+  if (!name || !strcmp(name, "auto")) {
+    rc = backend_open_auto(device, opts, out, msg, msglen);
+  } else if ((e = backend_entry(name))) {
+    rc = e->open(device, opts, out, msg, msglen);
+  } else {
+    snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gml_backend_names());
+    return GML_EINVAL;
+  }
+  const char *cs_text = opts ? opts->chunk_size : NULL;
   uint64_t cs;
-  if (rc == 0 && env && *env) {
-    if (gml_backend_set_chunk_size(*out, gml_parse_size(env, 0, &cs) == 0 ? cs : 0) == 0) {
+  if (rc == 0 && cs_text && *cs_text) {
+    if (gml_backend_set_chunk_size(*out, gml_parse_size(cs_text, 0, &cs) == 0 ? cs : 0) == 0) {
       size_t n = strlen(msg);
       if (n < msglen) snprintf(msg + n, msglen - n, "; chunks of %zu bytes (GMLAKE_CHUNK_SIZE)", (*out)->chunk_size);
     } else {
       GML_WARN("GMLAKE_CHUNK_SIZE=%s ignored: a size that is a multiple of %zu bytes (at most 1 GiB) was expected; "
-               "chunks of %zu bytes", env, (*out)->granularity, (*out)->chunk_size);
+               "chunks of %zu bytes", cs_text, (*out)->granularity, (*out)->chunk_size);
     }
   }
   return rc;
@@ -32,23 +92,6 @@ int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs) {
   if (!cs || cs % be->granularity || cs > (1ull << 30)) return GML_EINVAL;
   be->chunk_size = (size_t)cs;
   return 0;
-}
-
-static int backend_open_named(const char *name, int device, gml_backend **out, char *msg, size_t msglen) {
-  if (!name || !strcmp(name, "auto")) {
-    char why[256] = "";
-    if (gml_backend_cuda_open(device, out, why, sizeof why) == 0) {
-      snprintf(msg, msglen, "backend auto: picked cuda (device %d)", device);
-      return 0;
-    }
-    int rc = gml_backend_host_open(device, out, msg, msglen);
-    if (rc == 0) snprintf(msg, msglen, "backend auto: picked host (no usable GPU: %s)", why);
-    return rc;
-  }
-  if (!strcmp(name, "cuda")) return gml_backend_cuda_open(device, out, msg, msglen);
-  if (!strcmp(name, "host")) return gml_backend_host_open(device, out, msg, msglen);
-  snprintf(msg, msglen, "unknown backend '%s' (auto, cuda or host)", name);
-  return GML_EINVAL;
 }
 
 void gml_backend_close(gml_backend *be) {

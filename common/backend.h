@@ -1,5 +1,6 @@
 /* backend.h: the physical memory layer. One small interface, two
- * implementations (cuda: CUDA VMM; host: memfd + mmap), chosen at run time.
+ * implementations (cuda: CUDA VMM; host: memfd + mmap), chosen at run time
+ * by name from the table in backend.c.
  * Everything above it (lake, allocator) is policy and never calls the driver. */
 #ifndef GML_BACKEND_H
 #define GML_BACKEND_H
@@ -49,14 +50,36 @@ struct gml_backend {
 /* The cuda backend's chunk unless GMLAKE_CHUNK_SIZE says otherwise. */
 #define GML_CUDA_DEFAULT_CHUNK (4u << 20)
 
-/* name: "auto", "cuda" or "host". auto picks cuda when a GPU is usable.
- * Asking for cuda without one is GML_ENODEV with the reason in msg. */
-int gml_backend_open(const char *name, int device, gml_backend **out, char *msg, size_t msglen);
+/* What the caller's options (options.h: GMLAKE_CHUNK_SIZE, GMLAKE_LIBCUDA)
+ * say to the backends; NULL opts or members keep the defaults. */
+typedef struct gml_backend_opts {
+  const char *chunk_size; /* another chunk than the backend's default (a size) */
+  const char *libcuda;    /* the CUDA driver library to dlopen (libcuda.so.1) */
+} gml_backend_opts;
+
+/* Every backend, once (backend.c's table): name, its open function, and
+ * what it means for a daemon's limit when none is given. A new backend is
+ * its file and one line in that table. */
+typedef int (*gml_backend_open_fn)(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
+                                   size_t msglen);
+
+/* name: "auto" or a backend of the table. auto takes the first of the table
+ * that opens (cuda when a GPU is usable, else host) and says which. Asking
+ * for cuda without one is GML_ENODEV with the reason in msg. */
+int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
+                     size_t msglen);
+/* 1 when name is "auto" or a backend of the table. */
+int gml_backend_known(const char *name);
+/* "auto, cuda, host": for usage and error messages. */
+const char *gml_backend_names(void);
+/* The limit a daemon on this backend applies when none is configured
+ * ("90%" of the device for cuda, "50%" of RAM for host). */
+const char *gml_backend_default_limit(const gml_backend *be);
 /* Use chunks of cs bytes (before any is created): GML_EINVAL unless cs is a
  * multiple of the granularity (at most 1 GiB). */
 int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs);
 void gml_backend_close(gml_backend *be);
 
-int gml_backend_host_open(int device, gml_backend **out, char *msg, size_t msglen);
-int gml_backend_cuda_open(int device, gml_backend **out, char *msg, size_t msglen);
+int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
+int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
 #endif

@@ -206,11 +206,11 @@ static const struct gml_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
-int gml_backend_cuda_open(int device, gml_backend **out, char *msg, size_t msglen) {
-  const char *libname = getenv("GMLAKE_LIBCUDA");
-  void *lib = dlopen(libname ? libname : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
+  const char *libname = opts && opts->libcuda ? opts->libcuda : "libcuda.so.1"; /* GMLAKE_LIBCUDA */
+  void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    snprintf(msg, msglen, "cannot load libcuda.so.1 (%s)", dlerror());
+    snprintf(msg, msglen, "cannot load %s (%s)", libname, dlerror());
     return GML_ENODEV;
   }
   cuda_priv *p = calloc(1, sizeof *p);
@@ -223,7 +223,7 @@ int gml_backend_cuda_open(int device, gml_backend **out, char *msg, size_t msgle
 #define LOAD_FN(name, params)                                                       \
   p->api.name = (gml_pfn_##name)dlsym(lib, #name);                                  \
   if (!p->api.name) {                                                               \
-    snprintf(msg, msglen, "libcuda.so.1 lacks %s (driver too old for VMM)", #name); \
+    snprintf(msg, msglen, "%s lacks %s (driver too old for VMM)", libname, #name);   \
     goto fail;                                                                      \
   }
   GML_CUDA_FUNCS(LOAD_FN)

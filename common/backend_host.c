@@ -131,7 +131,8 @@ static const struct gml_backend_ops host_ops = {
     .destroy = host_destroy,
 };
 
-int gml_backend_host_open(int device, gml_backend **out, char *msg, size_t msglen) {
+int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
+  (void)opts; /* nothing to choose: chunk sizes are applied by gml_backend_open */
   gml_backend *be = calloc(1, sizeof *be);
   if (!be) return GML_ENOMEM;
   be->name = "host";

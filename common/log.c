@@ -2,6 +2,7 @@
  * (JOURNAL_STREAM set) lines carry "<prio>" prefixes so journald keeps levels. */
 #include "log.h"
 #include "gmlake.h"
+#include "options.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ int gml_log_parse_level(const char *s) {
 
 static int effective_level(void) {
   if (log_level < 0) {
-    const char *env = getenv("GMLAKE_LOG");
+    const char *env = gml_env(GML_ENV_LOG);
     int l = env ? gml_log_parse_level(env) : -1;
     log_level = l >= 0 ? l : GML_LOG_WARN;
   }
@@ -40,7 +41,7 @@ void gml_log(int level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  if (getenv("JOURNAL_STREAM")) {
+  if (gml_env(GML_ENV_JOURNAL_STREAM)) {
     fprintf(stderr, "<%d>%s\n", level, line);
   } else {
     struct timespec ts;

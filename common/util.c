@@ -2,6 +2,7 @@
  * and the library's error strings (from GML_ERRNO_MAP in gmlake.h). */
 #include "util.h"
 #include "gmlake.h"
+#include "options.h"
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -59,7 +60,7 @@ static void runtime_dir(char *buf, size_t len) {
     snprintf(buf, len, "/run/gmlake");
     return;
   }
-  const char *x = getenv("XDG_RUNTIME_DIR");
+  const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
   snprintf(buf, len, "%s", x && *x ? x : "/tmp");
 }
 

@@ -6,7 +6,9 @@
 #endif
 #include "config.h"
 #include "gmlake.h"
+#include "backend.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include <ctype.h>
 #include <errno.h>
@@ -22,6 +24,7 @@ enum opt_type {
   OPT_LIMIT,    /* bytes or PCT%, kept as text: the device's size is known later */
   OPT_STRING,   /* text of at most `max` bytes; min = 1: not empty */
   OPT_CHOICE,   /* one of the words of `choices` */
+  OPT_BACKEND,  /* "auto" or a backend of common/backend.c's table */
   OPT_URL,      /* text with "://" */
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
@@ -45,8 +48,8 @@ typedef struct config_option {
 
 static const config_option options[] = {
     {"device", "N", OPT_INT, AT(device), "0", "GPU index (default %D)", 0, 1023, 10, NULL},
-    {"backend", "B", OPT_CHOICE, AT(backend), "auto", "auto (default: cuda when a GPU is usable), cuda or host", 0, 0, 0,
-     "auto cuda host"},
+    {"backend", "B", OPT_BACKEND, AT(backend), "auto", "auto (default: cuda when a GPU is usable), cuda or host", 0, 0, 0,
+     NULL},
     {"socket", "PATH", OPT_STRING, AT(socket_path), NULL,
      "client socket (default /run/gmlake/gmlake-N.sock, or $XDG_RUNTIME_DIR)", 1, SUN_PATH_MAX, 0, NULL},
     {"control", "URL", OPT_URL, AT(control_url), NULL, "control RPC endpoint (default ipc://<same dir>/gmlake-N.ctl)", 0, 0,
@@ -118,6 +121,9 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     break;
   case OPT_CHOICE:
     if (!has_word(o->choices, val) || strlen(val) >= o->size) return -1;
+    break;
+  case OPT_BACKEND:
+    if (!gml_backend_known(val) || strlen(val) >= o->size) return -1;
     break;
   case OPT_URL:
     if (!strstr(val, "://") || strlen(val) >= o->size) return -1;
@@ -197,7 +203,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
   memset(c, 0, sizeof *c);
   for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
     if (options[i].def && set_value(c, &options[i], options[i].def)) abort(); /* a bad row in the table */
-  const char *notify = getenv("NOTIFY_SOCKET");
+  const char *notify = gml_env(GML_ENV_NOTIFY_SOCKET);
   if (notify) snprintf(c->notify_socket, sizeof c->notify_socket, "%s", notify);
   struct option opts[GML_ARRAY_LEN(options) + 2];
   for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
@@ -210,7 +216,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
     if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[i + 1];
     else if (!strncmp(argv[i], "--config=", 9)) cfg = argv[i] + 9;
   }
-  if (!cfg) cfg = getenv("GMLAKED_CONFIG");
+  if (!cfg) cfg = gml_env(GML_ENV_DAEMON_CONFIG);
   if (load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return -1;
   if (cfg) snprintf(c->config_path, sizeof c->config_path, "%s", cfg);
   int idx, ch;

@@ -10,6 +10,7 @@
 #include "session.h"
 #include "gmlake.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include <signal.h>
 #include <stdio.h>
@@ -84,7 +85,8 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   gml_raise_fd_limit();
   char msg[512];
-  rc = gml_backend_open(c->backend, c->device, &d->be, msg, sizeof msg);
+  gml_backend_opts bo = {.chunk_size = gml_env(GML_ENV_CHUNK_SIZE), .libcuda = gml_env(GML_ENV_LIBCUDA)};
+  rc = gml_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
   if (rc) {
     GML_ERR("%s", msg);
     fprintf(stderr, "gmlaked: %s\n", msg);
@@ -94,7 +96,7 @@ int main(int argc, char **argv) {
   uint64_t freeb = 0, total = 0, limit = 0;
   d->be->ops->mem_info(d->be, &freeb, &total);
   d->device_total = total;
-  const char *lim = c->limit[0] ? c->limit : (strcmp(d->be->name, "cuda") ? "50%" : "90%");
+  const char *lim = c->limit[0] ? c->limit : gml_backend_default_limit(d->be);
   if (gml_parse_size(lim, total, &limit) || limit < d->be->chunk_size) {
     fprintf(stderr, "gmlaked: bad value for limit: '%s'\n", lim);
     return 2;

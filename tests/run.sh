@@ -61,6 +61,17 @@ for py in python3 /usr/bin/python3; do
   GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent PYTHONPATH=python "$py" tests/python_growable.py
 done
 fi
+echo "== environment: read only through common/options.c, and every variable of its table in README"
+if grep -rn 'getenv *(' client daemon common tools | grep -v '^common/options\.c:'; then
+  echo "getenv outside common/options.c (read through gml_env / gml_options, add the variable to GML_ENV_VARS)" >&2
+  exit 1
+fi
+vars=$(sed -n 's/^ *X([A-Z_]*, "\([A-Z_]*\)",.*/\1/p' common/options.h)
+[ "$(echo "$vars" | wc -l)" -ge 10 ] || { echo "could not read GML_ENV_VARS from common/options.h" >&2; exit 1; }
+for v in $vars; do
+  grep -q "^| \`$v\` |" README.md || { echo "README's table of environment variables lacks $v" >&2; exit 1; }
+done
+echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)

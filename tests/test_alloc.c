@@ -2,6 +2,7 @@
  * stream-ordered reuse, out-of-memory, and a long randomized run checked
  * against a reference model (no overlap, content kept, accounting adds up). */
 #include "alloc.h"
+#include "options.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static gml_allocator A;
 
 static void setup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
   memset(&src, 0, sizeof src);
   src.be = be;
   ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30, NULL), 0);
@@ -257,15 +258,14 @@ START_TEST(test_chunk_size_setting) {
   ck_assert_uint_eq(be->chunk_size, 8 * MiB);
   const char *cases[][2] = {{"4MiB", "4194304"}, {"3MiB", "2097152"}, {"junk", "2097152"}, {"1MiB", "2097152"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    setenv("GMLAKE_CHUNK_SIZE", cases[i][0], 1);
+    gml_backend_opts bo = {.chunk_size = cases[i][0]}; /* GMLAKE_CHUNK_SIZE, passed down */
     gml_backend *b2 = NULL;
     char msg[256];
-    ck_assert_int_eq(gml_backend_open("host", 0, &b2, msg, sizeof msg), 0);
+    ck_assert_int_eq(gml_backend_open("host", 0, &bo, &b2, msg, sizeof msg), 0);
     ck_assert_msg(b2->chunk_size == strtoull(cases[i][1], NULL, 10), "GMLAKE_CHUNK_SIZE=%s gave %zu", cases[i][0],
                   b2->chunk_size);
     gml_backend_close(b2);
   }
-  unsetenv("GMLAKE_CHUNK_SIZE");
 }
 END_TEST
 
@@ -275,8 +275,10 @@ START_TEST(test_headroom_setting) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     setenv("GMLAKE_HEADROOM", cases[i].env, 1);
     gml_allocator a2;
+    gml_options opt;
+    gml_options_from_env(&opt); /* read once at gml_open; the allocator reads no environment */
     gml_alloc_config cfg;
-    gml_alloc_config_from_env(&cfg); /* client.c parses it; the allocator reads no environment */
+    gml_alloc_config_from_options(&opt, &cfg);
     ck_assert_int_eq(gml_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release}, 1ul << 30, &cfg), 0);
     ck_assert_msg(a2.headroom_pct == cases[i].want, "GMLAKE_HEADROOM=%s gave %g", cases[i].env, a2.headroom_pct);
     gml_alloc_destroy(&a2);

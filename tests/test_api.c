@@ -1,11 +1,15 @@
 /* The library boundary: the error table, the version, the GML_E* codes that
- * common code returns where it used to return -errno or -1. */
+ * common code returns where it used to return -errno or -1; the options
+ * table (environment read once, explicit options win); the backend table. */
+#include "backend.h"
 #include "gmlake.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include "wire.h"
 #include <check.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -76,6 +80,96 @@ START_TEST(test_parse_codes) {
 }
 END_TEST
 
+START_TEST(test_env_table) {
+  ck_assert_str_eq(gml_env_name(GML_ENV_BACKEND), "GMLAKE_BACKEND");
+  ck_assert_str_eq(gml_env_default(GML_ENV_BACKEND), "auto");
+  ck_assert_str_eq(gml_env_name(GML_ENV_DAEMON_CONFIG), "GMLAKED_CONFIG");
+  for (int i = 0; i < GML_ENV_COUNT; i++)
+    for (int j = 0; j < i; j++) ck_assert_str_ne(gml_env_name((gml_env_id)i), gml_env_name((gml_env_id)j));
+  setenv("GMLAKE_REPLAY_COST", "1,2,3,4", 1);
+  ck_assert_str_eq(gml_env(GML_ENV_REPLAY_COST), "1,2,3,4");
+  unsetenv("GMLAKE_REPLAY_COST");
+  ck_assert_ptr_null(gml_env(GML_ENV_REPLAY_COST));
+}
+END_TEST
+
+START_TEST(test_options_from_env) {
+  gml_options o;
+  unsetenv("GMLAKE_BACKEND"), unsetenv("GMLAKE_MODE"), unsetenv("GMLAKE_LIBCUDA"), unsetenv("GMLAKE_TIMING");
+  gml_options_from_env(&o);
+  ck_assert_str_eq(o.backend, "auto"); /* the one default, for gml_open and the PyTorch entry points */
+  ck_assert_int_eq(o.backend_named, 0);
+  ck_assert_int_eq(o.mode, 0);
+  ck_assert_str_eq(o.libcuda, "libcuda.so.1");
+  ck_assert_int_eq(o.timing, 0);
+  setenv("GMLAKE_BACKEND", "host", 1);
+  setenv("GMLAKE_MODE", "embedded", 1);
+  setenv("GMLAKE_TIMING", "1", 1);
+  setenv("GMLAKE_VA_SIZE", "70GiB", 1);
+  gml_options_from_env(&o);
+  ck_assert_str_eq(o.backend, "host");
+  ck_assert_int_eq(o.backend_named, 1);
+  ck_assert_int_eq(o.mode, GML_MODE_EMBEDDED);
+  ck_assert_int_eq(o.timing, 1);
+  ck_assert_str_eq(o.va_size, "70GiB");
+  setenv("GMLAKE_MODE", "sometimes", 1);
+  gml_options_from_env(&o);
+  ck_assert_int_eq(o.mode, 0);
+  /* gml_open reads them, and explicit options win */
+  gml_client *c;
+  gml_open_opts oo = {.backend = "cuda", .mode = GML_MODE_EMBEDDED};
+  setenv("GMLAKE_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+  ck_assert_int_eq(gml_open(&oo, &c), GML_ENODEV); /* opts.backend beats GMLAKE_BACKEND=host */
+  oo.backend = NULL;
+  ck_assert_int_eq(gml_open(&oo, &c), 0); /* GMLAKE_BACKEND=host */
+  gml_stats st;
+  ck_assert_int_eq(gml_stats_get(c, &st), 0);
+  ck_assert_str_eq(st.backend, "host");
+  gml_close(c);
+  unsetenv("GMLAKE_BACKEND"), unsetenv("GMLAKE_MODE"), unsetenv("GMLAKE_TIMING"), unsetenv("GMLAKE_VA_SIZE");
+  unsetenv("GMLAKE_LIBCUDA");
+}
+END_TEST
+
+/* Backends come from one table: names, auto's order, the daemon's default limit. */
+START_TEST(test_backend_table) {
+  ck_assert(gml_backend_known("auto") && gml_backend_known("cuda") && gml_backend_known("host"));
+  ck_assert(!gml_backend_known("gpu") && !gml_backend_known(NULL));
+  ck_assert_str_eq(gml_backend_names(), "auto, cuda, host");
+  gml_backend *be = NULL;
+  char msg[512];
+  ck_assert_int_eq(gml_backend_open("gpu", 0, NULL, &be, msg, sizeof msg), GML_EINVAL);
+  ck_assert_msg(strstr(msg, "unknown backend 'gpu' (auto, cuda, host)"), "%s", msg);
+  gml_backend_opts no_cuda = {.libcuda = "/nonexistent/libcuda.so.1"}; /* GMLAKE_LIBCUDA, passed down */
+  ck_assert_int_eq(gml_backend_open("cuda", 0, &no_cuda, &be, msg, sizeof msg), GML_ENODEV);
+  ck_assert_msg(!strncmp(msg, "cannot load /nonexistent/libcuda.so.1 (", 39), "%s", msg);
+  ck_assert_int_eq(gml_backend_open("auto", 0, &no_cuda, &be, msg, sizeof msg), 0);
+  ck_assert_str_eq(be->name, "host");
+  ck_assert_msg(!strncmp(msg, "backend auto: picked host (no usable GPU: ", 42), "%s", msg);
+  ck_assert_str_eq(gml_backend_default_limit(be), "50%");
+  gml_backend_close(be);
+}
+END_TEST
+
+/* The PyTorch entry points open with the one default (auto) but take no host
+ * memory they did not ask for: PyTorch would use it as device memory. */
+START_TEST(test_torch_default_backend) {
+  setenv("GMLAKE_LIBCUDA", "/nonexistent/libcuda.so.1", 1); /* no usable GPU, even on a GPU machine */
+  setenv("GMLAKE_SOCKET", "/nonexistent/gmlake.sock", 1);
+  unsetenv("GMLAKE_BACKEND");
+  ck_assert_ptr_null(gmlake_torch_malloc(1 << 20, 5, NULL)); /* auto fell back to host: refused */
+  gml_stats st;
+  ck_assert_int_eq(gmlake_torch_stats(5, &st), GML_EINVAL); /* and no client was kept */
+  setenv("GMLAKE_BACKEND", "host", 1);
+  void *p = gmlake_torch_malloc(1 << 20, 6, NULL); /* named: taken */
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(gmlake_torch_stats(6, &st), 0);
+  ck_assert_str_eq(st.backend, "host");
+  gmlake_torch_free(p, 1 << 20, 6, NULL);
+  unsetenv("GMLAKE_BACKEND"), unsetenv("GMLAKE_SOCKET"), unsetenv("GMLAKE_LIBCUDA");
+}
+END_TEST
+
 Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("api");
@@ -83,6 +177,10 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_version);
   tcase_add_test(tc, test_wire_codes);
   tcase_add_test(tc, test_parse_codes);
+  tcase_add_test(tc, test_env_table);
+  tcase_add_test(tc, test_options_from_env);
+  tcase_add_test(tc, test_backend_table);
+  tcase_add_test(tc, test_torch_default_backend);
   suite_add_tcase(s, tc);
   return s;
 }

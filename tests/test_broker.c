@@ -14,7 +14,7 @@ static size_t cs;
 
 static void setup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
   cs = be->chunk_size;
   lake_init(&lk, be, 10 * cs);
   broker_init(&br, &lk, 0, 0);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "gmlake.h"
+#include "options.h"
 #include "gmlake.pb-c.h"
 #include "util.h"
 #include "wire.h"
@@ -243,7 +244,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (!url[0]) {
-    if (getenv("GMLAKE_CONTROL")) snprintf(url, sizeof url, "%s", getenv("GMLAKE_CONTROL"));
+    if (gml_env(GML_ENV_CONTROL)) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
     else gml_default_control_url(device, url, sizeof url);
   }
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;

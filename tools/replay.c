@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #endif
 #include "gmlake.h"
+#include "options.h"
 #include "util.h"
 #include <getopt.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ typedef struct step_sample {
  * Override with GMLAKE_REPLAY_COST="unmap,map,access,sync". */
 static void step_costs(double *c) {
   c[0] = 18, c[1] = 28, c[2] = 0, c[3] = 100;
-  const char *e = getenv("GMLAKE_REPLAY_COST");
+  const char *e = gml_env(GML_ENV_REPLAY_COST);
   if (e) sscanf(e, "%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]);
 }
 
@@ -230,7 +231,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       gml_stats_get(c, &s4);
       samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.mapped_allocs, s4.headroom_leased, s4.chunks_leased};
     }
-    if ((res->allocs + res->frees) % 10000 == 0 && getenv("GMLAKE_REPLAY_PROGRESS")) {
+    if ((res->allocs + res->frees) % 10000 == 0 && gml_env(GML_ENV_REPLAY_PROGRESS)) {
       gml_stats s3;
       gml_stats_get(c, &s3);
       fprintf(stderr, "  ops %llu maps %llu unmaps %llu reserved %.2f GiB\n", (unsigned long long)(res->allocs + res->frees),

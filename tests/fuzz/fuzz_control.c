@@ -35,7 +35,7 @@ static void setup(void) {
   gml_log_set_level(GML_LOG_ERROR - 1); /* quiet: the fuzzer prints its own */
   d = calloc(1, sizeof *d);
   char msg[256];
-  if (!d || gml_backend_open("host", 0, &d->be, msg, sizeof msg)) abort();
+  if (!d || gml_backend_open("host", 0, NULL, &d->be, msg, sizeof msg)) abort();
   d->loop = uv_default_loop();
   lake_init(&d->lk, d->be, 16 * d->be->chunk_size);
   broker_init(&d->br, &d->lk, 0, 0);

@@ -1,0 +1,85 @@
+/* options.h: every environment variable GMLake reads, in one table, and the
+ * client library's options built from it.
+ *
+ * common/options.c is the only file that calls getenv, as tests/run.sh
+ * checks. The library reads its GMLAKE_* variables once, at gml_open, into a
+ * gml_options that explicit gml_open_opts override and that is passed down
+ * to the backend and the allocator; the daemon and the tools read theirs
+ * through gml_env(). README's table of environment variables lists the same
+ * names (tests/run.sh checks that too). A new variable is one line here, its
+ * use, and its README row. */
+#ifndef GML_OPTIONS_H
+#define GML_OPTIONS_H
+#include <stdint.h>
+
+/* (id, name, type, default, who reads it, help). type and default say what
+ * is accepted and what holds when it is unset ("" = nothing). */
+#define GML_ENV_VARS(X)                                                                                          \
+  X(BACKEND, "GMLAKE_BACKEND", "auto, cuda, host", "auto", "library",                                             \
+    "physical backend; auto: cuda when a GPU is usable, else host (and it says which). "                        \
+    "In daemon mode the daemon's backend is used; naming another is an error. The PyTorch entry points "         \
+    "refuse the host memory auto falls back to unless host is named")                                          \
+  X(MODE, "GMLAKE_MODE", "daemon, embedded", "", "library",                                                       \
+    "daemon: the daemon or an error; embedded: never connect; unset: the daemon if reachable, else embedded")   \
+  X(SOCKET, "GMLAKE_SOCKET", "path", "/run/gmlake/gmlake-N.sock", "library",                                     \
+    "the daemon's socket (gml_open_opts.socket_path wins); without /run/gmlake, $XDG_RUNTIME_DIR/gmlake-N.sock") \
+  X(LIMIT, "GMLAKE_LIMIT", "bytes, N%", "", "library",                                                            \
+    "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins)") \
+  X(VA_SIZE, "GMLAKE_VA_SIZE", "bytes", "2x device memory, 64 GiB-1 TiB", "library",                             \
+    "virtual address space the allocator reserves (at least 64 chunks)")                                        \
+  X(CHUNK_SIZE, "GMLAKE_CHUNK_SIZE", "bytes", "cuda 4 MiB, host 2 MiB", "library, gmlaked",                       \
+    "chunk size, a multiple of the device's granularity, at most 1 GiB; a client in daemon mode takes its "      \
+    "daemon's")                                                                                                  \
+  X(LIBCUDA, "GMLAKE_LIBCUDA", "path", "libcuda.so.1", "library, gmlaked", "the CUDA driver library to dlopen")  \
+  X(TIMING, "GMLAKE_TIMING", "0, 1", "0", "library",                                                              \
+    "1: sum the time spent in every allocation (gml_stats.malloc_ns)")                                           \
+  X(HEADROOM, "GMLAKE_HEADROOM", "percent", "2", "library",                                                      \
+    "fresh chunks leased beyond need, percent of the peak allocated, so a remap takes a chunk no other layout "   \
+    "uses; 0 turns it off")                                                                                      \
+  X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn", "all",                                                   \
+    "log level (gmlaked: its --log-level or config wins)")                                                      \
+  X(CONTROL, "GMLAKE_CONTROL", "url", "ipc:///run/gmlake/gmlake-N.ctl", "gmlakectl",                             \
+    "the daemon's control endpoint (--control wins)")                                                           \
+  X(REPLAY_COST, "GMLAKE_REPLAY_COST", "unmap,map,access,sync", "18,28,0,100", "gmlake-replay",                  \
+    "modelled cost of each driver call in microseconds (--steps)")                                              \
+  X(REPLAY_PROGRESS, "GMLAKE_REPLAY_PROGRESS", "any", "", "gmlake-replay",                                       \
+    "set: print progress every 10,000 operations")                                                              \
+  X(DAEMON_CONFIG, "GMLAKED_CONFIG", "path", "/etc/gmlake/gmlaked.conf", "gmlaked",                              \
+    "config file (--config wins); when set, it must exist")                                                     \
+  X(NOTIFY_SOCKET, "NOTIFY_SOCKET", "path", "", "gmlaked", "set by systemd: where READY=1 / STOPPING=1 go")      \
+  X(JOURNAL_STREAM, "JOURNAL_STREAM", "any", "", "all",                                                          \
+    "set by systemd: log lines carry priority prefixes for journald")                                         \
+  X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "/tmp", "all",                                                   \
+    "where the default socket and control endpoint go when /run/gmlake is not usable")
+
+typedef enum gml_env_id {
+#define GML_ENV_ID(id, name, type, def, who, help) GML_ENV_##id,
+  GML_ENV_VARS(GML_ENV_ID)
+#undef GML_ENV_ID
+  GML_ENV_COUNT
+} gml_env_id;
+
+/* The variable's value as the environment has it now (NULL when unset). */
+const char *gml_env(gml_env_id id);
+const char *gml_env_name(gml_env_id id);
+/* The table's default, documentation ("" when there is none). */
+const char *gml_env_default(gml_env_id id);
+
+/* The client library's options, read once at gml_open; gml_open_opts
+ * override what they set. Strings are NULL when unset and are parsed where
+ * their meaning depends on the device (sizes, percentages). */
+typedef struct gml_options {
+  const char *backend;    /* GMLAKE_BACKEND, else "auto" */
+  int backend_named;      /* the backend was asked for (by gml_open_opts or GMLAKE_BACKEND) */
+  int mode;               /* GML_MODE_* from GMLAKE_MODE, 0 when unset or unknown */
+  const char *socket;     /* GMLAKE_SOCKET */
+  const char *limit;      /* GMLAKE_LIMIT */
+  const char *va_size;    /* GMLAKE_VA_SIZE */
+  const char *chunk_size; /* GMLAKE_CHUNK_SIZE */
+  const char *libcuda;    /* GMLAKE_LIBCUDA, else "libcuda.so.1" */
+  int timing;             /* GMLAKE_TIMING > 0 */
+  const char *headroom;   /* GMLAKE_HEADROOM */
+} gml_options;
+
+void gml_options_from_env(gml_options *o);
+#endif
