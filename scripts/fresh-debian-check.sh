@@ -71,8 +71,9 @@ cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 echo "deb $MIRROR bookworm main
 deb $MIRROR bookworm-updates main
 deb http://security.debian.org/debian-security bookworm-security main" > "$ROOT/etc/apt/sources.list"
-git clone -q --no-hardlinks "$REPO" "$ROOT/root/gmlake" && git -C "$ROOT/root/gmlake" checkout -q "$(git -C "$REPO" rev-parse "$REF")"
-step $? "clean clone of $REPO at $(git -C "$REPO" rev-parse --short "$REF")"
+REV=$(git -C "$REPO" rev-parse --short "$REF")
+git clone -q --no-hardlinks "$REPO" "$ROOT/root/gmlake" && git -C "$ROOT/root/gmlake" checkout -q "$REV"
+step $? "clean clone of $REPO at $REV"
 
 inch() { chroot "$ROOT" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 /bin/sh -c "$1"; }
 
@@ -194,5 +195,5 @@ stop_notify
 cp "$ROOT/run/gmlake/daemon.log" "$LOG/daemon.log" 2>/dev/null
 
 echo
-echo "fresh Debian bookworm check of $(git -C "$REPO" rev-parse --short "$REF") ($(date -u '+%Y-%m-%d %H:%M UTC')); logs in $LOG:$results"
+echo "fresh Debian bookworm check of $REV ($(date -u '+%Y-%m-%d %H:%M UTC')); logs in $LOG:$results"
 exit $failed

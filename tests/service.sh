@@ -1,0 +1,99 @@
+#!/bin/sh
+# tests/service.sh BUILD: the daemon as a service (issue 13, item 9):
+# --version of gmlaked and gmlakectl; the sd_notify lines (READY=1, STATUS=)
+# as systemd would receive them; SIGHUP reloads the limit, the quotas and the
+# log level from the config file (a flag on the command line still wins), a
+# config that does not parse leaves everything as it was, and the daemon
+# lives on through both.
+set -e
+BUILD=${1:-build}
+B="$(pwd)/$BUILD"
+d=$(mktemp -d)
+dpid= npid=
+cleanup() { for x in $dpid $npid; do kill "$x" 2>/dev/null || true; done; rm -rf "$d"; }
+trap cleanup EXIT
+fail() { echo "service test FAILED: $*" >&2; [ -f "$d/daemon.log" ] && tail -n 20 "$d/daemon.log" >&2; exit 1; }
+ctl() { "$B/gmlakectl" --control "ipc://$d/ctl" "$@"; }
+
+for t in gmlaked gmlakectl; do
+  v=$("$B/$t" --version) || fail "$t --version failed"
+  echo "$v" | grep -Eq "^$t [0-9]+\.[0-9]+\.[0-9]+ " || fail "$t --version printed '$v'"
+  echo "  $v"
+done
+
+python3 - "$d/notify" "$d/notify.log" <<'PY' &
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+log = open(sys.argv[2], "a")
+open(sys.argv[2] + ".ready", "w").close()
+while True:
+    log.write(s.recv(4096).decode() + "\n"); log.flush()
+PY
+npid=$!
+for _ in $(seq 100); do [ -e "$d/notify.log.ready" ] && break; sleep 0.05; done
+
+cat > "$d/gmlaked.conf" <<'C'
+backend = host
+limit = 64MiB
+prefetch = 0
+log-level = warn
+C
+NOTIFY_SOCKET="$d/notify" "$B/gmlaked" --config "$d/gmlaked.conf" --socket "$d/sock" --control "ipc://$d/ctl" 2>"$d/daemon.log" &
+dpid=$!
+for _ in $(seq 100); do [ -S "$d/sock" ] && break; sleep 0.05; done
+[ -S "$d/sock" ] || fail "daemon did not start"
+for _ in $(seq 40); do grep -q "^READY=1" "$d/notify.log" && break; sleep 0.05; done
+grep -q "READY=1" "$d/notify.log" || fail "no READY=1"
+grep -q "STATUS=.*host.*limit 64.00 MiB" "$d/notify.log" || fail "no STATUS= line with the backend and the limit: $(cat "$d/notify.log")"
+echo "  sd_notify: $(grep -m1 STATUS= "$d/notify.log")"
+ctl stats --json | grep -q '"limit_bytes":67108864' || fail "limit from the config not in effect"
+
+# SIGHUP: new limit, a quota, log level info
+cat > "$d/gmlaked.conf" <<C
+backend = host
+limit = 32MiB
+prefetch = 0
+log-level = info
+quota = uid:$(id -u) 8MiB
+C
+kill -HUP $dpid
+for _ in $(seq 100); do ctl stats --json 2>/dev/null | grep -q '"limit_bytes":33554432' && break; sleep 0.05; done
+kill -0 $dpid 2>/dev/null || fail "SIGHUP killed the daemon"
+ctl stats --json | grep -q '"limit_bytes":33554432' || fail "SIGHUP did not reload the limit: $(ctl stats --json)"
+echo "  SIGHUP: limit 64MiB -> 32MiB as gmlakectl sees it"
+grep -q "reloaded" "$d/daemon.log" || fail "no log line at info level after the reload set log-level = info"
+echo "  SIGHUP: log level warn -> info (the reload is logged: $(grep -m1 reloaded "$d/daemon.log" | sed 's/^.*\] //'))"
+for _ in $(seq 40); do grep -q "STATUS=.*limit 32.00 MiB" "$d/notify.log" && break; sleep 0.05; done
+grep -q "STATUS=.*limit 32.00 MiB" "$d/notify.log" || fail "STATUS= not updated after the reload"
+grep -q "RELOADING=1" "$d/notify.log" || fail "no RELOADING=1 around the reload"
+echo "  sd_notify after the reload: $(grep STATUS= "$d/notify.log" | tail -1)"
+out=$(printf 'alloc 16777216\nclose\n' | "$B/gml-testclient" "$d/sock" 2>/dev/null | sed -n 2p)
+echo "$out" | grep -q "^err $(sed -n 's/^ *X(EQUOTA, \(-[0-9]*\),.*/\1/p' include/gmlake.h) .*quota" || fail "quota uid:$(id -u) 8MiB from the config not applied: a 16 MiB allocation said '$out'"
+echo "  SIGHUP: quota uid:$(id -u) 8MiB applied (a 16 MiB allocation: $out)"
+
+# a config that does not parse: nothing changes, the daemon lives on
+echo "limit = lots" >> "$d/gmlaked.conf"
+kill -HUP $dpid
+for _ in $(seq 100); do grep -q "bad value for limit" "$d/daemon.log" && break; sleep 0.05; done
+grep -q "bad value for limit" "$d/daemon.log" || fail "a bad config on SIGHUP was not reported"
+kill -0 $dpid 2>/dev/null || fail "a bad config on SIGHUP killed the daemon"
+ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a bad config on SIGHUP changed the limit"
+echo "  SIGHUP with a bad config: reported, nothing changed, still serving"
+kill -TERM $dpid
+wait $dpid || fail "daemon did not stop cleanly"
+dpid=
+
+# a flag on the command line wins over the file, across a reload too
+printf 'backend = host\nlimit = 64MiB\nprefetch = 0\n' > "$d/gmlaked.conf"
+"$B/gmlaked" --config "$d/gmlaked.conf" --limit 16MiB --socket "$d/sock" --control "ipc://$d/ctl" 2>"$d/daemon.log" &
+dpid=$!
+for _ in $(seq 100); do [ -S "$d/sock" ] && break; sleep 0.05; done
+printf 'backend = host\nlimit = 48MiB\nprefetch = 0\n' > "$d/gmlaked.conf"
+kill -HUP $dpid
+sleep 0.5
+ctl stats --json | grep -q '"limit_bytes":16777216' || fail "--limit 16MiB did not win over the file after SIGHUP: $(ctl stats --json)"
+echo "  --limit on the command line still wins after SIGHUP"
+kill -TERM $dpid
+wait $dpid || fail "daemon did not stop cleanly"
+dpid=
