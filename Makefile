@@ -30,7 +30,7 @@ CHECK_LIBS ?= $(shell pkg-config --libs check)
 
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
-CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/client.c client/torch.c client/growable.c
+CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/client.c client/torch.c client/growable.c client/discover.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/session.c daemon/creator.c daemon/control.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #endif
 #include "client_priv.h"
+#include "discover.h"
 #include "gmlake.h"
 #include "log.h"
 #include "options.h"
@@ -223,20 +224,12 @@ static void client_housekeeping(gml_client *c, int force) {
   if (force || gml_now_ns() - c->last_report_ns > REPORT_INTERVAL_NS) send_usage_report(c);
 }
 
-static int connect_daemon(gml_client *c, const char *path, char *why, size_t whylen) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof sa.sun_path) {
-    snprintf(why, whylen, "socket path too long: %s", path);
-    return GML_EINVAL;
-  }
-  strcpy(sa.sun_path, path);
-  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return GML_ESYS;
-  if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    snprintf(why, whylen, "cannot connect to %s: %s", path, strerror(errno));
-    close(s);
-    return GML_EDAEMON;
-  }
+/* The named socket, else the system daemon's then the user's (discover.c
+ * says which sockets are trusted). */
+static int connect_daemon(gml_client *c, int device, const char *named, char *path, size_t plen, char *why, size_t whylen) {
+  int refused = 0;
+  int s = gml_daemon_connect(device, named, path, plen, why, whylen, &refused);
+  if (s < 0) return GML_EDAEMON;
   c->sock = s;
   return 0;
 }
@@ -323,12 +316,10 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   c->sock = -1;
   pthread_mutex_init(&c->conn_lock, NULL);
   gml_grow_init(c);
-  char why[512] = "", msg[512] = "";
+  char why[1200] = "", msg[512] = "";
   int rc = GML_EDAEMON;
-  char path[256];
-  if (opt.socket) snprintf(path, sizeof path, "%s", opt.socket);
-  else gml_default_socket_path(o.device, path, sizeof path);
-  if (opt.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, path, why, sizeof why);
+  char path[256] = "";
+  if (opt.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, o.device, opt.socket, path, sizeof path, why, sizeof why);
   gml_chunk_source src;
   if (rc == 0) {
     char backend[16];
@@ -353,7 +344,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     src = (gml_chunk_source){c, daemon_acquire, daemon_release};
     GML_INFO("connected to the daemon at %s (client %llu, %s)", path, (unsigned long long)c->client_id, msg);
   } else if (opt.mode == GML_MODE_DAEMON) {
-    GML_ERR("%s", why);
+    GML_ERR("no daemon at %s; GMLAKE_MODE=daemon: not running embedded", why);
     goto fail;
   } else {
     c->mode = GML_MODE_EMBEDDED;
@@ -363,7 +354,8 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       goto fail;
     }
     src = (gml_chunk_source){c, embedded_acquire, embedded_release};
-    GML_INFO("embedded mode (no daemon: %s); %s", why[0] ? why : "asked for", msg);
+    if (opt.mode == GML_MODE_EMBEDDED) GML_INFO("embedded mode (asked for); %s", msg);
+    else GML_WARN("no daemon at %s; running embedded (%s)", why, msg);
   }
   gml_alloc_config cfg;
   gml_alloc_config_from_options(&opt, &cfg);

@@ -20,9 +20,11 @@
     "In daemon mode the daemon's backend is used; naming another is an error. The PyTorch entry points "         \
     "refuse the host memory auto falls back to unless host is named")                                          \
   X(MODE, "GMLAKE_MODE", "daemon, embedded", "", "library",                                                       \
-    "daemon: the daemon or an error; embedded: never connect; unset: the daemon if reachable, else embedded")   \
+    "daemon: the daemon or an error; embedded: never connect; unset: the daemon if reachable, else embedded "  \
+    "(and it says so on stderr)")                                                                              \
   X(SOCKET, "GMLAKE_SOCKET", "path", "/run/gmlake/gmlake-N.sock", "library",                                     \
-    "the daemon's socket (gml_open_opts.socket_path wins); without /run/gmlake, $XDG_RUNTIME_DIR/gmlake-N.sock") \
+    "the daemon's socket (gml_open_opts.socket_path wins); unset: /run/gmlake/gmlake-N.sock, then "              \
+    "$XDG_RUNTIME_DIR/gmlake-N.sock; a socket in a directory others may write is never used")                   \
   X(LIMIT, "GMLAKE_LIMIT", "bytes, N%", "", "library",                                                            \
     "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins)") \
   X(VA_SIZE, "GMLAKE_VA_SIZE", "bytes", "2x device memory, 64 GiB-1 TiB", "library",                             \
@@ -50,7 +52,8 @@
   X(JOURNAL_STREAM, "JOURNAL_STREAM", "any", "", "all",                                                          \
     "set by systemd: log lines carry priority prefixes for journald")                                         \
   X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "/tmp", "all",                                                   \
-    "where the default socket and control endpoint go when /run/gmlake is not usable")
+    "a daemon that cannot write /run/gmlake puts its socket and control endpoint here (/tmp when unset); "      \
+    "clients and gmlakectl look here after /run/gmlake (never in /tmp)")
 
 typedef enum gml_env_id {
 #define GML_ENV_ID(id, name, type, def, who, help) GML_ENV_##id,

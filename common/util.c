@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
@@ -74,6 +75,17 @@ void gml_default_control_url(int device, char *buf, size_t len) {
   char dir[256];
   runtime_dir(dir, sizeof dir);
   snprintf(buf, len, "ipc://%s/gmlake-%d.ctl", dir, device);
+}
+
+void gml_client_control_url(int device, char *buf, size_t len) {
+  char path[300];
+  struct stat st;
+  snprintf(path, sizeof path, "/run/gmlake/gmlake-%d.ctl", device);
+  if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) { /* the system daemon first, whoever we are */
+    snprintf(buf, len, "ipc://%s", path);
+    return;
+  }
+  gml_default_control_url(device, buf, len);
 }
 
 static int cmp_u64(const void *a, const void *b) {

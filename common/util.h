@@ -25,9 +25,15 @@ int gml_parse_size(const char *s, uint64_t total, uint64_t *out);
 const char *gml_format_bytes(uint64_t v, char *buf, size_t len);
 /* Raise RLIMIT_NOFILE to its hard limit: every chunk is an fd. */
 void gml_raise_fd_limit(void);
-/* Default paths of the daemon of a device: /run/gmlake when writable, else $XDG_RUNTIME_DIR. */
+/* Where a daemon of a device puts its socket and control endpoint by default:
+ * /run/gmlake when it may write there, else $XDG_RUNTIME_DIR. (Clients look
+ * for the daemon as client/discover.h says.) */
 void gml_default_socket_path(int device, char *buf, size_t len);
 void gml_default_control_url(int device, char *buf, size_t len);
+/* The control endpoint gmlakectl talks to: the system daemon's
+ * ipc:///run/gmlake/gmlake-N.ctl when it exists (whether or not the caller
+ * may write there), else the default above. */
+void gml_client_control_url(int device, char *buf, size_t len);
 /* Percentile (0..100) of an unsorted array of n values; sorts it in place. */
 double gml_percentile_u64(uint64_t *v, size_t n, double pct);
 #endif

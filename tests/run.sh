@@ -81,6 +81,8 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "systemd-analyze missing (scripts/deps.sh installs it)" >&2; exit 1
 fi
+echo "== how clients find and verify the daemon ($BUILD)"
+tests/discovery.sh "$BUILD"
 echo "== make install, the installed unit, gmlake.pc, man pages ($BUILD)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: the same Makefile rules; the C example would need the sanitizer runtime)"; else
 tests/install.sh "$BUILD"

@@ -3,7 +3,10 @@
  *   alloc SIZE | free I | tag I TOKEN | readtags I | leasebench N | flush | stats | trim | close | exit
  * and on one growable range: grow MAX | gmap OFF LEN | gunmap OFF LEN | gensure N | gshrink N |
  *   gtag K TOKEN (chunk k of the range) | gread K | ginfo | gdestroy
- * It opens the daemon at argv[1] ("embedded" for no daemon). */
+ * It opens the daemon at argv[1] ("embedded" for no daemon; "default" or
+ * "default:N": gml_open as a program that names nothing would, for device N,
+ * GMLAKE_MODE and GMLAKE_SOCKET from the environment). The first line says
+ * "ready PID CHUNK_SIZE BACKEND MODE". */
 #include "gmlake.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +17,14 @@
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: gml-testclient SOCKET|embedded\n");
+    fprintf(stderr, "usage: gml-testclient SOCKET|embedded|default[:N]\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   gml_open_opts o = {0};
-  if (!strcmp(argv[1], "embedded")) {
+  if (!strncmp(argv[1], "default", 7)) {
+    o.device = argv[1][7] == ':' ? atoi(argv[1] + 8) : 0;
+  } else if (!strcmp(argv[1], "embedded")) {
     o.mode = GML_MODE_EMBEDDED;
     o.backend = "host";
   } else {
@@ -37,7 +42,7 @@ int main(int argc, char **argv) {
   size_t cs = st.chunk_size;
   uint64_t *buf = malloc(cs);
   if (!buf) return 1;
-  printf("ready %d %zu %s\n", (int)getpid(), cs, st.backend);
+  printf("ready %d %zu %s %s\n", (int)getpid(), cs, st.backend, st.mode == GML_MODE_DAEMON ? "daemon" : "embedded");
   gml_growable *g = NULL;
   void *blk[MAXB] = {0};
   size_t sz[MAXB] = {0};

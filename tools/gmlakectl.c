@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
   }
   if (!url[0]) {
     if (gml_env(GML_ENV_CONTROL)) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
-    else gml_default_control_url(device, url, sizeof url);
+    else gml_client_control_url(device, url, sizeof url);
   }
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
   Gmlake__TrimRequest trim = GMLAKE__TRIM_REQUEST__INIT;

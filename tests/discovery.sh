@@ -1,0 +1,92 @@
+#!/bin/sh
+# tests/discovery.sh BUILD: how a client finds its daemon (client/discover.h).
+# A fake daemon in a world-writable directory is never connected to, whether
+# named by GMLAKE_SOCKET or found through XDG_RUNTIME_DIR; GMLAKE_MODE=daemon
+# without a usable daemon is an error that says why; falling back to embedded
+# says so on stderr; as root, a socket owned by another user and a daemon
+# whose process runs as a user other than the socket's owner are refused.
+set -e
+BUILD=${1:-build}
+TC="$(pwd)/$BUILD/gml-testclient"
+w=$(mktemp -d)
+p=$(mktemp -d)
+pids=
+cleanup() { for x in $pids; do kill "$x" 2>/dev/null || true; done; rm -rf "$w" "$p"; }
+trap cleanup EXIT
+fail() { echo "discovery test FAILED: $*" >&2; exit 1; }
+DEV=63 # a device number no daemon of this machine serves
+unset GMLAKE_SOCKET GMLAKE_MODE
+# A fake daemon: accepts, writes one line per connection to its log, hangs up.
+fake() { # fake SOCKET LOG [UID]: serve SOCKET, listening as UID (bound as the caller)
+  python3 - "$@" <<'PY' &
+import os, socket, sys
+path, log = sys.argv[1], sys.argv[2]
+f = open(log, "a")                # opened before any setuid
+ready = open(log + ".ready", "w")
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+os.chmod(path, 0o777)
+if len(sys.argv) > 3:
+    os.setgid(int(sys.argv[3])); os.setuid(int(sys.argv[3]))
+s.listen(8)  # SO_PEERCRED reports the process that called listen()
+ready.write("1"); ready.close()
+while True:
+    c, _ = s.accept()
+    f.write("connected\n"); f.flush()
+    c.close()
+PY
+  pids="$pids $!"
+  for _ in $(seq 100); do [ -s "$2.ready" ] && return 0; sleep 0.05; done
+  fail "fake daemon did not start"
+}
+chmod 1777 "$w" # like /tmp
+fake "$w/gmlake-$DEV.sock" "$p/fake.log"
+
+# 1. named by GMLAKE_SOCKET, GMLAKE_MODE=daemon: refused, an error that says why
+if echo close | GMLAKE_SOCKET="$w/gmlake-$DEV.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >"$p/out" 2>"$p/err"; then
+  fail "a client used the socket in a world-writable directory: $(cat "$p/out")"
+fi
+grep -q "writable by everyone" "$p/err" && grep -q "GMLAKE_MODE=daemon" "$p/err" || fail "no clear error: $(cat "$p/err")"
+echo "  GMLAKE_SOCKET in a world-writable directory, GMLAKE_MODE=daemon: refused: $(grep -m1 "no daemon" "$p/err" | cut -c1-160)..."
+
+# 2. found through XDG_RUNTIME_DIR, mode unset: not used; embedded, and it says so
+echo close | XDG_RUNTIME_DIR="$w" "$TC" "default:$DEV" >"$p/out" 2>"$p/err" || fail "client failed: $(cat "$p/err")"
+grep -q "^ready .* embedded$" "$p/out" || fail "expected embedded: $(cat "$p/out")"
+grep -q "no daemon at /run/gmlake/gmlake-$DEV.sock (.*); $w/gmlake-$DEV.sock (.*writable by everyone.*); running embedded" "$p/err" \
+  || fail "the fallback does not say where it looked and why: $(cat "$p/err")"
+echo "  XDG_RUNTIME_DIR world-writable: the system path, then it, both refused; stderr: $(grep -m1 "running embedded" "$p/err" | cut -c1-120)..."
+[ ! -s "$p/fake.log" ] || fail "the fake daemon in a world-writable directory was connected to"
+echo "  the fake daemon saw no connection"
+
+# 3. no daemon anywhere, GMLAKE_MODE=daemon: an error
+if echo close | GMLAKE_SOCKET="$p/none.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >"$p/out" 2>"$p/err"; then
+  fail "GMLAKE_MODE=daemon ran without a daemon"
+fi
+grep -q "no daemon at $p/none.sock (No such file or directory); GMLAKE_MODE=daemon: not running embedded" "$p/err" || fail "unclear error: $(cat "$p/err")"
+echo "  GMLAKE_MODE=daemon without a daemon: $(grep -m1 "no daemon" "$p/err" | sed 's/^.*\] //')"
+
+# 4. the same fake daemon in a private directory is connected to (the checks refuse only what they should)
+mkdir "$p/priv" && chmod 700 "$p/priv"
+fake "$p/priv/gmlake-$DEV.sock" "$p/priv.log"
+echo close | GMLAKE_SOCKET="$p/priv/gmlake-$DEV.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >/dev/null 2>&1 || true
+[ -s "$p/priv.log" ] || fail "a socket in a private directory was not even tried"
+echo "  a socket in a private directory is used"
+
+if [ "$(id -u)" = 0 ]; then
+  # 5. as root: a socket owned by another user (not the directory's owner) is refused
+  mkdir "$p/root" && chmod 755 "$p/root"
+  fake "$p/root/a.sock" "$p/a.log"
+  chown 12345 "$p/root/a.sock"
+  echo close | GMLAKE_SOCKET="$p/root/a.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >/dev/null 2>"$p/err" && fail "used a socket owned by uid 12345"
+  grep -q "belongs to uid 12345" "$p/err" || fail "unclear error: $(cat "$p/err")"
+  [ ! -s "$p/a.log" ] || fail "connected to a socket owned by uid 12345"
+  echo "  a socket owned by uid 12345 in root's directory: refused"
+  # 6. as root: a root-owned socket whose listener runs as nobody: SO_PEERCRED refuses it
+  nobody=$(id -u nobody 2>/dev/null || echo 65534)
+  fake "$p/root/b.sock" "$p/b.log" "$nobody"
+  echo close | GMLAKE_SOCKET="$p/root/b.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >/dev/null 2>"$p/err" && fail "used a daemon running as uid $nobody behind a root socket"
+  grep -q "runs as uid $nobody, neither root nor the socket's owner (0)" "$p/err" || fail "unclear error: $(cat "$p/err")"
+  echo "  a root-owned socket served by uid $nobody: refused after SO_PEERCRED"
+else
+  echo "  (not root: the socket-owner and SO_PEERCRED cases need root)"
+fi
