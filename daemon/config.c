@@ -10,6 +10,7 @@
 #include "log.h"
 #include "options.h"
 #include "util.h"
+#include "wire.h"
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -29,6 +30,8 @@ enum opt_type {
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
   OPT_CONFIG,   /* the config file (read before the other flags) */
+  OPT_QUOTA,    /* "PID BYTES" or "uid:UID BYTES", may repeat (appended to quotas) */
+  OPT_VERSION,  /* print the version, exit */
 };
 
 typedef struct config_option {
@@ -67,8 +70,11 @@ static const config_option options[] = {
     {"log-level", "L", OPT_LOGLEVEL, AT(log_level), "info", "error, warn, info (default) or debug", 0, 0, 0, NULL},
     {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
      0, NULL},
+    {"quota", "PID|uid:UID BYTES", OPT_QUOTA, AT(quotas), NULL,
+     "a quota (may repeat; SIGHUP replaces the quotas with the file's)", 0, 0, 0, NULL},
     {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
      NULL},
+    {"version", NULL, OPT_VERSION, 0, 0, NULL, "print the version and exit", 0, 0, 0, NULL},
 };
 
 void config_usage(FILE *f) {
@@ -136,6 +142,21 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   }
   case OPT_FLAG: *(int *)at = 1; return 0;
   case OPT_CONFIG: break;
+  case OPT_QUOTA: {
+    config_quota q = {0};
+    const char *p = val;
+    if (!strncmp(p, "uid:", 4)) q.by_uid = 1, p += 4;
+    if (!isdigit((unsigned char)*p)) return -1;
+    unsigned long long key = strtoull(p, &end, 10);
+    if (key > (q.by_uid ? UINT32_MAX : (unsigned long long)INT32_MAX) || (!q.by_uid && key == 0) || !isspace((unsigned char)*end))
+      return -1;
+    while (isspace((unsigned char)*end)) end++;
+    if (gml_parse_size(end, 0, &q.bytes) || c->nquotas >= GMLD_MAX_CONFIG_QUOTAS) return -1;
+    q.key = (uint32_t)key;
+    c->quotas[c->nquotas++] = q;
+    return 0;
+  }
+  case OPT_VERSION: return 0;
   }
   snprintf(at, o->size, "%s", val);
   return 0;
@@ -150,7 +171,7 @@ static const config_option *find_option(const char *name) {
 /* Apply one setting; returns 0 or -1 with a message naming the key. */
 static int apply_setting(gmld_config *c, const char *key, const char *val, char *err, size_t errlen) {
   const config_option *o = find_option(key);
-  if (!o || o->type == OPT_CONFIG) {
+  if (!o || o->type == OPT_CONFIG || o->type == OPT_VERSION) {
     snprintf(err, errlen, "unknown setting '%s'", key);
     return -1;
   }
@@ -220,6 +241,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
   if (load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return -1;
   if (cfg) snprintf(c->config_path, sizeof c->config_path, "%s", cfg);
   int idx, ch;
+  optind = 0; /* a full re-initialisation of getopt: config_load runs again on SIGHUP */
   while ((ch = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (ch == 'h') {
       config_usage(stdout);
@@ -230,6 +252,11 @@ int config_load(gmld_config *c, int argc, char **argv) {
       return -1;
     }
     if (options[idx].type == OPT_CONFIG) continue;
+    if (options[idx].type == OPT_VERSION) {
+      printf("gmlaked %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH,
+             GML_PROTOCOL_VERSION);
+      return 1;
+    }
     char err[256];
     if (apply_setting(c, options[idx].name, optarg ? optarg : "", err, sizeof err)) {
       fprintf(stderr, "gmlaked: --%s\n", err);

@@ -10,6 +10,14 @@
 
 #define GMLD_DEFAULT_CONFIG "/etc/gmlake/gmlaked.conf"
 
+#define GMLD_MAX_CONFIG_QUOTAS 64
+
+typedef struct config_quota {
+  int by_uid;
+  uint32_t key;               /* pid or uid */
+  uint64_t bytes;
+} config_quota;
+
 typedef struct gmld_config {
   int device;
   char backend[16];
@@ -25,10 +33,13 @@ typedef struct gmld_config {
   char socket_group[64];
   char config_path[256];
   char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
+  config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID BYTES" lines, in order */
+  int nquotas;
 } gmld_config;
 
 /* Fill c from the defaults, the config file and argv. Returns 0, 1 when
- * --help was printed (exit 0), or -1 after printing an error to stderr. */
+ * --help or --version was printed (exit 0), or -1 after printing an error to
+ * stderr. Called again on SIGHUP (a reload reads the same file and flags). */
 int config_load(gmld_config *c, int argc, char **argv);
 void config_usage(FILE *f);
 #endif

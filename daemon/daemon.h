@@ -47,7 +47,11 @@ typedef struct gmld {
   nng_socket ctl;
   int ctl_fd;
   uv_poll_t ctl_poll;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
+  int argc;                 /* the command line, read again with the config file on SIGHUP */
+  char **argv;
+  char status[256];         /* the last STATUS= sent to systemd */
+  uint64_t status_ns;
   uv_timer_t tick;
   parked_owner *parked;
   uint64_t next_client_id;

@@ -58,6 +58,71 @@ static void notify_systemd(const gmld *d, const char *state) {
   close(fd);
 }
 
+/* One line for `systemctl status`: what is served, the limit, who uses it.
+ * Sent when it changed (at start, on reload, then at most every 5 s). */
+static void notify_status(gmld *d, int force) {
+  char st[256], lb[32], hb[32], ub[32];
+  uint64_t leased = d->lk.leased + d->lk.parked;
+  snprintf(st, sizeof st, "STATUS=device %d, %s backend: limit %s, lake holds %s, %zu client(s) lease %s", d->cfg.device,
+           d->be->name, gml_format_bytes(d->lk.limit_bytes, lb, sizeof lb), gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb),
+           d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub));
+  if (!force && !strcmp(st, d->status)) return;
+  snprintf(d->status, sizeof d->status, "%s", st);
+  d->status_ns = gml_now_ns();
+  notify_systemd(d, st);
+}
+
+/* The limit c asks for, in bytes (a multiple of the chunk size), or 0 when it is bad. */
+static uint64_t config_limit(const gmld *d, const gmld_config *c) {
+  const char *lim = c->limit[0] ? c->limit : gml_backend_default_limit(d->be);
+  uint64_t limit;
+  if (gml_parse_size(lim, d->device_total, &limit) || limit < d->be->chunk_size) return 0;
+  return limit / d->be->chunk_size * d->be->chunk_size;
+}
+
+/* The config's quotas replace the lake's (those set with gmlakectl too). */
+static void apply_quotas(gmld *d) {
+  d->lk.nquotas = 0;
+  for (int i = 0; i < d->cfg.nquotas; i++) {
+    const config_quota *q = &d->cfg.quotas[i];
+    lake_set_quota(&d->lk, q->by_uid, q->key, q->bytes);
+  }
+}
+
+/* SIGHUP: the config file (and the same command line) read again; the limit,
+ * the quotas and the log level take its values. A file that does not parse
+ * changes nothing. Other settings take effect at the next start. */
+static void on_reload(uv_signal_t *h, int signum) {
+  (void)signum;
+  gmld *d = h->data;
+  notify_systemd(d, "RELOADING=1");
+  gmld_config nc;
+  uint64_t limit = 0;
+  const char *bad = NULL;
+  if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration does not parse (see above)";
+  else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit";
+  if (bad) {
+    GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
+  } else {
+    static const char *const level[] = {"", "", "", "error", "warn", "", "info", "debug"};
+    d->cfg.log_level = nc.log_level;
+    gml_log_set_level(nc.log_level);
+    snprintf(d->cfg.limit, sizeof d->cfg.limit, "%s", nc.limit);
+    broker_set_limit(&d->br, limit);
+    memcpy(d->cfg.quotas, nc.quotas, sizeof nc.quotas);
+    d->cfg.nquotas = nc.nquotas;
+    apply_quotas(d);
+    char lb[32];
+    GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s), log level %s",
+             d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
+             nc.nquotas, level[nc.log_level & 7]);
+    sessions_serve_pending(d);
+    daemon_refill(d);
+  }
+  notify_systemd(d, "READY=1");
+  notify_status(d, 1);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   gmld *d = h->data;
   GML_INFO("signal %d: shutting down", signum);
@@ -70,6 +135,7 @@ static void on_tick(uv_timer_t *t) {
   gmld *d = t->data;
   sessions_tick(d);
   daemon_refill(d);
+  if (gml_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);
 }
 
 int main(int argc, char **argv) {
@@ -96,13 +162,12 @@ int main(int argc, char **argv) {
   uint64_t freeb = 0, total = 0, limit = 0;
   d->be->ops->mem_info(d->be, &freeb, &total);
   d->device_total = total;
-  const char *lim = c->limit[0] ? c->limit : gml_backend_default_limit(d->be);
-  if (gml_parse_size(lim, total, &limit) || limit < d->be->chunk_size) {
-    fprintf(stderr, "gmlaked: bad value for limit: '%s'\n", lim);
+  if (!(limit = config_limit(d, c))) {
+    fprintf(stderr, "gmlaked: bad value for limit: '%s'\n", c->limit[0] ? c->limit : "the default");
     return 2;
   }
-  limit = limit / d->be->chunk_size * d->be->chunk_size;
   lake_init(&d->lk, d->be, limit);
+  apply_quotas(d);
   broker_init(&d->br, &d->lk, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);
   d->listen_fd = -1;
   d->loop = uv_default_loop();
@@ -116,6 +181,10 @@ int main(int argc, char **argv) {
   d->sigterm.data = d->sigint.data = d;
   uv_signal_start(&d->sigterm, on_signal, SIGTERM);
   uv_signal_start(&d->sigint, on_signal, SIGINT);
+  d->argc = argc, d->argv = argv;
+  uv_signal_init(d->loop, &d->sighup);
+  d->sighup.data = d;
+  uv_signal_start(&d->sighup, on_reload, SIGHUP);
   uv_timer_init(d->loop, &d->tick);
   d->tick.data = d;
   uv_timer_start(&d->tick, on_tick, 50, 50);
@@ -124,6 +193,7 @@ int main(int argc, char **argv) {
   GML_INFO("serving device %d on %s, control %s, limit %s", c->device, c->socket_path, c->control_url,
            gml_format_bytes(limit, lb, sizeof lb));
   notify_systemd(d, "READY=1");
+  notify_status(d, 1);
   uv_run(d->loop, UV_RUN_DEFAULT);
   /* clean shutdown: clients out, chunks released, files removed */
   d->stopping = 1;
@@ -133,6 +203,7 @@ int main(int argc, char **argv) {
   uv_close((uv_handle_t *)&d->tick, NULL);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
+  uv_close((uv_handle_t *)&d->sighup, NULL);
   creator_stop(&d->cr);
   uv_run(d->loop, UV_RUN_DEFAULT);
   lake_destroy(&d->lk);

@@ -81,6 +81,8 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "systemd-analyze missing (scripts/deps.sh installs it)" >&2; exit 1
 fi
+echo "== the daemon as a service: --version, sd_notify READY/STATUS, SIGHUP reload ($BUILD)"
+tests/service.sh "$BUILD"
 echo "== how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
 echo "== make install, the installed unit, gmlake.pc, man pages ($BUILD)"
