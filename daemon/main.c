@@ -144,7 +144,10 @@ int main(int argc, char **argv) {
   if (!d) return 1;
   gmld_config *c = &d->cfg;
   int rc = config_load(c, argc, argv);
-  if (rc) return rc > 0 ? 0 : 2;
+  if (rc) {
+    free(d); /* --help, --version (0) or a bad setting (2) */
+    return rc > 0 ? 0 : 2;
+  }
   gml_log_set_level(c->log_level);
   if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
   if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
