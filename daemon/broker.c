@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-void broker_init(broker *b, lake *lk, uint64_t prefetch_chunks, uint64_t preallocate_chunks) {
+void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks) {
   memset(b, 0, sizeof *b);
   b->lk = lk;
+  b->counters = counters;
   b->lease_wait_ns = BROKER_LEASE_WAIT_MS * 1000000ull;
   b->prefetch_chunks = prefetch_chunks;
   b->preallocate_chunks = preallocate_chunks;
@@ -48,7 +49,7 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
   c->leased_chunks += d->n;
   c->lease.pending = 0;
   c->lease.reclaim_asked = 0;
-  b->lease_count++;
+  b->counters->lease_count++;
   return 1;
 }
 
@@ -61,7 +62,7 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
            gml_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gml_format_bytes(b->lk->limit_bytes, l, sizeof l));
   c->lease.pending = 0;
   c->leases_refused++;
-  b->leases_refused++;
+  b->counters->leases_refused++;
 }
 
 /* Chunks c may still lease under its quota (count when it has none). */
@@ -86,7 +87,7 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
   if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
     if (allowed && serve(b, c, d)) return;
     c->lease.pending = 0;
-    b->optional_declined++;
+    b->counters->optional_declined++;
     d->verdict = BROKER_DECLINE;
     d->code = GML_ENOMEM;
     snprintf(d->why, sizeof d->why, "nothing free now");

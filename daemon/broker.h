@@ -14,6 +14,7 @@
  * fills a broker_decision. Time is always passed in (now_ns), never read. */
 #ifndef GML_BROKER_H
 #define GML_BROKER_H
+#include "gmlake.pb-c.h"
 #include "lake.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -59,8 +60,9 @@ typedef struct broker {
   /* state */
   int prefetch_suspended;      /* after a trim, until the next lease */
   uint64_t create_backoff_until_ns;
-  /* counters */
-  uint64_t lease_count, leases_refused, optional_declined;
+  /* The daemon's counters are LakeStats' own fields (proto/gmlake.proto):
+   * the broker counts lease_count, leases_refused, optional_declined there. */
+  Gmlake__LakeStats *counters;
   uint64_t lat_ns[BROKER_LAT_RING];
   size_t nlat;
 } broker;
@@ -88,7 +90,7 @@ typedef struct broker_decision {
   uint64_t reclaim_bytes;
 } broker_decision;
 
-void broker_init(broker *b, lake *lk, uint64_t prefetch_chunks, uint64_t preallocate_chunks);
+void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks);
 void broker_add_client(broker *b, broker_client *c);
 void broker_remove_client(broker *b, broker_client *c);
 

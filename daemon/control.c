@@ -21,6 +21,7 @@
 
 static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   const broker *b = &d->br;
+  *st = d->counters; /* then the gauges */
   st->device = d->cfg.device;
   st->backend = (char *)d->be->name;
   st->chunk_size = d->lk.cs;
@@ -38,10 +39,6 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   }
   uint64_t leased_bytes = (d->lk.leased + d->lk.parked) * d->lk.cs;
   st->fragmentation = leased_bytes && st->allocated <= leased_bytes ? 1.0 - (double)st->allocated / (double)leased_bytes : 0;
-  st->lease_count = b->lease_count;
-  st->leases_refused = b->leases_refused;
-  st->optional_declined = b->optional_declined;
-  st->protocol_errors = d->protocol_errors;
   st->clients = b->nclients;
   size_t n = b->nlat < BROKER_LAT_RING ? b->nlat : BROKER_LAT_RING;
   if (n) {
@@ -206,7 +203,7 @@ int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **re
   if (req_len > GML_MAX_FRAME || !(req = gmlake__ctl_request__unpack(NULL, req_len, req_buf))) {
     rep.code = GML_EPROTO;
     rep.message = "malformed control request";
-    d->protocol_errors++;
+    d->counters.protocol_errors++;
   }
   ctl_call k = {.d = d, .req = req, .rep = &rep};
   gmlake__lake_stats__init(&k.stats);

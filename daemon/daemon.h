@@ -55,7 +55,9 @@ typedef struct gmld {
   uv_timer_t tick;
   parked_owner *parked;
   uint64_t next_client_id;
-  uint64_t protocol_errors;
+  /* Counters, in the message that reports them: a new one is a field of
+   * LakeStats and the line that counts it (control.c and gmlakectl show it). */
+  Gmlake__LakeStats counters;
   int stopping;
 } gmld;
 

@@ -171,7 +171,8 @@ int main(int argc, char **argv) {
   }
   lake_init(&d->lk, d->be, limit);
   apply_quotas(d);
-  broker_init(&d->br, &d->lk, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);
+  gmlake__lake_stats__init(&d->counters);
+  broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);
   d->listen_fd = -1;
   d->loop = uv_default_loop();
   if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;

@@ -314,7 +314,7 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
   if (!bad) r->handle(&rq);
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   if (bad) {
-    d->protocol_errors++;
+    d->counters.protocol_errors++;
     GML_WARN("protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, bad);
     session_close(s, bad);
     return -1;
@@ -334,14 +334,14 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
     for (;;) {
       long r = gml_rx_fill(&s->rx, s->fd);
       if (s->rx.fds_received) {
-        s->d->protocol_errors++;
+        s->d->counters.protocol_errors++;
         GML_WARN("client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
         session_close(s, "unexpected fds");
         return;
       }
       if (r == GML_EAGAIN) break;
       if (r == 0 && s->rx.len) {
-        s->d->protocol_errors++;
+        s->d->counters.protocol_errors++;
         GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
         session_close(s, "truncated frame");
         return;
@@ -358,7 +358,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
         gml_rx_consume(&s->rx, len);
       }
       if (k < 0) {
-        s->d->protocol_errors++;
+        s->d->counters.protocol_errors++;
         GML_WARN("client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
                  GML_MAX_FRAME);
         session_close(s, "oversize frame");

@@ -10,6 +10,7 @@
 static gml_backend *be;
 static lake lk;
 static broker br;
+static Gmlake__LakeStats counters;
 static size_t cs;
 
 static void setup(void) {
@@ -17,7 +18,8 @@ static void setup(void) {
   ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
   cs = be->chunk_size;
   lake_init(&lk, be, 10 * cs);
-  broker_init(&br, &lk, 0, 0);
+  gmlake__lake_stats__init(&counters);
+  broker_init(&br, &lk, &counters, 0, 0);
 }
 static void teardown(void) {
   lake_destroy(&lk);
@@ -66,7 +68,7 @@ START_TEST(test_serve_now) {
     ck_assert_int_eq(lake_owned_index(&lk, lake_chunk_id(&lk, d.idx[i]), 7), (long)d.idx[i]);
   ck_assert_uint_eq(a.leased_chunks, 3);
   ck_assert_int_eq(a.lease.pending, 0);
-  ck_assert_uint_eq(br.lease_count, 1);
+  ck_assert_uint_eq(counters.lease_count, 1);
   /* more than is free: what is free now (a partial lease), as before */
   broker_lease(&br, &a, 43, 5, 0, 6 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_SERVE);
@@ -96,12 +98,12 @@ START_TEST(test_quota) {
   ck_assert_ptr_nonnull(strstr(d.message, "lake holds"));
   ck_assert_int_eq(a.lease.pending, 0);
   ck_assert_uint_eq(a.leases_refused, 1);
-  ck_assert_uint_eq(br.leases_refused, 1);
+  ck_assert_uint_eq(counters.leases_refused, 1);
   ck_assert_uint_eq(lk.nfree, 5);
   /* an optional lease over quota is declined, not refused */
   broker_lease(&br, &a, 3, 1, 1, 0, &d);
   ck_assert_int_eq(d.verdict, BROKER_DECLINE);
-  ck_assert_uint_eq(br.leases_refused, 1);
+  ck_assert_uint_eq(counters.leases_refused, 1);
   /* a uid quota counts for a client without a pid quota */
   broker_client b;
   client(&b, 8, 43, 0);
@@ -155,7 +157,7 @@ START_TEST(test_wait_reclaim_refuse) {
   ck_assert_uint_eq(d.seq, 9);
   ck_assert_str_eq(d.why, "out of memory: the lake is full");
   ck_assert_int_eq(asker.lease.pending, 0);
-  ck_assert_uint_eq(br.leases_refused, 1);
+  ck_assert_uint_eq(counters.leases_refused, 1);
   /* nothing pending any more: nothing to decide */
   broker_review(&br, &asker, 2000 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_NONE);
@@ -240,15 +242,15 @@ START_TEST(test_optional_leases) {
   ck_assert_uint_eq(d.seq, 8);
   ck_assert_uint_eq(d.reclaim_bytes, 0);
   ck_assert_int_eq(a.lease.pending, 0); /* nobody waits for it */
-  ck_assert_uint_eq(br.optional_declined, 1);
-  ck_assert_uint_eq(br.leases_refused, 0);
+  ck_assert_uint_eq(counters.optional_declined, 1);
+  ck_assert_uint_eq(counters.leases_refused, 0);
   ck_assert_uint_eq(a.leases_refused, 0);
   uint32_t back = 3;
   broker_returned(&br, &holder, &back, 1);
   broker_lease(&br, &a, 9, 2, 1, 0, &d); /* served from what is free */
   ck_assert_int_eq(d.verdict, BROKER_SERVE);
   ck_assert_uint_eq(d.n, 1);
-  ck_assert_uint_eq(br.optional_declined, 1);
+  ck_assert_uint_eq(counters.optional_declined, 1);
 }
 END_TEST
 
@@ -268,7 +270,7 @@ START_TEST(test_closing_client_is_not_served) {
 END_TEST
 
 START_TEST(test_refill) {
-  broker_init(&br, &lk, 4, 0); /* prefetch 4 chunks */
+  broker_init(&br, &lk, &counters, 4, 0); /* prefetch 4 chunks */
   ck_assert_uint_eq(broker_refill(&br, 0), 4);
   ck_assert_uint_eq(lk.creating, 4);
   ck_assert_uint_eq(broker_refill(&br, 0), 0); /* already ordered */
@@ -293,7 +295,7 @@ START_TEST(test_refill) {
 END_TEST
 
 START_TEST(test_refill_after_trim_and_preallocation) {
-  broker_init(&br, &lk, 2, 6); /* prefetch 2, preallocate 6 */
+  broker_init(&br, &lk, &counters, 2, 6); /* prefetch 2, preallocate 6 */
   ck_assert_uint_eq(broker_refill(&br, 0), 6);    /* the preallocation covers the prefetch */
   lk.creating = 0;
   add_chunks(6);

@@ -38,7 +38,8 @@ static void setup(void) {
   if (!d || gml_backend_open("host", 0, NULL, &d->be, msg, sizeof msg)) abort();
   d->loop = uv_default_loop();
   lake_init(&d->lk, d->be, 16 * d->be->chunk_size);
-  broker_init(&d->br, &d->lk, 0, 0);
+  gmlake__lake_stats__init(&d->counters);
+  broker_init(&d->br, &d->lk, &d->counters, 0, 0);
   d->device_total = 64 * d->be->chunk_size;
   d->listen_fd = -1;
   fill_lake();
