@@ -31,7 +31,7 @@ CHECK_LIBS ?= $(shell pkg-config --libs check)
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/client.c client/torch.c client/growable.c client/discover.c
-DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/session.c daemon/creator.c daemon/control.c
+DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/creator.c daemon/control.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -54,7 +54,7 @@ $(BUILD)/obj/gen/gmlake.pb-c.o: $(BUILD)/gen/gmlake.pb-c.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h include/*.h daemon/*.h)
+$(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h include/*.h daemon/*.h tools/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -67,7 +67,7 @@ $(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
-$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c) $(COMMON_OBJ)
+$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/statsview.c) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
@@ -91,7 +91,7 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/session.c daemon/lake.c \
-                          daemon/broker.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/conn.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)

@@ -7,8 +7,9 @@
  *              refuse, optional leases declined, quotas, refill       (lake)
  *   creator.c  a worker pool that makes N chunks and hands them back  (backend only)
  *   config.c   settings: one option table for the file, flags, --help
+ *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
  *   session.c  client sockets: decode, validate and dispatch by table,
- *              carry the broker's decisions out                       (broker, creator)
+ *              carry the broker's decisions out                       (broker, creator, conn)
  *   control.c  the control RPC, handlers in a table                   (broker, session)
  *   main.c     start-up, signals, the tick, the creators' callback    (all)
  * The only call upwards is the creator pool's completion callback, which

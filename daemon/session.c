@@ -1,86 +1,37 @@
 /* session.c: client sessions on the daemon's Unix socket. Identity comes
  * from SO_PEERCRED; every frame is validated (length, fd count, message
- * kind, chunk ownership) and a bad one closes that client only. A client
- * that leaves gets its chunks back into the lake once its process is gone
- * (a pidfd says when), so no mapping in a living process can alias a chunk
+ * kind, chunk ownership) and a bad one closes that client only. Requests go
+ * through one table (`routes`: message kind -> check, handler); a lease is
+ * decided by the broker (broker.c) and only carried out here. A client that
+ * leaves gets its chunks back into the lake once its process is gone (a
+ * pidfd says when), so no mapping in a living process can alias a chunk
  * leased to someone else. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "session.h"
+#include "conn.h"
 #include "daemon.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
 #include <errno.h>
 #include <stdarg.h>
-#include <grp.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 static void session_close(session *s, const char *why);
 static void session_update_poll(session *s);
 
-static int pidfd_open_compat(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return (int)syscall(SYS_pidfd_open, pid, 0);
-#else
-  (void)pid;
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
-static int process_gone(int pidfd, pid_t pid) {
-  if (pidfd >= 0) {
-    struct pollfd p = {pidfd, POLLIN, 0};
-    return poll(&p, 1, 0) == 1;
-  }
-  return kill(pid, 0) != 0 && errno == ESRCH;
-}
-
 /* ---------- sending ---------- */
 
-static void tx_flush(session *s) {
-  while (s->tx_head) {
-    tx_item *t = s->tx_head;
-    long r = gml_wire_sendmsg(s->fd, t->buf + t->off, t->len - t->off, t->off == 0 ? t->fds : NULL, t->off == 0 ? t->nfds : 0);
-    if (r == GML_EAGAIN) break;
-    if (r < 0) {
-      s->bc.closing = 1;
-      return;
-    }
-    t->off += (size_t)r;
-    if (t->off < t->len) continue;
-    s->tx_head = t->next;
-    if (!s->tx_head) s->tx_tail = NULL;
-    free(t->buf);
-    free(t);
-  }
-}
-
 static int session_send(session *s, Gmlake__Envelope *env, const int *fds, int nfds) {
-  tx_item *t = calloc(1, sizeof *t);
-  if (!t) return GML_ENOMEM;
-  if (gml_wire_encode(env, &t->buf, &t->len)) {
-    free(t);
-    return GML_ENOMEM;
-  }
-  if (nfds) memcpy(t->fds, fds, sizeof(int) * (size_t)nfds);
-  t->nfds = nfds;
-  if (s->tx_tail) s->tx_tail->next = t;
-  else s->tx_head = t;
-  s->tx_tail = t;
-  tx_flush(s);
+  if (conn_queue(&s->txq, env, fds, nfds)) return GML_ENOMEM;
+  if (conn_flush(&s->txq, s->fd)) s->bc.closing = 1;
   session_update_poll(s);
   return 0;
 }
@@ -329,7 +280,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
     session_close(s, uv_strerror(status));
     return;
   }
-  if (events & UV_WRITABLE) tx_flush(s);
+  if ((events & UV_WRITABLE) && conn_flush(&s->txq, s->fd)) s->bc.closing = 1;
   if (events & UV_READABLE) {
     for (;;) {
       long r = gml_rx_fill(&s->rx, s->fd);
@@ -372,7 +323,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
 
 static void session_update_poll(session *s) {
   if (s->bc.closing) return;
-  int ev = UV_READABLE | (s->tx_head ? UV_WRITABLE : 0);
+  int ev = UV_READABLE | (s->txq.head ? UV_WRITABLE : 0);
   if (ev != s->poll_events) {
     s->poll_events = ev;
     uv_poll_start(&s->poll, ev, on_session_io);
@@ -409,12 +360,7 @@ static void on_parked_exit(uv_poll_t *h, int status, int events) {
 
 static void session_free_cb(uv_handle_t *h) {
   session *s = h->data;
-  while (s->tx_head) {
-    tx_item *t = s->tx_head;
-    s->tx_head = t->next;
-    free(t->buf);
-    free(t);
-  }
+  conn_txq_free(&s->txq);
   gml_rx_free(&s->rx);
   free(s);
 }
@@ -426,7 +372,7 @@ static void session_close(session *s, const char *why) {
   uint64_t held = 0;
   for (uint32_t i = 0; i < d->lk.nslots; i++)
     held += d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id;
-  int gone = process_gone(s->pidfd, s->bc.pid);
+  int gone = conn_process_gone(s->pidfd, s->bc.pid);
   if (gone || !held || d->stopping) {
     release_owner_chunks(d, s->bc.id);
     if (s->pidfd >= 0) close(s->pidfd);
@@ -489,7 +435,7 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     s->bc.id = ++d->next_client_id;
     s->bc.pid = cred.pid;
     s->bc.uid = cred.uid;
-    s->pidfd = pidfd_open_compat(cred.pid);
+    s->pidfd = conn_pidfd_open(cred.pid);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     s->bc.since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
@@ -501,43 +447,8 @@ static void on_accept(uv_poll_t *h, int status, int events) {
 }
 
 int sessions_listen(gmld *d) {
-  const char *path = d->cfg.socket_path;
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof sa.sun_path) {
-    GML_ERR("socket path too long: %s", path);
-    return GML_EINVAL;
-  }
-  strcpy(sa.sun_path, path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return GML_ESYS;
-  /* A socket file left by a dead daemon is replaced; a live one is not. */
-  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
-    close(probe);
-    close(fd);
-    GML_ERR("another daemon already serves %s", path);
-    return GML_EINVAL;
-  }
-  if (probe >= 0) close(probe);
-  unlink(path);
-  mode_t old = umask(0177);
-  int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-  umask(old);
-  if (rc != 0) {
-    GML_ERR("bind %s: %s", path, strerror(errno));
-    close(fd);
-    return GML_ESYS;
-  }
-  if (d->cfg.socket_group[0]) {
-    struct group *g = getgrnam(d->cfg.socket_group);
-    if (!g || chown(path, (uid_t)-1, g->gr_gid) != 0)
-      GML_WARN("cannot give %s to group %s: %s", path, d->cfg.socket_group, g ? strerror(errno) : "no such group");
-  }
-  if (chmod(path, d->cfg.socket_mode) != 0) GML_WARN("chmod %s: %s", path, strerror(errno));
-  if (listen(fd, 128) != 0) {
-    close(fd);
-    return GML_ESYS;
-  }
+  int fd = conn_listen_unix(d->cfg.socket_path, d->cfg.socket_mode, d->cfg.socket_group);
+  if (fd < 0) return fd;
   d->listen_fd = fd;
   uv_poll_init(d->loop, &d->listen_poll, fd);
   d->listen_poll.data = d;

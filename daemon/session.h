@@ -2,19 +2,12 @@
 #ifndef GML_SESSION_H
 #define GML_SESSION_H
 #include "broker.h"
+#include "conn.h"
 #include "wire.h"
 #include <stddef.h>
 #include <uv.h>
 
 struct gmld;
-
-typedef struct tx_item {
-  struct tx_item *next;
-  uint8_t *buf;
-  size_t len, off;
-  int fds[GML_MAX_LEASE_CHUNKS];
-  int nfds;                 /* sent with the first byte */
-} tx_item;
 
 typedef struct session {
   broker_client bc;         /* who it is, its numbers, its lease in flight (broker.h) */
@@ -25,7 +18,7 @@ typedef struct session {
   int pidfd;
   int hello_done;
   gml_rx rx;
-  tx_item *tx_head, *tx_tail;
+  conn_txq txq;             /* frames waiting for the socket */
 } session;
 
 static inline session *session_of(broker_client *c) {

@@ -1,0 +1,292 @@
+/* statsview.c: gmlakectl's printers of the daemon's numbers, driven by the
+ * protobuf-c descriptors of the reply's messages (see statsview.h): a field
+ * added to LakeStats in proto/gmlake.proto appears in --json, in `stats` and
+ * in `metrics` with no edit here; the tables below only give a field another
+ * name, unit, label, help or place. */
+#include "statsview.h"
+#include "util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------- reading a message through its descriptor ---------- */
+
+static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessage *m, const char *name) {
+  return protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+}
+
+static const void *value_at(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+  return (const char *)m + f->offset;
+}
+
+static int is_number(const ProtobufCFieldDescriptor *f) {
+  if (f->label == PROTOBUF_C_LABEL_REPEATED) return 0;
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE: case PROTOBUF_C_TYPE_FLOAT:
+  case PROTOBUF_C_TYPE_BOOL: return 1;
+  default: return 0;
+  }
+}
+
+static int is_float(const ProtobufCFieldDescriptor *f) {
+  return f->type == PROTOBUF_C_TYPE_DOUBLE || f->type == PROTOBUF_C_TYPE_FLOAT;
+}
+
+static double number(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+  const void *p = value_at(m, f);
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32: return *(const int32_t *)p;
+  case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32: return *(const uint32_t *)p;
+  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64: return (double)*(const int64_t *)p;
+  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: return (double)*(const uint64_t *)p;
+  case PROTOBUF_C_TYPE_DOUBLE: return *(const double *)p;
+  case PROTOBUF_C_TYPE_FLOAT: return *(const float *)p;
+  case PROTOBUF_C_TYPE_BOOL: return *(const protobuf_c_boolean *)p;
+  default: return 0;
+  }
+}
+
+/* An integer field exactly (uint64 beyond 2^53 too), times `scale`. */
+static void print_integer(FILE *o, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, uint64_t scale) {
+  const void *p = value_at(m, f);
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
+    fprintf(o, "%llu", (unsigned long long)(*(const uint64_t *)p * scale));
+    break;
+  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+    fprintf(o, "%lld", (long long)(*(const int64_t *)p * (int64_t)scale));
+    break;
+  default: fprintf(o, "%lld", (long long)number(m, f) * (long long)scale); break;
+  }
+}
+
+static uint64_t unsigned_of(const ProtobufCMessage *m, const char *name) {
+  const ProtobufCFieldDescriptor *f = field_of(m, name);
+  if (!f) return 0;
+  if (f->type == PROTOBUF_C_TYPE_UINT64 || f->type == PROTOBUF_C_TYPE_FIXED64) return *(const uint64_t *)value_at(m, f);
+  return (uint64_t)number(m, f);
+}
+
+/* JSON and Prometheus label text: quotes, backslashes and control bytes escaped. */
+static void print_escaped(FILE *o, const char *s, int json) {
+  for (; s && *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(o, "\\%c", ch);
+    else if (ch == '\n') fputs("\\n", o);
+    else if (ch < 32 && json) fprintf(o, "\\u%04x", ch);
+    else fputc(ch, o);
+  }
+}
+
+/* ---------- --json: every field under its name ---------- */
+
+/* printf formats of double fields in --json (others: "%.6f") */
+static const struct { const char *field, *fmt; } json_formats[] = {
+    {"lease_p50_us", "%.1f"}, {"lease_p99_us", "%.1f"}, {"since", "%.3f"},
+};
+
+void print_json(const ProtobufCMessage *m) {
+  const ProtobufCMessageDescriptor *desc = m->descriptor;
+  int first = 1;
+  putchar('{');
+  for (unsigned i = 0; i < desc->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &desc->fields[i];
+    int str = f->type == PROTOBUF_C_TYPE_STRING && f->label != PROTOBUF_C_LABEL_REPEATED;
+    if (!str && !is_number(f)) continue;
+    printf("%s\"%s\":", first ? "" : ",", f->name);
+    first = 0;
+    if (str) {
+      putchar('"');
+      print_escaped(stdout, *(char *const *)value_at(m, f), 1);
+      putchar('"');
+    } else if (f->type == PROTOBUF_C_TYPE_BOOL) {
+      fputs(number(m, f) ? "true" : "false", stdout);
+    } else if (is_float(f)) {
+      const char *fmt = "%.6f";
+      for (size_t k = 0; k < GML_ARRAY_LEN(json_formats); k++)
+        if (!strcmp(json_formats[k].field, f->name)) fmt = json_formats[k].fmt;
+      printf(fmt, number(m, f));
+    } else {
+      print_integer(stdout, m, f, 1);
+    }
+  }
+  putchar('}');
+}
+
+void print_json_list(ProtobufCMessage *const *items, size_t n) {
+  putchar('[');
+  for (size_t i = 0; i < n; i++) {
+    if (i) putchar(',');
+    print_json(items[i]);
+  }
+  printf("]\n");
+}
+
+/* ---------- stats: templates over LakeStats ---------- */
+
+/* {field} prints the field; {field:bytes} as a size, {field:chunks} as the
+ * size of that many chunks, {field:pct} as a percentage, {field:%.1f} with
+ * that format. */
+static const char *const stats_lines[] = {
+    "device {device} ({backend} backend), chunks of {chunk_size:bytes}",
+    "  lake      {chunks_total:chunks} held of limit {limit_bytes:bytes}",
+    "  chunks    {chunks_total} total: {chunks_free} free, {chunks_leased} leased, {chunks_parked} parked, "
+    "{chunks_creating} being created",
+    "  clients   {clients}: allocated {allocated:bytes}, cached {cached:bytes}, stitched {stitched:bytes}",
+    "  fragmentation {fragmentation:pct} (1 - allocated/leased)",
+    "  leases    {lease_count} served (p50 {lease_p50_us:%.1f} us, p99 {lease_p99_us:%.1f} us), {leases_refused} refused, "
+    "{optional_declined} optional ones declined; {protocol_errors} protocol errors",
+};
+/* LakeStats fields the human view leaves out on purpose (the rest appear) */
+static const char *const stats_hidden[] = {"device_total_bytes"};
+
+static void print_template_field(const ProtobufCMessage *m, const char *name, const char *spec) {
+  const ProtobufCFieldDescriptor *f = field_of(m, name);
+  char b[32];
+  if (!f) {
+    printf("?");
+  } else if (f->type == PROTOBUF_C_TYPE_STRING) {
+    printf("%s", *(char *const *)value_at(m, f));
+  } else if (!strcmp(spec, "bytes")) {
+    printf("%s", gml_format_bytes(unsigned_of(m, name), b, sizeof b));
+  } else if (!strcmp(spec, "chunks")) {
+    printf("%s", gml_format_bytes(unsigned_of(m, name) * unsigned_of(m, "chunk_size"), b, sizeof b));
+  } else if (!strcmp(spec, "pct")) {
+    printf("%.2f%%", number(m, f) * 100);
+  } else if (spec[0] == '%') {
+    printf(spec, number(m, f));
+  } else if (is_float(f)) {
+    printf("%g", number(m, f));
+  } else {
+    print_integer(stdout, m, f, 1);
+  }
+}
+
+/* Prints line with its fields filled in (print), or tells whether it shows
+ * `field` (field != NULL). */
+static int template_uses(const char *line, const char *field, int print, const ProtobufCMessage *m) {
+  for (const char *p = line; *p;) {
+    const char *open = strchr(p, '{'), *close = open ? strchr(open, '}') : NULL;
+    if (!open || !close) {
+      if (print) fputs(p, stdout);
+      break;
+    }
+    if (print) fwrite(p, 1, (size_t)(open - p), stdout);
+    char name[64] = "", spec[16] = "";
+    size_t len = (size_t)(close - open - 1);
+    const char *colon = memchr(open + 1, ':', len);
+    size_t nlen = colon ? (size_t)(colon - open - 1) : len;
+    snprintf(name, sizeof name, "%.*s", (int)nlen, open + 1);
+    if (colon) snprintf(spec, sizeof spec, "%.*s", (int)(close - colon - 1), colon + 1);
+    if (field && !strcmp(name, field)) return 1;
+    if (print) print_template_field(m, name, spec);
+    p = close + 1;
+  }
+  return 0;
+}
+
+void print_stats(const Gmlake__LakeStats *s) {
+  const ProtobufCMessage *m = &s->base;
+  for (size_t i = 0; i < GML_ARRAY_LEN(stats_lines); i++) {
+    template_uses(stats_lines[i], NULL, 1, m);
+    putchar('\n');
+  }
+  /* fields no template shows: one line, by name */
+  int n = 0;
+  for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
+    int shown = !is_number(f);
+    for (size_t k = 0; k < GML_ARRAY_LEN(stats_lines) && !shown; k++) shown = template_uses(stats_lines[k], f->name, 0, m);
+    for (size_t k = 0; k < GML_ARRAY_LEN(stats_hidden) && !shown; k++) shown = !strcmp(stats_hidden[k], f->name);
+    if (shown) continue;
+    printf("%s%s ", n++ ? ", " : "  other     ", f->name);
+    print_template_field(m, f->name, "");
+  }
+  if (n) putchar('\n');
+}
+
+/* ---------- metrics: Prometheus text ---------- */
+
+enum metric_unit { AS_IS, PER_CHUNK, US_TO_S };
+
+/* Rows of one family follow each other; the first gives type and help. A
+ * row with no family keeps that field out of the metrics. */
+static const struct metric_view {
+  const char *field, *family, *type, *help, *label;
+  enum metric_unit unit;
+  const char *fmt; /* doubles */
+} metric_views[] = {
+    {"chunks_free", "gmlake_lake_bytes", "gauge", "Bytes of the lake's chunks by state.", "state=\"free\"", PER_CHUNK, NULL},
+    {"chunks_leased", "gmlake_lake_bytes", NULL, NULL, "state=\"leased\"", PER_CHUNK, NULL},
+    {"chunks_parked", "gmlake_lake_bytes", NULL, NULL, "state=\"parked\"", PER_CHUNK, NULL},
+    {"chunks_creating", "gmlake_lake_bytes", NULL, NULL, "state=\"creating\"", PER_CHUNK, NULL},
+    {"limit_bytes", "gmlake_lake_limit_bytes", "gauge", "The most the lake may hold.", NULL, AS_IS, NULL},
+    {"allocated", "gmlake_allocated_bytes", "gauge", "Bytes in live blocks, all clients.", NULL, AS_IS, NULL},
+    {"cached", "gmlake_cached_bytes", "gauge", "Bytes leased but not allocated, all clients.", NULL, AS_IS, NULL},
+    {"fragmentation", "gmlake_fragmentation_ratio", "gauge", "1 - allocated/leased.", NULL, AS_IS, "%.6f"},
+    {"clients", "gmlake_clients", "gauge", "Connected clients.", NULL, AS_IS, NULL},
+    {"lease_count", "gmlake_leases_total", "counter", "Leases served.", NULL, AS_IS, NULL},
+    {"leases_refused", "gmlake_leases_refused_total", "counter", "Leases refused (lake full or quota).", NULL, AS_IS, NULL},
+    {"optional_declined", "gmlake_optional_leases_declined_total", "counter",
+     "Optional (headroom) leases answered: nothing free now.", NULL, AS_IS, NULL},
+    {"protocol_errors", "gmlake_protocol_errors_total", "counter", "Connections closed for a malformed message.", NULL,
+     AS_IS, NULL},
+    {"lease_p50_us", "gmlake_lease_latency_seconds", "gauge", "Lease round trip in the daemon, recent leases.",
+     "quantile=\"0.5\"", US_TO_S, "%.9f"},
+    {"lease_p99_us", "gmlake_lease_latency_seconds", NULL, NULL, "quantile=\"0.99\"", US_TO_S, "%.9f"},
+    {"device", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* the device="N" label */
+    {"backend", NULL, NULL, NULL, NULL, AS_IS, NULL},
+    {"chunk_size", NULL, NULL, NULL, NULL, AS_IS, NULL},
+    {"chunks_total", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* the sum of gmlake_lake_bytes */
+    {"stitched", NULL, NULL, NULL, NULL, AS_IS, NULL},
+    {"device_total_bytes", NULL, NULL, NULL, NULL, AS_IS, NULL},
+};
+
+static void print_sample(const ProtobufCMessage *m, const struct metric_view *v, int dev) {
+  const ProtobufCFieldDescriptor *f = field_of(m, v->field);
+  if (!f || !is_number(f)) return;
+  if (v->type) printf("# HELP %s %s\n# TYPE %s %s\n", v->family, v->help, v->family, v->type);
+  printf("%s{device=\"%d\"%s%s} ", v->family, dev, v->label ? "," : "", v->label ? v->label : "");
+  if (v->unit == US_TO_S) printf(v->fmt ? v->fmt : "%.9f", number(m, f) / 1e6);
+  else if (is_float(f)) printf(v->fmt ? v->fmt : "%.6f", number(m, f));
+  else print_integer(stdout, m, f, v->unit == PER_CHUNK ? unsigned_of(m, "chunk_size") : 1);
+  putchar('\n');
+}
+
+/* A LakeStats number without a row: gmlake_<name>, a gauge when the name
+ * ends in _bytes or it is a double, else a counter gmlake_<name>_total. */
+static void metric_by_rule(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, int dev) {
+  size_t len = strlen(f->name);
+  int gauge = is_float(f) || (len > 6 && !strcmp(f->name + len - 6, "_bytes"));
+  char family[128], help[160];
+  snprintf(family, sizeof family, "gmlake_%s%s", f->name, gauge ? "" : "_total");
+  snprintf(help, sizeof help, "LakeStats.%s (proto/gmlake.proto).", f->name);
+  struct metric_view v = {f->name, family, gauge ? "gauge" : "counter", help, NULL, AS_IS, NULL};
+  print_sample(m, &v, dev);
+}
+
+void print_metrics(const Gmlake__CtlReply *r) {
+  const ProtobufCMessage *m = &r->stats->base;
+  int dev = r->stats->device;
+  for (size_t i = 0; i < GML_ARRAY_LEN(metric_views); i++)
+    if (metric_views[i].family) print_sample(m, &metric_views[i], dev);
+  for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
+    int has_row = 0;
+    for (size_t k = 0; k < GML_ARRAY_LEN(metric_views) && !has_row; k++) has_row = !strcmp(metric_views[k].field, f->name);
+    if (!has_row && is_number(f)) metric_by_rule(m, f, dev);
+  }
+  static const struct { const char *field, *kind; } client_bytes[] = {
+      {"leased_bytes", "leased"}, {"allocated", "allocated"}, {"cached", "cached"}, {"stitched", "stitched"}};
+  printf("# HELP gmlake_client_bytes Bytes of one client by kind.\n# TYPE gmlake_client_bytes gauge\n");
+  for (size_t i = 0; i < r->n_clients; i++) {
+    const Gmlake__ClientInfo *c = r->clients[i];
+    for (size_t k = 0; k < GML_ARRAY_LEN(client_bytes); k++) {
+      printf("gmlake_client_bytes{device=\"%d\",pid=\"%d\",name=\"", dev, c->pid);
+      print_escaped(stdout, c->name, 0);
+      printf("\",kind=\"%s\"} %llu\n", client_bytes[k].kind, (unsigned long long)unsigned_of(&c->base, client_bytes[k].field));
+    }
+  }
+}

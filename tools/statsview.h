@@ -1,0 +1,16 @@
+/* statsview.h: printing the daemon's reply messages through their protobuf-c
+ * descriptors (statsview.c), for gmlakectl. */
+#ifndef GML_STATSVIEW_H
+#define GML_STATSVIEW_H
+#include "gmlake.pb-c.h"
+#include <stddef.h>
+
+/* Every string and number field under its name, as one JSON object. */
+void print_json(const ProtobufCMessage *m);
+/* A JSON array of such objects, then a newline. */
+void print_json_list(ProtobufCMessage *const *items, size_t n);
+/* `gmlakectl stats`: the text templates, then any field they leave out. */
+void print_stats(const Gmlake__LakeStats *s);
+/* `gmlakectl metrics`: Prometheus text of LakeStats and of each client. */
+void print_metrics(const Gmlake__CtlReply *r);
+#endif
