@@ -275,7 +275,11 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
 
 static void on_session_io(uv_poll_t *h, int status, int events) {
   session *s = h->data;
-  if (s->bc.closing) return;
+  if (s->fd < 0) return;
+  if (s->bc.closing) { /* a send to it failed outside this callback (a reclaim, a lease answer) */
+    session_close(s, "send failed");
+    return;
+  }
   if (status < 0) {
     session_close(s, uv_strerror(status));
     return;

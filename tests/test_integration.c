@@ -614,6 +614,44 @@ START_TEST(test_optional_headroom_leases) {
 }
 END_TEST
 
+/* A send that fails outside the client's own I/O (here a reclaim request to a
+ * client that shut its reading side) marks it closing; when it then leaves,
+ * the daemon closes it (it used to ignore every later event of that client:
+ * its session and chunks stayed, and the loop spun on its readable socket). */
+START_TEST(test_leave_after_failed_send) {
+  start_daemon("--limit 8MiB --prefetch 0");
+  proc a = client_start(sock_path);
+  client_first_line(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 0"); /* the lake is full */
+  proc b = client_start(sock_path); /* before r: it would inherit r's socket */
+  client_first_line(&b);
+  int r = raw_connect();
+  send_hello(r);
+  char buf[512];
+  ck_assert_int_gt(recv(r, buf, sizeof buf, 0), 0); /* the hello reply */
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.cached = 4 << 20; /* idle cache: the daemon will ask it to give some back */
+  env.seq = 2;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
+  env.usage = &u;
+  send_env(r, &env, NULL, 0);
+  shutdown(r, SHUT_RD); /* sends to it fail from now on (EPIPE) */
+  msleep(50);
+  ck_assert_int_eq(stat_num("clients"), 3);
+  /* waits for the lake, the daemon asks r for its cache (the send fails), then refuses */
+  ck_assert_ptr_nonnull(strstr(client_cmd(&b, "alloc %d", 2 << 20), "err"));
+  close(r);
+  long long n = -1;
+  for (int i = 0; i < 40 && (n = stat_num("clients")) != 2; i++) msleep(25);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* Prometheus text, checked by a real parser. */
 START_TEST(test_metrics_parse) {
   start_daemon("--limit 64MiB");
@@ -672,6 +710,7 @@ int main(void) {
   tcase_add_test(tc, test_trim);
   tcase_add_test(tc, test_reclaim_between_clients);
   tcase_add_test(tc, test_optional_headroom_leases);
+  tcase_add_test(tc, test_leave_after_failed_send);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
