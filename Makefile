@@ -73,9 +73,9 @@ $(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/statsview.c) $(COMMON_OBJ
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
-$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_wire.c \
+$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \
                       tests/test_growable.c tests/test_api.c) \
-                    $(call obj,daemon/lake.c daemon/broker.c) $(BUILD)/libgmlake-client.a
+                    $(call obj,daemon/lake.c daemon/broker.c daemon/config.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 $(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmlake-client.a

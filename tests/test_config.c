@@ -1,0 +1,157 @@
+/* gmlaked's settings (daemon/config.c): defaults, the config file, flags over
+ * the file, values refused with the key named, --help from the same table. */
+#include "config.h"
+#include "log.h"
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char conf[64];
+
+static void setup(void) {
+  snprintf(conf, sizeof conf, "/tmp/gml-config-test.XXXXXX");
+  int fd = mkstemp(conf);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+}
+static void teardown(void) { unlink(conf); }
+
+static void write_conf(const char *text) {
+  FILE *f = fopen(conf, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* config_load with "--config <conf>" and up to 4 more arguments; what it
+ * says on stderr (the refusals under test) goes to /dev/null. */
+static int load(gmld_config *c, const char *a1, const char *a2, const char *a3, const char *a4) {
+  char *argv[8] = {"gmlaked", "--config", conf};
+  int argc = 3;
+  const char *more[] = {a1, a2, a3, a4};
+  for (int i = 0; i < 4 && more[i]; i++) argv[argc++] = (char *)more[i];
+  fflush(stderr);
+  int saved = dup(2), null = open("/dev/null", O_WRONLY);
+  dup2(null, 2);
+  int rc = config_load(c, argc, argv);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved), close(null);
+  return rc;
+}
+
+START_TEST(test_defaults) {
+  gmld_config c;
+  write_conf("# nothing set\n\n");
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(c.device, 0);
+  ck_assert_str_eq(c.backend, "auto");
+  ck_assert_uint_eq(c.prefetch_bytes, 256ull << 20);
+  ck_assert_uint_eq(c.preallocate_bytes, 0);
+  ck_assert_int_eq(c.creators, 4);
+  ck_assert_uint_eq(c.socket_mode, 0660);
+  ck_assert_int_eq(c.log_level, GML_LOG_INFO);
+  ck_assert_str_eq(c.limit, "");
+  ck_assert_str_eq(c.socket_path, "");
+  ck_assert_int_eq(c.foreground, 0);
+  ck_assert_str_eq(c.config_path, conf);
+}
+END_TEST
+
+START_TEST(test_file_then_flags) {
+  gmld_config c;
+  write_conf("device = 2\n"
+             "  creators=8   # comment\n"
+             "socket-mode = 0600\n"
+             "limit = 40%\n"
+             "prefetch = 64MiB\n"
+             "backend = host\n"
+             "foreground\n"
+             "quota = uid:1000 1GiB\n");
+  ck_assert_int_eq(load(&c, "--creators", "3", "--log-level=debug", NULL), 0);
+  ck_assert_int_eq(c.device, 2);
+  ck_assert_int_eq(c.creators, 3); /* the flag wins */
+  ck_assert_uint_eq(c.socket_mode, 0600); /* octal */
+  ck_assert_str_eq(c.limit, "40%");
+  ck_assert_uint_eq(c.prefetch_bytes, 64ull << 20);
+  ck_assert_str_eq(c.backend, "host");
+  ck_assert_int_eq(c.foreground, 1);
+  ck_assert_int_eq(c.log_level, GML_LOG_DEBUG);
+  ck_assert_int_eq(c.nquotas, 1);
+  ck_assert_int_eq(c.quotas[0].by_uid, 1);
+  ck_assert_uint_eq(c.quotas[0].key, 1000);
+  ck_assert_uint_eq(c.quotas[0].bytes, 1ull << 30);
+  /* loaded again (SIGHUP): the same result, nothing left over from before */
+  ck_assert_int_eq(load(&c, "--creators", "3", NULL, NULL), 0);
+  ck_assert_int_eq(c.creators, 3);
+  ck_assert_int_eq(c.nquotas, 1);
+  ck_assert_int_eq(c.log_level, GML_LOG_INFO);
+}
+END_TEST
+
+START_TEST(test_bad_values) {
+  gmld_config c;
+  write_conf("");
+  static const char *const bad[][2] = {
+      {"--creators", "65"}, {"--creators", "0"},   {"--device", "-1"},       {"--device", "1024"},
+      {"--socket-mode", "0800"}, {"--backend", "gpu"}, {"--limit", "0"},   {"--limit", "lots"},
+      {"--prefetch", "lots"},  {"--control", "/no/scheme"}, {"--log-level", "loud"}, {"--socket", ""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    ck_assert_msg(load(&c, bad[i][0], bad[i][1], NULL, NULL) == -1, "%s %s accepted", bad[i][0], bad[i][1]);
+  ck_assert_int_eq(load(&c, "--creators", "64", "--device", "1023"), 0); /* the ends of the ranges */
+  ck_assert_int_eq(load(&c, "--no-such-flag", NULL, NULL, NULL), -1);
+  ck_assert_int_eq(load(&c, "extra", NULL, NULL, NULL), -1);
+  write_conf("no-such-key = 1\n");
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), -1);
+  write_conf("config = /elsewhere\n"); /* only a flag */
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), -1);
+  write_conf("quota = 0 1GiB\n"); /* pid 0 */
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), -1);
+}
+END_TEST
+
+/* --help comes from the same table: every option, its argument, its default. */
+START_TEST(test_usage_from_table) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  config_usage(f);
+  fclose(f);
+  static const char *const lines[] = {
+      "  --device N            GPU index (default 0)\n",
+      "  --prefetch BYTES      chunks created ahead of demand (default 256MiB)\n",
+      "  --creators N          threads creating chunks (default 4)\n",
+      "  --socket-mode OCTAL   permissions of the socket (default 0660)\n",
+      "  --limit BYTES|PCT%    the most the lake holds (default 90% of the device; host: 50% of RAM)\n",
+      "  --foreground          stay in the foreground (always true; kept for scripts)\n",
+  };
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+    ck_assert_msg(strstr(text, lines[i]) != NULL, "--help lacks: %s", lines[i]);
+  free(text);
+  gmld_config c;
+  write_conf("");
+  FILE *saved = stdout;
+  stdout = fopen("/dev/null", "w");
+  int rc = load(&c, "--help", NULL, NULL, NULL);
+  fclose(stdout);
+  stdout = saved;
+  ck_assert_int_eq(rc, 1);
+}
+END_TEST
+
+Suite *config_suite(void) {
+  Suite *s = suite_create("config");
+  TCase *tc = tcase_create("config");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_defaults);
+  tcase_add_test(tc, test_file_then_flags);
+  tcase_add_test(tc, test_bad_values);
+  tcase_add_test(tc, test_usage_from_table);
+  suite_add_tcase(s, tc);
+  return s;
+}
