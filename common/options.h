@@ -51,9 +51,9 @@
   X(NOTIFY_SOCKET, "NOTIFY_SOCKET", "path", "", "gmlaked", "set by systemd: where READY=1 / STOPPING=1 go")      \
   X(JOURNAL_STREAM, "JOURNAL_STREAM", "any", "", "all",                                                          \
     "set by systemd: log lines carry priority prefixes for journald")                                         \
-  X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "/tmp", "all",                                                   \
-    "a daemon that cannot write /run/gmlake puts its socket and control endpoint here (/tmp when unset); "      \
-    "clients and gmlakectl look here after /run/gmlake (never in /tmp)")
+  X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "", "all",                                                       \
+    "a daemon that cannot write /run/gmlake puts its socket and control endpoint here (unset: it asks for "     \
+    "--socket/--control); clients and gmlakectl look here after /run/gmlake (never in /tmp)")
 
 typedef enum gml_env_id {
 #define GML_ENV_ID(id, name, type, def, who, help) GML_ENV_##id,

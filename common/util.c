@@ -62,19 +62,21 @@ static void runtime_dir(char *buf, size_t len) {
     return;
   }
   const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
-  snprintf(buf, len, "%s", x && *x ? x : "/tmp");
+  snprintf(buf, len, "%s", x && *x == '/' ? x : ""); /* never /tmp: no client would look there */
 }
 
 void gml_default_socket_path(int device, char *buf, size_t len) {
   char dir[256];
   runtime_dir(dir, sizeof dir);
-  snprintf(buf, len, "%s/gmlake-%d.sock", dir, device);
+  if (dir[0]) snprintf(buf, len, "%s/gmlake-%d.sock", dir, device);
+  else if (len) buf[0] = 0;
 }
 
 void gml_default_control_url(int device, char *buf, size_t len) {
   char dir[256];
   runtime_dir(dir, sizeof dir);
-  snprintf(buf, len, "ipc://%s/gmlake-%d.ctl", dir, device);
+  if (dir[0]) snprintf(buf, len, "ipc://%s/gmlake-%d.ctl", dir, device);
+  else if (len) buf[0] = 0;
 }
 
 void gml_client_control_url(int device, char *buf, size_t len) {

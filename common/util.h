@@ -26,8 +26,8 @@ const char *gml_format_bytes(uint64_t v, char *buf, size_t len);
 /* Raise RLIMIT_NOFILE to its hard limit: every chunk is an fd. */
 void gml_raise_fd_limit(void);
 /* Where a daemon of a device puts its socket and control endpoint by default:
- * /run/gmlake when it may write there, else $XDG_RUNTIME_DIR. (Clients look
- * for the daemon as client/discover.h says.) */
+ * /run/gmlake when it may write there, else $XDG_RUNTIME_DIR; "" when
+ * neither (never /tmp). (Clients look for the daemon as client/discover.h says.) */
 void gml_default_socket_path(int device, char *buf, size_t len);
 void gml_default_control_url(int device, char *buf, size_t len);
 /* The control endpoint gmlakectl talks to: the system daemon's

@@ -151,6 +151,12 @@ int main(int argc, char **argv) {
   gml_log_set_level(c->log_level);
   if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
   if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
+  if (!c->socket_path[0] || !c->control_url[0]) {
+    fprintf(stderr, "gmlaked: /run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
+                    "(not in /tmp or another directory others may write: clients refuse those)\n");
+    free(d);
+    return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
   gml_raise_fd_limit();
   char msg[512];

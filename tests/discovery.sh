@@ -87,6 +87,13 @@ if [ "$(id -u)" = 0 ]; then
   echo close | GMLAKE_SOCKET="$p/root/b.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >/dev/null 2>"$p/err" && fail "used a daemon running as uid $nobody behind a root socket"
   grep -q "runs as uid $nobody, neither root nor the socket's owner (0)" "$p/err" || fail "unclear error: $(cat "$p/err")"
   echo "  a root-owned socket served by uid $nobody: refused after SO_PEERCRED"
+  # 7. a daemon that may not write /run/gmlake and has no XDG_RUNTIME_DIR does not fall back to /tmp
+  if [ ! -e /run/gmlake ] || [ "$(stat -c %a /run/gmlake)" != 777 ]; then
+    if env -u XDG_RUNTIME_DIR timeout 10 setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$(pwd)/$BUILD/gmlaked" --backend host \
+         >"$p/out" 2>&1; then fail "gmlaked without /run/gmlake or XDG_RUNTIME_DIR started"; fi
+    grep -q "XDG_RUNTIME_DIR is unset: give --socket" "$p/out" || fail "unclear error: $(cat "$p/out")"
+    echo "  gmlaked as uid $nobody without XDG_RUNTIME_DIR: refuses to start (no socket in /tmp)"
+  fi
 else
-  echo "  (not root: the socket-owner and SO_PEERCRED cases need root)"
+  echo "  (not root: the socket-owner, SO_PEERCRED and daemon-default cases need root)"
 fi

@@ -297,6 +297,11 @@ int main(int argc, char **argv) {
   if (!url[0]) {
     if (gml_env(GML_ENV_CONTROL)) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
     else gml_client_control_url(device, url, sizeof url);
+    if (!url[0]) {
+      fprintf(stderr, "gmlakectl: no daemon of device %d: /run/gmlake/gmlake-%d.ctl does not exist and XDG_RUNTIME_DIR is "
+                      "unset (give --control)\n", device, device);
+      return 1;
+    }
   }
   c.url = url;
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
