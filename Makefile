@@ -32,6 +32,7 @@ GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/client.c client/torch.c client/growable.c client/discover.c
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/creator.c daemon/control.c
+CLIENT_SRC += client/link.c client/reclaim.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -41,7 +42,7 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 LIBS := -lprotobuf-c -ldl
 BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
-TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/gml-testclient
+TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/gml-testclient
 
 .PHONY: all clean test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
@@ -80,6 +81,9 @@ $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_l
 
 $(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
+
+$(BUILD)/test_elastic: $(call obj,tests/test_elastic.c)
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)

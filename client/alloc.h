@@ -161,6 +161,12 @@ size_t gml_alloc_size_of(gml_allocator *a, void *ptr);
 void gml_alloc_stats(gml_allocator *a, gml_stats *st);
 /* Unmap idle chunks and give up to max_bytes (0 = all) back to the source. */
 size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes);
+/* Give up to max_bytes (0 = all) of free chunks back without waiting for the
+ * device: those mapped nowhere, and mapped ones a fence says the streams are
+ * done with (reclaim.c; for a thread other than the caller's). *free_left:
+ * free chunks still held afterwards (a later call may give more once the
+ * fence passes). */
+size_t gml_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left);
 /* Consistency check for tests: 0 when every invariant holds, else a GML_E*
  * code with the broken invariant in a->last_error. */
 int gml_alloc_check(gml_allocator *a);

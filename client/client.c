@@ -1,7 +1,7 @@
 /* client.c: gml_open/gml_close and the two chunk sources of the allocator:
  * the daemon (lease/return over the Unix socket, fds imported with the
- * backend) or, embedded, the backend itself. Also the periodic usage report
- * and the daemon's reclaim requests. */
+ * backend) or, embedded, the backend itself. Also the periodic usage report;
+ * the daemon's requests (reclaim) are served by link.c's threads. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -13,7 +13,6 @@
 #include "util.h"
 #include "wire.h"
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +69,7 @@ static void free_received(Gmlake__Envelope *env, const int *fds, int nfds) {
 /* Send env; when want_reply, wait for the reply with the same seq (handling
  * unsolicited messages meanwhile). conn_lock held. */
 static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  if (c->link) return gml_link_call(c, env, want_reply, reply, fds, nfds); /* the reader thread receives */
   if (c->daemon_gone) return GML_EDAEMON;
   env->seq = ++c->seq;
   uint8_t *frame;
@@ -178,7 +178,7 @@ static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint
   }
 }
 
-static void send_usage_report(gml_client *c) {
+void gml_client_report(gml_client *c) {
   gml_stats st;
   gml_alloc_stats(&c->alloc, &st);
   gml_grow_stats(c, &st);
@@ -194,20 +194,7 @@ static void send_usage_report(gml_client *c) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
   env.usage = &u;
   pthread_mutex_lock(&c->conn_lock);
-  conn_call(c, &env, 0, NULL, NULL, NULL);
-  /* pick up a reclaim request that came while we were busy */
-  struct pollfd pfd = {c->sock, POLLIN, 0};
-  while (!c->daemon_gone && poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN)) {
-    Gmlake__Envelope *in;
-    int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
-    if (gml_wire_recv(c->sock, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) {
-      c->daemon_gone = 1;
-      GML_ERR("connection to the daemon lost");
-      break;
-    }
-    handle_unsolicited(c, in);
-    free_received(in, fds, nfds);
-  }
+  conn_call(c, &env, 0, NULL, NULL, NULL); /* the daemon's requests are the reader thread's (link.c) */
   c->last_report_ns = gml_now_ns();
   pthread_mutex_unlock(&c->conn_lock);
 }
@@ -221,7 +208,7 @@ static void client_housekeeping(gml_client *c, int force) {
     GML_INFO("returned %zu bytes of idle cache to the lake", freed);
     force = 1;
   }
-  if (force || gml_now_ns() - c->last_report_ns > REPORT_INTERVAL_NS) send_usage_report(c);
+  if (force || gml_now_ns() - c->last_report_ns > REPORT_INTERVAL_NS) gml_client_report(c);
 }
 
 /* The named socket, else the system daemon's then the user's (discover.c
@@ -369,6 +356,9 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       if (gml_parse_size(opt.limit, t, &lim)) lim = 0;
     }
     c->alloc.limit_bytes = lim;
+  } else if ((rc = gml_link_start(c))) {
+    gml_alloc_destroy(&c->alloc);
+    goto fail;
   }
   *out = c;
   return 0;
@@ -383,8 +373,10 @@ fail:
 
 int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
+  gml_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
   gml_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
   gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
+  gml_link_stop(c);
   if (c->sock >= 0) close(c->sock);
   gml_backend_close(c->be);
   pthread_mutex_destroy(&c->conn_lock);

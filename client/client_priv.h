@@ -5,6 +5,7 @@
 #define GML_CLIENT_PRIV_H
 #include "alloc.h"
 #include "gmlake.h"
+#include "wire.h"
 #include <pthread.h>
 #include <stdint.h>
 
@@ -28,13 +29,27 @@ struct gml_client {
   pthread_mutex_t conn_lock;
   uint64_t seq;
   uint64_t client_id;
-  int daemon_gone;
+  int daemon_gone;          /* set by link.c's reader (atomic) */
+  struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
+  uint64_t reclaims_served; /* reclaim requests the keeper served */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
   uint32_t ops_since_check;
   gml_grow_state grow;
   char last_error[256];
 };
+
+/* link.c: the daemon connection's threads (see there). start after hello;
+ * quiesce (the keeper stops) before the allocator goes; stop at last. */
+typedef struct gml_link gml_link;
+int gml_link_start(gml_client *c);
+void gml_link_quiesce(gml_client *c);
+void gml_link_stop(gml_client *c);
+/* Send env (its seq set here); with want_reply, wait for the reply the reader
+ * routes back. conn_lock held. GML_EDAEMON when the connection is gone. */
+int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds);
+/* client.c: send the allocator's numbers to the daemon now. */
+void gml_client_report(gml_client *c);
 
 /* growable.c */
 void gml_grow_init(gml_client *c);

@@ -7,6 +7,8 @@ echo "== unit tests ($BUILD)"
 "$BUILD/test_unit"
 echo "== multi-process integration tests ($BUILD)"
 "$BUILD/test_integration"
+echo "== the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
+"$BUILD/test_elastic"
 echo "== replay of the recorded PyTorch traces ($BUILD)"
 "$BUILD/gmlake-replay" --check 5000 tests/traces/*.trace.gz
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
