@@ -102,6 +102,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
   b->is_free = 0;
   b->stream = stream;
   b->stitched = (uint8_t)stole;
+  b->pause_tag = a->tag;
   if (gml_ptrmap_put(&a->live, b->addr, b)) {
     rc = malloc_untracked_slow(a, r, b, first, last);
     pthread_mutex_unlock(&a->lock);
@@ -124,6 +125,12 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
     snprintf(a->last_error, sizeof a->last_error, "free of %p: not a live block of this client", ptr);
     pthread_mutex_unlock(&a->lock);
     return GML_EBADPTR;
+  }
+  if (b->paused) { /* its slots are let go already: it becomes free at resume (pause.c) */
+    b->paused = GML_PAUSED_FREED;
+    a->free_count++;
+    pthread_mutex_unlock(&a->lock);
+    return 0;
   }
   gml_region *r = &a->regions[b->region];
   uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);

@@ -146,6 +146,8 @@ typedef struct gml_allocator {
   int timing;           /* config: also sum the time of every malloc in malloc_ns */
   uint64_t malloc_ns;
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
+  uint32_t tag;        /* given to new blocks (gml_set_tag); pause may take only one tag's blocks */
+  uint64_t paused_bytes;  /* bytes of paused blocks (pause.c): not in allocated */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;
   char last_error[256];

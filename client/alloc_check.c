@@ -31,6 +31,10 @@ int gml_alloc_check(gml_allocator *a) {
       if (b->is_free) {
         nfree++;
         CHECK(!(b->next && b->next->is_free && b->next->pool == b->pool), "adjacent free blocks of one pool not merged");
+      } else if (b->paused == GML_PAUSED_FREED) { /* out of the pointer map, no slots: free at resume */
+      } else if (b->paused) {                    /* in the pointer map, no slots, not allocated */
+        live++;
+        CHECK(gml_ptrmap_take(&a->live, b->addr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->addr);
       } else {
         allocated += b->size;
         live++;

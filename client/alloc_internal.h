@@ -29,7 +29,10 @@ struct gml_block {
   gml_stream stream;        /* stream allocated on (live) / freed on (free) */
   uintptr_t event;          /* free: recorded on `stream` when has_event */
   uint8_t has_event;
+  uint8_t paused;           /* live block whose slots were let go (pause.c): GML_PAUSED_* */
+  uint32_t pause_tag;       /* a->tag when it was allocated (gml_set_tag) */
 };
+enum { GML_PAUSED_NO = 0, GML_PAUSED = 1, GML_PAUSED_FREED = 2 /* freed while paused: becomes free at resume */ };
 
 /* ---------- layout ---------- */
 

@@ -182,8 +182,11 @@ void gml_client_report(gml_client *c) {
   gml_stats st;
   gml_alloc_stats(&c->alloc, &st);
   gml_grow_stats(c, &st);
+  gml_pause_stats(c, &st);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.paused = st.paused_bytes;
+  u.paused_saved = st.paused_saved;
   u.growable_mapped = st.growable_mapped;
   u.growable_unmapped = st.growable_unmapped;
   u.allocated = st.allocated;
@@ -374,6 +377,7 @@ fail:
 int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
   gml_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
+  gml_pause_destroy(c);         /* paused content is dropped */
   gml_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
   gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
   gml_link_stop(c);
@@ -412,6 +416,7 @@ int gml_stats_get(gml_client *c, gml_stats *out) {
   if (!c || !out) return GML_EINVAL;
   gml_alloc_stats(&c->alloc, out);
   gml_grow_stats(c, out);
+  gml_pause_stats(c, out);
   out->version = GML_VERSION;
   out->mode = c->mode;
   return 0;

@@ -32,6 +32,7 @@ struct gml_client {
   int daemon_gone;          /* set by link.c's reader (atomic) */
   struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
   uint64_t reclaims_served; /* reclaim requests the keeper served */
+  struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
   uint32_t ops_since_check;
@@ -50,6 +51,10 @@ void gml_link_stop(gml_client *c);
 int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds);
 /* client.c: send the allocator's numbers to the daemon now. */
 void gml_client_report(gml_client *c);
+
+/* pause.c: the paused bytes and saved content into st; freeing at close. */
+void gml_pause_stats(gml_client *c, gml_stats *st);
+void gml_pause_destroy(gml_client *c);
 
 /* growable.c */
 void gml_grow_init(gml_client *c);

@@ -36,6 +36,10 @@ struct gml_backend_ops {
   int (*read)(gml_backend *be, uintptr_t va, void *dst, size_t n);
   int (*mem_info)(gml_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
   void (*destroy)(gml_backend *be);
+  /* Host memory that read/write copy to and from fast (pause's saved
+   * content): page-locked on cuda (cuMemAllocHost), plain on host. */
+  int (*host_alloc)(gml_backend *be, size_t size, void **p);
+  void (*host_free)(gml_backend *be, void *p);
 };
 
 struct gml_backend {

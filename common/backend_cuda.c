@@ -179,6 +179,19 @@ static int cuda_read(gml_backend *be, uintptr_t va, void *dst, size_t n) {
   return 0;
 }
 
+static int cuda_host_alloc(gml_backend *be, size_t size, void **ptr) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemAllocHost_v2(ptr, size));
+  return 0;
+}
+
+static void cuda_host_free(gml_backend *be, void *ptr) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  p->api.cuMemFreeHost(ptr);
+}
+
 static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
@@ -203,7 +216,7 @@ static const struct gml_backend_ops cuda_ops = {
     .set_access = cuda_set_access,     .unmap = cuda_unmap,               .event_record = cuda_event_record,
     .event_done = cuda_event_done,     .event_destroy = cuda_event_destroy, .synchronize = cuda_synchronize,
     .write = cuda_write,               .read = cuda_read,                 .mem_info = cuda_mem_info,
-    .destroy = cuda_destroy,
+    .destroy = cuda_destroy,           .host_alloc = cuda_host_alloc,     .host_free = cuda_host_free,
 };
 
 int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {

@@ -122,13 +122,24 @@ static int host_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_
 }
 static void host_destroy(gml_backend *be) { free(be); }
 
+static int host_host_alloc(gml_backend *be, size_t size, void **p) {
+  (void)be;
+  *p = malloc(size ? size : 1);
+  return *p ? 0 : GML_ENOMEM;
+}
+
+static void host_host_free(gml_backend *be, void *p) {
+  (void)be;
+  free(p);
+}
+
 static const struct gml_backend_ops host_ops = {
     .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
     .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
     .set_access = host_set_access,     .unmap = host_unmap,               .event_record = host_event_record,
     .event_done = host_event_done,     .event_destroy = host_event_destroy, .synchronize = host_synchronize,
     .write = host_write,               .read = host_read,                 .mem_info = host_mem_info,
-    .destroy = host_destroy,
+    .destroy = host_destroy,           .host_alloc = host_host_alloc,     .host_free = host_host_free,
 };
 
 int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {

@@ -142,6 +142,8 @@ typedef struct CUmemAccessDesc_st {
   X(cuMemGetInfo_v2, (size_t *, size_t *))                                                                      \
   X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                                                       \
   X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                                             \
+  X(cuMemAllocHost_v2, (void **, size_t))                                                                       \
+  X(cuMemFreeHost, (void *))                                                                                    \
   X(cuEventCreate, (CUevent *, unsigned int))                                                                   \
   X(cuEventRecord, (CUevent, CUstream))                                                                         \
   X(cuEventQuery, (CUevent))                                                                                    \

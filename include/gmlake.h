@@ -95,6 +95,9 @@ typedef struct gml_stats {
   uint64_t growable_ranges;   /* live ranges */
   uint64_t growable_mapped;   /* bytes of chunks mapped into them (physical memory held) */
   uint64_t growable_unmapped; /* bytes reserved for them but not mapped (address space only) */
+  /* Pause (gml_pause): */
+  uint64_t paused_bytes;      /* bytes of paused blocks (not in allocated; their chunks are back in the lake) */
+  uint64_t paused_saved;      /* bytes of their content saved in host memory or a file */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
@@ -162,6 +165,30 @@ GML_API int gml_growable_is_mapped(gml_growable *g, size_t offset);
 GML_API int gml_growable_info_get(gml_growable *g, gml_growable_info *out);
 /* Unmap everything, give the chunks back and free the address range. */
 GML_API int gml_growable_destroy(gml_growable *g);
+
+/* Pause and resume: give this process's memory back to the lake while every
+ * pointer stays valid. gml_pause synchronizes the device, copies the content
+ * of the live allocations (all of them, or with tag != 0 those allocated
+ * while gml_set_tag(c, tag) was in force) to host memory (page-locked on
+ * cuda) or, with gml_pause_file, to a file at path (created, 0600, removed at
+ * resume), and returns their chunks, with all idle cache, to the lake; the
+ * virtual ranges stay reserved. gml_resume leases chunks again, maps them at
+ * the same addresses and copies the content back. GML_PAUSE_DISCARD saves
+ * nothing: the content after resume is undefined (KV caches, activations).
+ * While paused the client goes on: new allocations lease chunks as usual and
+ * never land on a paused allocation's addresses; freeing a paused allocation
+ * is allowed (it is not restored); the caller must not touch paused memory
+ * (on the host backend it is unmapped: SIGSEGV). A second pause before resume
+ * is GML_EINVAL. A resume the lake cannot serve returns GML_ENOMEM (or
+ * GML_EQUOTA) with the rest still paused: call it again. Growable ranges are
+ * not paused. gml_stats' paused_bytes/paused_saved, and `gmlakectl clients`,
+ * show it. */
+#define GML_PAUSE_DISCARD 1u /* do not save content */
+#define GML_PAUSE_FILE 2u    /* (gml_pause_file) save it to a file, not host memory */
+GML_API int gml_set_tag(gml_client *c, uint32_t tag); /* tag of later allocations (0: none) */
+GML_API int gml_pause(gml_client *c, unsigned flags, uint32_t tag);
+GML_API int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path);
+GML_API int gml_resume(gml_client *c);
 
 /* PyTorch CUDAPluggableAllocator entry points (one client per device, thread-safe). */
 GML_API void *gmlake_torch_malloc(ssize_t size, int device, void *stream);

@@ -10,6 +10,7 @@ Suite *config_suite(void);
 Suite *wire_suite(void);
 Suite *growable_suite(void);
 Suite *api_suite(void);
+Suite *pause_suite(void);
 
 int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
@@ -19,6 +20,7 @@ int main(void) {
   srunner_add_suite(sr, wire_suite());
   srunner_add_suite(sr, growable_suite());
   srunner_add_suite(sr, api_suite());
+  srunner_add_suite(sr, pause_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

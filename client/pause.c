@@ -1,0 +1,261 @@
+/* pause.c: gml_pause / gml_resume (gmlake.h). Pause gives a process's
+ * memory back to the lake while its pointers stay valid: the content of the
+ * live blocks (all, or those allocated under one tag) is copied to host
+ * memory (page-locked on cuda: the backend's host_alloc) or to a file, each
+ * block lets go of its slots (its chunks become free and go back with the
+ * rest of the idle cache), and the block itself stays live, so its virtual
+ * range is never handed out again. Resume claims the slots again (chunks
+ * leased or taken from the cache, mapped at the same addresses: the
+ * allocator's own slot mapping) and copies the content back.
+ *
+ * While paused, the allocator goes on: new allocations lease chunks as
+ * usual (they never land on a paused block's addresses); a paused block that
+ * is freed becomes a free block at resume (gml_alloc_free marks it); only a
+ * second pause is refused until resume. Growable ranges are not paused.
+ * Everything runs under the allocator's lock, after a device synchronize
+ * (the streams' work on the content is done before it is copied). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "alloc_internal.h"
+#include "client_priv.h"
+#include "log.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PAUSE_BOUNCE (64u << 20) /* copy buffer between the device and a file */
+
+typedef struct paused_block {
+  gml_block *b; /* NULL once resumed */
+  uintptr_t addr;
+  size_t size, off; /* off: where its content is saved */
+} paused_block;
+
+struct gml_pause {
+  unsigned flags;
+  uint32_t tag;
+  paused_block *v;
+  size_t n;
+  void *host;       /* saved content (host memory), or the bounce buffer (file) */
+  size_t host_size;
+  int fd;           /* GML_PAUSE_FILE: the file, -1 otherwise */
+  char path[256];
+  uint64_t saved;   /* bytes of content saved */
+};
+
+static int fail(gml_client *c, int rc, const char *fmt, const char *arg) {
+  snprintf(c->last_error, sizeof c->last_error, fmt, arg);
+  GML_WARN("%s", c->last_error);
+  return rc;
+}
+
+static void pause_free(gml_client *c, struct gml_pause *p) {
+  if (p->host) c->be->ops->host_free(c->be, p->host);
+  if (p->fd >= 0) {
+    close(p->fd);
+    unlink(p->path);
+  }
+  free(p->v);
+  free(p);
+}
+
+/* Copy one block between the device and its saved place (to_host: save). */
+static int copy_block(gml_client *c, struct gml_pause *p, paused_block *pb, int to_host) {
+  gml_backend *be = c->be;
+  if (p->fd < 0) {
+    char *h = (char *)p->host + pb->off;
+    return to_host ? be->ops->read(be, pb->addr, h, pb->size) : be->ops->write(be, pb->addr, h, pb->size);
+  }
+  for (size_t done = 0; done < pb->size;) {
+    size_t n = GML_MIN(pb->size - done, p->host_size);
+    off_t at = (off_t)(pb->off + done);
+    int rc = 0;
+    if (to_host) {
+      rc = be->ops->read(be, pb->addr + done, p->host, n);
+      if (!rc && pwrite(p->fd, p->host, n, at) != (ssize_t)n) rc = GML_ESYS;
+    } else {
+      if (pread(p->fd, p->host, n, at) != (ssize_t)n) rc = GML_ESYS;
+      if (!rc) rc = be->ops->write(be, pb->addr + done, p->host, n);
+    }
+    if (rc) return rc;
+    done += n;
+  }
+  return 0;
+}
+
+/* The live blocks to pause (tag 0: all), their sizes summed. a->lock held. */
+static int collect(gml_allocator *a, struct gml_pause *p, size_t *total) {
+  size_t cap = a->live.count ? a->live.count : 1;
+  p->v = calloc(cap, sizeof *p->v);
+  if (!p->v) return GML_ENOMEM;
+  *total = 0;
+  for (size_t i = 0; i < a->live.cap; i++) {
+    gml_block *b = a->live.vals[i];
+    if (!a->live.keys[i] || !b || (p->tag && b->pause_tag != p->tag)) continue;
+    p->v[p->n++] = (paused_block){b, b->addr, b->size, *total};
+    *total += b->size;
+  }
+  return 0;
+}
+
+static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const char *path) {
+  if (p->flags & GML_PAUSE_DISCARD || !total) return 0;
+  if (p->flags & GML_PAUSE_FILE) {
+    snprintf(p->path, sizeof p->path, "%s", path);
+    p->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (p->fd < 0) return fail(c, GML_ESYS, "pause: cannot create %s", path);
+    p->host_size = GML_MIN(total, (size_t)PAUSE_BOUNCE);
+  } else {
+    p->host_size = total;
+  }
+  int rc = c->be->ops->host_alloc(c->be, p->host_size, &p->host);
+  if (rc) {
+    p->host = NULL;
+    char what[32];
+    return fail(c, GML_ENOMEM, "pause: no host memory for %s of content", gml_format_bytes(p->host_size, what, sizeof what));
+  }
+  return 0;
+}
+
+int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path) {
+  if (!c || (flags & ~(unsigned)(GML_PAUSE_DISCARD | GML_PAUSE_FILE)) || (!(flags & GML_PAUSE_FILE)) != !path) return GML_EINVAL;
+  gml_allocator *a = &c->alloc;
+  struct gml_pause *p = calloc(1, sizeof *p);
+  if (!p) return GML_ENOMEM;
+  p->flags = flags;
+  p->tag = tag;
+  p->fd = -1;
+  pthread_mutex_lock(&a->lock);
+  if (c->pause) {
+    pthread_mutex_unlock(&a->lock);
+    free(p);
+    return fail(c, GML_EINVAL, "pause: %s", "already paused (resume first)");
+  }
+  c->last_error[0] = 0;
+  size_t total = 0;
+  int rc = a->be->ops->synchronize(a->be); /* the streams are done with the content */
+  if (!rc) rc = collect(a, p, &total);
+  if (!rc) rc = save_storage(c, p, total, path);
+  for (size_t i = 0; !rc && p->host && i < p->n; i++) rc = copy_block(c, p, &p->v[i], 1);
+  if (rc) {
+    pthread_mutex_unlock(&a->lock);
+    pause_free(c, p);
+    if (!c->last_error[0]) fail(c, rc, "pause: saving content failed (%s)", gml_strerror(rc));
+    return rc;
+  }
+  p->saved = p->host ? total : 0;
+  a->tick++;
+  for (size_t i = 0; i < p->n; i++) { /* let go of the slots: the blocks stay live, their chunks become free */
+    gml_block *b = p->v[i].b;
+    for (uint32_t s = slot_of(a, b->addr); s <= slot_of(a, b->addr + b->size - 1); s++)
+      if (--a->slot_use[s] == 0) slot_release(a, s);
+    a->allocated -= b->size;
+    if (b->stitched) a->stitched -= b->size;
+    a->paused_bytes += b->size;
+    b->paused = GML_PAUSED;
+  }
+  c->pause = p;
+  pthread_mutex_unlock(&a->lock);
+  size_t back = gml_alloc_release_idle(a, 0); /* every free chunk goes back, the paused blocks' with them */
+  char s1[32], s2[32];
+  GML_INFO("paused %zu block(s) of %s (tag %u, %s saved%s%s); %s of chunks back to the lake", p->n,
+           gml_format_bytes(total, s1, sizeof s1), tag, p->saved ? "content" : "nothing", p->fd >= 0 ? " to " : "",
+           p->fd >= 0 ? p->path : "", gml_format_bytes(back, s2, sizeof s2));
+  if (c->mode == GML_MODE_DAEMON) gml_client_report(c);
+  return 0;
+}
+
+int gml_pause(gml_client *c, unsigned flags, uint32_t tag) {
+  if (flags & GML_PAUSE_FILE) return GML_EINVAL; /* a file needs its path: gml_pause_file */
+  return gml_pause_file(c, flags, tag, NULL);
+}
+
+/* A block freed while paused becomes an ordinary free block. a->lock held. */
+static void free_paused(gml_allocator *a, gml_block *b) {
+  gml_region *r = &a->regions[b->region];
+  b->paused = GML_PAUSED_NO;
+  b->is_free = 1;
+  b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
+  b->has_event = 0;
+  gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+}
+
+int gml_resume(gml_client *c) {
+  if (!c) return GML_EINVAL;
+  gml_allocator *a = &c->alloc;
+  int rc = 0;
+  pthread_mutex_lock(&a->lock);
+  struct gml_pause *p = c->pause;
+  if (!p) {
+    pthread_mutex_unlock(&a->lock);
+    return 0;
+  }
+  a->tick++;
+  for (size_t i = 0; i < p->n && !rc; i++) {
+    gml_block *b = p->v[i].b;
+    if (!b) continue;
+    a->paused_bytes -= b->size;
+    if (b->paused == GML_PAUSED_FREED) {
+      free_paused(a, b);
+      p->v[i].b = NULL;
+      continue;
+    }
+    uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
+    size_t need = 0;
+    for (uint32_t s = first; s <= last; s++) need += (size_t)slot_claim(a, s, b->stream);
+    int stole = 0;
+    if (need && (rc = gml_map_slots_slow(a, first, last, b->stream, &stole))) {
+      gml_slots_unclaim(a, first, last);
+      a->paused_bytes += b->size;
+      char s1[32], s2[32];
+      snprintf(c->last_error, sizeof c->last_error, "resume: no memory for a paused block of %s (%s still paused): %s",
+               gml_format_bytes(b->size, s1, sizeof s1), gml_format_bytes(a->paused_bytes, s2, sizeof s2), gml_strerror(rc));
+      break;
+    }
+    b->paused = GML_PAUSED_NO;
+    b->stitched = (uint8_t)stole;
+    a->allocated += b->size;
+    if (b->stitched) a->stitched += b->size;
+    if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
+    if (reserved_bytes(a) > a->peak_reserved) a->peak_reserved = reserved_bytes(a);
+    if (p->saved && (rc = copy_block(c, p, &p->v[i], 0)))
+      snprintf(c->last_error, sizeof c->last_error, "resume: restoring content failed (%s)", gml_strerror(rc));
+    p->v[i].b = NULL;
+  }
+  if (!rc) c->pause = NULL;
+  pthread_mutex_unlock(&a->lock);
+  if (rc) { /* what is resumed stays so; gml_resume again takes the rest */
+    GML_WARN("%s", c->last_error);
+    return rc == GML_EQUOTA || rc == GML_EDAEMON || rc == GML_EBACKEND || rc == GML_ESYS ? rc : GML_ENOMEM;
+  }
+  GML_INFO("resumed %zu block(s) at their addresses", p->n);
+  pause_free(c, p);
+  if (c->mode == GML_MODE_DAEMON) gml_client_report(c);
+  return 0;
+}
+
+int gml_set_tag(gml_client *c, uint32_t tag) {
+  if (!c) return GML_EINVAL;
+  pthread_mutex_lock(&c->alloc.lock);
+  c->alloc.tag = tag;
+  pthread_mutex_unlock(&c->alloc.lock);
+  return 0;
+}
+
+void gml_pause_stats(gml_client *c, gml_stats *st) {
+  pthread_mutex_lock(&c->alloc.lock);
+  st->paused_bytes = c->alloc.paused_bytes;
+  st->paused_saved = c->pause ? c->pause->saved : 0;
+  pthread_mutex_unlock(&c->alloc.lock);
+}
+
+void gml_pause_destroy(gml_client *c) {
+  if (!c->pause) return;
+  pause_free(c, c->pause);
+  c->pause = NULL;
+}

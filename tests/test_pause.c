@@ -1,0 +1,157 @@
+/* gml_pause / gml_resume on an embedded client (host backend): content kept
+ * at the same addresses, chunks given back while paused, tags, discard, the
+ * file option, frees and allocations while paused, and the allocator's
+ * invariants (gml_alloc_check) at every step. */
+#include "client_priv.h"
+#include "gmlake.h"
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static gml_client *open_embedded(void) {
+  gml_client *c;
+  gml_open_opts o = {.backend = "host", .mode = GML_MODE_EMBEDDED};
+  ck_assert_int_eq(gml_open(&o, &c), 0);
+  return c;
+}
+
+static void fill(void *p, size_t n, uint64_t seed) {
+  uint64_t *w = p;
+  for (size_t i = 0; i < n / 8; i++) w[i] = seed * 0x9E3779B97F4A7C15ull + i;
+}
+
+static int same(const void *p, size_t n, uint64_t seed) {
+  const uint64_t *w = p;
+  for (size_t i = 0; i < n / 8; i++)
+    if (w[i] != seed * 0x9E3779B97F4A7C15ull + i) return 0;
+  return 1;
+}
+
+static uint64_t reserved(gml_client *c) {
+  gml_stats st;
+  gml_stats_get(c, &st);
+  return st.reserved;
+}
+
+START_TEST(test_pause_keeps_bytes_at_same_addresses) {
+  gml_client *c = open_embedded();
+  size_t sizes[] = {3 << 20, 4096, 10 << 20, 700 << 10, 1 << 20};
+  void *p[5];
+  for (int i = 0; i < 5; i++) {
+    ck_assert_int_eq(gml_alloc(c, sizes[i], 0, &p[i]), 0);
+    fill(p[i], sizes[i], (uint64_t)i + 1);
+  }
+  void *idle;
+  ck_assert_int_eq(gml_alloc(c, 8 << 20, 0, &idle), 0);
+  ck_assert_int_eq(gml_free(c, idle), 0); /* idle cache goes back too */
+  gml_stats st;
+  gml_stats_get(c, &st);
+  uint64_t allocated = st.allocated;
+  ck_assert_int_eq(gml_pause(c, 0, 0), 0);
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  gml_stats_get(c, &st);
+  ck_assert_uint_eq(st.reserved, 0); /* every chunk went back */
+  ck_assert_uint_eq(st.allocated, 0);
+  ck_assert_uint_eq(st.paused_bytes, allocated);
+  ck_assert_uint_eq(st.paused_saved, allocated);
+  ck_assert_int_eq(gml_pause(c, 0, 0), GML_EINVAL); /* once */
+  ck_assert_int_eq(gml_resume(c), 0);
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  for (int i = 0; i < 5; i++) ck_assert_msg(same(p[i], sizes[i], (uint64_t)i + 1), "block %d differs after resume", i);
+  gml_stats_get(c, &st);
+  ck_assert_uint_eq(st.allocated, allocated);
+  ck_assert_uint_eq(st.paused_bytes, 0);
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(gml_free(c, p[i]), 0);
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gml_resume(c), 0); /* nothing paused: nothing to do */
+  gml_close(c);
+}
+END_TEST
+
+START_TEST(test_pause_tag_discard_file_and_frees) {
+  gml_client *c = open_embedded();
+  void *keep, *kv, *kv2, *w;
+  ck_assert_int_eq(gml_alloc(c, 5 << 20, 0, &keep), 0); /* untagged: stays */
+  ck_assert_int_eq(gml_set_tag(c, 7), 0);
+  ck_assert_int_eq(gml_alloc(c, 6 << 20, 0, &kv), 0);
+  ck_assert_int_eq(gml_alloc(c, 2 << 20, 0, &kv2), 0);
+  ck_assert_int_eq(gml_set_tag(c, 9), 0);
+  ck_assert_int_eq(gml_alloc(c, 4 << 20, 0, &w), 0);
+  ck_assert_int_eq(gml_set_tag(c, 0), 0);
+  fill(keep, 5 << 20, 1), fill(kv, 6 << 20, 2), fill(kv2, 2 << 20, 3), fill(w, 4 << 20, 4);
+  uint64_t before = reserved(c);
+  /* tag 7 to a file: only kv and kv2 go */
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/gmlake-pause-%d", (int)getpid());
+  ck_assert_int_eq(gml_pause(c, GML_PAUSE_FILE, 7), GML_EINVAL); /* a file needs a path */
+  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, path), 0);
+  ck_assert_int_eq(access(path, F_OK), 0);
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_uint_lt(reserved(c), before);
+  ck_assert(same(keep, 5 << 20, 1) && same(w, 4 << 20, 4)); /* the others are untouched and usable */
+  /* allocations go on while paused, never on a paused block's addresses */
+  void *n1;
+  ck_assert_int_eq(gml_alloc(c, 6 << 20, 0, &n1), 0);
+  ck_assert((char *)n1 + (6 << 20) <= (char *)kv || (char *)n1 >= (char *)kv + (6 << 20));
+  fill(n1, 6 << 20, 5);
+  ck_assert_int_eq(gml_free(c, kv2), 0); /* freed while paused: not restored, free at resume */
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gml_resume(c), 0);
+  ck_assert_int_ne(access(path, F_OK), 0); /* the file is gone */
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert(same(kv, 6 << 20, 2));
+  ck_assert(same(keep, 5 << 20, 1) && same(w, 4 << 20, 4) && same(n1, 6 << 20, 5));
+  /* discard: the chunks go, nothing is saved */
+  ck_assert_int_eq(gml_pause(c, GML_PAUSE_DISCARD, 9), 0);
+  gml_stats st;
+  gml_stats_get(c, &st);
+  ck_assert_uint_eq(st.paused_bytes, 4 << 20);
+  ck_assert_uint_eq(st.paused_saved, 0);
+  ck_assert_int_eq(gml_resume(c), 0);
+  fill(w, 4 << 20, 6); /* mapped again: writable */
+  ck_assert(same(w, 4 << 20, 6));
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gml_free(c, keep), 0);
+  ck_assert_int_eq(gml_free(c, kv), 0);
+  ck_assert_int_eq(gml_free(c, w), 0);
+  ck_assert_int_eq(gml_free(c, n1), 0);
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  gml_stats_get(c, &st);
+  ck_assert_uint_eq(st.allocated, 0);
+  gml_close(c);
+}
+END_TEST
+
+/* A resume the limit cannot serve fails clearly and can be retried. */
+START_TEST(test_resume_over_limit_retries) {
+  gml_client *c;
+  gml_open_opts o = {.backend = "host", .mode = GML_MODE_EMBEDDED, .limit_bytes = 16 << 20};
+  ck_assert_int_eq(gml_open(&o, &c), 0);
+  void *p, *q;
+  ck_assert_int_eq(gml_alloc(c, 10 << 20, 0, &p), 0);
+  fill(p, 10 << 20, 3);
+  ck_assert_int_eq(gml_pause(c, 0, 0), 0);
+  ck_assert_int_eq(gml_alloc(c, 12 << 20, 0, &q), 0); /* takes what the paused block gave back */
+  int rc = gml_resume(c);
+  ck_assert_int_eq(rc, GML_ENOMEM);
+  ck_assert_msg(strstr(gml_last_error(c), "resume: no memory"), "%s", gml_last_error(c));
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gml_free(c, q), 0);
+  ck_assert_int_eq(gml_resume(c), 0);
+  ck_assert(same(p, 10 << 20, 3));
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  gml_close(c);
+}
+END_TEST
+
+Suite *pause_suite(void) {
+  Suite *s = suite_create("pause");
+  TCase *tc = tcase_create("pause");
+  tcase_add_test(tc, test_pause_keeps_bytes_at_same_addresses);
+  tcase_add_test(tc, test_pause_tag_discard_file_and_frees);
+  tcase_add_test(tc, test_resume_over_limit_retries);
+  suite_add_tcase(s, tc);
+  return s;
+}
