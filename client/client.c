@@ -136,6 +136,7 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
     rc = reply->error->code < 0 && reply->error->code >= GML_ECLOSED ? reply->error->code : GML_ENOMEM;
     if (!optional) { /* an optional lease refused is no error of the caller's */
+      snprintf(c->lake_error, sizeof c->lake_error, "%s", reply->error->message);
       snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
       GML_INFO("%s", c->last_error);
     }
@@ -158,6 +159,7 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
     }
     ids[got++] = reply->lease_reply->chunk_ids[i];
   }
+  c->lake_error[0] = 0;
   free_received(reply, r.fds, r.nfds);
   return got ? got : GML_EBACKEND;
 }
@@ -393,7 +395,11 @@ int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) {
   uint64_t t0 = c->alloc.timing ? gml_now_ns() : 0;
   int rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
   if (t0) __atomic_fetch_add(&c->alloc.malloc_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
-  if (rc) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
+  if (rc) {
+    /* the allocator's numbers, then the lake's answer: what was asked and who holds the lake */
+    if (c->lake_error[0]) snprintf(c->last_error, sizeof c->last_error, "%s; daemon: %s", c->alloc.last_error, c->lake_error);
+    else snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
+  }
   if (++c->ops_since_check >= 256 || rc || c->reclaim_pending) {
     c->ops_since_check = 0;
     client_housekeeping(c, rc != 0);

@@ -37,7 +37,8 @@ struct gml_client {
   uint64_t last_report_ns;
   uint32_t ops_since_check;
   gml_grow_state grow;
-  char last_error[256];
+  char last_error[1400];
+  char lake_error[1024];    /* the daemon's refusal of the last lease (the lake-wide picture), "" after a served one */
 };
 
 /* link.c: the daemon connection's threads (see there). start after hello;

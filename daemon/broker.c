@@ -43,8 +43,11 @@ static void decision_start(broker_decision *d, const broker_client *c) {
 /* Serve c's lease from the free chunks, all or part of it. */
 static int serve(broker *b, broker_client *c, broker_decision *d) {
   if (!c->lease.pending || !b->lk->nfree) return 0;
+  /* the quota again: another connection of the process (or user) may have leased meanwhile */
+  uint64_t room = broker_quota_room(b, c, NULL, NULL, 0);
+  if (!room) return 0;
   d->verdict = BROKER_SERVE;
-  d->n = lake_take(b->lk, c->id, c->lease.count, d->idx);
+  d->n = lake_take(b->lk, c->id, (uint32_t)GML_MIN((uint64_t)c->lease.count, room), d->idx);
   d->since_ns = c->lease.since_ns;
   c->leased_chunks += d->n;
   c->lease.pending = 0;
@@ -53,31 +56,136 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
   return 1;
 }
 
+/* One process's part of the lake, for the out-of-memory message. */
+typedef struct holder {
+  pid_t pid;
+  const char *name;
+  uint64_t leased, allocated, cached, paused;
+} holder;
+
+/* Who holds the lake, per process (its connections and parked chunks
+ * summed), most leased first; at most max, returns how many processes. */
+static size_t holders(const broker *b, holder *h, size_t max) {
+  size_t n = 0, all = 0;
+  for (int l = 0; l < 2; l++)
+    for (const broker_client *o = l ? b->parked : b->clients; o; o = o->next) {
+      size_t k = 0;
+      while (k < n && h[k].pid != o->pid) k++;
+      if (k == n) {
+        all++;
+        if (n == max) continue; /* counted, not listed */
+        h[n++] = (holder){o->pid, o->name, 0, 0, 0, 0};
+      }
+      h[k].leased += o->leased_chunks * b->lk->cs;
+      h[k].allocated += o->allocated;
+      h[k].cached += o->cached;
+      h[k].paused += o->paused;
+      if (!h[k].name[0]) h[k].name = o->name;
+    }
+  for (size_t i = 1; i < n; i++) /* insertion sort: few processes */
+    for (size_t k = i; k > 0 && h[k - 1].leased < h[k].leased; k--) {
+      holder t = h[k];
+      h[k] = h[k - 1], h[k - 1] = t;
+    }
+  return all;
+}
+
+/* "asked X; the lake holds H of limit L (F free, P parked); held by: pid N
+ * (name) leased .. allocated .. cached .., ...": the lake-wide picture an
+ * out-of-memory error carries to the client (and PyTorch's OOM message). */
+static void lake_picture(const broker *b, const broker_client *asker, char *out, size_t len) {
+  const lake *lk = b->lk;
+  char s1[32], s2[32], s3[32], s4[32], s5[32];
+  size_t o = (size_t)snprintf(out, len, "asked %s; the lake holds %s of limit %s (%s free, %s parked); held by:",
+                              gml_format_bytes((uint64_t)asker->lease.count * lk->cs, s1, sizeof s1),
+                              gml_format_bytes(lk->total * lk->cs, s2, sizeof s2), gml_format_bytes(lk->limit_bytes, s3, sizeof s3),
+                              gml_format_bytes((uint64_t)lk->nfree * lk->cs, s4, sizeof s4),
+                              gml_format_bytes(lk->parked * lk->cs, s5, sizeof s5));
+  holder h[8];
+  size_t all = holders(b, h, GML_ARRAY_LEN(h)), n = GML_MIN(all, GML_ARRAY_LEN(h));
+  for (size_t i = 0; i < n && o < len; i++) {
+    o += (size_t)snprintf(out + o, len - o, "%s pid %d (%s%s) leased %s allocated %s cached %s", i ? ";" : "", (int)h[i].pid,
+                          h[i].name, h[i].pid == asker->pid ? ", the asker" : "", gml_format_bytes(h[i].leased, s1, sizeof s1),
+                          gml_format_bytes(h[i].allocated, s2, sizeof s2), gml_format_bytes(h[i].cached, s3, sizeof s3));
+    if (o < len && h[i].paused)
+      o += (size_t)snprintf(out + o, len - o, " paused %s", gml_format_bytes(h[i].paused, s4, sizeof s4));
+  }
+  if (o < len && all > n) snprintf(out + o, len - o, "; and %zu more process(es)", all - n);
+  if (!all && o < len) snprintf(out + o, len - o, " nobody");
+}
+
 static void refuse(broker *b, broker_client *c, broker_decision *d, int code, const char *why) {
   char h[32], l[32];
   d->verdict = BROKER_REFUSE;
   d->code = code;
   snprintf(d->why, sizeof d->why, "%s", why);
-  snprintf(d->message, sizeof d->message, "%s (lake holds %s of limit %s)", why,
-           gml_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gml_format_bytes(b->lk->limit_bytes, l, sizeof l));
+  if (code == GML_ENOMEM) {
+    int o = snprintf(d->message, sizeof d->message, "%s: ", why);
+    if (o > 0 && (size_t)o < sizeof d->message) lake_picture(b, c, d->message + o, sizeof d->message - (size_t)o);
+  } else {
+    snprintf(d->message, sizeof d->message, "%s (lake holds %s of limit %s)", why,
+             gml_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gml_format_bytes(b->lk->limit_bytes, l, sizeof l));
+  }
   c->lease.pending = 0;
   c->leases_refused++;
   b->counters->leases_refused++;
 }
 
-/* Chunks c may still lease under its quota (count when it has none). */
-static uint64_t quota_allows(const broker *b, const broker_client *c, uint32_t count, uint64_t *quota) {
-  *quota = lake_quota_for(b->lk, c->pid, c->uid);
-  if (!*quota) return count;
-  uint64_t q = *quota / b->lk->cs;
-  return q > c->leased_chunks ? q - c->leased_chunks : 0;
+void broker_park(broker *b, broker_client *c) {
+  c->closing = 1;
+  c->lease.pending = 0;
+  c->prev = NULL;
+  c->next = b->parked;
+  if (b->parked) b->parked->prev = c;
+  b->parked = c;
+}
+
+void broker_unpark(broker *b, broker_client *c) {
+  if (c->prev) c->prev->next = c->next;
+  else b->parked = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+}
+
+/* Does quota q cover client o? */
+static int covers(const lake_quota *q, const broker_client *o) {
+  switch (q->by_uid) {
+  case LAKE_QUOTA_PID: return q->key == (uint32_t)o->pid;
+  case LAKE_QUOTA_UID: return q->key == (uint32_t)o->uid;
+  case LAKE_QUOTA_CGROUP: return o->cgroup[0] && !strcmp(q->cgroup, o->cgroup);
+  }
+  return 0;
+}
+
+uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *quota, char *holder_name, size_t holder_len) {
+  uint64_t room = UINT64_MAX;
+  if (quota) *quota = 0;
+  for (size_t i = 0; i < b->lk->nquotas; i++) {
+    const lake_quota *q = &b->lk->quotas[i];
+    if (!covers(q, c)) continue;
+    uint64_t held = 0; /* every connection and parked chunk the quota covers */
+    for (int l = 0; l < 2; l++)
+      for (const broker_client *o = l ? b->parked : b->clients; o; o = o->next)
+        if (covers(q, o)) held += o->leased_chunks;
+    uint64_t max = q->bytes / b->lk->cs, r = max > held ? max - held : 0;
+    if (r < room || (quota && !*quota)) {
+      room = GML_MIN(room, r);
+      if (quota) *quota = q->bytes;
+      if (holder_name) {
+        if (q->by_uid == LAKE_QUOTA_CGROUP) snprintf(holder_name, holder_len, "cgroup %s", q->cgroup);
+        else snprintf(holder_name, holder_len, "%s %u", q->by_uid == LAKE_QUOTA_UID ? "uid" : "pid", q->key);
+      }
+    }
+  }
+  return room;
 }
 
 void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
                   broker_decision *d) {
   b->prefetch_suspended = 0; /* demand is back */
   uint64_t quota;
-  uint64_t allowed = quota_allows(b, c, count, &quota);
+  char who[160];
+  uint64_t allowed = GML_MIN((uint64_t)count, broker_quota_room(b, c, &quota, who, sizeof who));
   c->lease = (broker_request){.pending = 1,
                             .seq = seq,
                             .count = count > allowed ? (uint32_t)allowed : count,
@@ -95,8 +203,9 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
     return;
   }
   if (!allowed) {
-    char q[32], why[64];
-    snprintf(why, sizeof why, "quota of %s reached", gml_format_bytes(quota, q, sizeof q));
+    char q[32], why[400];
+    snprintf(why, sizeof why, "quota of %s reached (%s: its processes' connections and parked chunks together)",
+             gml_format_bytes(quota, q, sizeof q), who);
     refuse(b, c, d, GML_EQUOTA, why);
     return;
   }
@@ -111,6 +220,14 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
   decision_start(d, c);
   if (!c->lease.pending || c->closing) return;
   if (serve(b, c, d)) return;
+  uint64_t quota;
+  char who[160];
+  if (!broker_quota_room(b, c, &quota, who, sizeof who)) { /* another connection of its process or user took the rest */
+    char q[32], why[400];
+    snprintf(why, sizeof why, "quota of %s reached (%s)", gml_format_bytes(quota, q, sizeof q), who);
+    refuse(b, c, d, GML_EQUOTA, why);
+    return;
+  }
   d->verdict = BROKER_WAIT;
   int nothing_coming = b->lk->creating == 0 && lake_headroom(b->lk) == 0;
   if (nothing_coming && !c->lease.reclaim_asked) {

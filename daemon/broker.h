@@ -21,7 +21,7 @@
 #include <sys/types.h>
 
 #define BROKER_MAX_LEASE 128          /* chunks one lease may ask for (the wire's limit) */
-#define BROKER_LEASE_WAIT_MS 1000     /* a lease waits this long for reclaimed chunks */
+#define BROKER_LEASE_WAIT_MS 3000     /* a lease waits this long for reclaimed chunks (--lease-wait) */
 #define BROKER_CREATE_BACKOFF_MS 1000 /* after a failed creation (device full?) */
 #define BROKER_LAT_RING 4096          /* recent lease latencies kept for p50/p99 */
 
@@ -41,10 +41,12 @@ typedef struct broker_client {
   pid_t pid;
   uid_t uid;
   char name[64];
+  char cgroup[128];            /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
   double since;                /* unix time of connect */
   int closing;                 /* going away: nothing is served to it or asked of it */
   uint64_t leased_chunks;
   uint64_t allocated, cached, stitched, largest_free; /* its last usage report, bytes */
+  uint64_t paused, paused_saved; /* ... paused blocks (gml_pause) and their saved content, bytes */
   uint64_t leases_refused;
   broker_request lease;
 } broker_client;
@@ -53,6 +55,10 @@ typedef struct broker {
   lake *lk;
   broker_client *clients;      /* newest first */
   size_t nclients;
+  /* Clients gone whose process lives on: their chunks are parked (the process
+   * may still map them), and still count in its process's, user's and
+   * cgroup's quotas until broker_unpark. */
+  broker_client *parked;
   /* settings */
   uint64_t lease_wait_ns;
   uint64_t prefetch_chunks;    /* kept free ahead of demand */
@@ -83,8 +89,9 @@ typedef struct broker_decision {
   uint32_t idx[BROKER_MAX_LEASE];
   uint64_t since_ns;           /* BROKER_SERVE: when the lease was asked (its latency) */
   int code;                    /* BROKER_REFUSE / BROKER_DECLINE: a GML_E* code */
-  char why[128];               /* ... the reason, for the log */
-  char message[256];           /* ... the text the client gets */
+  char why[160];               /* ... the reason, for the log */
+  char message[1024];          /* ... the text the client gets: out of memory says what was asked
+                                * and which processes hold the lake (pid, name, leased, allocated, cached) */
   /* Before the verdict, ask every client broker_reclaim_targets() lists to
    * give back this many bytes of idle cache (0: ask nobody). */
   uint64_t reclaim_bytes;
@@ -93,6 +100,19 @@ typedef struct broker_decision {
 void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks);
 void broker_add_client(broker *b, broker_client *c);
 void broker_remove_client(broker *b, broker_client *c);
+
+/* A connection is gone but its process lives on: c (a copy of its client,
+ * on no list, leased_chunks = the chunks parked) goes on the parked list;
+ * the caller keeps c's memory until broker_unpark. */
+void broker_park(broker *b, broker_client *c);
+void broker_unpark(broker *b, broker_client *c);
+
+/* Quotas count per process (all its connections and parked chunks), per
+ * user (all its processes) and per cgroup: every quota that covers c binds.
+ * The chunks c may still lease (UINT64_MAX: no quota covers it); *quota and
+ * *holder (may be NULL) say which quota binds most ("pid 42", "uid 1000",
+ * "cgroup /x"). */
+uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *quota, char *holder, size_t holder_len);
 
 /* A client asks for count chunks (1..BROKER_MAX_LEASE). Quota first; an
  * optional lease is served from free chunks or declined at once; a needed one

@@ -64,6 +64,8 @@ static const config_option options[] = {
     {"preallocate", "BYTES", OPT_SIZE, AT(preallocate_bytes), "0",
      "create this much at start and keep at least that much (default %D)", 0, 0, 0, NULL},
     {"creators", "N", OPT_INT, AT(creators), "4", "threads creating chunks (default %D)", 1, 64, 10, NULL},
+    {"lease-wait", "MS", OPT_INT, AT(lease_wait_ms), "3000",
+     "a lease the lake cannot serve at once waits this long for other clients' idle cache (default %D)", 0, 600000, 10, NULL},
     {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
     {"socket-group", "NAME", OPT_STRING, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
      NULL},

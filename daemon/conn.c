@@ -1,4 +1,4 @@
-/* conn.c: send queue, listening socket, process liveness (see conn.h). */
+/* conn.c: send queue, listening socket, process liveness and cgroup (see conn.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -114,4 +115,23 @@ int conn_process_gone(int pidfd, pid_t pid) {
     return poll(&p, 1, 0) == 1;
   }
   return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The cgroup of pid: the cgroup v2 (unified) line "0::PATH" of
+ * /proc/PID/cgroup; "" when there is none (v1 only) or it cannot be read. */
+void conn_process_cgroup(pid_t pid, char *out, size_t len) {
+  char path[64], line[512];
+  out[0] = 0;
+  snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "0::", 3)) continue;
+    line[strcspn(line, "\n")] = 0;
+    if (strlen(line + 3) < len) snprintf(out, len, "%s", line + 3);
+    for (char *p = out; *p; p++) /* shown and used as a label: printable only */
+      if ((unsigned char)*p < 32 || (unsigned char)*p > 126 || *p == '"' || *p == '\\') *p = '?';
+    break;
+  }
+  fclose(f);
 }

@@ -34,4 +34,7 @@ int conn_listen_unix(const char *path, unsigned mode, const char *group);
 /* A pidfd of pid (-1 where the kernel has none), and whether that process is gone. */
 int conn_pidfd_open(pid_t pid);
 int conn_process_gone(int pidfd, pid_t pid);
+/* Its cgroup: the v2 (unified) path of /proc/PID/cgroup ("" when none or
+ * unreadable), printable characters only. */
+void conn_process_cgroup(pid_t pid, char *out, size_t len);
 #endif

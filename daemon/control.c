@@ -7,7 +7,7 @@
  *   chunks   owner of every chunk slot
  *   trim     release free chunks to the driver; with a pid, ask that client for its idle cache
  *   limit    set the lake limit (free chunks over it are released at once)
- *   quota    set/clear a per-pid or per-uid quota */
+ *   quota    set/clear a quota of a process (all its connections), a user or a cgroup */
 #include "control.h"
 #include "daemon.h"
 #include "session.h"
@@ -95,7 +95,10 @@ static void ctl_clients(ctl_call *k) {
     ci[i].cached = c->cached;
     ci[i].stitched = c->stitched;
     ci[i].largest_free = c->largest_free;
-    ci[i].quota_bytes = lake_quota_for(&k->d->lk, c->pid, c->uid);
+    broker_quota_room(b, c, &ci[i].quota_bytes, NULL, 0); /* the quota that binds it most (0: none) */
+    ci[i].cgroup = (char *)c->cgroup;
+    ci[i].paused = c->paused;
+    ci[i].paused_saved = c->paused_saved;
     ci[i].since = c->since;
     ci[i].leases_refused = c->leases_refused;
     cp[i] = &ci[i];
@@ -163,6 +166,11 @@ static void ctl_set_limit(ctl_call *k) {
 
 static void ctl_set_quota(ctl_call *k) {
   const Gmlake__QuotaRequest *q = k->req->set_quota;
+  if (q && q->cgroup && q->cgroup[0]) {
+    if (lake_set_quota_cgroup(&k->d->lk, q->cgroup, q->bytes)) fail(k, GML_EINVAL, "bad cgroup quota");
+    else GML_INFO("quota of cgroup %s set to %llu bytes", q->cgroup, (unsigned long long)q->bytes);
+    return;
+  }
   if (!q || lake_set_quota(&k->d->lk, q->by_uid, q->by_uid ? q->uid : (uint32_t)q->pid, q->bytes)) {
     fail(k, GML_EINVAL, "bad quota");
     return;

@@ -33,6 +33,7 @@ typedef struct parked_owner {       /* a client gone while its process lives on 
   int pidfd;
   pid_t pid;
   uv_poll_t poll;
+  broker_client bc;                 /* on the broker's parked list: its chunks count in its quotas */
 } parked_owner;
 
 typedef struct gmld {

@@ -1,6 +1,7 @@
 /* lake.c: chunk ownership, limit and quotas (no I/O: see lake.h). */
 #include "lake.h"
 #include "gmlake.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -132,16 +133,16 @@ uint64_t lake_quota_for(const lake *lk, pid_t pid, uid_t uid) {
   uint64_t by_uid = 0;
   for (size_t i = 0; i < lk->nquotas; i++) {
     const lake_quota *q = &lk->quotas[i];
-    if (!q->by_uid && q->key == (uint32_t)pid) return q->bytes;
-    if (q->by_uid && q->key == (uint32_t)uid) by_uid = q->bytes;
+    if (q->by_uid == LAKE_QUOTA_PID && q->key == (uint32_t)pid) return q->bytes;
+    if (q->by_uid == LAKE_QUOTA_UID && q->key == (uint32_t)uid) by_uid = q->bytes;
   }
   return by_uid;
 }
 
-int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes) {
+static int set_quota(lake *lk, int by_uid, uint32_t key, const char *cgroup, uint64_t bytes) {
   for (size_t i = 0; i < lk->nquotas; i++) {
     lake_quota *q = &lk->quotas[i];
-    if (q->by_uid == by_uid && q->key == key) {
+    if (q->by_uid == by_uid && q->key == key && !strcmp(q->cgroup, cgroup)) {
       if (bytes) q->bytes = bytes;
       else lk->quotas[i] = lk->quotas[--lk->nquotas];
       return 0;
@@ -151,6 +152,20 @@ int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes) {
   lake_quota *q = realloc(lk->quotas, (lk->nquotas + 1) * sizeof *q);
   if (!q) return GML_ENOMEM;
   lk->quotas = q;
-  lk->quotas[lk->nquotas++] = (lake_quota){by_uid, key, bytes};
+  lake_quota *n = &lk->quotas[lk->nquotas++];
+  memset(n, 0, sizeof *n);
+  n->by_uid = by_uid;
+  n->key = key;
+  snprintf(n->cgroup, sizeof n->cgroup, "%s", cgroup);
+  n->bytes = bytes;
   return 0;
+}
+
+int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes) {
+  return set_quota(lk, by_uid ? LAKE_QUOTA_UID : LAKE_QUOTA_PID, key, "", bytes);
+}
+
+int lake_set_quota_cgroup(lake *lk, const char *cgroup, uint64_t bytes) {
+  if (!cgroup || !*cgroup || strlen(cgroup) >= sizeof lk->quotas[0].cgroup) return GML_EINVAL;
+  return set_quota(lk, LAKE_QUOTA_CGROUP, 0, cgroup, bytes);
 }

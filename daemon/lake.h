@@ -18,9 +18,11 @@ typedef struct lake_chunk {
   uint64_t owner;    /* client id while leased or parked */
 } lake_chunk;
 
+enum { LAKE_QUOTA_PID = 0, LAKE_QUOTA_UID = 1, LAKE_QUOTA_CGROUP = 2 };
 typedef struct lake_quota {
-  int by_uid;
+  int by_uid;        /* LAKE_QUOTA_*: 0 pid, 1 uid, 2 cgroup */
   uint32_t key;      /* pid or uid */
+  char cgroup[128];  /* LAKE_QUOTA_CGROUP: the cgroup's path */
   uint64_t bytes;
 } lake_quota;
 
@@ -59,4 +61,6 @@ uint32_t lake_trim(lake *lk, uint32_t keep_free);
 /* Quota of a client (0 = none): a pid quota wins over a uid quota. */
 uint64_t lake_quota_for(const lake *lk, pid_t pid, uid_t uid);
 int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes);
+/* A quota for the processes of one cgroup (path as /proc/PID/cgroup gives it). */
+int lake_set_quota_cgroup(lake *lk, const char *cgroup, uint64_t bytes);
 #endif

@@ -38,7 +38,7 @@ static int session_send(session *s, Gmlake__Envelope *env, const int *fds, int n
 
 static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...) {
-  char msg[256];
+  char msg[1024]; /* an out-of-memory refusal carries the lake-wide picture */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -144,6 +144,7 @@ static int refuse_msg(request *rq, const char *why) {
   return -1;
 }
 
+
 static void handle_hello(request *rq) {
   session *s = rq->s;
   const Gmlake__Hello *h = rq->env->hello;
@@ -158,6 +159,7 @@ static void handle_hello(request *rq) {
   for (char *p = s->bc.name; *p; p++)
     if ((unsigned char)*p < 32 || (unsigned char)*p > 126) *p = '?';
   s->hello_done = 1;
+  conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__HelloReply r = GMLAKE__HELLO_REPLY__INIT;
   r.protocol_version = GML_PROTOCOL_VERSION;
@@ -169,8 +171,8 @@ static void handle_hello(request *rq) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;
   session_send(s, &env, NULL, 0);
-  GML_INFO("client %llu connected: pid %d uid %u (%s)", (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid,
-           s->bc.name);
+  GML_INFO("client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
+           (unsigned)s->bc.uid, s->bc.name, s->bc.cgroup[0] ? s->bc.cgroup : "-");
 }
 
 static int check_lease(request *rq) {
@@ -227,6 +229,8 @@ static void handle_usage(request *rq) {
   c->cached = u->cached;
   c->stitched = u->stitched;
   c->largest_free = u->largest_free;
+  c->paused = u->paused;
+  c->paused_saved = u->paused_saved;
 }
 
 /* A new client message: its case in Envelope (proto/gmlake.proto), what it
@@ -350,6 +354,7 @@ static void on_parked_exit(uv_poll_t *h, int status, int events) {
   parked_owner *p = h->data;
   gmld *d = p->d;
   release_owner_chunks(d, p->owner);
+  broker_unpark(&d->br, &p->bc);
   GML_INFO("process %d exited: its parked chunks are back in the lake", (int)p->pid);
   for (parked_owner **pp = &d->parked; *pp; pp = &(*pp)->next)
     if (*pp == p) {
@@ -390,11 +395,15 @@ static void session_close(session *s, const char *why) {
       p->owner = s->bc.id;
       p->pidfd = s->pidfd;
       p->pid = s->bc.pid;
+      p->bc = s->bc; /* who it was, what it holds: still its process's */
+      p->bc.leased_chunks = held;
+      p->bc.allocated = p->bc.cached = p->bc.stitched = p->bc.paused = p->bc.paused_saved = 0;
       uv_poll_init(d->loop, &p->poll, p->pidfd);
       p->poll.data = p;
       uv_poll_start(&p->poll, UV_READABLE, on_parked_exit);
       p->next = d->parked;
       d->parked = p;
+      broker_park(&d->br, &p->bc);
     } else {
       free(p);
       if (s->pidfd >= 0) close(s->pidfd);
@@ -479,6 +488,7 @@ void sessions_close_all(gmld *d) {
     parked_owner *p = d->parked;
     d->parked = p->next;
     release_owner_chunks(d, p->owner);
+    broker_unpark(&d->br, &p->bc);
     uv_poll_stop(&p->poll);
     close(p->pidfd);
     uv_close((uv_handle_t *)&p->poll, parked_free);

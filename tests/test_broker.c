@@ -3,6 +3,7 @@
 #include "broker.h"
 #include "gmlake.h"
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 #define MS 1000000ull
@@ -104,13 +105,96 @@ START_TEST(test_quota) {
   broker_lease(&br, &a, 3, 1, 1, 0, &d);
   ck_assert_int_eq(d.verdict, BROKER_DECLINE);
   ck_assert_uint_eq(counters.leases_refused, 1);
-  /* a uid quota counts for a client without a pid quota */
+  /* a uid quota counts all of the user's processes together: a's 3 chunks and b's */
   broker_client b;
   client(&b, 8, 43, 0);
-  ck_assert_int_eq(lake_set_quota(&lk, 1, 1000, 1 * cs), 0);
+  ck_assert_int_eq(lake_set_quota(&lk, 1, 1000, 4 * cs), 0);
   broker_lease(&br, &b, 4, 2, 0, 0, &d);
   ck_assert_int_eq(d.verdict, BROKER_SERVE);
   ck_assert_uint_eq(d.n, 1);
+  broker_lease(&br, &b, 5, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_EQUOTA);
+  ck_assert_ptr_nonnull(strstr(d.why, "uid 1000"));
+}
+END_TEST
+
+/* A process's quota counts all its connections and the chunks parked by
+ * connections it closed; a cgroup's counts its processes. */
+START_TEST(test_quota_per_process_and_cgroup) {
+  broker_client a1, a2, parked, other;
+  client(&a1, 1, 42, 0);
+  client(&a2, 2, 42, 0); /* a second connection of pid 42 */
+  client(&other, 3, 77, 0);
+  add_chunks(10);
+  ck_assert_int_eq(lake_set_quota(&lk, 0, 42, 4 * cs), 0);
+  broker_decision d;
+  broker_lease(&br, &a1, 1, 3, 0, 0, &d);
+  ck_assert_uint_eq(d.n, 3);
+  broker_lease(&br, &a2, 1, 3, 0, 0, &d); /* one chunk left to the process, not three */
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 1);
+  broker_lease(&br, &a2, 2, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_EQUOTA);
+  ck_assert_ptr_nonnull(strstr(d.why, "pid 42"));
+  /* a1 closes while the process lives on: its 3 chunks are parked and still count */
+  broker_remove_client(&br, &a1);
+  parked = a1;
+  parked.next = parked.prev = NULL;
+  broker_park(&br, &parked);
+  broker_client a3;
+  client(&a3, 4, 42, 0);
+  broker_lease(&br, &a3, 1, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_EQUOTA);
+  /* the process exited: its parked chunks no longer count */
+  broker_unpark(&br, &parked);
+  broker_lease(&br, &a3, 2, 5, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 3);
+  /* another process is not limited by pid 42's quota; a cgroup quota covers both */
+  broker_lease(&br, &other, 1, 1, 0, 0, &d);
+  ck_assert_uint_eq(d.n, 1);
+  snprintf(other.cgroup, sizeof other.cgroup, "/job/a");
+  snprintf(a3.cgroup, sizeof a3.cgroup, "/job/a");
+  ck_assert_int_eq(lake_set_quota_cgroup(&lk, "/job/a", 4 * cs), 0); /* a3 3 + other 1 */
+  broker_lease(&br, &other, 2, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_ptr_nonnull(strstr(d.why, "cgroup /job/a"));
+  uint64_t q;
+  char who[64];
+  ck_assert_uint_eq(broker_quota_room(&br, &other, &q, who, sizeof who), 0);
+  ck_assert_uint_eq(q, 4 * cs);
+  ck_assert_int_eq(lake_set_quota_cgroup(&lk, "", 1), GML_EINVAL);
+  ck_assert_int_eq(lake_set_quota_cgroup(&lk, "/job/a", 0), 0); /* cleared */
+  ck_assert_uint_eq(broker_quota_room(&br, &other, &q, NULL, 0), UINT64_MAX);
+}
+END_TEST
+
+/* Out of memory says what was asked and who holds the lake, per process. */
+START_TEST(test_out_of_memory_names_the_holders) {
+  broker_client h1, h2, asker;
+  client(&h1, 1, 101, 0);
+  snprintf(h1.name, sizeof h1.name, "trainer");
+  fill_lake(&h1);
+  h1.allocated = 9 * cs;
+  h1.cached = 1 * cs;
+  client(&h2, 2, 101, 0); /* same process, second connection: summed */
+  h2.paused = 3 * cs;
+  client(&asker, 3, 202, 0);
+  snprintf(asker.name, sizeof asker.name, "server");
+  broker_decision d;
+  broker_lease(&br, &asker, 7, 4, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_review(&br, &asker, 1 * MS, &d); /* nobody idle enough (1 chunk cached is enough: asked) */
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_ENOMEM);
+  char want[256];
+  snprintf(want, sizeof want, "asked 8.00 MiB; the lake holds 20.00 MiB of limit 20.00 MiB (0 B free, 0 B parked); held by: pid 101 (trainer) leased 20.00 MiB allocated 18.00 MiB cached 2.00 MiB paused 6.00 MiB");
+  ck_assert_msg(strstr(d.message, want), "message: %s", d.message);
+  ck_assert_msg(strstr(d.message, "pid 202 (server, the asker) leased 0 B"), "message: %s", d.message);
 }
 END_TEST
 
@@ -328,6 +412,8 @@ Suite *broker_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_serve_now);
   tcase_add_test(tc, test_quota);
+  tcase_add_test(tc, test_quota_per_process_and_cgroup);
+  tcase_add_test(tc, test_out_of_memory_names_the_holders);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
   tcase_add_test(tc, test_full_lake_nobody_to_ask);

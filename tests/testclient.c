@@ -3,6 +3,8 @@
  *   alloc SIZE | free I | tag I TOKEN | readtags I | leasebench N | flush | stats | trim | close | exit
  * and on one growable range: grow MAX | gmap OFF LEN | gunmap OFF LEN | gensure N | gshrink N |
  *   gtag K TOKEN (chunk k of the range) | gread K | ginfo | gdestroy
+ * pause and tags: settag T | pause FLAGS TAG [PATH] | resume | addr I (the block's address)
+ * more connections of this process: conns N SIZE (N more clients, each allocates SIZE; kept until close)
  * It opens the daemon at argv[1] ("embedded" for no daemon; "default" or
  * "default:N": gml_open as a program that names nothing would, for device N,
  * GMLAKE_MODE and GMLAKE_SOCKET from the environment). The first line says
@@ -44,6 +46,8 @@ int main(int argc, char **argv) {
   if (!buf) return 1;
   printf("ready %d %zu %s %s\n", (int)getpid(), cs, st.backend, st.mode == GML_MODE_DAEMON ? "daemon" : "embedded");
   gml_growable *g = NULL;
+  gml_client *conns[8];
+  int nconns = 0;
   void *blk[MAXB] = {0};
   size_t sz[MAXB] = {0};
   char line[256];
@@ -153,12 +157,41 @@ int main(int argc, char **argv) {
       rc = gml_growable_destroy(g);
       g = NULL;
       printf(rc ? "err %d\n" : "ok\n", rc);
+    } else if (!strcmp(cmd, "settag")) {
+      rc = gml_set_tag(c, (uint32_t)a);
+      printf(rc ? "err %d\n" : "ok\n", rc);
+    } else if (!strcmp(cmd, "pause")) {
+      char path[200] = "";
+      sscanf(line, "%*s %*s %*s %199s", path);
+      rc = path[0] ? gml_pause_file(c, (unsigned)a, (uint32_t)b, path) : gml_pause(c, (unsigned)a, (uint32_t)b);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok\n");
+    } else if (!strcmp(cmd, "resume")) {
+      rc = gml_resume(c);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok\n");
+    } else if (!strcmp(cmd, "addr") && a < MAXB) {
+      printf("addr %p\n", blk[a]);
+    } else if (!strcmp(cmd, "conns") && a <= 8 && !nconns) {
+      printf("conns");
+      for (unsigned long long i = 0; i < a; i++) {
+        rc = gml_open(&o, &conns[nconns]);
+        if (rc) {
+          printf(" open%d", rc);
+          continue;
+        }
+        void *p;
+        rc = gml_alloc(conns[nconns++], (size_t)b, 0, &p);
+        printf(" %d", rc);
+      }
+      printf("\n");
     } else if (!strcmp(cmd, "close") || !strcmp(cmd, "exit")) {
       break;
     } else {
       printf("err bad command\n");
     }
   }
+  for (int i = 0; i < nconns; i++) gml_close(conns[i]);
   gml_close(c);
   free(buf);
   printf("closed\n");

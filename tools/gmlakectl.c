@@ -73,7 +73,8 @@ static Gmlake__CtlReply *call(const char *url, Gmlake__CtlRequest *req) {
 
 static void print_clients(const Gmlake__CtlReply *r) {
   time_t now = time(NULL);
-  printf("%-8s %-6s %-16s %12s %12s %12s %12s %8s\n", "PID", "UID", "NAME", "LEASED", "ALLOCATED", "CACHED", "QUOTA", "SINCE");
+  printf("%-8s %-6s %-16s %12s %12s %12s %12s %8s  %s\n", "PID", "UID", "NAME", "LEASED", "ALLOCATED", "CACHED", "QUOTA",
+         "SINCE", "CGROUP / PAUSED (SAVED)");
   for (size_t i = 0; i < r->n_clients; i++) {
     const Gmlake__ClientInfo *c = r->clients[i];
     char a[32], b[32], d[32], q[32];
@@ -81,9 +82,15 @@ static void print_clients(const Gmlake__CtlReply *r) {
     char since[32];
     if (age < 3600) snprintf(since, sizeof since, "%ldm%02lds", age / 60, age % 60);
     else snprintf(since, sizeof since, "%ldh%02ldm", age / 3600, age % 3600 / 60);
-    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s\n", c->pid, c->uid, c->name, gml_format_bytes(c->leased_bytes, a, 32),
+    char pz[96] = "";
+    if (c->paused) {
+      char p1[32], p2[32];
+      snprintf(pz, sizeof pz, "  paused %s (saved %s)", gml_format_bytes(c->paused, p1, 32), gml_format_bytes(c->paused_saved, p2, 32));
+    }
+    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s  %s%s\n", c->pid, c->uid, c->name, gml_format_bytes(c->leased_bytes, a, 32),
            gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
-           c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since);
+           c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since,
+           c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz);
   }
   if (!r->n_clients) printf("(no clients)\n");
 }
@@ -202,6 +209,8 @@ static int cmd_quota(ctl *c) {
   if (!strncmp(c->args[0], "uid:", 4)) {
     quota.by_uid = 1;
     quota.uid = (uint32_t)strtoul(c->args[0] + 4, NULL, 10);
+  } else if (!strncmp(c->args[0], "cgroup:", 7) && c->args[0][7] == '/') {
+    quota.cgroup = c->args[0] + 7;
   } else {
     quota.pid = atoi(c->args[0]);
     if (quota.pid <= 0) {
@@ -245,7 +254,9 @@ static const struct command {
     {"chunks", "", "a map of the lake: who holds which chunk", -1, 0, cmd_chunks},
     {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", -1, 1, cmd_trim},
     {"limit", " BYTES|PCT%", "set the lake's limit (PCT of the device)", 1, 1, cmd_limit},
-    {"quota", " PID|uid:UID BYTES", "set a quota (0 clears it); a lease over it is refused to that client", 2, 1, cmd_quota},
+    {"quota", " PID|uid:UID|cgroup:PATH BYTES",
+     "set a quota of a process (all its connections), a user (all its processes) or a cgroup (0 clears it); a lease over it is refused",
+     2, 1, cmd_quota},
     {"metrics", "", "Prometheus text exposition of the same numbers", -1, 0, cmd_metrics},
     {"watch", " [--interval S]", "refresh stats and clients, like top", -1, 0, cmd_watch},
 };

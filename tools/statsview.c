@@ -267,6 +267,39 @@ static void metric_by_rule(const ProtobufCMessage *m, const ProtobufCFieldDescri
   print_sample(m, &v, dev);
 }
 
+/* Per cgroup (containers, units, jobs): a bounded label, 16 cgroups, the rest summed as "other". */
+static void print_cgroup_metrics(const Gmlake__CtlReply *r, int dev) {
+  enum { MAXCG = 16 };
+  const char *cg[MAXCG + 1];
+  uint64_t cgv[MAXCG + 1][3];
+  memset(cgv, 0, sizeof cgv);
+  size_t ncg = 0;
+  int other = 0;
+  for (size_t i = 0; i < r->n_clients; i++) {
+    const Gmlake__ClientInfo *c = r->clients[i];
+    const char *name = c->cgroup && c->cgroup[0] ? c->cgroup : "unknown";
+    size_t k = 0;
+    while (k < ncg && strcmp(cg[k], name)) k++;
+    if (k == ncg) {
+      if (ncg < MAXCG) cg[ncg++] = name;
+      else k = MAXCG, other = 1;
+    }
+    cgv[k][0] += c->leased_bytes, cgv[k][1] += c->allocated, cgv[k][2] += c->paused;
+  }
+  cg[MAXCG] = "other";
+  printf("# HELP gmlake_cgroup_bytes Bytes of the clients of one cgroup by kind (16 cgroups, the rest as \"other\").\n"
+         "# TYPE gmlake_cgroup_bytes gauge\n");
+  for (size_t k = 0; k <= MAXCG; k++) {
+    if (k >= ncg && !(k == MAXCG && other)) continue;
+    for (int j = 0; j < 3; j++)
+      {
+        printf("gmlake_cgroup_bytes{device=\"%d\",cgroup=\"", dev);
+        print_escaped(stdout, cg[k], 0);
+        printf("\",kind=\"%s\"} %llu\n", j == 0 ? "leased" : j == 1 ? "allocated" : "paused", (unsigned long long)cgv[k][j]);
+      }
+  }
+}
+
 void print_metrics(const Gmlake__CtlReply *r) {
   const ProtobufCMessage *m = &r->stats->base;
   int dev = r->stats->device;
@@ -289,4 +322,5 @@ void print_metrics(const Gmlake__CtlReply *r) {
       printf("\",kind=\"%s\"} %llu\n", client_bytes[k].kind, (unsigned long long)unsigned_of(&c->base, client_bytes[k].field));
     }
   }
+  print_cgroup_metrics(r, dev);
 }
