@@ -74,6 +74,10 @@ for v in $vars; do
   grep -q "^| \`$v\` |" README.md || { echo "README's table of environment variables lacks $v" >&2; exit 1; }
 done
 echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
+echo "== python/gmlake's pause/resume (host backend, embedded, no torch)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONPATH=python python3 tests/python_pause.py
+fi
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)

@@ -127,3 +127,4 @@ def pool():
 
 
 from .grow import GrowableRange, growable  # noqa: E402 (needs _load and GMLakeError above)
+from .pause import pause, resume, paused, set_tag, tagged  # noqa: E402,F401 (torch-free: gml_pause/gml_resume)

@@ -1,0 +1,58 @@
+"""gmlake.pause/resume/paused/tagged (python/gmlake/pause.py) on an embedded
+client opened through ctypes (host backend, no torch): bytes kept at the same
+addresses, memory given back while paused, tags, the context manager."""
+import ctypes
+import gmlake
+
+lib = gmlake._load()
+lib.gml_open.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+lib.gml_alloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+lib.gml_stats_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+lib.gml_close.argtypes = [ctypes.c_void_p]
+
+
+class Opts(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_int), ("backend", ctypes.c_char_p), ("socket_path", ctypes.c_char_p),
+                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t)]
+
+
+c = ctypes.c_void_p()
+assert lib.gml_open(ctypes.byref(Opts(0, b"host", None, 2, 0)), ctypes.byref(c)) == 0
+MiB = 1 << 20
+
+
+def alloc(n):
+    p = ctypes.c_void_p()
+    assert lib.gml_alloc(c, n, None, ctypes.byref(p)) == 0
+    return p.value
+
+
+def reserved():
+    st = gmlake._Stats()
+    lib.gml_stats_get(c, ctypes.byref(st))
+    return st.reserved
+
+
+a = alloc(3 * MiB)
+with gmlake.tagged(4, client=c):
+    b = alloc(6 * MiB)
+ctypes.memset(a, 0x11, 3 * MiB)
+ctypes.memset(b, 0x22, 6 * MiB)
+before = reserved()
+with gmlake.paused(tag=4, client=c):
+    assert reserved() < before, (reserved(), before)
+    assert ctypes.string_at(a, 16) == b"\x11" * 16  # untagged: still there
+assert ctypes.string_at(b, 6 * MiB) == b"\x22" * (6 * MiB)
+gmlake.pause(client=c)
+assert reserved() == 0
+gmlake.resume(client=c)
+assert ctypes.string_at(a, 3 * MiB) == b"\x11" * (3 * MiB) and ctypes.string_at(b, 16) == b"\x22" * 16
+gmlake.pause(client=c)
+try:
+    gmlake.pause(client=c)
+    raise SystemExit("a second pause should fail")
+except gmlake.GMLakeError as e:
+    assert "already paused" in str(e), e
+gmlake.resume(client=c)
+lib.gml_close(c)
+print("  pause/resume/paused/tagged: bytes and addresses kept, memory back while paused")
