@@ -326,7 +326,7 @@ START_TEST(test_process_quota_over_connections) {
   start_daemon("--limit 64MiB --prefetch 0");
   proc a = client_start();
   int pid_a = client_ready(&a);
-  char args[64], out[8192];
+  char args[320], out[8192];
   snprintf(args, sizeof args, "quota %d 10MiB", pid_a);
   ck_assert_int_eq(ctl(out, sizeof out, args), 0);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
