@@ -30,6 +30,15 @@ struct gml_backend_ops {
   int (*event_record)(gml_backend *be, uintptr_t stream, uintptr_t *event);
   int (*event_done)(gml_backend *be, uintptr_t event); /* 1 done, 0 not yet, <0 error */
   void (*event_destroy)(gml_backend *be, uintptr_t event);
+  /* Order `stream`'s later work after `event` (recorded on another stream)
+   * without waiting on the host: cross-stream borrowing. Host: a no-op, its
+   * events are done at once (fake events: recorded, see below). */
+  int (*stream_wait_event)(gml_backend *be, uintptr_t stream, uintptr_t event);
+  /* Guard mode: make [va, va + size) of a mapped range inaccessible
+   * (accessible = 0) or usable again; va and size are multiples of
+   * guard_granularity. NULL where only whole chunks can be guarded (cuda):
+   * a guard is then a slot that no chunk is mapped into. */
+  int (*protect)(gml_backend *be, uintptr_t va, size_t size, int accessible);
   int (*synchronize)(gml_backend *be); /* wait for all work on the device */
   /* Copy between host memory and mapped device memory (tests, replay). */
   int (*write)(gml_backend *be, uintptr_t va, const void *src, size_t n);
@@ -47,6 +56,7 @@ struct gml_backend {
   int device;
   size_t granularity; /* the smallest chunk the device allows: 2 MiB on the H100 */
   size_t chunk_size;  /* the chunk this backend creates and maps: a multiple of granularity */
+  size_t guard_granularity; /* the finest guard ops->protect can make (host: a page); 0: a whole chunk */
   const struct gml_backend_ops *ops;
   void *priv;
 };
@@ -86,4 +96,28 @@ void gml_backend_close(gml_backend *be);
 
 int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
 int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
+/* The finest guard this backend can make: guard_granularity, else a chunk. */
+static inline size_t gml_backend_guard_grain(const gml_backend *be) {
+  return be->ops->protect && be->guard_granularity ? be->guard_granularity : be->chunk_size;
+}
+
+/* Host backend test hook, fake events: the host has no asynchronous work,
+ * so to exercise stream ordering a test drives it by hand. Each stream has
+ * work enqueued (launch) and work done (progress); an event recorded on a
+ * stream is done once that stream's work up to where it was recorded is
+ * done; stream_wait_event holds the waiting stream's later work until the
+ * event is done (and orders it after everything the event's stream was
+ * ordered after); synchronize completes all work. At most 64 streams. */
+int gml_host_fake_events(gml_backend *be); /* switch a host backend to fake events (before use) */
+/* One more unit of work on `stream`; returns its position (1, 2, ...). */
+uint64_t gml_host_fake_launch(gml_backend *be, uintptr_t stream);
+/* Let up to n more units of `stream` complete (a pending wait stops it). */
+void gml_host_fake_progress(gml_backend *be, uintptr_t stream, uint64_t n);
+/* Is the work at position pos of stream `from` ordered before any work
+ * enqueued on `to` from now on: done, or the same stream, or `to` waits
+ * (directly or through other streams) on an event recorded after it? */
+int gml_host_fake_ordered(gml_backend *be, uintptr_t from, uint64_t pos, uintptr_t to);
+/* Work enqueued on `stream` so far, and the waits inserted on any stream. */
+uint64_t gml_host_fake_position(gml_backend *be, uintptr_t stream);
+uint64_t gml_host_fake_waits(gml_backend *be);
 #endif

@@ -158,6 +158,19 @@ static void cuda_event_destroy(gml_backend *be, uintptr_t event) {
   p->api.cuEventDestroy_v2((CUevent)event);
 }
 
+/* Borrowing inserts this wait on the borrowing stream. Never on a stream
+ * being captured into a CUDA graph: a wait on an event recorded outside the
+ * capture would break the capture, so the caller does not borrow. */
+static int cuda_stream_wait_event(gml_backend *be, uintptr_t stream, uintptr_t event) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  CU_CALL(p, cuStreamIsCapturing((CUstream)stream, &cs));
+  if (cs != CU_STREAM_CAPTURE_STATUS_NONE) return GML_EBACKEND;
+  CU_CALL(p, cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0));
+  return 0;
+}
+
 static int cuda_synchronize(gml_backend *be) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
@@ -217,6 +230,8 @@ static const struct gml_backend_ops cuda_ops = {
     .event_done = cuda_event_done,     .event_destroy = cuda_event_destroy, .synchronize = cuda_synchronize,
     .write = cuda_write,               .read = cuda_read,                 .mem_info = cuda_mem_info,
     .destroy = cuda_destroy,           .host_alloc = cuda_host_alloc,     .host_free = cuda_host_free,
+    .stream_wait_event = cuda_stream_wait_event,
+    .protect = NULL, /* a guard is a whole chunk left unmapped */
 };
 
 int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {

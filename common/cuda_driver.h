@@ -48,6 +48,7 @@
 #define GML_CUDA_LOCATION_TYPE_VALUES(X) X(CU_MEM_LOCATION_TYPE_DEVICE, 0x1)
 #define GML_CUDA_ALLOCATION_TYPE_VALUES(X) X(CU_MEM_ALLOCATION_TYPE_PINNED, 0x1)
 #define GML_CUDA_GRANULARITY_FLAG_VALUES(X) X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 0x1)
+#define GML_CUDA_CAPTURE_STATUS_VALUES(X) X(CU_STREAM_CAPTURE_STATUS_NONE, 0) X(CU_STREAM_CAPTURE_STATUS_ACTIVE, 1)
 
 /* (enum tag, typedef name, list): the tags are cuda.h's. */
 #define GML_CUDA_ENUMS(X)                                                                           \
@@ -58,7 +59,8 @@
   X(CUmemAccess_flags_enum, CUmemAccess_flags, GML_CUDA_ACCESS_FLAG_VALUES)                         \
   X(CUmemLocationType_enum, CUmemLocationType, GML_CUDA_LOCATION_TYPE_VALUES)                       \
   X(CUmemAllocationType_enum, CUmemAllocationType, GML_CUDA_ALLOCATION_TYPE_VALUES)                 \
-  X(CUmemAllocationGranularity_flags_enum, CUmemAllocationGranularity_flags, GML_CUDA_GRANULARITY_FLAG_VALUES)
+  X(CUmemAllocationGranularity_flags_enum, CUmemAllocationGranularity_flags, GML_CUDA_GRANULARITY_FLAG_VALUES)   \
+  X(CUstreamCaptureStatus_enum, CUstreamCaptureStatus, GML_CUDA_CAPTURE_STATUS_VALUES)
 
 #define GML_CUDA_DECLARE_TYPEDEF(name, type) typedef type name;
 GML_CUDA_TYPEDEFS(GML_CUDA_DECLARE_TYPEDEF)
@@ -147,7 +149,9 @@ typedef struct CUmemAccessDesc_st {
   X(cuEventCreate, (CUevent *, unsigned int))                                                                   \
   X(cuEventRecord, (CUevent, CUstream))                                                                         \
   X(cuEventQuery, (CUevent))                                                                                    \
-  X(cuEventDestroy_v2, (CUevent))
+  X(cuEventDestroy_v2, (CUevent))                                                                               \
+  X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                       \
+  X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))
 
 /* gml_pfn_cuMemCreate and so on: the pointer type each dlsym result is cast to. */
 #define GML_CUDA_DECLARE_PFN(name, params) typedef CUresult (*gml_pfn_##name) params;
