@@ -8,10 +8,13 @@
 #define _GNU_SOURCE
 #endif
 #include "alloc_internal.h"
+#include "guard.h"
 #include "log.h"
 #include "policy.h"
 #include "util.h"
+#include <execinfo.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,9 +62,28 @@ static int malloc_map_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t
   return rc == GML_EQUOTA || rc == GML_EDAEMON || rc == GML_EBACKEND ? rc : GML_ENOMEM;
 }
 
+/* Guard mode: b's guards could not be made (an unmap or protect failed). */
+static int malloc_guard_failed_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t size, uint32_t first, uint32_t last,
+                                    int rc) {
+  gml_slots_unclaim(a, first, last);
+  gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+  format_oom(a, size, rc);
+  a->ooms++;
+  return rc == GML_EBACKEND ? rc : GML_ENOMEM;
+}
+
+/* Guard mode: when and where b was allocated, for the fault report. */
+static void malloc_guard_record_slow(gml_allocator *a, gml_block *b) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  b->alloc_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  if (a->guard_bt && (b->bt = calloc(GML_GUARD_BT, sizeof *b->bt))) backtrace(b->bt, GML_GUARD_BT);
+}
+
 /* The pointer map could not grow: b cannot be tracked, so it must not be
  * handed out. */
 static int malloc_untracked_slow(gml_allocator *a, gml_region *r, gml_block *b, uint32_t first, uint32_t last) {
+  if (a->guard) gml_guards_set(a, b, 0);
   gml_slots_unclaim(a, first, last);
   b->is_free = 1;
   gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
@@ -70,19 +92,24 @@ static int malloc_untracked_slow(gml_allocator *a, gml_region *r, gml_block *b, 
 
 int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr) {
   if (!size || size > (a->va_size >> 1)) return malloc_bad_size_slow(a, size);
-  size_t rsize = gml_round_up(size, GML_ALIGN);
+  size_t rsize = gml_round_up(size, GML_ALIGN), bsize = gml_policy_block_size(a, rsize);
   pthread_mutex_lock(&a->lock);
   a->tick++;
-  gml_region *r = region_for(a, rsize);
-  gml_block *b = gml_policy_place(a, r, pool_index(a, r, stream, 1), rsize, stream);
+  gml_region *r = region_for(a, bsize);
+  int borrowed;
+  gml_block *b = gml_policy_place(a, r, pool_index(a, r, stream, 1), rsize, stream, &borrowed);
   if (!b) {
     int rc = malloc_no_fit_slow(a, r, size);
     pthread_mutex_unlock(&a->lock);
     return rc;
   }
   gml_pool_del(r, b);
-  /* Claim the slots first, so that stitching cannot take their chunks. */
-  uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + rsize - 1);
+  /* Claim the slots first, so that stitching cannot take their chunks. A
+   * borrowed block is taken whole; whole-slot guards are not claimed. */
+  uintptr_t lo, hi;
+  if (borrowed) lo = b->addr, hi = b->addr + b->size;
+  else claim_window(a, b->addr, bsize, rsize, &lo, &hi);
+  uint32_t first = slot_of(a, lo), last = slot_of(a, hi - 1);
   size_t need = 0;
   for (uint32_t s = first; s <= last; s++) need += (size_t)slot_claim(a, s, stream);
   int stole = 0, rc;
@@ -91,29 +118,42 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     GML_DEBUG("%s", a->last_error);
     return rc;
   }
-  if (b->size - rsize >= GML_ALIGN) {
-    gml_block *rest = gml_block_split(a, b, rsize);
+  b->ptr = a->guard ? gml_policy_guard_ptr(a, b->addr, rsize) : b->addr;
+  b->usable = rsize;
+  if (a->guard && (rc = gml_guards_set(a, b, 1))) {
+    rc = malloc_guard_failed_slow(a, r, b, size, first, last, rc);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+  }
+  if (!borrowed && b->size - bsize >= GML_ALIGN) {
+    gml_block *rest = gml_block_split(a, b, bsize);
     if (rest) gml_pool_add(r, b->pool, rest);
   }
+  if (!a->guard) b->usable = b->size; /* all of it: a split's rest under 512 B, or a borrowed block */
   if (b->has_event) {
     a->be->ops->event_destroy(a->be, b->event);
     b->has_event = 0;
   }
+  a->borrows += borrowed || b->lent;
+  b->lent = 0;
   b->is_free = 0;
   b->stream = stream;
   b->stitched = (uint8_t)stole;
   b->pause_tag = a->tag;
-  if (gml_ptrmap_put(&a->live, b->addr, b)) {
+  if (gml_ptrmap_put(&a->live, b->ptr, b)) {
     rc = malloc_untracked_slow(a, r, b, first, last);
     pthread_mutex_unlock(&a->lock);
     return rc;
   }
-  a->allocated += b->size;
-  if (b->stitched) a->stitched += b->size;
+  b->req = size;
+  b->seq = ++a->alloc_count;
+  b->alloc_ns = 0;
+  if (a->guard) malloc_guard_record_slow(a, b);
+  a->allocated += b->usable;
+  if (b->stitched) a->stitched += b->usable;
   if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
   if (reserved_bytes(a) > a->peak_reserved) a->peak_reserved = reserved_bytes(a);
-  a->alloc_count++;
-  *ptr = (void *)b->addr;
+  *ptr = (void *)b->ptr;
   pthread_mutex_unlock(&a->lock);
   return 0;
 }
@@ -133,17 +173,24 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
     return 0;
   }
   gml_region *r = &a->regions[b->region];
-  uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
+  uint32_t first, last;
+  block_slots(a, b, &first, &last);
   a->tick++;
+  if (a->guard) { /* its guards become ordinary memory again (page guards) */
+    gml_guards_set(a, b, 0);
+    free(b->bt);
+    b->bt = NULL;
+  }
   for (uint32_t s = first; s <= last; s++)
     if (--a->slot_use[s] == 0) slot_release(a, s);
   if ((a->free_count & 255) == 0) gml_fence_update(a); /* keep a recent fence: remaps then need no synchronize */
-  a->allocated -= b->size;
-  if (b->stitched) a->stitched -= b->size;
+  a->allocated -= b->usable;
+  if (b->stitched) a->stitched -= b->usable;
   a->free_count++;
   b->is_free = 1;
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
   b->has_event = 0;
+  b->lent = 0;
   b = gml_block_coalesce(a, r, b);
   gml_pool_add(r, b->pool, b);
   pthread_mutex_unlock(&a->lock);
@@ -153,7 +200,7 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
 size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
   gml_block *b = gml_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
-  size_t n = b ? b->size : 0;
+  size_t n = b ? b->usable : 0;
   pthread_mutex_unlock(&a->lock);
   return n;
 }
@@ -202,6 +249,8 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->map_ns = a->map_ns;
   st->malloc_ns = __atomic_load_n(&a->malloc_ns, __ATOMIC_RELAXED); /* added to outside the lock (client.c) */
   st->ooms = a->ooms;
+  st->borrows = a->borrows;
+  st->borrow_waits = a->borrow_waits;
   st->lease_calls = a->lease_calls;
   size_t nl = a->lease_calls < GML_ARRAY_LEN(a->lease_ns) ? a->lease_calls : GML_ARRAY_LEN(a->lease_ns);
   if (nl) {
@@ -228,7 +277,9 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->rng = 0x2545F4914F6CDD1Dull;
   a->timing = cfg->timing;
   a->headroom_pct = cfg->headroom_pct;
+  gml_alloc_set_borrow(a, cfg->borrow, cfg->borrow_ratio, cfg->borrow_max);
   a->dead = -1;
+  a->safe_tick = 1; /* fresh chunks (free_tick 0) are ready for every stream */
   for (int l = 0; l < 3; l++) a->lists[l].head = a->lists[l].tail = -1;
   int rc = be->ops->va_reserve(be, a->va_size, &a->va_base);
   if (rc) return rc;
@@ -264,12 +315,27 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
     r->first = b;
     gml_pool_add(r, 0, b);
   }
+  if (cfg->guard > 0 && (rc = gml_alloc_set_guard(a, cfg->guard, cfg->guard_grain))) {
+    gml_alloc_destroy(a);
+    return rc;
+  }
+  a->guard_bt = cfg->guard_bt;
   return 0;
+}
+
+void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits) {
+  if (a->be) pthread_mutex_lock(&a->lock);
+  a->borrow = on != 0;
+  a->borrow_ratio = ratio >= 1 ? ratio : 1;
+  a->borrow_max = max_waits < 0 ? 0 : max_waits > GML_BORROW_MAX_CAP ? GML_BORROW_MAX_CAP : max_waits;
+  if (a->be) pthread_mutex_unlock(&a->lock);
 }
 
 
 void gml_alloc_destroy(gml_allocator *a) {
   if (!a->be) return;
+  if (a->guard) gml_guard_unregister(a);
+  for (int i = 0; i < a->borrow_nev; i++) a->be->ops->event_destroy(a->be, a->borrow_ev[i]);
   if (a->slot_chunk) {
     a->be->ops->synchronize(a->be);
     for (uint32_t s = 0; s < a->nslots; s++)

@@ -31,7 +31,19 @@
  * within the headroom (default 2%, GMLAKE_HEADROOM) of the peak allocated; else, of the
  * free chunks freed longest ago, the one mapped farthest from the slot.
  * (Placement that chased mapped chunks, tried in sessions 2-3, took chunks
- * other layouts needed and never settled.) */
+ * other layouts needed and never settled.)
+ *
+ * Streams: a block freed on stream S serves S at once; other streams get it
+ * once an event says S has passed the free (harvest), or, borrowing, at once
+ * with a wait for that event put on the borrowing stream (whole blocks, at
+ * most borrow_ratio times the request, at most borrow_max waits pending). A
+ * chunk freed on S is likewise ready for S, for any stream once a fence
+ * passed, for a stream made to wait for S; else the device is waited for.
+ * That holds for a block joining a slot another stream's block holds, too.
+ *
+ * Guard mode (guard.c): every block is whole guard grains (host: a page;
+ * cuda: a chunk), its pointer placed so its usable bytes end where a guard
+ * begins: a page protected, or a slot never mapped. */
 #ifndef GML_ALLOC_H
 #define GML_ALLOC_H
 #include "backend.h"
@@ -44,14 +56,25 @@
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
+#define GML_DEFAULT_BORROW 1         /* BENCHMARKS.md, session 5: fewer syncs and maps, same memory */
+#define GML_DEFAULT_BORROW_RATIO 1.5
+#define GML_DEFAULT_BORROW_MAX 8
+#define GML_BORROW_MAX_CAP 64        /* the most borrows waiting on a lender at once */
 
 /* The allocator's settings. It reads no environment: client.c fills this
  * from the library's options (gml_alloc_config_from_options). */
 typedef struct gml_alloc_config {
   double headroom_pct; /* fresh chunks leased past need, % of the peak allocated; 0: none */
   int timing;          /* the caller sums the time of every malloc in malloc_ns */
+  int guard;           /* guard mode: 0 off, GML_GUARD_END or GML_GUARD_BOTH (gml_alloc_set_guard) */
+  size_t guard_grain;  /* bytes per guard; 0: the finest the backend can make */
+  int guard_bt;        /* guard mode: keep each allocation's backtrace for the fault report */
+  int borrow;          /* cross-stream borrowing (gml_alloc_set_borrow) */
+  double borrow_ratio; /* a borrowed block is at most this times the request (it is never split) */
+  int borrow_max;      /* the most borrows waiting on a lender's event at once */
 } gml_alloc_config;
-#define GML_ALLOC_CONFIG_DEFAULT {GML_DEFAULT_HEADROOM_PCT, 0}
+#define GML_ALLOC_CONFIG_DEFAULT \
+  {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX}
 
 typedef struct gml_chunk_source {
   void *ctx;
@@ -150,6 +173,21 @@ typedef struct gml_allocator {
   uint64_t paused_bytes;  /* bytes of paused blocks (pause.c): not in allocated */
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;
+  /* guard mode (guard.c) */
+  int guard;              /* 0 off, GML_GUARD_END or GML_GUARD_BOTH */
+  size_t guard_grain;     /* bytes per guard: a page (backend protect) or the chunk (an unmapped slot) */
+  int guard_bt;           /* record each allocation's backtrace */
+  /* cross-stream borrowing (policy.c decides, slots.c orders the streams) */
+  int borrow;             /* take blocks freed on other streams, with a wait if need be */
+  double borrow_ratio;    /* a borrowed block is at most this times the request */
+  int borrow_max;         /* the most borrows whose lender may not be done, at once */
+  int borrow_nev;
+  uintptr_t borrow_ev[GML_BORROW_MAX_CAP]; /* their lenders' events */
+  uint64_t borrows, borrow_waits;
+  /* ordered[i][j]: work enqueued on streams_seen[i] from now on runs after
+   * everything streams_seen[j] enqueued up to that tick (a wait put it there) */
+  uint64_t ordered[GML_MAX_STREAMS][GML_MAX_STREAMS];
+  int any_ordered;
   char last_error[256];
 } gml_allocator;
 
@@ -172,6 +210,24 @@ size_t gml_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_
 /* Consistency check for tests: 0 when every invariant holds, else a GML_E*
  * code with the broken invariant in a->last_error. */
 int gml_alloc_check(gml_allocator *a);
+
+/* Guard mode (guard.c), before the first allocation: GML_GUARD_END or
+ * GML_GUARD_BOTH (anything else: off); grain 0 = the finest the backend can
+ * guard, else a multiple of it that divides the chunk size. */
+int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain);
+/* Cross-stream borrowing: on/off, the most a borrowed block may exceed the
+ * request (ratio >= 1), the most borrows waiting on a lender at once. */
+void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits);
+/* gml_block_of / gml_block_list (gmlake.h) on the allocator (guard.c). */
+int gml_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info);
+int gml_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max);
+/* For the fault handler: is addr in this allocator's virtual range; and
+ * block_of without blocking on the lock (a crash path), with the block's
+ * allocation backtrace if one was recorded (bt: GML_GUARD_BT entries). */
+static inline int gml_alloc_owns(const gml_allocator *a, uintptr_t addr) {
+  return addr >= a->va_base && addr - a->va_base < a->va_size;
+}
+int gml_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt);
 /* The settings from the library's options (common/options.h: GMLAKE_HEADROOM,
  * a percentage, 0 turns it off, anything else warns and keeps the default;
  * GMLAKE_TIMING). Defined in client.c: the environment is read once, at

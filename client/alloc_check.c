@@ -36,10 +36,20 @@ int gml_alloc_check(gml_allocator *a) {
         live++;
         CHECK(gml_ptrmap_take(&a->live, b->addr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->addr);
       } else {
-        allocated += b->size;
+        allocated += b->usable;
         live++;
-        CHECK(gml_ptrmap_take(&a->live, b->addr, 0) == b, "live block %#lx missing from the pointer map", (unsigned long)b->addr);
-        for (uint32_t s = slot_of(a, b->addr); s <= slot_of(a, b->addr + b->size - 1); s++) use[s]++;
+        CHECK(gml_ptrmap_take(&a->live, b->ptr, 0) == b, "live block %#lx missing from the pointer map", (unsigned long)b->ptr);
+        CHECK(b->ptr >= b->addr && b->ptr + b->usable <= b->addr + b->size && b->req <= b->usable,
+              "block %#lx: its pointer or size outside it", (unsigned long)b->addr);
+        uint32_t first, last;
+        block_slots(a, b, &first, &last);
+        for (uint32_t s = first; s <= last; s++) use[s]++;
+        if (guard_slots_unmapped(a)) { /* whole-slot guards map nothing */
+          uint32_t g = slot_of(a, b->ptr + b->usable);
+          CHECK(a->slot_chunk[g] < 0, "block %#lx: its guard slot %u maps chunk %d", (unsigned long)b->ptr, g, a->slot_chunk[g]);
+          if (a->guard == GML_GUARD_BOTH)
+            CHECK(a->slot_chunk[first - 1] < 0, "block %#lx: its front guard slot is mapped", (unsigned long)b->ptr);
+        }
       }
     }
     CHECK(expect == r->base + r->size, "region %d does not end at its end", i);

@@ -8,11 +8,13 @@
  *   policy.c       every decision (policy.h)
  *   alloc.c        the entry points: fast path, slow paths, init, stats
  *   alloc_check.c  the invariant checker
+ *   guard.c        guard mode's setting and fault report, gml_block_of
  * Functions shared between files are gml_-prefixed and hidden, so they
  * never clash with, or get interposed by, a symbol of the program. */
 #ifndef GML_ALLOC_INTERNAL_H
 #define GML_ALLOC_INTERNAL_H
 #include "alloc.h"
+#include "util.h"
 
 #define GML_HIDDEN __attribute__((visibility("hidden")))
 
@@ -31,6 +33,11 @@ struct gml_block {
   uint8_t has_event;
   uint8_t paused;           /* live block whose slots were let go (pause.c): GML_PAUSED_* */
   uint32_t pause_tag;       /* a->tag when it was allocated (gml_set_tag) */
+  uint8_t lent;             /* free: moved from another stream's pool (harvest) */
+  uintptr_t ptr;            /* live: what malloc returned (guard mode: past the block's start) */
+  size_t req, usable;       /* live: bytes asked for; bytes from ptr it may use */
+  uint64_t seq, alloc_ns;   /* live: allocation number; when (guard mode only) */
+  void **bt;                /* live, guard mode with backtraces: where it was allocated */
 };
 enum { GML_PAUSED_NO = 0, GML_PAUSED = 1, GML_PAUSED_FREED = 2 /* freed while paused: becomes free at resume */ };
 
@@ -41,6 +48,25 @@ static inline uintptr_t slot_addr(gml_allocator *a, uint32_t s) { return a->va_b
 static inline uint64_t reserved_bytes(gml_allocator *a) { return (uint64_t)a->held * a->cs; }
 static inline size_t free_chunks(gml_allocator *a) { return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count; }
 static inline gml_region *region_for(gml_allocator *a, size_t size) { return &a->regions[size < GML_SMALL_LIMIT ? 0 : 1]; }
+
+/* Guard mode: a block is [front guard][slack][usable][back guard] in whole
+ * grains (policy.c places the pointer); guards that are whole slots are
+ * never mapped, so a block uses only the slots of its grains in between. */
+static inline uintptr_t guard_data_start(gml_allocator *a, uintptr_t addr) {
+  return addr + (a->guard == GML_GUARD_BOTH ? a->guard_grain : 0);
+}
+static inline int guard_slots_unmapped(gml_allocator *a) { return a->guard && a->guard_grain == a->cs; }
+/* The bytes whose slots a block at addr of bsize bytes (rsize usable) uses. */
+static inline void claim_window(gml_allocator *a, uintptr_t addr, size_t bsize, size_t rsize, uintptr_t *lo, uintptr_t *hi) {
+  *lo = addr, *hi = addr + bsize;
+  if (guard_slots_unmapped(a)) *lo = guard_data_start(a, addr), *hi = *lo + gml_round_up(rsize, a->cs);
+}
+/* The slots [first, last] live block b uses. */
+static inline void block_slots(gml_allocator *a, const gml_block *b, uint32_t *first, uint32_t *last) {
+  uintptr_t lo = b->addr, hi = b->addr + b->size;
+  if (guard_slots_unmapped(a)) hi = b->ptr + b->usable, lo = hi - gml_round_up(b->usable, a->cs);
+  *first = slot_of(a, lo), *last = slot_of(a, hi - 1);
+}
 
 /* ---------- blocks.c: block structs, treaps, pools, pointer map ---------- */
 
@@ -119,6 +145,16 @@ static inline void clist_unlink(gml_allocator *a, int32_t ci) {
   L->count--;
 }
 
+/* Index of stream s in streams_seen, -1 if never seen. */
+static inline int stream_index(gml_allocator *a, gml_stream s) {
+  for (int k = 0; k < a->nstreams_seen; k++)
+    if (a->streams_seen[k] == s) return k;
+  return -1;
+}
+/* Was chunk c freed on a stream that `stream` was made to wait for
+ * (borrowing) after the free? */
+GML_HIDDEN int gml_chunk_ordered_slow(gml_allocator *a, const gml_pchunk *c, gml_stream stream);
+
 /* Free chunk ci becomes owned by slot s. */
 static inline void chunk_own(gml_allocator *a, int32_t ci, uint32_t s) {
   clist_unlink(a, ci);
@@ -140,15 +176,19 @@ static inline void slot_release(gml_allocator *a, uint32_t s) {
  * the stream that freed it runs first anyway; other streams need the fence. */
 static inline int chunk_ready_for(gml_allocator *a, int32_t ci, gml_stream stream) {
   gml_pchunk *c = &a->chunks[ci];
-  return c->free_stream == stream || c->free_tick < a->safe_tick; /* MIXED matches no stream */
+  return c->free_stream == stream || c->free_tick < a->safe_tick || /* MIXED matches no stream */
+         (a->any_ordered && gml_chunk_ordered_slow(a, c, stream));
 }
 
 /* Slot s becomes touched by a block on `stream`: take its mapped chunk if
  * that is free and ready. Returns 1 if the slot still needs a chunk. */
 static inline int slot_claim(gml_allocator *a, uint32_t s, gml_stream stream) {
   if (a->slot_use[s]++) {
-    if (a->slot_stream[s] != stream) a->slot_stream[s] = GML_STREAM_MIXED;
-    return 0;
+    if (a->slot_stream[s] == stream) return 0;
+    a->slot_stream[s] = GML_STREAM_MIXED;
+    /* its chunk was taken for another stream's block, maybe while the stream
+     * that freed it still had work on it: then ours must wait too (map) */
+    return !chunk_ready_for(a, a->slot_chunk[s], stream);
   }
   a->slot_stream[s] = stream;
   int32_t ci = a->slot_chunk[s];
@@ -180,4 +220,15 @@ GML_HIDDEN void gml_fence_update(gml_allocator *a);
 GML_HIDDEN int gml_harvest_streams_slow(gml_allocator *a, gml_region *r);
 /* Would a block at [addr, addr + rsize) on `stream` need a driver call or a wait? */
 GML_HIDDEN int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);
+/* ... or would it find every slot's chunk in place, usable once `stream`
+ * waits for stream index j (borrowing)? */
+GML_HIDDEN int gml_window_ready_after_wait(gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j);
+/* Make `stream` wait for everything stream index j enqueued so far (an
+ * event on j, a wait on `stream`); 0, or nonzero if the backend cannot
+ * (a stream being captured): the caller does not borrow. */
+GML_HIDDEN int gml_order_after_slow(gml_allocator *a, gml_stream stream, int j);
+/* Borrows still waiting on their lender's event (done ones are forgotten). */
+GML_HIDDEN int gml_borrows_pending(gml_allocator *a);
+/* Guard mode: make block b's guards inaccessible (on) or usable again. */
+GML_HIDDEN int gml_guards_set(gml_allocator *a, gml_block *b, int on);
 #endif

@@ -33,6 +33,7 @@ void gml_region_free_blocks(gml_allocator *a, gml_region *r) {
   for (gml_block *b = r->first, *n; b; b = n) {
     n = b->next;
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
+    if (!b->is_free) free(b->bt);
     free(b);
   }
   r->first = NULL;
@@ -113,6 +114,7 @@ gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
   if (n && n->is_free && n->pool == b->pool) {
     gml_pool_del(r, n);
     b->size += n->size;
+    b->lent |= n->lent;
     b->next = n->next;
     if (n->next) n->next->prev = b;
     if (n->has_event) a->be->ops->event_destroy(a->be, n->event);
@@ -124,6 +126,7 @@ gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
   if (p && p->is_free && p->pool == b->pool) {
     gml_pool_del(r, p);
     p->size += b->size;
+    p->lent |= b->lent;
     p->next = b->next;
     if (b->next) b->next->prev = p;
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);

@@ -294,6 +294,30 @@ void gml_alloc_config_from_options(const gml_options *opt, gml_alloc_config *cfg
     if (*end || !(v >= 0 && v <= 100)) GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, cfg->headroom_pct);
     else cfg->headroom_pct = v;
   }
+  /* guard mode (issue 16): GMLAKE_GUARD=0|1|end|both, GMLAKE_GUARD_GRAIN=BYTES, GMLAKE_GUARD_BACKTRACE=1 */
+  const char *e = opt->guard;
+  if (e && *e) {
+    cfg->guard = !strcmp(e, "both") ? GML_GUARD_BOTH : !strcmp(e, "1") || !strcmp(e, "end") ? GML_GUARD_END : 0;
+    if (!cfg->guard && strcmp(e, "0")) GML_WARN("GMLAKE_GUARD=%s: 0, 1 (or end) or both was expected; guard mode off", e);
+  }
+  uint64_t grain;
+  if ((e = opt->guard_grain) && *e) {
+    if (gml_parse_size(e, 0, &grain) == 0) cfg->guard_grain = (size_t)grain;
+    else GML_WARN("GMLAKE_GUARD_GRAIN=%s: a size was expected; the finest the backend can guard", e);
+  }
+  cfg->guard_bt = (e = opt->guard_backtrace) && atoi(e) > 0;
+  /* cross-stream borrowing: GMLAKE_BORROW=0|1, GMLAKE_BORROW_RATIO (>= 1), GMLAKE_BORROW_MAX (0-64) */
+  if ((e = opt->borrow) && *e) cfg->borrow = atoi(e) > 0;
+  if ((e = opt->borrow_ratio) && *e) {
+    double v = strtod(e, NULL);
+    if (v >= 1) cfg->borrow_ratio = v;
+    else GML_WARN("GMLAKE_BORROW_RATIO=%s: a number >= 1 was expected; using %g", e, cfg->borrow_ratio);
+  }
+  if ((e = opt->borrow_max) && *e) {
+    int v = atoi(e);
+    if (v >= 0 && v <= GML_BORROW_MAX_CAP) cfg->borrow_max = v;
+    else GML_WARN("GMLAKE_BORROW_MAX=%s: 0 to %d was expected; using %d", e, GML_BORROW_MAX_CAP, cfg->borrow_max);
+  }
 }
 
 int gml_open(const gml_open_opts *opts, gml_client **out) {
@@ -351,8 +375,20 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   }
   gml_alloc_config cfg;
   gml_alloc_config_from_options(&opt, &cfg);
+  if (o.guard) cfg.guard = o.guard > 0 ? o.guard : 0;
+  if (o.guard_grain) cfg.guard_grain = o.guard_grain;
+  if (o.borrow) cfg.borrow = o.borrow > 0;
+  /* guard mode on cuda guards whole chunks: embedded, the finest chunk the
+   * device allows (its granularity) unless GMLAKE_CHUNK_SIZE says otherwise */
+  if (cfg.guard > 0 && c->mode == GML_MODE_EMBEDDED && !c->be->ops->protect && !opt.chunk_size)
+    gml_backend_set_chunk_size(c->be, c->be->granularity);
   rc = gml_alloc_init(&c->alloc, c->be, src, va_size(&opt, c->be), &cfg);
-  if (rc) goto fail;
+  if (rc) {
+    GML_ERR("cannot start the allocator: %s (%s)", gml_strerror(rc), c->alloc.last_error);
+    goto fail;
+  }
+  if (cfg.guard > 0)
+    GML_INFO("guard mode: %s, guards of %zu bytes", cfg.guard == GML_GUARD_BOTH ? "both ends" : "end", c->alloc.guard_grain);
   if (c->mode == GML_MODE_EMBEDDED) {
     uint64_t lim = o.limit_bytes;
     if (!lim && opt.limit) {
@@ -453,3 +489,13 @@ int gml_flush(gml_client *c) {
 }
 
 const char *gml_last_error(gml_client *c) { return c ? c->last_error : "no client"; }
+
+int gml_block_of(gml_client *c, const void *addr, gml_block_info *info) {
+  if (!c || !info) return GML_EINVAL;
+  return gml_alloc_block_of(&c->alloc, (uintptr_t)addr, info);
+}
+
+int gml_block_list(gml_client *c, gml_block_info *out, size_t max) {
+  if (!c || (!out && max)) return GML_EINVAL;
+  return gml_alloc_block_list(&c->alloc, out, max);
+}

@@ -125,6 +125,7 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
 int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path) {
   if (!c || (flags & ~(unsigned)(GML_PAUSE_DISCARD | GML_PAUSE_FILE)) || (!(flags & GML_PAUSE_FILE)) != !path) return GML_EINVAL;
   gml_allocator *a = &c->alloc;
+  if (a->guard) return fail(c, GML_EINVAL, "pause: %s", "not in guard mode (a remap would drop the guards)");
   struct gml_pause *p = calloc(1, sizeof *p);
   if (!p) return GML_ENOMEM;
   p->flags = flags;

@@ -5,7 +5,10 @@
  * at four points (placement inline here, the rest in policy.c):
  *
  *   placement  gml_policy_place           which free block serves a request
- *                                         (every malloc: keep it cheap)
+ *                                         (every malloc: keep it cheap), and
+ *                                         whether to borrow another stream's
+ *              gml_policy_block_size,     guard mode: how large a block, and
+ *              gml_policy_guard_ptr       where its pointer goes
  *   headroom   gml_policy_headroom        before a request maps chunks:
  *                                         lease fresh ones beyond need?
  *   remap      gml_policy_chunk_for_slot  which free chunk backs a slot
@@ -24,13 +27,15 @@
 #define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
 #define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
 
-/* Placement is on every malloc's fast path, so it is here, inline; the
- * rest is in policy.c.
+/* Placement is on every malloc's fast path, so it is here, inline (one
+ * stream, a fit found: done); the rest is in policy.c.
  *
  * gml_policy_place: the free block of region r that serves a request of
  * rsize bytes (a multiple of GML_ALIGN) on `stream`, whose own pool is
  * r->pools[pi]; NULL if none (the virtual range is exhausted). The block
- * stays in its pool; the caller takes it out and splits off the rest. */
+ * stays in its pool; the caller takes it out and splits off the rest,
+ * unless *borrowed: then it was freed on another stream, `stream` now waits
+ * for that one, and the caller takes it whole. */
 static inline gml_block *find_fit(gml_region *r, int pi, size_t size) {
   gml_block *b = pi > 0 ? treap_best_fit(r->pools[pi].root, size) : NULL;
   gml_block *c = treap_best_fit(r->pools[0].root, size);
@@ -38,17 +43,32 @@ static inline gml_block *find_fit(gml_region *r, int pi, size_t size) {
   return b;
 }
 
+/* The block a request of rsize usable bytes takes (more in guard mode). */
+static inline size_t gml_policy_block_size(gml_allocator *a, size_t rsize) {
+  if (!a->guard) return rsize;
+  return gml_round_up(rsize, a->guard_grain) + a->guard_grain * (a->guard == GML_GUARD_BOTH ? 2 : 1);
+}
+/* Guard mode: the pointer of a request of rsize bytes in a block at addr:
+ * its usable bytes end where the back guard begins (PyTorch's 512-byte
+ * alignment allowing), so one element past the end is in the guard. */
+static inline uintptr_t gml_policy_guard_ptr(gml_allocator *a, uintptr_t addr, size_t rsize) {
+  return guard_data_start(a, addr) + gml_round_up(rsize, a->guard_grain) - rsize;
+}
+
+/* Several streams, or no fit: harvest, borrow (policy.c). */
+GML_HIDDEN gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_block *b,
+                                            int *borrowed);
+
 /* Always the best fit (smallest, then lowest address) of the stream's own
  * pool and the shared one, whatever its slots map: placement that depends
  * only on sizes and order lays a repeated step out as before, so its slots
- * find their chunks again (BENCHMARKS.md, session 4). Other streams' free
- * blocks whose work is done join the shared pool when none fits, or when
- * the fit would need driver calls. */
-static inline gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream) {
-  gml_block *b = find_fit(r, pi, rsize);
-  if ((!b || (a->nstreams_seen > 1 && gml_window_needs_calls(a, b->addr, rsize, stream))) && gml_harvest_streams_slow(a, r))
-    b = find_fit(r, pi, rsize);
-  return b;
+ * find their chunks again (BENCHMARKS.md, session 4). */
+static inline gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream,
+                                          int *borrowed) {
+  gml_block *b = find_fit(r, pi, gml_policy_block_size(a, rsize));
+  *borrowed = 0;
+  if (b && a->nstreams_seen < 2) return b;
+  return gml_policy_place_slow(a, r, pi, rsize, stream, b, borrowed);
 }
 
 /* A request must map `need` slots and at least `need` chunks are free:

@@ -1,8 +1,10 @@
 /* slots.c: the allocator's mechanism for physical chunks: leasing them from
  * the source, mapping them into slots (and unmapping, and rolling a failed
  * run back), giving them back, and the stream fences and harvest that say
- * when the device is done with what was freed. Which chunk goes where is
- * policy.c's; this file carries it out and keeps every slot consistent. */
+ * when the device is done with what was freed, the waits that order a
+ * borrowing stream after its lender, and guard mode's guards. Which chunk
+ * goes where is policy.c's; this file carries it out and keeps every slot
+ * consistent. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -158,7 +160,11 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
   size_t need = 0;
   for (uint32_t s = first; s <= last; s++) {
     int32_t ci = a->slot_chunk[s];
-    if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) continue;
+    if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) { /* joined a used slot: ready for this stream? (slot_claim) */
+      int rc = chunk_ready_for(a, ci, stream) ? 0 : device_past(a, a->chunks[ci].free_tick);
+      if (rc) return rc;
+      continue;
+    }
     if (ci >= 0 && a->chunks[ci].owner < 0) { /* free here, not ready for this stream yet */
       int rc = device_past(a, a->chunks[ci].free_tick);
       if (rc) return rc;
@@ -237,6 +243,7 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
       gml_pool_del(r, b);
       b->pool = 0;
       b->stream = 0;
+      b->lent = 1; /* counted as a borrow if it serves another stream */
       b = gml_block_coalesce(a, r, b);
       gml_pool_add(r, 0, b);
       moved++;
@@ -250,9 +257,87 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
  * owned elsewhere, or a free chunk another stream may still be using. */
 int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
   for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last; s++) {
-    if (a->slot_use[s]) continue;
     int32_t ci = a->slot_chunk[s];
+    if (a->slot_use[s]) { /* joining another stream's slot may have to wait (slot_claim) */
+      if (a->slot_stream[s] != stream && !chunk_ready_for(a, ci, stream)) return 1;
+      continue;
+    }
     if (ci < 0 || a->chunks[ci].owner >= 0 || !chunk_ready_for(a, ci, stream)) return 1;
   }
   return 0;
+}
+
+/* ---------- cross-stream borrowing: ordering a stream after another ---------- */
+
+int gml_chunk_ordered_slow(gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
+  if (c->free_stream == GML_STREAM_MIXED) return 0;
+  int i = stream_index(a, stream), j = stream_index(a, c->free_stream);
+  return i >= 0 && j >= 0 && c->free_tick <= a->ordered[i][j];
+}
+
+int gml_window_ready_after_wait(gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j) {
+  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last; s++) {
+    int32_t ci = a->slot_chunk[s];
+    if (!a->slot_use[s] && (ci < 0 || a->chunks[ci].owner >= 0)) return 0; /* needs a mapping */
+    if ((a->slot_use[s] && a->slot_stream[s] == stream) || chunk_ready_for(a, ci, stream)) continue;
+    if (a->chunks[ci].free_stream != a->streams_seen[j]) return 0; /* another stream's work: not this wait's */
+  }
+  return 1;
+}
+
+int gml_borrows_pending(gml_allocator *a) {
+  int k = 0;
+  for (int i = 0; i < a->borrow_nev; i++) {
+    if (a->be->ops->event_done(a->be, a->borrow_ev[i]) == 1) a->be->ops->event_destroy(a->be, a->borrow_ev[i]);
+    else a->borrow_ev[k++] = a->borrow_ev[i];
+  }
+  return a->borrow_nev = k;
+}
+
+/* The event covers every free stream j made so far (they were enqueued
+ * before it); once `stream` waits for it, chunks j freed up to this tick
+ * are ready for `stream` too (ordered[][], chunk_ready_for). An event done
+ * already needs no wait. */
+int gml_order_after_slow(gml_allocator *a, gml_stream stream, int j) {
+  int i = stream_index(a, stream);
+  uintptr_t ev;
+  if (i < 0 || !a->be->ops->stream_wait_event || a->borrow_nev >= GML_BORROW_MAX_CAP ||
+      a->be->ops->event_record(a->be, a->streams_seen[j], &ev))
+    return GML_EBACKEND;
+  if (a->be->ops->event_done(a->be, ev) == 1) {
+    a->be->ops->event_destroy(a->be, ev);
+  } else {
+    if (a->be->ops->stream_wait_event(a->be, stream, ev)) { /* e.g. a stream being captured into a graph */
+      a->be->ops->event_destroy(a->be, ev);
+      return GML_EBACKEND;
+    }
+    a->borrow_ev[a->borrow_nev++] = ev;
+    a->borrow_waits++;
+  }
+  if (a->ordered[i][j] < a->tick) a->ordered[i][j] = a->tick;
+  a->any_ordered = 1;
+  return 0;
+}
+
+/* ---------- guard mode ---------- */
+
+/* Whole-slot guards: unmap whatever an earlier block left mapped there,
+ * once the device is done with it; nothing maps them while b lives (no
+ * other block touches them, and b does not claim them). Page guards: the
+ * backend protects them; b claims their slots, so no remap undoes that. */
+int gml_guards_set(gml_allocator *a, gml_block *b, int on) {
+  size_t g = a->guard_grain;
+  uintptr_t back = b->ptr + b->usable, front = guard_data_start(a, b->addr) - g;
+  int both = a->guard == GML_GUARD_BOTH;
+  if (g == a->cs) {
+    for (int k = 0; on && k < 1 + both; k++) {
+      uint32_t s = slot_of(a, k ? front : back);
+      int rc;
+      if (a->slot_chunk[s] >= 0 && ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gml_slot_unmap(a, s)))) return rc;
+    }
+    return 0;
+  }
+  int rc = a->be->ops->protect(a->be, back, g, !on);
+  if (!rc && both && (rc = a->be->ops->protect(a->be, front, g, !on)) && on) a->be->ops->protect(a->be, back, g, 1);
+  return rc;
 }

@@ -82,3 +82,15 @@ int gmlake_torch_trim(int device) {
   gml_client *c = __atomic_load_n(&clients[device], __ATOMIC_ACQUIRE);
   return c ? gml_trim(c, NULL) : GML_EINVAL;
 }
+
+int gmlake_torch_block_of(int device, uintptr_t addr, gml_block_info *out) {
+  if (device < 0 || device >= MAX_DEVICES) return GML_EINVAL;
+  gml_client *c = __atomic_load_n(&clients[device], __ATOMIC_ACQUIRE);
+  return c ? gml_block_of(c, (const void *)addr, out) : GML_EINVAL;
+}
+
+ssize_t gmlake_torch_block_list(int device, gml_block_info *out, size_t max) {
+  if (device < 0 || device >= MAX_DEVICES) return GML_EINVAL;
+  gml_client *c = __atomic_load_n(&clients[device], __ATOMIC_ACQUIRE);
+  return c ? gml_block_list(c, out, max) : GML_EINVAL;
+}

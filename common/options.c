@@ -32,4 +32,10 @@ void gml_options_from_env(gml_options *o) {
   const char *t = gml_env(GML_ENV_TIMING);
   o->timing = t && atoi(t) > 0;
   o->headroom = gml_env(GML_ENV_HEADROOM);
+  o->guard = gml_env(GML_ENV_GUARD);
+  o->guard_grain = gml_env(GML_ENV_GUARD_GRAIN);
+  o->guard_backtrace = gml_env(GML_ENV_GUARD_BACKTRACE);
+  o->borrow = gml_env(GML_ENV_BORROW);
+  o->borrow_ratio = gml_env(GML_ENV_BORROW_RATIO);
+  o->borrow_max = gml_env(GML_ENV_BORROW_MAX);
 }

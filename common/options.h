@@ -38,6 +38,19 @@
   X(HEADROOM, "GMLAKE_HEADROOM", "percent", "2", "library",                                                      \
     "fresh chunks leased beyond need, percent of the peak allocated, so a remap takes a chunk no other layout "   \
     "uses; 0 turns it off")                                                                                      \
+  X(GUARD, "GMLAKE_GUARD", "0, 1 (end), both", "0", "library",                                                    \
+    "guard mode: every allocation's end (both: and start) abuts memory never mapped (cuda: a chunk) or "         \
+    "protected (host: a page); an access past it faults and is named (gml_block_of)")                           \
+  X(GUARD_GRAIN, "GMLAKE_GUARD_GRAIN", "bytes", "host: a page; cuda: a chunk", "library",                         \
+    "guard mode: bytes per guard, a multiple of the finest dividing the chunk (2MiB on the host shows cuda's cost)") \
+  X(GUARD_BACKTRACE, "GMLAKE_GUARD_BACKTRACE", "0, 1", "0", "library",                                           \
+    "guard mode: keep each allocation's backtrace for the fault report")                                        \
+  X(BORROW, "GMLAKE_BORROW", "0, 1", "1", "library",                                                              \
+    "cross-stream borrowing: a stream takes a block another stream freed, waiting for it on the device")       \
+  X(BORROW_RATIO, "GMLAKE_BORROW_RATIO", "number >= 1", "1.5", "library",                                       \
+    "the most a borrowed block (never split) may exceed the request, as a factor")                            \
+  X(BORROW_MAX, "GMLAKE_BORROW_MAX", "0-64", "8", "library",                                                     \
+    "the most borrows waiting on another stream's event at once")                                             \
   X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn", "all",                                                   \
     "log level (gmlaked: its --log-level or config wins)")                                                      \
   X(CONTROL, "GMLAKE_CONTROL", "url", "ipc:///run/gmlake/gmlake-N.ctl", "gmlakectl",                             \
@@ -82,6 +95,8 @@ typedef struct gml_options {
   const char *libcuda;    /* GMLAKE_LIBCUDA, else "libcuda.so.1" */
   int timing;             /* GMLAKE_TIMING > 0 */
   const char *headroom;   /* GMLAKE_HEADROOM */
+  const char *guard, *guard_grain, *guard_backtrace; /* GMLAKE_GUARD, _GRAIN, _BACKTRACE */
+  const char *borrow, *borrow_ratio, *borrow_max;    /* GMLAKE_BORROW, _RATIO, _MAX */
 } gml_options;
 
 void gml_options_from_env(gml_options *o);

@@ -62,7 +62,19 @@ typedef struct gml_open_opts {
   const char *socket_path; /* NULL: $GMLAKE_SOCKET, else the default for the device */
   int mode;                /* 0: daemon if reachable else embedded; or GML_MODE_* to insist */
   size_t limit_bytes;      /* embedded mode: the most this process may hold (0 = no limit) */
+  int guard;               /* 0: as GMLAKE_GUARD says (default off); GML_GUARD_OFF/END/BOTH */
+  size_t guard_grain;      /* 0: the finest the backend can guard (host: a page; cuda: a chunk) */
+  int borrow;              /* 0: as GMLAKE_BORROW says; 1 on, -1 off (cross-stream borrowing) */
 } gml_open_opts;
+
+/* Guard mode: every allocation is placed so that its end (GML_GUARD_END),
+ * or its end and the start of the grains it occupies (GML_GUARD_BOTH), abut
+ * virtual memory that is never mapped (cuda: a chunk-sized slot) or is
+ * protected (host: a page). An access at ptr + round_up(size, 512) or
+ * beyond faults: "one element past" a tensor whose size is a multiple of
+ * 512 bytes is the guard's first byte; for other sizes the bytes up to the
+ * 512-byte alignment PyTorch needs are not caught. */
+enum { GML_GUARD_OFF = -1, GML_GUARD_END = 1, GML_GUARD_BOTH = 2 };
 
 /* version is the first member and stays first; new members are only ever
  * appended, so a reader can always tell which library filled the rest. */
@@ -98,6 +110,8 @@ typedef struct gml_stats {
   /* Pause (gml_pause): */
   uint64_t paused_bytes;      /* bytes of paused blocks (not in allocated; their chunks are back in the lake) */
   uint64_t paused_saved;      /* bytes of their content saved in host memory or a file */
+  uint64_t borrows;         /* allocations served by a block freed on another stream */
+  uint64_t borrow_waits;    /* of those, the ones that made their stream wait for the other's event */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
@@ -125,6 +139,34 @@ GML_API int gml_read(gml_client *c, void *dst, const void *src, size_t n);
 GML_API int gml_flush(gml_client *c);
 /* The message of the last error on this client (e.g. the numbers of an OOM). */
 GML_API const char *gml_last_error(gml_client *c);
+
+/* Where an address lies relative to the allocation gml_block_of found. */
+enum gml_addr_where {
+  GML_AT_INSIDE = 0,      /* within [ptr, ptr + size) */
+  GML_AT_SLACK_AFTER = 1, /* past size, within its 512-byte alignment (no guard can be there) */
+  GML_AT_GUARD_AFTER = 2, /* in the guard after it */
+  GML_AT_BEFORE = 3,      /* before ptr: the grain's slack, or its front guard */
+  GML_AT_PAST_END = 4,    /* no guard mode: just past it, in free memory */
+};
+typedef struct gml_block_info {
+  uintptr_t ptr;          /* what gml_alloc returned */
+  size_t size;            /* bytes asked for */
+  size_t usable;          /* bytes from ptr it may use: size rounded up to 512 */
+  uintptr_t start, end;   /* the virtual range it occupies, its guards included */
+  int64_t offset;         /* the address asked about, minus ptr */
+  int where;              /* enum gml_addr_where */
+  int guarded;            /* 0, GML_GUARD_END or GML_GUARD_BOTH */
+  uint64_t seq;           /* allocation number in this client: 1 = the first */
+  uint64_t alloc_ns;      /* when it was allocated (guard mode; CLOCK_REALTIME, ns), else 0 */
+  gml_stream stream;
+} gml_block_info;
+/* The live allocation an address falls in (or just past, or in the guard
+ * of): 0, or GML_EBADPTR. Reads only what the allocator recorded, no driver
+ * call, so it answers after a CUDA fault killed the context. */
+GML_API int gml_block_of(gml_client *c, const void *addr, gml_block_info *info);
+/* Up to max live blocks into out (address order); returns how many there
+ * are (may exceed max), or a GML_E* code. out may be NULL with max 0. */
+GML_API int gml_block_list(gml_client *c, gml_block_info *out, size_t max);
 
 /* Growable ranges: a contiguous virtual range of a fixed maximum size whose
  * chunks are mapped and unmapped at given offsets, so memory grows in place
@@ -196,6 +238,9 @@ GML_API void gmlake_torch_free(void *ptr, ssize_t size, int device, void *stream
 /* Fill *out for that device's client; returns 0, or GML_EINVAL if none is open. */
 GML_API int gmlake_torch_stats(int device, gml_stats *out);
 GML_API int gmlake_torch_trim(int device);
+/* gml_block_of / gml_block_list on that device's client (python: gmlake.block_of). */
+GML_API int gmlake_torch_block_of(int device, uintptr_t addr, gml_block_info *out);
+GML_API ssize_t gmlake_torch_block_list(int device, gml_block_info *out, size_t max);
 
 #ifdef __cplusplus
 }

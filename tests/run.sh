@@ -27,6 +27,13 @@ for line in sys.stdin:
     bad += not ok
 sys.exit(1 if bad else 0)' "${SAN:-0}"
 done
+echo "== guard mode on every recorded trace (a false report would kill the replay), and what it costs"
+# finest guards (host: pages), and whole 2 MiB chunks as the cuda backend makes them;
+# under the sanitizers (slower) the two test traces only
+traces="tests/traces/*.trace.gz"; [ "${SAN:-0}" = 1 ] || traces="$traces bench/traces/*.trace.gz"
+for grain in "" 2MiB; do
+  "$BUILD/gmlake-replay" --guard ${grain:+--guard-grain $grain} --check 20000 $traces | grep -E "^  .* guard "
+done
 echo "== python/gmlake's stats struct against the library's (host backend, embedded)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: python cannot load the sanitized library without preloading its runtime)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent PYTHONPATH=python python3 -c '
@@ -45,6 +52,24 @@ assert want[0] > 0
 assert got == want, "python/gmlake _Stats does not mirror gml_stats: %r, expected %r" % (got, want)
 lib.gmlake_torch_free(p, 3 << 20, 0, None)
 print("  fields agree:", dict(zip(("version", "allocated", "reserved", "alloc_count", "maps", "chunk_size", "backend", "mapped_allocs", "malloc_ns"), got)))'
+echo "== gmlake.block_of and tools/gmlake-sanitizer-blocks name the block of an address past a tensor's end (guard mode)"
+d=$(mktemp -d)
+GMLAKE_GUARD=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent PYTHONPATH=python python3 -c '
+import ctypes, sys, gmlake
+lib = gmlake._load()
+lib.gmlake_torch_malloc.restype = ctypes.c_void_p
+lib.gmlake_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+ps = [lib.gmlake_torch_malloc(n, 0, None) for n in (4096, (5 << 20) + 1536, 1000)]
+b = gmlake.block_of(ps[1] + (5 << 20) + 1536, device=0)  # one byte past the end
+assert b and b["ptr"] == ps[1] and b["size"] == (5 << 20) + 1536 and b["past_end"] == 0 and b["seq"] == 2, b
+assert b["where_name"].startswith("in the guard"), b
+assert gmlake.block_of(ps[2] + 1010, device=0)["where"] == 1  # within the 512-byte alignment
+assert gmlake.dump_blocks(sys.argv[1] + "/blocks.json", device=0) == 3
+open(sys.argv[1] + "/cs.log", "w").write("========= Invalid __global__ write of size 4 bytes\\n=========     Address %#x is out of bounds\\n" % (ps[1] + (5 << 20) + 1536))
+print("  block_of: %#x is %d bytes past the end of allocation #%d (%d bytes at %#x), %s" % (ps[1] + (5 << 20) + 1536, b["past_end"], b["seq"], b["size"], b["ptr"], b["where_name"]))' "$d"
+python3 tools/gmlake-sanitizer-blocks "$d/cs.log" "$d/blocks.json" | tee "$d/out" | sed 's/^/  tool: /'
+grep -q "allocation #2 .* of 5244416 bytes.*0 bytes past the end" "$d/out"
+rm -rf "$d"
 fi
 echo "== exported symbols of libgmlake-client.so = the functions include/gmlake.h marks GML_API"
 sed -n 's/^GML_API [^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' include/gmlake.h | sort > "$BUILD/api.declared"

@@ -11,6 +11,8 @@ Suite *wire_suite(void);
 Suite *growable_suite(void);
 Suite *api_suite(void);
 Suite *pause_suite(void);
+Suite *guard_suite(void);
+Suite *borrow_suite(void);
 
 int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
@@ -21,6 +23,8 @@ int main(void) {
   srunner_add_suite(sr, growable_suite());
   srunner_add_suite(sr, api_suite());
   srunner_add_suite(sr, pause_suite());
+  srunner_add_suite(sr, guard_suite());
+  srunner_add_suite(sr, borrow_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

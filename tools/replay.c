@@ -21,7 +21,7 @@ typedef struct trace_result {
   uint64_t torch_default_reserved, torch_default_allocated, torch_expandable_reserved, torch_expandable_allocated;
   double frag, ops_per_s, wall_s;
   double alloc_p50, alloc_p99, free_p50, free_p99;
-  uint64_t allocs, frees, maps, unmaps, chunks_leased;
+  uint64_t allocs, frees, maps, unmaps, chunks_leased, chunk_size;
   int mode;
   const char *backend;
 } trace_result;
@@ -260,6 +260,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   res->maps = st.maps;
   res->unmaps = st.unmaps;
   res->chunks_leased = st.chunks_leased;
+  res->chunk_size = st.chunk_size;
   res->mode = st.mode;
   res->backend = st.backend;
   if (steps && !failed) {
@@ -308,20 +309,41 @@ static void usage(void) {
           "  peak reserved, fragmentation at peak (beside PyTorch's from the trace header)\n"
           "  and allocator latency. Embedded unless --daemon is given.\n"
           "  --steps: cut the trace into training steps and print the driver calls\n"
-          "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n");
+          "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n"
+          "  --guard[=end|both]: guard mode (every block's end abuts an inaccessible guard;\n"
+          "  a false report would kill the replay); prints its memory overhead.\n"
+          "  --guard-grain BYTES: guards of that size (a multiple of the chunk, or of the\n"
+          "  host's page: --guard-grain 2MiB shows on the host what cuda's whole-chunk guards cost).\n");
 }
 
 int main(int argc, char **argv) {
   static const struct option opts[] = {{"backend", required_argument, 0, 'b'}, {"daemon", required_argument, 0, 'd'},
                                        {"json", no_argument, 0, 'j'},          {"check", required_argument, 0, 'c'},
                                        {"help", no_argument, 0, 'h'},          {"steps", no_argument, 0, 's'},
+                                       {"guard", optional_argument, 0, 'g'},   {"guard-grain", required_argument, 0, 'G'},
                                        {0, 0, 0, 0}};
   gml_open_opts oo = {0};
   oo.backend = "host";
   oo.mode = GML_MODE_EMBEDDED;
   int json = 0, check_every = 0, steps = 0, ch;
+  uint64_t grain = 0;
   while ((ch = getopt_long(argc, argv, "b:d:jc:hs", opts, NULL)) != -1) {
     switch (ch) {
+    case 'g':
+      if (!optarg || !strcmp(optarg, "end") || !strcmp(optarg, "1")) oo.guard = GML_GUARD_END;
+      else if (!strcmp(optarg, "both")) oo.guard = GML_GUARD_BOTH;
+      else {
+        usage();
+        return 2;
+      }
+      break;
+    case 'G':
+      if (gml_parse_size(optarg, 0, &grain) || !grain) {
+        fprintf(stderr, "gmlake-replay: --guard-grain %s: a size was expected\n", optarg);
+        return 2;
+      }
+      oo.guard_grain = (size_t)grain;
+      break;
     case 'b': oo.backend = optarg; break;
     case 'd': oo.socket_path = optarg, oo.mode = GML_MODE_DAEMON; break;
     case 'j': json = 1; break;
@@ -337,6 +359,8 @@ int main(int argc, char **argv) {
   }
   if (oo.mode == GML_MODE_DAEMON) oo.backend = "auto";
   int failed = 0;
+  char grain_desc[64] = "finest guards (host: pages)";
+  if (oo.guard_grain) snprintf(grain_desc, sizeof grain_desc, "%zu-byte guards", oo.guard_grain);
   if (!json)
     printf("%-22s %9s %9s %6s | %9s %6s | %9s %6s | %9s %7s %7s %7s %7s %6s\n", "trace", "peak_alloc", "reserved", "frag",
            "torch_def", "frag", "torch_exp", "frag", "ops/s", "a_p50", "a_p99", "f_p50", "f_p99", "maps");
@@ -353,17 +377,24 @@ int main(int argc, char **argv) {
       printf("{\"trace\":\"%s\",\"backend\":\"%s\",\"mode\":\"%s\",\"peak_allocated\":%llu,\"peak_reserved\":%llu,"
              "\"frag\":%.6f,\"torch_default_reserved\":%llu,\"torch_expandable_reserved\":%llu,\"ops_per_s\":%.0f,"
              "\"alloc_p50_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"free_p50_ns\":%.0f,\"free_p99_ns\":%.0f,\"allocs\":%llu,"
-             "\"frees\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"chunks_leased\":%llu,\"wall_s\":%.3f}\n",
+             "\"frees\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"chunks_leased\":%llu,\"wall_s\":%.3f,\"guard\":%d}\n",
              name, r.backend, r.mode == GML_MODE_DAEMON ? "daemon" : "embedded", (unsigned long long)r.peak_allocated,
              (unsigned long long)r.peak_reserved, r.frag, (unsigned long long)r.torch_default_reserved,
              (unsigned long long)r.torch_expandable_reserved, r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50,
              r.free_p99, (unsigned long long)r.allocs, (unsigned long long)r.frees, (unsigned long long)r.maps,
-             (unsigned long long)r.unmaps, (unsigned long long)r.chunks_leased, r.wall_s);
+             (unsigned long long)r.unmaps, (unsigned long long)r.chunks_leased, r.wall_s, oo.guard > 0 ? oo.guard : 0);
     } else {
       printf("%-22s %8.2fG %8.2fG %5.1f%% | %8.2fG %5.1f%% | %8.2fG %5.1f%% | %9.0f %6.0fn %6.0fn %6.0fn %6.0fn %6llu\n",
              name, r.peak_allocated / (double)GML_GIB, r.peak_reserved / (double)GML_GIB, r.frag * 100,
              r.torch_default_reserved / (double)GML_GIB, fd * 100, r.torch_expandable_reserved / (double)GML_GIB, fe * 100,
              r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50, r.free_p99, (unsigned long long)r.maps);
+      if (oo.guard > 0) /* what the guards cost: reserved over what the trace asked for */
+        printf("  %s guard (%s, %s): peak reserved %.2f GiB for %.2f GiB allocated: +%.1f%%; %llu chunks leased, %llu maps, "
+               "%llu unmaps\n",
+               name, oo.guard == GML_GUARD_BOTH ? "both ends" : "end", grain_desc,
+               r.peak_reserved / (double)GML_GIB, r.peak_allocated / (double)GML_GIB,
+               r.peak_allocated ? 100.0 * ((double)r.peak_reserved / (double)r.peak_allocated - 1) : 0.0,
+               (unsigned long long)r.chunks_leased, (unsigned long long)r.maps, (unsigned long long)r.unmaps);
     }
     fflush(stdout);
   }

@@ -15,7 +15,8 @@ memory only as far as asked, growing in place (gmlake/grow.py).
 import ctypes
 import os
 
-__all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange"]
+__all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange", "block_of",
+           "dump_blocks"]
 
 
 class GMLakeError(RuntimeError):
@@ -33,7 +34,29 @@ class _Stats(ctypes.Structure):
         ("mapped_allocs", ctypes.c_uint64), ("headroom_leased", ctypes.c_uint64),
         ("map_ns", ctypes.c_uint64), ("malloc_ns", ctypes.c_uint64),
         ("growable_ranges", ctypes.c_uint64), ("growable_mapped", ctypes.c_uint64),
-        ("growable_unmapped", ctypes.c_uint64)]
+        ("growable_unmapped", ctypes.c_uint64),
+        ("paused_bytes", ctypes.c_uint64), ("paused_saved", ctypes.c_uint64),
+        ("borrows", ctypes.c_uint64), ("borrow_waits", ctypes.c_uint64)]
+
+
+class _BlockInfo(ctypes.Structure):
+    # mirrors struct gml_block_info in include/gmlake.h
+    _fields_ = [("ptr", ctypes.c_uint64), ("size", ctypes.c_size_t), ("usable", ctypes.c_size_t),
+                ("start", ctypes.c_uint64), ("end", ctypes.c_uint64), ("offset", ctypes.c_int64),
+                ("where", ctypes.c_int), ("guarded", ctypes.c_int), ("seq", ctypes.c_uint64),
+                ("alloc_ns", ctypes.c_uint64), ("stream", ctypes.c_uint64)]
+
+
+_WHERE = {0: "inside", 1: "past the end, within the 512-byte alignment (no guard there)",
+          2: "in the guard after the block", 3: "before the block", 4: "past the end (no guard: free memory)"}
+
+
+def _info_dict(b):
+    out = {n: getattr(b, n) for n, _ in _BlockInfo._fields_}
+    out["past_end"] = b.offset - b.size
+    out["where_name"] = _WHERE.get(b.where, "?")
+    out["alloc_time"] = b.alloc_ns / 1e9
+    return out
 
 
 _lib = None
@@ -61,6 +84,11 @@ def _load():
         _lib.gmlake_torch_stats.restype = ctypes.c_int
         _lib.gmlake_torch_trim.argtypes = [ctypes.c_int]
         _lib.gmlake_torch_trim.restype = ctypes.c_int
+        if hasattr(_lib, "gmlake_torch_block_of"):
+            _lib.gmlake_torch_block_of.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.POINTER(_BlockInfo)]
+            _lib.gmlake_torch_block_of.restype = ctypes.c_int
+            _lib.gmlake_torch_block_list.argtypes = [ctypes.c_int, ctypes.POINTER(_BlockInfo), ctypes.c_size_t]
+            _lib.gmlake_torch_block_list.restype = ctypes.c_ssize_t
     return _lib
 
 
@@ -124,6 +152,41 @@ def pool():
     """A torch.cuda.MemPool whose memory comes from the lake."""
     import torch
     return torch.cuda.MemPool(_pluggable().allocator())
+
+
+def _device(device):
+    if device is None:
+        import torch
+        device = torch.cuda.current_device()
+    return int(device)
+
+
+def block_of(addr, device=None):
+    """The allocation an address falls in (or just past, or in the guard of), as a dict, or None.
+
+    Works from what the library recorded, with no CUDA call, so it answers after a fault killed
+    the CUDA context: 'ptr', 'size' (asked), 'usable' (rounded to 512 B), 'start'/'end' (its
+    range, guards included), 'offset' (addr - ptr), 'past_end' (addr - (ptr + size)), 'where',
+    'seq' (allocation number), 'alloc_time' (seconds since the epoch), 'stream', 'guarded'."""
+    b = _BlockInfo()
+    if _load().gmlake_torch_block_of(_device(device), int(addr), ctypes.byref(b)) != 0:
+        return None
+    return _info_dict(b)
+
+
+def dump_blocks(path, device=None):
+    """Write every live block to path as JSON (for tools/gmlake-sanitizer-blocks); returns the count."""
+    import json
+    lib, dev = _load(), _device(device)
+    n = lib.gmlake_torch_block_list(dev, None, 0)
+    if n < 0:
+        raise GMLakeError("no GMLake client is open on device %d" % dev)
+    arr = (_BlockInfo * (n + 64))()
+    n = lib.gmlake_torch_block_list(dev, arr, n + 64)
+    blocks = [_info_dict(arr[i]) for i in range(min(n, len(arr)))]
+    with open(path, "w") as f:
+        json.dump({"device": dev, "blocks": blocks}, f)
+    return len(blocks)
 
 
 from .grow import GrowableRange, growable  # noqa: E402 (needs _load and GMLakeError above)
