@@ -1,7 +1,8 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
-#                [kvcache] [shareweights]   (default: build vmm test lease replay torch shared)
+#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow]
+#                (default: build vmm test lease replay torch shared)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
@@ -17,6 +18,13 @@
 # kvcache: bench/kv_cache.py: a GPT-2 generate loop with its K/V cache on growable tensors vs
 #          concatenation (DynamicCache) and preallocation (StaticCache), embedded, then the same
 #          through a daemon; PASS/FAIL lines
+# guard:  guard mode (issue 16): a kernel writes one element past a tensor's end (bench/guard_oob.py)
+#         with the guard, without it, and under compute-sanitizer memcheck; the faulting address
+#         named with gmlake.block_of and with tools/gmlake-sanitizer-blocks
+# guardcost:W  guard mode's cost on training W: peak reserved and ms/step, default /
+#         gmlake_embedded / gmlake_embedded+GMLAKE_GUARD=1 interleaved
+# borrow: cross-stream borrowing (issue 16): two replicas training on two streams (bench/borrow.py),
+#         peak reserved with borrowing on / off / PyTorch default, results against one stream
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -96,6 +104,10 @@ for st in $STAGES; do
     s=$(accept_steps "$w") || { echo "trace: unknown workload $w"; exit 2; }
     PYTHONUNBUFFERED=1 OUT="$OUTDIR" BENCH_JSON="trace_$w.json" python3 bench/torch_bench.py run "$w" trace "$s" 2>&1 |
       grep '^RESULT ' | cut -c8- | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("trace %s: %s, %s ms/step, peak reserved/allocated %.3f" % (r["workload"], r.get("trace"), r.get("ms_per_step"), r["peak_reserved"] / r["peak_allocated"]))' | tee -a "$SUMMARY";;
+  guardcost:*) w=${st#guardcost:}
+    s=$(accept_steps "$w") || { echo "guardcost: unknown workload $w"; exit 2; }
+    torch_table "$w" GMLAKE_BENCH_STEPS=${GMLAKE_BENCH_STEPS:-$((s / 2))} GMLAKE_BENCH_REPEATS=${GMLAKE_BENCH_REPEATS:-2} \
+      GMLAKE_BENCH_CONFIGS=${GMLAKE_BENCH_CONFIGS:-default,gmlake_embedded,gmlake_embedded+GMLAKE_GUARD=1};;
   accept:*) # issue 4's speed table for one workload, sized to fit one 10-minute call:
     # runs long enough to leave the first-time shapes behind, default / embedded / daemon interleaved
     w=${st#accept:}
@@ -124,4 +136,26 @@ if has kvcache; then
   kill $dp; wait $dp; rm -rf $d
 fi
 
+if case " $STAGES " in *" guard "*) true;; *) false;; esac; then
+  for g in 1 0; do  # with the guard, and the same write without it (control)
+    GMLAKE_GUARD=$g OUT="$OUTDIR" PYTHONUNBUFFERED=1 timeout 300 python3 bench/guard_oob.py > "$OUTDIR/guard_oob_$g.txt" 2>&1
+    say "guard GMLAKE_GUARD=$g: $(grep -E '^(GUARD_OOB|gmlake: the fault)' "$OUTDIR/guard_oob_$g.txt" | tr '\n' ' ')"
+  done
+  if command -v compute-sanitizer >/dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+    CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    rm -f "$OUTDIR/sanitizer.log"
+    GMLAKE_GUARD=1 GMLAKE_SANITIZER_LOG="$OUTDIR/sanitizer.log" OUT="$OUTDIR" PYTHONUNBUFFERED=1 timeout 500 \
+      "$CS" --tool memcheck --log-file "$OUTDIR/sanitizer.log" python3 bench/guard_oob.py > "$OUTDIR/guard_oob_sanitizer.txt" 2>&1
+    say "guard under compute-sanitizer: $(grep -E '^(GUARD_OOB|gmlake: the fault)' "$OUTDIR/guard_oob_sanitizer.txt" | tr '\n' ' ')"
+    grep -m3 -E 'Invalid|Address' "$OUTDIR/sanitizer.log" | tee -a "$SUMMARY"
+    python3 tools/gmlake-sanitizer-blocks "$OUTDIR/sanitizer.log" "$OUTDIR/guard_oob_blocks.json" 2>&1 | tee -a "$SUMMARY"
+  else
+    say "guard: no compute-sanitizer on this machine"
+  fi
+fi
+
+if has borrow; then
+  PYTHONUNBUFFERED=1 timeout 580 python3 bench/borrow.py table 2>&1 | tee "$OUTDIR/borrow.txt"
+  sed -n '/^config/,$p' "$OUTDIR/borrow.txt" >> "$SUMMARY"
+fi
 echo; echo "==== summary"; cat "$SUMMARY"
