@@ -33,7 +33,9 @@ def run(config, mode):
         import gmlake
         gmlake.enable(mode="embedded")
     import torch
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.enable_flash_sdp(False)  # the math attention: deterministic forward and backward
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"

@@ -83,9 +83,10 @@ def main():
     x = torch.zeros(n, device="cuda")
     after = torch.zeros(1 << 20, device="cuda")
     torch.cuda.synchronize()
+    dev = torch.cuda.current_device()  # asked now: after the fault the CUDA runtime answers nothing
     base, past = x.data_ptr(), x.data_ptr() + nbytes
     out = dict(guard=guard, tensor_ptr=hex(base), tensor_bytes=nbytes, write_at=hex(past),
-               block_of_write=gmlake.block_of(past))
+               block_of_write=gmlake.block_of(past, device=dev))
     how = "ptx"
     try:
         try:
@@ -105,10 +106,10 @@ def main():
         # (a plain CUDA fault does not say where)
         addr = addrs[0] if addrs else past
         out["fault_address_from"] = "compute-sanitizer" if addrs else "the program (CUDA does not report it)"
-        out["block"] = gmlake.block_of(addr)
+        out["block"] = gmlake.block_of(addr, device=dev)
     out["kernel"] = how
     try:
-        gmlake.dump_blocks(os.path.join(os.environ.get("OUT", "/tmp"), "guard_oob_blocks.json"))
+        gmlake.dump_blocks(os.path.join(os.environ.get("OUT", "/tmp"), "guard_oob_blocks.json"), device=dev)
     except Exception as e:
         out["dump_error"] = str(e)
     print("GUARD_OOB " + json.dumps(out), flush=True)
