@@ -240,7 +240,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
     else if (!strncmp(argv[i], "--config=", 9)) cfg = argv[i] + 9;
   }
   if (!cfg) cfg = gml_env(GML_ENV_DAEMON_CONFIG);
-  if (load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return -1;
+  if (load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return GML_EINVAL;
   if (cfg) snprintf(c->config_path, sizeof c->config_path, "%s", cfg);
   int idx, ch;
   optind = 0; /* a full re-initialisation of getopt: config_load runs again on SIGHUP */
@@ -251,7 +251,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
     }
     if (ch != 0) {
       config_usage(stderr);
-      return -1;
+      return GML_EINVAL;
     }
     if (options[idx].type == OPT_CONFIG) continue;
     if (options[idx].type == OPT_VERSION) {
@@ -262,12 +262,12 @@ int config_load(gmld_config *c, int argc, char **argv) {
     char err[256];
     if (apply_setting(c, options[idx].name, optarg ? optarg : "", err, sizeof err)) {
       fprintf(stderr, "gmlaked: --%s\n", err);
-      return -1;
+      return GML_EINVAL;
     }
   }
   if (optind < argc) {
     fprintf(stderr, "gmlaked: unexpected argument '%s'\n", argv[optind]);
-    return -1;
+    return GML_EINVAL;
   }
   return 0;
 }

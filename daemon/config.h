@@ -39,8 +39,8 @@ typedef struct gmld_config {
 } gmld_config;
 
 /* Fill c from the defaults, the config file and argv. Returns 0, 1 when
- * --help or --version was printed (exit 0), or -1 after printing an error to
- * stderr. Called again on SIGHUP (a reload reads the same file and flags). */
+ * --help or --version was printed (exit 0), or GML_EINVAL after printing an
+ * error to stderr. Called again on SIGHUP (a reload reads the same file and flags). */
 int config_load(gmld_config *c, int argc, char **argv);
 void config_usage(FILE *f);
 #endif

@@ -29,10 +29,10 @@ void lake_destroy(lake *lk) {
 
 long lake_owned_index(const lake *lk, uint64_t id, uint64_t owner) {
   uint64_t idx = (id & 0xffffffffu);
-  if (idx == 0 || idx > lk->nslots) return -1;
+  if (idx == 0 || idx > lk->nslots) return GML_EBADPTR;
   idx--;
   const lake_chunk *c = &lk->chunks[idx];
-  if (c->state != CHUNK_LEASED || c->owner != owner || c->gen != (uint32_t)(id >> 32)) return -1;
+  if (c->state != CHUNK_LEASED || c->owner != owner || c->gen != (uint32_t)(id >> 32)) return GML_EBADPTR;
   return (long)idx;
 }
 

@@ -46,7 +46,7 @@ void lake_destroy(lake *lk);             /* releases every chunk the lake holds 
 static inline uint64_t lake_chunk_id(const lake *lk, uint32_t idx) {
   return ((uint64_t)lk->chunks[idx].gen << 32) | (uint64_t)(idx + 1);
 }
-/* Index of the chunk with this id if `owner` holds it (leased), else -1. */
+/* Index of the chunk with this id if `owner` holds it (leased), else GML_EBADPTR. */
 long lake_owned_index(const lake *lk, uint64_t id, uint64_t owner);
 /* Chunks that may still be created under the limit (creating counted). */
 uint64_t lake_headroom(const lake *lk);

@@ -1,6 +1,7 @@
 /* gmlaked's settings (daemon/config.c): defaults, the config file, flags over
  * the file, values refused with the key named, --help from the same table. */
 #include "config.h"
+#include "gmlake.h"
 #include "log.h"
 #include <check.h>
 #include <fcntl.h>
@@ -101,16 +102,16 @@ START_TEST(test_bad_values) {
       {"--prefetch", "lots"},  {"--control", "/no/scheme"}, {"--log-level", "loud"}, {"--socket", ""},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    ck_assert_msg(load(&c, bad[i][0], bad[i][1], NULL, NULL) == -1, "%s %s accepted", bad[i][0], bad[i][1]);
+    ck_assert_msg(load(&c, bad[i][0], bad[i][1], NULL, NULL) == GML_EINVAL, "%s %s accepted", bad[i][0], bad[i][1]);
   ck_assert_int_eq(load(&c, "--creators", "64", "--device", "1023"), 0); /* the ends of the ranges */
-  ck_assert_int_eq(load(&c, "--no-such-flag", NULL, NULL, NULL), -1);
-  ck_assert_int_eq(load(&c, "extra", NULL, NULL, NULL), -1);
+  ck_assert_int_eq(load(&c, "--no-such-flag", NULL, NULL, NULL), GML_EINVAL);
+  ck_assert_int_eq(load(&c, "extra", NULL, NULL, NULL), GML_EINVAL);
   write_conf("no-such-key = 1\n");
-  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), -1);
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
   write_conf("config = /elsewhere\n"); /* only a flag */
-  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), -1);
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
   write_conf("quota = 0 1GiB\n"); /* pid 0 */
-  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), -1);
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
 }
 END_TEST
 

@@ -1,5 +1,6 @@
 /* Lake bookkeeping: ownership, generations, limit headroom, quotas, trim. */
 #include "lake.h"
+#include "gmlake.h"
 #include <check.h>
 
 static gml_backend *be;
@@ -33,17 +34,17 @@ START_TEST(test_lease_and_ownership) {
   ck_assert_uint_eq(lk.nfree, 1);
   uint64_t id = lake_chunk_id(&lk, idx[0]);
   ck_assert_int_eq(lake_owned_index(&lk, id, 7), (long)idx[0]);
-  ck_assert_int_eq(lake_owned_index(&lk, id, 8), -1);    /* someone else's */
-  ck_assert_int_eq(lake_owned_index(&lk, 999, 7), -1);   /* no such chunk */
-  ck_assert_int_eq(lake_owned_index(&lk, 0, 7), -1);
+  ck_assert_int_eq(lake_owned_index(&lk, id, 8), GML_EBADPTR);    /* someone else's */
+  ck_assert_int_eq(lake_owned_index(&lk, 999, 7), GML_EBADPTR);   /* no such chunk */
+  ck_assert_int_eq(lake_owned_index(&lk, 0, 7), GML_EBADPTR);
   lake_give_back(&lk, idx[0]);
-  ck_assert_int_eq(lake_owned_index(&lk, id, 7), -1);    /* not leased any more */
+  ck_assert_int_eq(lake_owned_index(&lk, id, 7), GML_EBADPTR);    /* not leased any more */
   /* a destroyed and recreated slot gets a new generation: the old id is stale */
   ck_assert_uint_eq(lake_trim(&lk, 0), 2);
   add_chunks(1);
   uint32_t j;
   ck_assert_uint_eq(lake_take(&lk, 7, 1, &j), 1);
-  if (j == idx[0]) ck_assert_int_eq(lake_owned_index(&lk, id, 7), -1);
+  if (j == idx[0]) ck_assert_int_eq(lake_owned_index(&lk, id, 7), GML_EBADPTR);
   ck_assert_int_ne(lake_chunk_id(&lk, j), id);
 }
 END_TEST
