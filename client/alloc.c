@@ -134,7 +134,7 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     a->be->ops->event_destroy(a->be, b->event);
     b->has_event = 0;
   }
-  a->borrows += borrowed || b->lent;
+  a->borrows += borrowed || (b->lent && b->lender != stream);
   b->lent = 0;
   b->is_free = 0;
   b->stream = stream;

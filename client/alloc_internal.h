@@ -33,7 +33,8 @@ struct gml_block {
   uint8_t has_event;
   uint8_t paused;           /* live block whose slots were let go (pause.c): GML_PAUSED_* */
   uint32_t pause_tag;       /* a->tag when it was allocated (gml_set_tag) */
-  uint8_t lent;             /* free: moved from another stream's pool (harvest) */
+  uint8_t lent;             /* free: moved from a stream's pool to the shared one (harvest) */
+  gml_stream lender;        /* ... from which stream's (GML_STREAM_MIXED: several) */
   uintptr_t ptr;            /* live: what malloc returned (guard mode: past the block's start) */
   size_t req, usable;       /* live: bytes asked for; bytes from ptr it may use */
   uint64_t seq, alloc_ns;   /* live: allocation number; when (guard mode only) */

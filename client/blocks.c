@@ -109,12 +109,19 @@ void gml_pool_del(gml_region *r, gml_block *b) {
 
 /* ---------- blocks in regions ---------- */
 
+/* Merged free blocks: the result was lent if either was, by one stream or several. */
+static inline void merge_lender(gml_block *into, const gml_block *from) {
+  if (!from->lent) return;
+  into->lender = into->lent && into->lender != from->lender ? GML_STREAM_MIXED : from->lender;
+  into->lent = 1;
+}
+
 gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
   gml_block *n = b->next;
   if (n && n->is_free && n->pool == b->pool) {
     gml_pool_del(r, n);
     b->size += n->size;
-    b->lent |= n->lent;
+    merge_lender(b, n);
     b->next = n->next;
     if (n->next) n->next->prev = b;
     if (n->has_event) a->be->ops->event_destroy(a->be, n->event);
@@ -126,7 +133,7 @@ gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
   if (p && p->is_free && p->pool == b->pool) {
     gml_pool_del(r, p);
     p->size += b->size;
-    p->lent |= b->lent;
+    merge_lender(p, b);
     p->next = b->next;
     if (b->next) b->next->prev = p;
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
@@ -147,6 +154,7 @@ gml_block *gml_block_split(gml_allocator *a, gml_block *b, size_t at) {
   n->is_free = 1;
   n->stream = b->stream;
   n->pool = b->pool;
+  n->lent = b->lent, n->lender = b->lender;
   n->prev = b;
   n->next = b->next;
   if (b->next) b->next->prev = n;

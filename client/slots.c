@@ -243,7 +243,7 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
       gml_pool_del(r, b);
       b->pool = 0;
       b->stream = 0;
-      b->lent = 1; /* counted as a borrow if it serves another stream */
+      b->lent = 1, b->lender = p->stream; /* counted as a borrow if it serves another stream */
       b = gml_block_coalesce(a, r, b);
       gml_pool_add(r, 0, b);
       moved++;
