@@ -30,8 +30,8 @@ CHECK_LIBS ?= $(shell pkg-config --libs check)
 
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
-CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/torch.c client/growable.c client/discover.c
-DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/creator.c daemon/control.c
+CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/torch.c client/growable.c client/discover.c client/share.c
+DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/creator.c daemon/control.c daemon/shares.c
 CLIENT_SRC += client/link.c client/reclaim.c client/pause.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -94,7 +94,7 @@ FUZZ_CC ?= clang
 $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/session.c daemon/lake.c \
+$(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/session.c daemon/shares.c daemon/lake.c \
                           daemon/broker.c daemon/conn.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 

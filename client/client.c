@@ -482,6 +482,14 @@ int gml_read(gml_client *c, void *dst, const void *src, size_t n) {
   return c->be->ops->read(c->be, (uintptr_t)src, dst, n);
 }
 
+int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  if (c->mode != GML_MODE_DAEMON) return GML_EDAEMON;
+  pthread_mutex_lock(&c->conn_lock);
+  int rc = conn_call(c, env, 1, reply, fds, nfds);
+  pthread_mutex_unlock(&c->conn_lock);
+  return rc;
+}
+
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;
   client_housekeeping(c, 1);

@@ -11,6 +11,21 @@
 
 #define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
 
+/* A growable range (growable.c); share.c publishes or attaches whole ones. */
+enum { GML_GROW_OWN = 0, GML_GROW_PUBLISHED = 1, GML_GROW_ATTACHED = 2 };
+struct gml_growable {
+  gml_client *c;
+  struct gml_growable *next, *prev;
+  uintptr_t base;
+  size_t size, cs;
+  size_t nslots, nmapped;
+  gml_phys *phys; /* per slot, valid where mapped[] */
+  uint64_t *ids;
+  uint8_t *mapped;
+  int shared;      /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
+  char key[128];   /* the share's key when shared */
+};
+
 /* Growable ranges of one client (growable.c). */
 typedef struct gml_grow_state {
   pthread_mutex_t lock;     /* the list and every range's chunk table */
@@ -19,6 +34,7 @@ typedef struct gml_grow_state {
   uint64_t reserved;        /* bytes of virtual range they reserve */
   uint64_t mapped;          /* bytes of chunks mapped into them */
   uint64_t chunks_leased, chunks_returned; /* over the client's life */
+  uint64_t shared;          /* bytes of shared chunks mapped (published or attached ranges) */
 } gml_grow_state;
 
 struct gml_client {
@@ -61,4 +77,11 @@ void gml_pause_destroy(gml_client *c);
 void gml_grow_init(gml_client *c);
 void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */
 void gml_grow_stats(gml_client *c, gml_stats *st);
+/* grow.lock held: unmap slots [s0, s1) and give the chunks back (own ranges) */
+int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1);
+/* share.c: a shared range's chunks at close or destroy: unmapped, released, detached. grow.lock held. */
+int gml_share_release_range(gml_growable *g);
+/* client.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS). */
+struct Gmlake__Envelope;
+int gml_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);
 #endif

@@ -17,17 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct gml_growable {
-  gml_client *c;
-  struct gml_growable *next, *prev;
-  uintptr_t base;
-  size_t size, cs;
-  size_t nslots, nmapped;
-  gml_phys *phys; /* per slot, valid where mapped[] */
-  uint64_t *ids;
-  uint8_t *mapped;
-};
-
 void gml_grow_init(gml_client *c) {
   memset(&c->grow, 0, sizeof c->grow);
   pthread_mutex_init(&c->grow.lock, NULL);
@@ -37,7 +26,8 @@ void gml_grow_stats(gml_client *c, gml_stats *st) {
   pthread_mutex_lock(&c->grow.lock);
   st->growable_ranges = c->grow.ranges;
   st->growable_mapped = c->grow.mapped;
-  st->growable_unmapped = c->grow.reserved - c->grow.mapped;
+  st->growable_unmapped = c->grow.reserved - c->grow.mapped - c->grow.shared;
+  st->shared_mapped = c->grow.shared;
   pthread_mutex_unlock(&c->grow.lock);
 }
 
@@ -82,6 +72,10 @@ static int acquire_chunks(gml_client *c, size_t n, gml_phys *phys, uint64_t *ids
 }
 
 static int check_range(gml_growable *g, size_t offset, size_t len) {
+  if (g->shared) {
+    set_error(g->c, "growable range: shared as '%s': read-only, its chunks are the share's", g->key);
+    return GML_EINVAL;
+  }
   if (offset % g->cs || len % g->cs || offset > g->size || len > g->size - offset) {
     set_error(g->c, "growable range: offset %zu / length %zu not chunk-aligned or past the end", offset, len);
     return GML_EINVAL;
@@ -120,7 +114,7 @@ int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out) {
 }
 
 /* Unmap slots [s0, s1) that are mapped and give their chunks back. grow.lock held. */
-static int unmap_slots(gml_growable *g, size_t s0, size_t s1) {
+int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1) {
   gml_client *c = g->c;
   gml_backend *be = c->be;
   size_t n = 0;
@@ -186,7 +180,7 @@ static int map_slots(gml_growable *g, size_t s0, size_t s1) {
   for (size_t i = 0; i < k && !rc;) {
     size_t e = i + 1;
     while (e < k && slots[e] == slots[e - 1] + 1) e++;
-    rc = be->ops->set_access(be, g->base + slots[i] * g->cs, (e - i) * g->cs);
+    rc = be->ops->set_access(be, g->base + slots[i] * g->cs, (e - i) * g->cs, 0);
     i = e;
   }
   if (rc) { /* undo this call's mappings; every chunk it took goes back */
@@ -229,7 +223,7 @@ int gml_growable_unmap(gml_growable *g, size_t offset, size_t len) {
   if (rc) return rc;
   pthread_mutex_lock(&g->c->grow.lock);
   size_t before = g->nmapped;
-  rc = unmap_slots(g, offset / g->cs, (offset + len) / g->cs);
+  rc = gml_grow_unmap_slots(g, offset / g->cs, (offset + len) / g->cs);
   int changed = g->nmapped != before;
   pthread_mutex_unlock(&g->c->grow.lock);
   if (changed) report(g->c);
@@ -238,6 +232,7 @@ int gml_growable_unmap(gml_growable *g, size_t offset, size_t len) {
 
 int gml_growable_ensure(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
+  if (g->shared) return check_range(g, 0, 0);
   if (bytes > g->size) {
     set_error(g->c, "growable range: %zu bytes asked of a range of %zu", bytes, g->size);
     return GML_EINVAL;
@@ -247,6 +242,7 @@ int gml_growable_ensure(gml_growable *g, size_t bytes) {
 
 int gml_growable_shrink(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
+  if (g->shared) return check_range(g, 0, 0);
   if (bytes > g->size) return GML_EINVAL;
   size_t keep = gml_round_up(bytes, g->cs);
   return gml_growable_unmap(g, keep, g->size - keep);
@@ -277,7 +273,7 @@ int gml_growable_info_get(gml_growable *g, gml_growable_info *out) {
 /* grow.lock held. */
 static int destroy_locked(gml_growable *g) {
   gml_client *c = g->c;
-  int rc = unmap_slots(g, 0, g->nslots);
+  int rc = g->shared ? gml_share_release_range(g) : gml_grow_unmap_slots(g, 0, g->nslots);
   if (rc) return rc; /* still mapped: keep the range rather than free a mapped reservation */
   c->be->ops->va_free(c->be, g->base, g->size);
   if (g->prev) g->prev->next = g->next;

@@ -199,7 +199,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
       if (run_start == UINT32_MAX) run_start = s;
     }
     if (!mapped_now && run_start != UINT32_MAX) {
-      int rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs);
+      int rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs, 0);
       if (rc) { /* take the run's new mappings back: no slot may keep an inaccessible one */
         for (uint32_t k = run_start; k < s; k++) {
           int32_t ci = a->slot_chunk[k];

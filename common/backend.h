@@ -21,9 +21,12 @@ struct gml_backend_ops {
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
   void (*va_free)(gml_backend *be, uintptr_t va, size_t size);
   /* Map one chunk at va; set_access makes a mapped range usable (batched:
-   * it is the expensive step on cuda); unmap leaves the range reserved. */
+   * it is the expensive step on cuda), readable and writable, or only
+   * readable with GML_ACCESS_READ_ONLY (cuda: CU_MEM_ACCESS_FLAGS_PROT_READ;
+   * host: PROT_READ; a chunk imported from a read-only fd maps read-only
+   * whatever is asked); unmap leaves the range reserved. */
   int (*map)(gml_backend *be, uintptr_t va, gml_phys phys);
-  int (*set_access)(gml_backend *be, uintptr_t va, size_t size);
+  int (*set_access)(gml_backend *be, uintptr_t va, size_t size, int flags);
   int (*unmap)(gml_backend *be, uintptr_t va, size_t size);
   /* Stream ordering: an event recorded on a stream is done once the stream
    * has passed it. Host: no asynchronous work, events are done at once. */
@@ -50,6 +53,8 @@ struct gml_backend_ops {
   int (*host_alloc)(gml_backend *be, size_t size, void **p);
   void (*host_free)(gml_backend *be, void *p);
 };
+
+#define GML_ACCESS_READ_ONLY 1 /* set_access flag */
 
 struct gml_backend {
   const char *name;   /* "cuda" or "host" */

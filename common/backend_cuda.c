@@ -117,10 +117,12 @@ static int cuda_map(gml_backend *be, uintptr_t va, gml_phys phys) {
   return 0;
 }
 
-static int cuda_set_access(gml_backend *be, uintptr_t va, size_t size) {
+static int cuda_set_access(gml_backend *be, uintptr_t va, size_t size, int flags) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
-  CU_CALL(p, cuMemSetAccess((CUdeviceptr)va, size, &p->access, 1));
+  CUmemAccessDesc d = p->access;
+  if (flags & GML_ACCESS_READ_ONLY) d.flags = CU_MEM_ACCESS_FLAGS_PROT_READ; /* a write is an illegal-address fault */
+  CU_CALL(p, cuMemSetAccess((CUdeviceptr)va, size, &d, 1));
   return 0;
 }
 

@@ -72,6 +72,8 @@ static void host_va_free(gml_backend *be, uintptr_t va, size_t size) {
 
 static int host_map(gml_backend *be, uintptr_t va, gml_phys phys) {
   void *p = mmap((void *)va, be->chunk_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, (int)phys, 0);
+  if (p == MAP_FAILED && errno == EACCES) /* a read-only fd (a share attached): read-only it is */
+    p = mmap((void *)va, be->chunk_size, PROT_READ, MAP_SHARED | MAP_FIXED, (int)phys, 0);
   if (p == MAP_FAILED) {
     GML_ERR("host map at %#lx: %s", (unsigned long)va, strerror(errno));
     return GML_EBACKEND;
@@ -79,8 +81,13 @@ static int host_map(gml_backend *be, uintptr_t va, gml_phys phys) {
   return 0;
 }
 
-static int host_set_access(gml_backend *be, uintptr_t va, size_t size) {
-  (void)be, (void)va, (void)size;
+static int host_set_access(gml_backend *be, uintptr_t va, size_t size, int flags) {
+  (void)be;
+  /* mapped read-write already (read-only from a read-only fd); only narrowing is asked for */
+  if ((flags & GML_ACCESS_READ_ONLY) && mprotect((void *)va, size, PROT_READ) != 0) {
+    GML_ERR("host set_access read-only at %#lx: %s", (unsigned long)va, strerror(errno));
+    return GML_EBACKEND;
+  }
   return 0;
 }
 

@@ -151,6 +151,9 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) 
   case GMLAKE__ENVELOPE__MSG_RET:
     return env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS ? "return count out of range" : NULL;
   case GMLAKE__ENVELOPE__MSG_USAGE: return NULL;
+  case GMLAKE__ENVELOPE__MSG_SHARE: return env->share->n_chunk_ids < 1 ? "share of no chunk" : NULL;
+  case GMLAKE__ENVELOPE__MSG_ATTACH: return env->attach->count > GML_MAX_LEASE_CHUNKS ? "attach count out of range" : NULL;
+  case GMLAKE__ENVELOPE__MSG_DETACH: return NULL; /* the rest is checked by daemon/shares.c */
   default: return "unexpected message kind";
   }
 }

@@ -47,6 +47,7 @@ typedef struct broker_client {
   uint64_t leased_chunks;
   uint64_t allocated, cached, stitched, largest_free; /* its last usage report, bytes */
   uint64_t paused, paused_saved; /* ... paused blocks (gml_pause) and their saved content, bytes */
+  uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
   uint64_t leases_refused;
   broker_request lease;
 } broker_client;

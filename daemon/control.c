@@ -5,12 +5,14 @@
  *   stats    lake size, limit, chunk states, client totals, fragmentation, lease latency
  *   clients  one row per connected client
  *   chunks   owner of every chunk slot
+ *   shares   shared read-only memory: key, size, publisher, who may attach, who maps it
  *   trim     release free chunks to the driver; with a pid, ask that client for its idle cache
  *   limit    set the lake limit (free chunks over it are released at once)
  *   quota    set/clear a quota of a process (all its connections), a user or a cgroup */
 #include "control.h"
 #include "daemon.h"
 #include "session.h"
+#include "shares.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
@@ -36,9 +38,14 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
     st->allocated += c->allocated;
     st->cached += c->cached;
     st->stitched += c->stitched;
+    st->growable_mapped += c->growable_mapped;
+    st->growable_unmapped += c->growable_unmapped;
   }
-  uint64_t leased_bytes = (d->lk.leased + d->lk.parked) * d->lk.cs;
-  st->fragmentation = leased_bytes && st->allocated <= leased_bytes ? 1.0 - (double)st->allocated / (double)leased_bytes : 0;
+  st->chunks_shared = d->lk.shared;
+  st->shares = shares_count(d);
+  /* growable ranges' chunks are leased and in use, like allocated blocks */
+  uint64_t leased_bytes = (d->lk.leased + d->lk.parked) * d->lk.cs, used = st->allocated + st->growable_mapped;
+  st->fragmentation = leased_bytes && used <= leased_bytes ? 1.0 - (double)used / (double)leased_bytes : 0;
   st->clients = b->nclients;
   size_t n = b->nlat < BROKER_LAT_RING ? b->nlat : BROKER_LAT_RING;
   if (n) {
@@ -101,6 +108,9 @@ static void ctl_clients(ctl_call *k) {
     ci[i].paused_saved = c->paused_saved;
     ci[i].since = c->since;
     ci[i].leases_refused = c->leases_refused;
+    ci[i].growable_mapped = c->growable_mapped;
+    ci[i].growable_unmapped = c->growable_unmapped;
+    ci[i].shared_bytes = shares_bytes_of(k->d, c->id);
     cp[i] = &ci[i];
   }
   k->rep->n_clients = i;
@@ -129,11 +139,17 @@ static void ctl_chunks(ctl_call *k) {
       for (const broker_client *o = k->d->br.clients; o; o = o->next)
         if (o->id == c->owner) ci[j].owner_pid = o->pid;
     if (c->state == CHUNK_PARKED) ci[j].owner_pid = -1;
+    if (c->state == CHUNK_SHARED) ci[j].owner_pid = -2;
     cp[j] = &ci[j];
     j++;
   }
   k->rep->n_chunks = j;
   k->rep->chunks = cp;
+  with_stats(k);
+}
+
+static void ctl_shares(ctl_call *k) {
+  k->rep->n_shares = shares_info(k->d, &k->rep->shares);
   with_stats(k);
 }
 
@@ -191,6 +207,7 @@ static const struct ctl_route {
     {GMLAKE__CTL_REQUEST__REQ_STATS, "stats", 0, ctl_stats},
     {GMLAKE__CTL_REQUEST__REQ_CLIENTS, "clients", 0, ctl_clients},
     {GMLAKE__CTL_REQUEST__REQ_CHUNKS, "chunks", 0, ctl_chunks},
+    {GMLAKE__CTL_REQUEST__REQ_SHARES, "shares", 0, ctl_shares},
     {GMLAKE__CTL_REQUEST__REQ_TRIM, "trim", 1, ctl_trim},
     {GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES, "limit", 1, ctl_set_limit},
     {GMLAKE__CTL_REQUEST__REQ_SET_QUOTA, "quota", 1, ctl_set_quota},
@@ -220,6 +237,7 @@ int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **re
   uint8_t *out = malloc(n ? n : 1);
   if (out) gmlake__ctl_reply__pack(&rep, out);
   free(k.to_free[0]), free(k.to_free[1]);
+  shares_free_info(rep.shares, rep.n_shares);
   if (req) gmlake__ctl_request__free_unpacked(req, NULL);
   if (!out) return GML_ENOMEM;
   *reply = out;

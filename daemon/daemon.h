@@ -10,7 +10,8 @@
  *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
  *   session.c  client sockets: decode, validate and dispatch by table,
  *              carry the broker's decisions out                       (broker, creator, conn)
- *   control.c  the control RPC, handlers in a table                   (broker, session)
+ *   shares.c   shared read-only memory: shares, their mappers         (lake, session)
+ *   control.c  the control RPC, handlers in a table                   (broker, session, shares)
  *   main.c     start-up, signals, the tick, the creators' callback    (all)
  * The only call upwards is the creator pool's completion callback, which
  * main.c registers. */
@@ -56,6 +57,8 @@ typedef struct gmld {
   uint64_t status_ns;
   uv_timer_t tick;
   parked_owner *parked;
+  struct share *shares;     /* published read-only memory (shares.c) */
+  uint64_t next_share_id;
   uint64_t next_client_id;
   /* Counters, in the message that reports them: a new one is a field of
    * LakeStats and the line that counts it (control.c and gmlakectl show it). */

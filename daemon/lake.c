@@ -90,6 +90,7 @@ void lake_give_back(lake *lk, uint32_t idx) {
   lake_chunk *c = &lk->chunks[idx];
   if (c->state == CHUNK_LEASED) lk->leased--;
   else if (c->state == CHUNK_PARKED) lk->parked--;
+  else if (c->state == CHUNK_SHARED) lk->shared--;
   else return;
   c->state = CHUNK_FREE;
   c->owner = 0;
@@ -102,6 +103,15 @@ void lake_park(lake *lk, uint32_t idx) {
   c->state = CHUNK_PARKED;
   lk->leased--;
   lk->parked++;
+}
+
+void lake_share(lake *lk, uint32_t idx, uint64_t share_id) {
+  lake_chunk *c = &lk->chunks[idx];
+  if (c->state != CHUNK_LEASED) return;
+  c->state = CHUNK_SHARED;
+  c->owner = share_id;
+  lk->leased--;
+  lk->shared++;
 }
 
 void lake_destroy_chunk(lake *lk, uint32_t idx) {

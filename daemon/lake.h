@@ -8,7 +8,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-enum lake_chunk_state { CHUNK_UNUSED = 0, CHUNK_FREE, CHUNK_LEASED, CHUNK_PARKED };
+/* CHUNK_SHARED: published read-only memory (daemon/shares.c); owner is the share's id. */
+enum lake_chunk_state { CHUNK_UNUSED = 0, CHUNK_FREE, CHUNK_LEASED, CHUNK_PARKED, CHUNK_SHARED };
 
 typedef struct lake_chunk {
   gml_phys phys;
@@ -36,7 +37,7 @@ typedef struct lake {
   uint32_t nfree;
   uint32_t *unused_stack;   /* indices of CHUNK_UNUSED slots */
   uint32_t nunused;
-  uint64_t total, leased, parked, creating;
+  uint64_t total, leased, parked, creating, shared;
   lake_quota *quotas;
   size_t nquotas;
 } lake;
@@ -55,6 +56,7 @@ int lake_add_created(lake *lk, gml_phys phys, int fd);   /* a new free chunk */
 uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx);
 void lake_give_back(lake *lk, uint32_t idx);             /* leased/parked -> free */
 void lake_park(lake *lk, uint32_t idx);                  /* leased -> parked (owner's process lives on) */
+void lake_share(lake *lk, uint32_t idx, uint64_t share_id); /* leased -> shared (give_back frees it) */
 void lake_destroy_chunk(lake *lk, uint32_t idx);         /* free -> released to the driver */
 /* Release free chunks to the driver until at most keep_free are left; returns how many. */
 uint32_t lake_trim(lake *lk, uint32_t keep_free);

@@ -12,6 +12,7 @@
 #include "session.h"
 #include "conn.h"
 #include "daemon.h"
+#include "shares.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
@@ -51,6 +52,17 @@ static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...)
   env.msg_case = GMLAKE__ENVELOPE__MSG_ERROR;
   env.error = &e;
   session_send(s, &env, NULL, 0);
+}
+
+int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send(s, env, fds, nfds); }
+
+void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  send_error(s, seq, code, "%s", msg);
 }
 
 void session_send_reclaim(session *s, uint64_t bytes) {
@@ -231,7 +243,17 @@ static void handle_usage(request *rq) {
   c->largest_free = u->largest_free;
   c->paused = u->paused;
   c->paused_saved = u->paused_saved;
+  c->growable_mapped = u->growable_mapped;
+  c->growable_unmapped = u->growable_unmapped;
 }
+
+/* Share, attach, detach: daemon/shares.c. */
+static int check_shares(request *rq) {
+  const char *why = shares_check(rq->s, rq->env);
+  return why ? refuse_msg(rq, why) : 0;
+}
+
+static void handle_shares(request *rq) { shares_handle(rq->s, rq->env); }
 
 /* A new client message: its case in Envelope (proto/gmlake.proto), what it
  * must be on the wire in gml_wire_check_request (common/wire.c: sizes,
@@ -247,6 +269,9 @@ static const struct msg_route {
     {GMLAKE__ENVELOPE__MSG_LEASE, check_lease, handle_lease},
     {GMLAKE__ENVELOPE__MSG_RET, check_return, handle_return},
     {GMLAKE__ENVELOPE__MSG_USAGE, NULL, handle_usage},
+    {GMLAKE__ENVELOPE__MSG_SHARE, check_shares, handle_shares},
+    {GMLAKE__ENVELOPE__MSG_ATTACH, check_shares, handle_shares},
+    {GMLAKE__ENVELOPE__MSG_DETACH, check_shares, handle_shares},
 };
 
 static const struct msg_route *route_of(Gmlake__Envelope__MsgCase kind) {
@@ -382,6 +407,7 @@ static void session_close(session *s, const char *why) {
   for (uint32_t i = 0; i < d->lk.nslots; i++)
     held += d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id;
   int gone = conn_process_gone(s->pidfd, s->bc.pid);
+  shares_session_closed(s, gone); /* before its pidfd is closed or handed on */
   if (gone || !held || d->stopping) {
     release_owner_chunks(d, s->bc.id);
     if (s->pidfd >= 0) close(s->pidfd);
@@ -493,4 +519,5 @@ void sessions_close_all(gmld *d) {
     close(p->pidfd);
     uv_close((uv_handle_t *)&p->poll, parked_free);
   }
+  shares_close_all(d); /* what processes that left still mapped */
 }

@@ -30,5 +30,8 @@ void sessions_close_all(struct gmld *d);
 void sessions_serve_pending(struct gmld *d); /* after chunks became free */
 void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines */
 void session_send_reclaim(session *s, uint64_t bytes);
+/* For the other message handlers (shares.c): a reply with its fds, an error reply. */
+int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);
+void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 session *session_by_pid(struct gmld *d, pid_t pid);
 #endif

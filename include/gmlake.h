@@ -43,7 +43,11 @@ extern "C" {
   X(EQUOTA, -8, "quota exceeded")               /* this client's quota would be exceeded */       \
   X(ESYS, -9, "system call failed")             /* errno is in the log */                         \
   X(ECLOSED, -10, "client closed")              /* the handle is closed */                        \
-  X(EAGAIN, -11, "try again")                   /* a non-blocking call would block */
+  X(EAGAIN, -11, "try again")                   /* a non-blocking call would block */               \
+  X(EEXIST, -12, "a share of that name exists")                                                     \
+  X(ENOENT, -13, "no such share")               /* no key, or no content with that hash */          \
+  X(EPERM, -14, "not allowed")                  /* a share of another user that does not allow us */\
+  X(EMISMATCH, -15, "content differs")          /* equal hashes, different bytes: refused */
 
 enum gml_error {
 #define GML_ERROR_ENUM(name, code, msg) GML_##name = code,
@@ -112,6 +116,7 @@ typedef struct gml_stats {
   uint64_t paused_saved;      /* bytes of their content saved in host memory or a file */
   uint64_t borrows;         /* allocations served by a block freed on another stream */
   uint64_t borrow_waits;    /* of those, the ones that made their stream wait for the other's event */
+  uint64_t shared_mapped;     /* bytes of shared read-only chunks mapped (gml_share/attach/dedup) */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
@@ -231,6 +236,46 @@ GML_API int gml_set_tag(gml_client *c, uint32_t tag); /* tag of later allocation
 GML_API int gml_pause(gml_client *c, unsigned flags, uint32_t tag);
 GML_API int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path);
 GML_API int gml_resume(gml_client *c);
+/* Shared read-only memory (daemon mode only: GML_EDAEMON when embedded).
+ * A whole growable range is the unit: gml_share publishes its chunks under
+ * a key, gml_attach maps a share into a new range in another process,
+ * gml_dedup replaces a range's chunks by published ones with the same bytes.
+ * A shared range is read-only in every process that maps it, the publisher
+ * included: on the host backend a write is SIGSEGV (attachers get read-only
+ * fds, so even mprotect cannot make it writable); on cuda the chunks are
+ * mapped with CU_MEM_ACCESS_FLAGS_PROT_READ and a write is an illegal-address
+ * fault of the kernel (a same-uid process holding the fd could still map it
+ * writable itself: on cuda the protection is against mistakes, not against
+ * a hostile process of the same user). map/unmap/ensure/shrink of a shared
+ * range are GML_EINVAL; gml_growable_destroy (or gml_close, or the process's
+ * exit) detaches. The daemon counts a share's chunks once, keeps them while
+ * any process maps them, and frees them after the last one detached or
+ * exited (SIGKILL included). Who may attach: the publisher's uid, and the
+ * uids it allows (allow_uids, allow_any_uid); others get GML_EPERM. */
+typedef struct gml_share_opts {
+  const void *hash;     /* the caller's hash of the content (gml_dedup finds shares by it), <= 64 bytes */
+  size_t hash_len;
+  const void *meta;     /* opaque bytes given to attachers (e.g. a layout), <= 1024 */
+  size_t meta_len;
+  const uint32_t *allow_uids; /* uids besides the publisher's that may attach */
+  size_t n_allow_uids;
+  int allow_any_uid;
+} gml_share_opts;
+/* Publish [0, size) of g: those chunks must be mapped; chunks past them are
+ * unmapped and given back first. g becomes read-only. opts may be NULL.
+ * GML_EEXIST: the key (or the hash) is taken. */
+GML_API int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *opts);
+/* Map the share `key` read-only into a new range (*out; its info's base).
+ * *size: the published size; meta/meta_len (in: capacity, out: length) may be NULL.
+ * GML_ENOENT: no such share; GML_EPERM: not allowed. */
+GML_API int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len);
+/* Dedup [0, size) of g, whose content hashes to hash (the caller's hash):
+ * if a share with that hash exists and its bytes equal g's (compared, not
+ * only the hash), g's chunks are replaced in place by the share's (the base
+ * stays; g becomes read-only; its own chunks go back) and *deduped = 1;
+ * if none exists, g is published under "dedup-<hex of hash>" and *deduped = 0.
+ * GML_EMISMATCH: the published content with that hash differs (g unchanged). */
+GML_API int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, int *deduped);
 
 /* PyTorch CUDAPluggableAllocator entry points (one client per device, thread-safe). */
 GML_API void *gmlake_torch_malloc(ssize_t size, int device, void *stream);

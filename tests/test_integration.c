@@ -99,6 +99,8 @@ typedef struct proc {
   FILE *in, *out;
 } proc;
 
+static int client_as_uid = -1; /* >= 0: the next client runs as that uid (setpriv; root only) */
+
 static proc client_start(const char *socket) {
   int to[2], from[2];
   ck_assert_int_eq(pipe(to), 0);
@@ -111,6 +113,12 @@ static proc client_start(const char *socket) {
     close(to[1]), close(from[0]);
     char path[300];
     snprintf(path, sizeof path, "%s/gml-testclient", bindir);
+    if (client_as_uid >= 0) {
+      char id[32];
+      snprintf(id, sizeof id, "%d", client_as_uid);
+      execl("/usr/bin/setpriv", "setpriv", "--reuid", id, "--regid", id, "--clear-groups", path, socket, (char *)NULL);
+      _exit(127);
+    }
     execl(path, path, socket, (char *)NULL);
     _exit(127);
   }
@@ -346,6 +354,165 @@ START_TEST(test_growable_over_limit) {
   ck_assert_str_eq(client_cmd(&a, "gdestroy"), "ok");
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+static void share_tags(proc *p, int n, int token) {
+  for (int k = 0; k < n; k++) ck_assert_str_eq(client_cmd(p, "gtag %d %d", k, token), "ok");
+}
+
+static int client_pid(proc *p) {
+  const char *l = client_first_line(p);
+  ck_assert_msg(!strncmp(l, "ready ", 6), "client said '%s'", l);
+  return atoi(l + 6);
+}
+
+/* gml_share / gml_attach across processes: the chunks move from the
+ * publisher's lease to the share (counted once), an attacher reads the same
+ * bytes read-only (a write kills the child that tries; the fd cannot be made
+ * writable), the publisher's mapping is read-only too, and the chunks stay
+ * while any process maps them: the publisher leaving does not free them, the
+ * last mapper's SIGKILL does. */
+START_TEST(test_share_attach) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(sock_path), b = client_start(sock_path), c = client_start(sock_path);
+  int pid_a = client_pid(&a), pid_b = client_pid(&b);
+  client_pid(&c);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 16 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 8 << 20), "ok");
+  share_tags(&a, 3, 5);
+  ck_assert_int_eq(stat_num("chunks_leased"), 4);
+  ck_assert_str_eq(client_cmd(&a, "share weights %d", (5 << 20) + 7), "ok"); /* 3 chunks; the 4th goes back */
+  ck_assert_int_eq(stat_num("chunks_shared"), 3);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stat_num("shares"), 1);
+  ck_assert_str_eq(client_cmd(&a, "share again %d", 2 << 20), "err -3 range already shared as 'weights'");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 10 << 20), "err -3 growable range: shared as 'weights': read-only, its chunks are the share's");
+  ck_assert_str_eq(client_cmd(&a, "gwrite 0"), "fault"); /* the publisher cannot write it either */
+  ck_assert_str_eq(client_cmd(&b, "attach weights"), "ok 5242887");
+  for (int k = 0; k < 3; k++) {
+    char want[32];
+    snprintf(want, sizeof want, "tag %d", 5000 + k);
+    ck_assert_str_eq(client_cmd(&b, "aread %d", k), want);
+  }
+  ck_assert_str_eq(client_cmd(&b, "awrite 1"), strcmp(backend, "host") ? "fault" : "fault protected");
+  ck_assert_str_eq(client_cmd(&b, "aread 1"), "tag 5001");
+  ck_assert_str_eq(strtok((char *)client_cmd(&c, "attach nothing"), " "), "err");
+  char out[4096], key[64];
+  ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
+  ck_assert_msg(strstr(out, "\"key\":\"weights\",\"size\":5242887,\"chunks\":3"), "shares: %s", out);
+  snprintf(key, sizeof key, "%d", pid_b);
+  ck_assert_msg(strstr(out, key), "pid %d not among the mappers: %s", pid_b, out);
+  snprintf(key, sizeof key, "\"publisher_pid\":%d", pid_a);
+  ck_assert_ptr_nonnull(strstr(out, key));
+  ck_assert_int_eq(ctl(out, sizeof out, "shares"), 0);
+  ck_assert_msg(strstr(out, "weights") && strstr(out, "same uid"), "shares table: %s", out);
+  ck_assert_int_eq(ctl(out, sizeof out, "clients --json"), 0);
+  snprintf(key, sizeof key, "\"pid\":%d,", pid_b);
+  ck_assert_int_eq(json_num(strstr(out, key), "shared_bytes"), 6 << 20);
+  /* the publisher leaves: B still maps them */
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stat_num("chunks_shared"), 3);
+  ck_assert_str_eq(client_cmd(&b, "aread 2"), "tag 5002");
+  /* a second attacher, then detach: still B */
+  ck_assert_str_eq(client_cmd(&c, "attach weights"), "ok 5242887");
+  ck_assert_str_eq(client_cmd(&c, "adetach"), "ok");
+  ck_assert_int_eq(stat_num("chunks_shared"), 3);
+  /* the last mapper is killed: the chunks go back to the lake */
+  kill(b.pid, SIGKILL);
+  int st;
+  waitpid(b.pid, &st, 0);
+  fclose(b.in), fclose(b.out);
+  long long now = -1;
+  for (int i = 0; i < 200 && (now = stat_num("chunks_shared")) != 0; i++) msleep(25);
+  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(stat_num("shares"), 0);
+  ck_assert_int_ge(stat_num("chunks_free"), 4);
+  /* and they serve a lease again */
+  ck_assert_str_eq(client_cmd(&c, "alloc %d", 8 << 20), "ok 0");
+  ck_assert_int_eq(client_finish(&c), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* gml_dedup: the first publishes, a second with the same bytes maps the
+ * first's chunks in place (its own go back), a third whose bytes differ
+ * under the same hash (a forced collision) is refused and keeps its own. */
+START_TEST(test_dedup) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(sock_path), b = client_start(sock_path), c = client_start(sock_path);
+  client_pid(&a), client_pid(&b), client_pid(&c);
+  proc *all[3] = {&a, &b, &c};
+  for (int i = 0; i < 3; i++) {
+    ck_assert_str_eq(strtok((char *)client_cmd(all[i], "grow %d", 8 << 20), " "), "ok");
+    ck_assert_str_eq(client_cmd(all[i], "gensure %d", 4 << 20), "ok");
+    share_tags(all[i], 2, i == 2 ? 8 : 7);
+  }
+  ck_assert_int_eq(stat_num("chunks_leased"), 6);
+  ck_assert_str_eq(client_cmd(&a, "dedup %d hash-of-the-weights", 4 << 20), "ok deduped 0");
+  ck_assert_int_eq(stat_num("chunks_shared"), 2);
+  ck_assert_str_eq(client_cmd(&b, "dedup %d hash-of-the-weights", 4 << 20), "ok deduped 1");
+  ck_assert_int_eq(stat_num("chunks_shared"), 2);
+  ck_assert_int_eq(stat_num("chunks_leased"), 2); /* only C's: B's own copy went back */
+  ck_assert_str_eq(client_cmd(&b, "gread 1"), "tag 7001");
+  ck_assert_str_eq(client_cmd(&b, "gwrite 0"), strcmp(backend, "host") ? "fault" : "fault protected");
+  const char *r = client_cmd(&c, "dedup %d hash-of-the-weights", 4 << 20);
+  ck_assert_msg(!strncmp(r, "err -15 ", 8), "a collision was not refused: '%s'", r);
+  ck_assert_str_eq(client_cmd(&c, "gread 0"), "tag 8000"); /* C keeps its own, writable */
+  ck_assert_str_eq(client_cmd(&c, "gwrite 0"), "wrote");
+  ck_assert_int_eq(stat_num("chunks_leased"), 2);
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
+  ck_assert_msg(strstr(out, "\"key\":\"dedup-"), "shares: %s", out);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(client_finish(all[i]), 0);
+  ck_assert_int_eq(stat_num("chunks_shared"), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Only the publisher's uid may attach, unless it allows others: a process
+ * of another user is refused, then let in by a share that allows any uid
+ * (and still cannot write). Needs root (to run a client as nobody). */
+START_TEST(test_share_other_user) {
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    fprintf(stderr, "test_share_other_user: skipped (needs root and setpriv)\n");
+    return;
+  }
+  start_daemon("--limit 64MiB --prefetch 0 --socket-mode 0666");
+  ck_assert_int_eq(chmod(tmpdir, 0711), 0);
+  proc a = client_start(sock_path);
+  client_pid(&a);
+  client_as_uid = 65534;
+  proc n = client_start(sock_path);
+  client_as_uid = -1;
+  const char *ready = client_first_line(&n);
+  if (strncmp(ready, "ready ", 6)) { /* e.g. the build tree is not readable by nobody */
+    fprintf(stderr, "test_share_other_user: skipped (a client as uid 65534 said '%s')\n", ready);
+    client_finish(&n), client_finish(&a), stop_daemon();
+    return;
+  }
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
+  share_tags(&a, 1, 3);
+  ck_assert_str_eq(client_cmd(&a, "share mine %d", 2 << 20), "ok");
+  const char *r = client_cmd(&n, "attach mine");
+  ck_assert_msg(!strncmp(r, "err -14 ", 8), "another user attached: '%s'", r);
+  proc b = client_start(sock_path);
+  client_pid(&b);
+  ck_assert_str_eq(strtok((char *)client_cmd(&b, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&b, "gensure %d", 2 << 20), "ok");
+  share_tags(&b, 1, 4);
+  ck_assert_str_eq(client_cmd(&b, "share open %d any", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&n, "attach open"), "ok 2097152");
+  ck_assert_str_eq(client_cmd(&n, "aread 0"), "tag 4000");
+  ck_assert_str_eq(client_cmd(&n, "awrite 0"), strcmp(backend, "host") ? "fault" : "fault protected");
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stat_num("chunks_shared"), 1); /* nobody still maps 'open' */
+  ck_assert_int_eq(client_finish(&n), 0);
+  ck_assert_int_eq(stat_num("chunks_shared"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -705,6 +872,9 @@ int main(void) {
   tcase_add_test(tc, test_sigkill_returns_chunks);
   tcase_add_test(tc, test_growable_range);
   tcase_add_test(tc, test_growable_over_limit);
+  tcase_add_test(tc, test_share_attach);
+  tcase_add_test(tc, test_dedup);
+  tcase_add_test(tc, test_share_other_user);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);
   tcase_add_test(tc, test_trim);

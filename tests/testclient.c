@@ -5,15 +5,39 @@
  *   gtag K TOKEN (chunk k of the range) | gread K | ginfo | gdestroy
  * pause and tags: settag T | pause FLAGS TAG [PATH] | resume | addr I (the block's address)
  * more connections of this process: conns N SIZE (N more clients, each allocates SIZE; kept until close)
+ * shared memory: share KEY SIZE [any] | dedup SIZE HASHTEXT | attach KEY | aread K | adetach |
+ *   gwrite K / awrite K (a child process writes to chunk k of the range / the attached one:
+ *   "fault" when it died of it, then "protected" when mprotect cannot make it writable)
  * It opens the daemon at argv[1] ("embedded" for no daemon; "default" or
  * "default:N": gml_open as a program that names nothing would, for device N,
  * GMLAKE_MODE and GMLAKE_SOCKET from the environment). The first line says
  * "ready PID CHUNK_SIZE BACKEND MODE". */
 #include "gmlake.h"
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* A child writes one byte at p: "fault" when that killed it (under the
+ * sanitizers their SEGV report exits 1), else "wrote". */
+static const char *child_write(volatile char *p) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    *p = 1;
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  if (WIFSIGNALED(st) && (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS)) return "fault";
+#if defined(__SANITIZE_ADDRESS__)
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 1) return "fault";
+#endif
+  return "wrote";
+}
 
 #define MAXB 4096
 
@@ -45,12 +69,12 @@ int main(int argc, char **argv) {
   uint64_t *buf = malloc(cs);
   if (!buf) return 1;
   printf("ready %d %zu %s %s\n", (int)getpid(), cs, st.backend, st.mode == GML_MODE_DAEMON ? "daemon" : "embedded");
-  gml_growable *g = NULL;
+  gml_growable *g = NULL, *att = NULL;
   gml_client *conns[8];
   int nconns = 0;
   void *blk[MAXB] = {0};
   size_t sz[MAXB] = {0};
-  char line[256];
+  char line[512];
   while (fgets(line, sizeof line, stdin)) {
     char cmd[32];
     unsigned long long a = 0, b = 0;
@@ -185,6 +209,48 @@ int main(int argc, char **argv) {
         printf(" %d", rc);
       }
       printf("\n");
+    } else if (g && !strcmp(cmd, "share")) {
+      char key[128], who[32] = "";
+      unsigned long long size = 0;
+      if (sscanf(line, "%*s %127s %llu %31s", key, &size, who) < 2) size = 0;
+      gml_share_opts so = {.allow_any_uid = !strcmp(who, "any")};
+      rc = gml_share(g, (size_t)size, key, &so);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok\n");
+    } else if (g && !strcmp(cmd, "dedup")) {
+      char hash[128];
+      int deduped = -1;
+      if (sscanf(line, "%*s %llu %127s", &a, hash) != 2) a = 0;
+      rc = gml_dedup(g, (size_t)a, hash, strlen(hash), &deduped);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok deduped %d\n", deduped);
+    } else if (!strcmp(cmd, "attach") && !att) {
+      char key[128], meta[64];
+      size_t size = 0, ml = sizeof meta;
+      if (sscanf(line, "%*s %127s", key) != 1) key[0] = 0;
+      rc = gml_attach(c, key, &att, &size, meta, &ml);
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else printf("ok %zu\n", size);
+    } else if ((att && !strcmp(cmd, "aread")) || (att && !strcmp(cmd, "awrite")) || (g && !strcmp(cmd, "gwrite"))) {
+      gml_growable_info gi;
+      gml_growable_info_get(cmd[0] == 'g' ? g : att, &gi);
+      char *p = (char *)gi.base + a * cs;
+      if (a * cs >= gi.reserved) {
+        printf("err range\n");
+      } else if (!strcmp(cmd, "aread")) {
+        if (gml_read(c, buf, p, cs)) printf("err read\n");
+        else printf("tag %llu\n", (unsigned long long)buf[0]);
+      } else {
+        const char *w = child_write(p);
+        /* on the host backend an attached chunk's fd is read-only: not even mprotect makes it writable */
+        int prot = strcmp(st.backend, "host") ? -1 : mprotect(p, cs, PROT_READ | PROT_WRITE);
+        if (prot == 0) mprotect(p, cs, PROT_READ);
+        printf("%s%s\n", w, prot < 0 && !strcmp(st.backend, "host") ? " protected" : "");
+      }
+    } else if (att && !strcmp(cmd, "adetach")) {
+      rc = gml_growable_destroy(att);
+      att = NULL;
+      printf(rc ? "err %d\n" : "ok\n", rc);
     } else if (!strcmp(cmd, "close") || !strcmp(cmd, "exit")) {
       break;
     } else {

@@ -73,11 +73,11 @@ static Gmlake__CtlReply *call(const char *url, Gmlake__CtlRequest *req) {
 
 static void print_clients(const Gmlake__CtlReply *r) {
   time_t now = time(NULL);
-  printf("%-8s %-6s %-16s %12s %12s %12s %12s %8s  %s\n", "PID", "UID", "NAME", "LEASED", "ALLOCATED", "CACHED", "QUOTA",
-         "SINCE", "CGROUP / PAUSED (SAVED)");
+  printf("%-8s %-6s %-16s %12s %12s %12s %12s %8s %12s %12s  %s\n", "PID", "UID", "NAME", "LEASED", "ALLOCATED", "CACHED",
+         "QUOTA", "SINCE", "GROWABLE", "SHARED", "CGROUP / PAUSED (SAVED)");
   for (size_t i = 0; i < r->n_clients; i++) {
     const Gmlake__ClientInfo *c = r->clients[i];
-    char a[32], b[32], d[32], q[32];
+    char a[32], b[32], d[32], q[32], g[32], sh[32];
     long age = (long)(now - (time_t)c->since);
     char since[32];
     if (age < 3600) snprintf(since, sizeof since, "%ldm%02lds", age / 60, age % 60);
@@ -87,10 +87,10 @@ static void print_clients(const Gmlake__CtlReply *r) {
       char p1[32], p2[32];
       snprintf(pz, sizeof pz, "  paused %s (saved %s)", gml_format_bytes(c->paused, p1, 32), gml_format_bytes(c->paused_saved, p2, 32));
     }
-    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s  %s%s\n", c->pid, c->uid, c->name, gml_format_bytes(c->leased_bytes, a, 32),
-           gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
-           c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since,
-           c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz);
+    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s\n", c->pid, c->uid, c->name,
+           gml_format_bytes(c->leased_bytes, a, 32), gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
+           c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since, gml_format_bytes(c->growable_mapped, g, 32),
+           gml_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz);
   }
   if (!r->n_clients) printf("(no clients)\n");
 }
@@ -98,12 +98,13 @@ static void print_clients(const Gmlake__CtlReply *r) {
 static void print_chunks(const Gmlake__CtlReply *r) {
   /* one character a chunk, 64 a row: '.' free, a letter per client, '#' parked */
   int pids[52], npids = 0;
-  printf("%zu chunks of %llu MiB ('.' free, '#' parked by a process that left, letters: clients)\n", r->n_chunks,
+  printf("%zu chunks of %llu MiB ('.' free, '#' parked by a process that left, 'S' shared, letters: clients)\n", r->n_chunks,
          (unsigned long long)(r->stats ? r->stats->chunk_size >> 20 : 0));
   for (size_t i = 0; i < r->n_chunks; i++) {
     int pid = r->chunks[i]->owner_pid;
     char ch = '.';
-    if (pid < 0) ch = '#';
+    if (pid == -2) ch = 'S';
+    else if (pid < 0) ch = '#';
     else if (pid > 0) {
       int k = 0;
       while (k < npids && pids[k] != pid) k++;
@@ -114,6 +115,30 @@ static void print_chunks(const Gmlake__CtlReply *r) {
     if (i % 64 == 63 || i + 1 == r->n_chunks) putchar('\n');
   }
   for (int k = 0; k < npids; k++) printf("  %c = pid %d\n", k < 26 ? 'A' + k : 'a' + k - 26, pids[k]);
+}
+
+/* Shares: by hand, for --json too (the descriptor printer leaves repeated fields out: the pids). */
+static void print_shares(const Gmlake__CtlReply *r, int json) {
+  printf(json ? "[" : "%-24s %12s %7s %8s %6s  %-10s %s\n", "KEY", "SIZE", "CHUNKS", "PUB.PID", "UID", "ALLOWS", "MAPPED BY (pids)");
+  for (size_t i = 0; i < r->n_shares; i++) {
+    const Gmlake__ShareInfo *s = r->shares[i];
+    char sz[32], allows[32], pids[256] = "";
+    for (size_t k = 0, o = 0; k < s->n_mapper_pids && o < sizeof pids - 12; k++)
+      o += (size_t)snprintf(pids + o, sizeof pids - o, "%s%d", k ? (json ? "," : " ") : "", s->mapper_pids[k]);
+    if (s->allow_any_uid) snprintf(allows, sizeof allows, "any uid");
+    else if (s->n_allow_uids) snprintf(allows, sizeof allows, "uid +%zu", s->n_allow_uids);
+    else snprintf(allows, sizeof allows, "same uid");
+    if (json)
+      printf("%s{\"key\":\"%s\",\"size\":%llu,\"chunks\":%llu,\"publisher_pid\":%d,\"publisher_uid\":%u,"
+             "\"mapper_pids\":[%s],\"allow_any_uid\":%s,\"since\":%.3f}",
+             i ? "," : "", s->key, (unsigned long long)s->size, (unsigned long long)s->chunks, s->publisher_pid,
+             s->publisher_uid, pids, s->allow_any_uid ? "true" : "false", s->since);
+    else
+      printf("%-24.24s %12s %7llu %8d %6u  %-10s %s\n", s->key, gml_format_bytes(s->size, sz, 32),
+             (unsigned long long)s->chunks, s->publisher_pid, s->publisher_uid, allows, pids);
+  }
+  if (json) printf("]\n");
+  else if (!r->n_shares) printf("(no shares)\n");
 }
 
 /* ---------- commands ---------- */
@@ -127,7 +152,7 @@ typedef struct ctl {
   Gmlake__CtlReply *reply; /* freed after the command */
 } ctl;
 
-/* One request of the kind that carries a bool (stats, clients, chunks). */
+/* One request of the kind that carries a bool (stats, clients, chunks, shares). */
 static Gmlake__CtlReply *ask(ctl *c, Gmlake__CtlRequest__ReqCase kind) {
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
   req.req_case = kind;
@@ -159,6 +184,12 @@ static int cmd_chunks(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CHUNKS)) return 1;
   if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->chunks, c->reply->n_chunks);
   else print_chunks(c->reply);
+  return 0;
+}
+
+static int cmd_shares(ctl *c) {
+  if (!ask(c, GMLAKE__CTL_REQUEST__REQ_SHARES)) return 1;
+  print_shares(c->reply, c->json);
   return 0;
 }
 
@@ -252,6 +283,7 @@ static const struct command {
     {"stats", "", "lake size and limit, chunk states, client totals, fragmentation, lease latency", -1, 0, cmd_stats},
     {"clients", "", "connected clients: pid, uid, name, leased, allocated, cached, since", -1, 0, cmd_clients},
     {"chunks", "", "a map of the lake: who holds which chunk", -1, 0, cmd_chunks},
+    {"shares", "", "shared read-only memory: key, size, publisher, who may attach, who maps it", -1, 0, cmd_shares},
     {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", -1, 1, cmd_trim},
     {"limit", " BYTES|PCT%", "set the lake's limit (PCT of the device)", 1, 1, cmd_limit},
     {"quota", " PID|uid:UID|cgroup:PATH BYTES",

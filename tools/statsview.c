@@ -135,7 +135,9 @@ static const char *const stats_lines[] = {
     "  chunks    {chunks_total} total: {chunks_free} free, {chunks_leased} leased, {chunks_parked} parked, "
     "{chunks_creating} being created",
     "  clients   {clients}: allocated {allocated:bytes}, cached {cached:bytes}, stitched {stitched:bytes}",
-    "  fragmentation {fragmentation:pct} (1 - allocated/leased)",
+    "  growable  {growable_mapped:bytes} mapped, {growable_unmapped:bytes} reserved but unmapped; shared: {chunks_shared} "
+    "chunk(s) in {shares} share(s), counted once",
+    "  fragmentation {fragmentation:pct} (1 - (allocated + growable mapped)/leased)",
     "  leases    {lease_count} served (p50 {lease_p50_us:%.1f} us, p99 {lease_p99_us:%.1f} us), {leases_refused} refused, "
     "{optional_declined} optional ones declined; {protocol_errors} protocol errors",
 };

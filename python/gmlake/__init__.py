@@ -36,7 +36,7 @@ class _Stats(ctypes.Structure):
         ("growable_ranges", ctypes.c_uint64), ("growable_mapped", ctypes.c_uint64),
         ("growable_unmapped", ctypes.c_uint64),
         ("paused_bytes", ctypes.c_uint64), ("paused_saved", ctypes.c_uint64),
-        ("borrows", ctypes.c_uint64), ("borrow_waits", ctypes.c_uint64)]
+        ("borrows", ctypes.c_uint64), ("borrow_waits", ctypes.c_uint64), ("shared_mapped", ctypes.c_uint64)]
 
 
 class _BlockInfo(ctypes.Structure):

@@ -1,0 +1,317 @@
+/* share.c: shared read-only memory, the client's side (gmlake.h:
+ * gml_share / gml_attach / gml_dedup; the daemon's side is daemon/shares.c).
+ * The unit is a whole growable range: its chunks are the client's own and
+ * nothing else maps them, so they can leave the client for the share. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "client_priv.h"
+#include "log.h"
+#include "util.h"
+#include "wire.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(gml_client *c, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static void close_fds(int *fds, int n) {
+  for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+/* One call; an Error reply becomes its code (and last_error). */
+static int call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds, const char *what) {
+  *nfds = 0;
+  int rc = gml_client_call(c, env, reply, fds, nfds);
+  if (rc) return fail(c, rc, "%s: the daemon: %s", what, gml_strerror(rc));
+  if ((*reply)->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
+    rc = (*reply)->error->code < 0 ? (*reply)->error->code : GML_EPROTO;
+    fail(c, rc, "%s: %s", what, (*reply)->error->message);
+    gmlake__envelope__free_unpacked(*reply, NULL);
+    close_fds(fds, *nfds);
+    return rc;
+  }
+  return 0;
+}
+
+static void send_detach(gml_client *c, const char *key) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r;
+  Gmlake__DetachRequest d = GMLAKE__DETACH_REQUEST__INIT;
+  d.key = (char *)key;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH;
+  env.detach = &d;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds;
+  if (call(c, &env, &r, fds, &nfds, "detach") == 0) {
+    close_fds(fds, nfds);
+    gmlake__envelope__free_unpacked(r, NULL);
+  } else {
+    GML_WARN("%s", c->last_error);
+  }
+}
+
+int gml_share_release_range(gml_growable *g) {
+  gml_client *c = g->c;
+  gml_backend *be = c->be;
+  if (g->nmapped && be->ops->synchronize(be)) GML_WARN("share '%s': synchronize failed before unmapping", g->key);
+  for (size_t s = 0; s < g->nslots; s++) {
+    if (!g->mapped[s]) continue;
+    if (be->ops->unmap(be, g->base + s * g->cs, g->cs)) return GML_EBACKEND;
+    be->ops->chunk_release(be, g->phys[s]); /* the share's: not returned, only our handle goes */
+    g->mapped[s] = 0;
+    g->nmapped--;
+    c->grow.shared -= g->cs;
+  }
+  send_detach(c, g->key);
+  g->shared = GML_GROW_OWN;
+  return 0;
+}
+
+int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *o) {
+  if (!g || !key || !size || size > g->size) return GML_EINVAL;
+  gml_client *c = g->c;
+  if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
+  size_t n = (size + g->cs - 1) / g->cs;
+  pthread_mutex_lock(&c->grow.lock);
+  int rc = 0;
+  if (g->shared) rc = fail(c, GML_EINVAL, "range already shared as '%s'", g->key);
+  for (size_t s = 0; s < n && !rc; s++)
+    if (!g->mapped[s]) rc = fail(c, GML_EINVAL, "share '%s': chunk %zu of the range is not mapped", key, s);
+  if (!rc) rc = gml_grow_unmap_slots(g, n, g->nslots); /* past the content: back to the lake */
+  if (rc) {
+    pthread_mutex_unlock(&c->grow.lock);
+    return rc;
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = (char *)key;
+  q.n_chunk_ids = n;
+  q.chunk_ids = g->ids;
+  q.size = size;
+  if (o) {
+    q.content_hash.data = (uint8_t *)o->hash, q.content_hash.len = o->hash ? o->hash_len : 0;
+    q.meta.data = (uint8_t *)o->meta, q.meta.len = o->meta ? o->meta_len : 0;
+    q.allow_uids = (uint32_t *)o->allow_uids, q.n_allow_uids = o->allow_uids ? o->n_allow_uids : 0;
+    q.allow_any_uid = o->allow_any_uid != 0;
+  }
+  env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE;
+  env.share = &q;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds;
+  rc = call(c, &env, &r, fds, &nfds, "share");
+  if (!rc) {
+    close_fds(fds, nfds);
+    if (r->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) rc = fail(c, GML_EPROTO, "share: unexpected reply");
+    gmlake__envelope__free_unpacked(r, NULL);
+  }
+  if (!rc) {
+    g->shared = GML_GROW_PUBLISHED;
+    snprintf(g->key, sizeof g->key, "%s", key);
+    __atomic_fetch_sub(&c->grow.mapped, n * g->cs, __ATOMIC_RELAXED);
+    c->grow.shared += n * g->cs;
+    /* the publisher may not write it either: no process corrupts another's copy */
+    if (c->be->ops->synchronize(c->be) || c->be->ops->set_access(c->be, g->base, n * g->cs, GML_ACCESS_READ_ONLY))
+      GML_WARN("share '%s': could not make the publisher's mapping read-only", key);
+  }
+  pthread_mutex_unlock(&c->grow.lock);
+  gml_flush(c);
+  return rc;
+}
+
+/* Look a share up (by key, or by hash when key is NULL), and with count > 0
+ * also take chunks [first, first+count) (their fds in fds). *reply to free. */
+static int attach_call(gml_client *c, const char *key, const void *hash, size_t hash_len, uint32_t first, uint32_t count,
+                       Gmlake__Envelope **reply, int *fds, int *nfds) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = (char *)(key ? key : "");
+  a.content_hash.data = (uint8_t *)hash;
+  a.content_hash.len = key ? 0 : hash_len;
+  a.first = first;
+  a.count = count;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH;
+  env.attach = &a;
+  int rc = call(c, &env, reply, fds, nfds, "attach");
+  if (rc) return rc;
+  Gmlake__AttachReply *ar = (*reply)->attach_reply;
+  if ((*reply)->msg_case != GMLAKE__ENVELOPE__MSG_ATTACH_REPLY || ar->n_chunk_ids != count || *nfds != (int)count ||
+      !ar->nchunks || ar->size > (uint64_t)ar->nchunks * c->be->chunk_size) {
+    close_fds(fds, *nfds);
+    gmlake__envelope__free_unpacked(*reply, NULL);
+    return fail(c, GML_EPROTO, "attach: unexpected reply");
+  }
+  return 0;
+}
+
+int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len) {
+  if (!c || !key || !*key || !out) return GML_EINVAL;
+  if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
+  Gmlake__Envelope *r;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds;
+  int rc = attach_call(c, key, NULL, 0, 0, 0, &r, fds, &nfds);
+  if (rc) return rc;
+  uint32_t n = r->attach_reply->nchunks;
+  uint64_t sz = r->attach_reply->size;
+  if (meta && meta_len) {
+    size_t m = GML_MIN(*meta_len, r->attach_reply->meta.len);
+    memcpy(meta, r->attach_reply->meta.data, m);
+    *meta_len = r->attach_reply->meta.len;
+  }
+  gmlake__envelope__free_unpacked(r, NULL);
+  gml_growable *g;
+  if ((rc = gml_growable_create(c, (size_t)n * c->be->chunk_size, &g))) return rc;
+  gml_backend *be = c->be;
+  int mapper = 0;
+  pthread_mutex_lock(&c->grow.lock);
+  for (uint32_t first = 0; first < n && !rc;) {
+    uint32_t k = GML_MIN(n - first, (uint32_t)GML_MAX_LEASE_CHUNKS);
+    rc = attach_call(c, key, NULL, 0, first, k, &r, fds, &nfds);
+    if (rc) break;
+    mapper = 1;
+    if (r->attach_reply->nchunks != n || r->attach_reply->size != sz) rc = fail(c, GML_EPROTO, "attach: the share changed");
+    for (uint32_t i = 0; i < k; i++) {
+      size_t s = first + i;
+      if (rc) {
+        close(fds[i]);
+        continue;
+      }
+      rc = be->ops->chunk_import(be, fds[i], &g->phys[s]); /* takes the fd */
+      if (!rc && (rc = be->ops->map(be, g->base + s * g->cs, g->phys[s]))) be->ops->chunk_release(be, g->phys[s]);
+      if (rc) break;
+      g->ids[s] = r->attach_reply->chunk_ids[i];
+      g->mapped[s] = 1;
+      g->nmapped++;
+      c->grow.shared += g->cs;
+    }
+    gmlake__envelope__free_unpacked(r, NULL);
+    first += k;
+  }
+  if (!rc) rc = be->ops->set_access(be, g->base, (size_t)n * g->cs, GML_ACCESS_READ_ONLY);
+  if (mapper) { /* from here on, releasing the range detaches */
+    g->shared = GML_GROW_ATTACHED;
+    snprintf(g->key, sizeof g->key, "%s", key);
+  }
+  pthread_mutex_unlock(&c->grow.lock);
+  if (rc) {
+    char why[sizeof c->last_error];
+    snprintf(why, sizeof why, "%s", c->last_error);
+    gml_growable_destroy(g);
+    return fail(c, rc, "%s", why[0] ? why : gml_strerror(rc));
+  }
+  if (size) *size = sz;
+  *out = g;
+  gml_flush(c);
+  return 0;
+}
+
+/* Compare [0, size) of two ranges through the backend (host memory or device copies). */
+static int same_bytes(gml_client *c, uintptr_t a, uintptr_t b, size_t size) {
+  size_t piece = c->be->chunk_size;
+  uint8_t *x = malloc(piece), *y = malloc(piece);
+  int same = x && y ? 1 : -1;
+  for (size_t off = 0; off < size && same == 1; off += piece) {
+    size_t k = GML_MIN(piece, size - off);
+    if (c->be->ops->read(c->be, a + off, x, k) || c->be->ops->read(c->be, b + off, y, k)) same = -1;
+    else if (memcmp(x, y, k)) same = 0;
+  }
+  free(x), free(y);
+  return same;
+}
+
+/* g (own, [0, n) mapped) takes t's chunks (attached, same n) in place; t goes. grow.lock held. */
+static int adopt_in_place(gml_growable *g, gml_growable *t, size_t n) {
+  gml_client *c = g->c;
+  gml_backend *be = c->be;
+  int rc = gml_grow_unmap_slots(g, n, g->nslots);
+  if (rc || (rc = be->ops->synchronize(be))) return rc;
+  gml_phys *own = malloc(n * sizeof *own);
+  uint64_t *own_ids = malloc(n * sizeof *own_ids);
+  if (!own || !own_ids) {
+    free(own), free(own_ids);
+    return GML_ENOMEM;
+  }
+  size_t k = 0; /* own chunks unmapped so far: those go back */
+  for (size_t s = 0; s < n; s++, k++) {
+    own[s] = g->phys[s], own_ids[s] = g->ids[s];
+    /* cuda needs the slot unmapped before another chunk maps there */
+    if ((rc = be->ops->unmap(be, g->base + s * g->cs, g->cs))) break;
+    if ((rc = be->ops->map(be, g->base + s * g->cs, t->phys[s]))) {
+      GML_ERR("dedup: remapping chunk %zu failed: the range has a hole there", s);
+      g->mapped[s] = 0;
+      g->nmapped--;
+      k++;
+      break;
+    }
+    g->phys[s] = t->phys[s], g->ids[s] = t->ids[s];
+  }
+  if (!rc) rc = be->ops->set_access(be, g->base, n * g->cs, GML_ACCESS_READ_ONLY);
+  for (size_t i = 0; i < k; i += GML_MAX_LEASE_CHUNKS) /* our own copies go back to the lake */
+    c->alloc.src.release(c->alloc.src.ctx, GML_MIN(k - i, (size_t)GML_MAX_LEASE_CHUNKS), own + i, own_ids + i);
+  free(own), free(own_ids);
+  __atomic_fetch_sub(&c->grow.mapped, k * g->cs, __ATOMIC_RELAXED);
+  if (rc) GML_ERR("dedup: the backend failed after %zu of %zu chunks: %s", k, n, gml_strerror(rc));
+  g->shared = GML_GROW_ATTACHED; /* t's place among the share's mappers is g's now */
+  snprintf(g->key, sizeof g->key, "%s", t->key);
+  be->ops->unmap(be, t->base, t->size);
+  for (size_t s = k; s < n; s++) be->ops->chunk_release(be, t->phys[s]); /* not adopted (a failure) */
+  c->grow.shared -= (n - k) * g->cs;
+  be->ops->va_free(be, t->base, t->size);
+  if (t->prev) t->prev->next = t->next;
+  else c->grow.head = t->next;
+  if (t->next) t->next->prev = t->prev;
+  c->grow.ranges--;
+  c->grow.reserved -= t->size;
+  free(t->phys), free(t->ids), free(t->mapped), free(t);
+  return rc;
+}
+
+int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, int *deduped) {
+  if (!g || !size || size > g->size || !hash || !hash_len || hash_len > 64 || !deduped) return GML_EINVAL;
+  gml_client *c = g->c;
+  if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
+  if (g->shared) return fail(c, GML_EINVAL, "range already shared as '%s'", g->key);
+  size_t n = (size + g->cs - 1) / g->cs;
+  *deduped = 0;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    Gmlake__Envelope *r;
+    int fds[GML_MAX_LEASE_CHUNKS], nfds;
+    int rc = attach_call(c, NULL, hash, hash_len, 0, 0, &r, fds, &nfds);
+    if (rc == GML_ENOENT) { /* nobody has it: publish ours, for the next ones */
+      char key[2 * 32 + 8] = "dedup-";
+      for (size_t i = 0; i < GML_MIN(hash_len, (size_t)32); i++) sprintf(key + 6 + 2 * i, "%02x", ((const uint8_t *)hash)[i]);
+      gml_share_opts o = {.hash = hash, .hash_len = hash_len};
+      rc = gml_share(g, size, key, &o);
+      if (rc == GML_EEXIST) continue; /* another process published it meanwhile: compare with theirs */
+      return rc;
+    }
+    if (rc) return rc;
+    char key[128];
+    snprintf(key, sizeof key, "%s", r->attach_reply->key);
+    uint64_t their = r->attach_reply->size;
+    gmlake__envelope__free_unpacked(r, NULL);
+    if (their != size) return fail(c, GML_EMISMATCH, "dedup: share '%s' has that hash but %llu bytes, not %zu", key,
+                                   (unsigned long long)their, size);
+    gml_growable *t;
+    if ((rc = gml_attach(c, key, &t, NULL, NULL, NULL))) return rc;
+    int same = same_bytes(c, g->base, t->base, size);
+    if (same != 1) {
+      gml_growable_destroy(t);
+      return same < 0 ? fail(c, GML_EBACKEND, "dedup: reading the ranges to compare failed")
+                      : fail(c, GML_EMISMATCH, "dedup: share '%s' has an equal hash but different bytes: refused", key);
+    }
+    pthread_mutex_lock(&c->grow.lock);
+    rc = adopt_in_place(g, t, n);
+    pthread_mutex_unlock(&c->grow.lock);
+    gml_flush(c);
+    if (!rc) *deduped = 1;
+    return rc;
+  }
+  return fail(c, GML_EEXIST, "dedup: publishing and finding the hash both failed");
+}

@@ -1,0 +1,410 @@
+/* shares.c: shared read-only memory (see shares.h): publish, attach,
+ * detach, and the mappers that keep a share's chunks alive. Runs on the
+ * loop thread like the sessions. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "shares.h"
+#include "daemon.h"
+#include "session.h"
+#include "gmlake.h"
+#include "log.h"
+#include "util.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHARE_KEY_MAX 127
+#define SHARE_HASH_MAX 64
+#define SHARE_META_MAX 1024
+#define SHARE_UIDS_MAX 64
+
+typedef struct mapper {
+  struct mapper *next;
+  share *sh;
+  uint64_t session_id; /* 0 once its session closed (its process lives on) */
+  pid_t pid;
+  uint32_t refs;       /* attaches not yet detached (the publisher's share counts one) */
+  int pidfd;           /* watched once the session closed */
+  uv_poll_t poll;
+  int polling;
+} mapper;
+
+struct share {
+  share *next;
+  gmld *d;
+  uint64_t id;
+  char key[SHARE_KEY_MAX + 1];
+  uint8_t hash[SHARE_HASH_MAX];
+  size_t hash_len;
+  uint8_t meta[SHARE_META_MAX];
+  size_t meta_len;
+  uint64_t size;
+  uint32_t n;
+  uint32_t *idx;   /* lake chunk indices, in order */
+  int *ro_fds;     /* host backend: read-only fds of the chunks, sent to attachers */
+  pid_t publisher_pid;
+  uid_t uid;
+  int allow_any;
+  uint32_t allow[SHARE_UIDS_MAX];
+  size_t nallow;
+  double since;
+  mapper *mappers;
+};
+
+static share *find_key(gmld *d, const char *key) {
+  for (share *sh = d->shares; sh; sh = sh->next)
+    if (!strcmp(sh->key, key)) return sh;
+  return NULL;
+}
+
+static share *find_hash(gmld *d, const uint8_t *h, size_t n) {
+  for (share *sh = d->shares; sh; sh = sh->next)
+    if (n && sh->hash_len == n && !memcmp(sh->hash, h, n)) return sh;
+  return NULL;
+}
+
+static int allowed(const share *sh, uid_t uid) {
+  if (uid == sh->uid || sh->allow_any) return 1;
+  for (size_t i = 0; i < sh->nallow; i++)
+    if (sh->allow[i] == uid) return 1;
+  return 0;
+}
+
+static void send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { session_send_msg(s, env, fds, nfds); }
+
+static void share_destroy(share *sh) {
+  gmld *d = sh->d;
+  for (uint32_t i = 0; i < sh->n; i++) {
+    lake_give_back(&d->lk, sh->idx[i]);
+    if (sh->ro_fds && sh->ro_fds[i] >= 0) close(sh->ro_fds[i]);
+  }
+  for (share **pp = &d->shares; *pp; pp = &(*pp)->next)
+    if (*pp == sh) {
+      *pp = sh->next;
+      break;
+    }
+  GML_INFO("share '%s' has no mapper left: its %u chunk(s) are back in the lake", sh->key, sh->n);
+  free(sh->idx), free(sh->ro_fds), free(sh);
+  if (!d->stopping) sessions_serve_pending(d);
+}
+
+static void mapper_free_cb(uv_handle_t *h) { free(h->data); }
+
+/* Take m off its share (and free it); the share goes when it was the last. */
+static void mapper_remove(mapper *m) {
+  share *sh = m->sh;
+  for (mapper **pp = &sh->mappers; *pp; pp = &(*pp)->next)
+    if (*pp == m) {
+      *pp = m->next;
+      break;
+    }
+  if (m->polling) {
+    uv_poll_stop(&m->poll);
+    close(m->pidfd);
+    uv_close((uv_handle_t *)&m->poll, mapper_free_cb);
+  } else {
+    free(m);
+  }
+  if (!sh->mappers) share_destroy(sh);
+}
+
+static mapper *mapper_of(share *sh, uint64_t session_id) {
+  for (mapper *m = sh->mappers; m; m = m->next)
+    if (m->session_id == session_id) return m;
+  return NULL;
+}
+
+static int mapper_add(share *sh, session *s) {
+  mapper *m = mapper_of(sh, s->bc.id);
+  if (!m) {
+    if (!(m = calloc(1, sizeof *m))) return GML_ENOMEM;
+    m->sh = sh;
+    m->session_id = s->bc.id;
+    m->pid = s->bc.pid;
+    m->pidfd = -1;
+    m->next = sh->mappers;
+    sh->mappers = m;
+  }
+  m->refs++;
+  return 0;
+}
+
+static void on_mapper_exit(uv_poll_t *h, int status, int events) {
+  (void)status, (void)events;
+  mapper *m = h->data;
+  GML_INFO("process %d exited: it maps share '%s' no more", (int)m->pid, m->sh->key);
+  mapper_remove(m);
+}
+
+/* ---------- requests ---------- */
+
+static int valid_key(const char *k) {
+  size_t n = k ? strlen(k) : 0;
+  if (n < 1 || n > SHARE_KEY_MAX) return 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)k[i] < 33 || (unsigned char)k[i] > 126) return 0;
+  return 1;
+}
+
+/* What a share request must be, against the lake: a valid key, a size its
+ * chunks cover exactly, chunks the client holds, each once. */
+static const char *check_share(session *s, const Gmlake__ShareRequest *r, uint32_t *idx) {
+  gmld *d = s->d;
+  size_t n = r->n_chunk_ids;
+  if (!valid_key(r->key)) return "share key empty, too long or not printable";
+  if (n < 1 || r->size == 0 || r->size > (uint64_t)n * d->lk.cs || r->size <= (uint64_t)(n - 1) * d->lk.cs)
+    return "share size does not match its chunks";
+  if (r->content_hash.len > SHARE_HASH_MAX || r->meta.len > SHARE_META_MAX || r->n_allow_uids > SHARE_UIDS_MAX)
+    return "share hash, meta or uid list too long";
+  for (size_t i = 0; i < n; i++) {
+    long k = lake_owned_index(&d->lk, r->chunk_ids[i], s->bc.id);
+    for (size_t j = 0; j < i && k >= 0; j++)
+      if (idx && idx[j] == (uint32_t)k) k = -1;
+    if (k < 0) return "share of a chunk the client does not hold (or twice)";
+    if (idx) idx[i] = (uint32_t)k;
+  }
+  return NULL;
+}
+
+static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r) {
+  gmld *d = s->d;
+  size_t n = r->n_chunk_ids;
+  uint32_t *idx = calloc(n, sizeof *idx);
+  if (!idx || check_share(s, r, idx)) { /* checked before: only out of memory here */
+    free(idx);
+    session_send_error(s, seq, GML_ENOMEM, "out of memory");
+    return;
+  }
+  int code = 0;
+  if (find_key(d, r->key)) code = GML_EEXIST;
+  else if (r->content_hash.len && find_hash(d, r->content_hash.data, r->content_hash.len)) code = GML_EEXIST;
+  share *sh = code ? NULL : calloc(1, sizeof *sh);
+  int *ro = NULL;
+  if (!code && sh && !strcmp(d->be->name, "host") && (ro = malloc(n * sizeof *ro))) {
+    /* attachers get fds that cannot map writable: read-only is enforced, not asked */
+    for (size_t i = 0; i < n; i++) {
+      char path[64];
+      snprintf(path, sizeof path, "/proc/self/fd/%d", d->lk.chunks[idx[i]].fd);
+      ro[i] = open(path, O_RDONLY | O_CLOEXEC);
+      if (ro[i] < 0) GML_WARN("no read-only fd for a shared chunk (%s): attachers get the chunk's own", strerror(errno));
+    }
+  }
+  if (!code && (!sh || (!strcmp(d->be->name, "host") && !ro))) code = GML_ENOMEM;
+  if (code) {
+    session_send_error(s, seq, code, code == GML_EEXIST ? "a share named '%s' or with that content hash exists" : "out of memory",
+                       r->key);
+    free(idx), free(sh), free(ro);
+    return;
+  }
+  sh->d = d;
+  sh->id = ++d->next_share_id;
+  snprintf(sh->key, sizeof sh->key, "%s", r->key);
+  memcpy(sh->hash, r->content_hash.data, sh->hash_len = r->content_hash.len);
+  memcpy(sh->meta, r->meta.data, sh->meta_len = r->meta.len);
+  sh->size = r->size;
+  sh->n = (uint32_t)n;
+  sh->idx = idx;
+  sh->ro_fds = ro;
+  sh->publisher_pid = s->bc.pid;
+  sh->uid = s->bc.uid;
+  sh->allow_any = r->allow_any_uid;
+  memcpy(sh->allow, r->allow_uids, (sh->nallow = r->n_allow_uids) * sizeof sh->allow[0]);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  sh->since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+  for (size_t i = 0; i < n; i++) lake_share(&d->lk, idx[i], sh->id);
+  s->bc.leased_chunks -= n;
+  sh->next = d->shares;
+  d->shares = sh;
+  mapper_add(sh, s);
+  GML_INFO("client %llu (pid %d, uid %u) shares '%s': %u chunk(s), %llu bytes", (unsigned long long)s->bc.id, (int)s->bc.pid,
+           (unsigned)s->bc.uid, sh->key, sh->n, (unsigned long long)sh->size);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareReply rep = GMLAKE__SHARE_REPLY__INIT;
+  rep.share_id = sh->id;
+  env.seq = seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE_REPLY;
+  env.share_reply = &rep;
+  send_reply(s, &env, NULL, 0);
+}
+
+static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest *r) {
+  gmld *d = s->d;
+  share *sh = r->key && *r->key ? find_key(d, r->key) : find_hash(d, r->content_hash.data, r->content_hash.len);
+  if (!sh) {
+    session_send_error(s, seq, GML_ENOENT, "no share %s", r->key && *r->key ? r->key : "with that content hash");
+    return;
+  }
+  if (!allowed(sh, s->bc.uid)) {
+    GML_WARN("client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
+             (unsigned)s->bc.uid, sh->key, (unsigned)sh->uid);
+    session_send_error(s, seq, GML_EPERM, "share '%s' belongs to another user and does not allow uid %u", sh->key, (unsigned)s->bc.uid);
+    return;
+  }
+  if (r->first > sh->n || r->count > sh->n - r->first) {
+    session_send_error(s, seq, GML_EINVAL, "share '%s' has %u chunks", sh->key, sh->n);
+    return;
+  }
+  if (r->count && r->first == 0 && mapper_add(sh, s)) {
+    session_send_error(s, seq, GML_ENOMEM, "out of memory");
+    return;
+  }
+  uint64_t ids[GML_MAX_LEASE_CHUNKS];
+  int fds[GML_MAX_LEASE_CHUNKS];
+  for (uint32_t i = 0; i < r->count; i++) {
+    uint32_t k = sh->idx[r->first + i];
+    ids[i] = lake_chunk_id(&d->lk, k);
+    fds[i] = sh->ro_fds && sh->ro_fds[r->first + i] >= 0 ? sh->ro_fds[r->first + i] : d->lk.chunks[k].fd;
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachReply rep = GMLAKE__ATTACH_REPLY__INIT;
+  rep.key = sh->key;
+  rep.size = sh->size;
+  rep.nchunks = sh->n;
+  rep.content_hash.data = sh->hash;
+  rep.content_hash.len = sh->hash_len;
+  rep.meta.data = sh->meta;
+  rep.meta.len = sh->meta_len;
+  rep.n_chunk_ids = r->count;
+  rep.chunk_ids = ids;
+  env.seq = seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH_REPLY;
+  env.attach_reply = &rep;
+  send_reply(s, &env, fds, (int)r->count);
+  return;
+}
+
+static void handle_detach(session *s, uint64_t seq, const Gmlake__DetachRequest *r) {
+  share *sh = r->key ? find_key(s->d, r->key) : NULL;
+  mapper *m = sh ? mapper_of(sh, s->bc.id) : NULL;
+  if (!m) {
+    session_send_error(s, seq, GML_ENOENT, "this client maps no share '%s'", r->key ? r->key : "");
+    return;
+  }
+  uint32_t left = 0;
+  if (--m->refs == 0) {
+    for (mapper *o = sh->mappers; o; o = o->next) left += o != m;
+    mapper_remove(m); /* may free the share */
+  } else {
+    for (mapper *o = sh->mappers; o; o = o->next) left++;
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__DetachReply rep = GMLAKE__DETACH_REPLY__INIT;
+  rep.mappers_left = left;
+  env.seq = seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH_REPLY;
+  env.detach_reply = &rep;
+  send_reply(s, &env, NULL, 0);
+  return;
+}
+
+const char *shares_check(session *s, const Gmlake__Envelope *env) {
+  switch (env->msg_case) {
+  case GMLAKE__ENVELOPE__MSG_SHARE: return check_share(s, env->share, NULL);
+  case GMLAKE__ENVELOPE__MSG_ATTACH:
+    if (env->attach->count > GML_MAX_LEASE_CHUNKS) return "attach count out of range";
+    return env->attach->content_hash.len > SHARE_HASH_MAX ? "attach hash too long" : NULL;
+  case GMLAKE__ENVELOPE__MSG_DETACH: return NULL;
+  default: return "unexpected message kind";
+  }
+}
+
+void shares_handle(session *s, const Gmlake__Envelope *env) {
+  switch (env->msg_case) {
+  case GMLAKE__ENVELOPE__MSG_SHARE: handle_share(s, env->seq, env->share); break;
+  case GMLAKE__ENVELOPE__MSG_ATTACH: handle_attach(s, env->seq, env->attach); break;
+  case GMLAKE__ENVELOPE__MSG_DETACH: handle_detach(s, env->seq, env->detach); break;
+  default: break;
+  }
+}
+
+void shares_session_closed(session *s, int gone) {
+  gmld *d = s->d;
+  for (share *sh = d->shares, *next; sh; sh = next) {
+    next = sh->next; /* sh may go */
+    mapper *m = mapper_of(sh, s->bc.id);
+    if (!m) continue;
+    int fd = gone || d->stopping || s->pidfd < 0 ? -1 : fcntl(s->pidfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      if (!gone && !d->stopping) GML_WARN("cannot watch pid %d: share '%s' forgets it", (int)s->bc.pid, sh->key);
+      mapper_remove(m);
+      continue;
+    }
+    /* its process lives on and may still map the chunks: keep it until it exits */
+    m->session_id = 0;
+    m->pidfd = fd;
+    uv_poll_init(d->loop, &m->poll, fd);
+    m->poll.data = m;
+    uv_poll_start(&m->poll, UV_READABLE, on_mapper_exit);
+    m->polling = 1;
+  }
+}
+
+void shares_close_all(gmld *d) {
+  while (d->shares) {
+    share *sh = d->shares;
+    while (sh->mappers && sh->mappers->next) mapper_remove(sh->mappers);
+    mapper_remove(sh->mappers); /* the last one frees the share */
+  }
+}
+
+size_t shares_info(gmld *d, Gmlake__ShareInfo ***out) {
+  size_t n = 0, k = 0;
+  for (share *sh = d->shares; sh; sh = sh->next) n++;
+  Gmlake__ShareInfo **v = calloc(n ? n : 1, sizeof *v);
+  for (share *sh = d->shares; v && sh; sh = sh->next) {
+    Gmlake__ShareInfo *i = calloc(1, sizeof *i);
+    size_t nm = 0;
+    for (mapper *m = sh->mappers; m; m = m->next) nm++;
+    int32_t *pids = calloc(nm ? nm : 1, sizeof *pids);
+    if (!i || !pids) {
+      free(i), free(pids);
+      break;
+    }
+    gmlake__share_info__init(i);
+    i->key = sh->key;
+    i->size = sh->size;
+    i->chunks = sh->n;
+    i->publisher_pid = sh->publisher_pid;
+    i->publisher_uid = sh->uid;
+    nm = 0;
+    for (mapper *m = sh->mappers; m; m = m->next) pids[nm++] = m->pid;
+    i->mapper_pids = pids;
+    i->n_mapper_pids = nm;
+    i->content_hash.data = sh->hash;
+    i->content_hash.len = sh->hash_len;
+    i->since = sh->since;
+    i->allow_any_uid = sh->allow_any;
+    i->allow_uids = sh->allow;
+    i->n_allow_uids = sh->nallow;
+    v[k++] = i;
+  }
+  *out = v;
+  return k;
+}
+
+void shares_free_info(Gmlake__ShareInfo **info, size_t n) {
+  for (size_t i = 0; info && i < n; i++) {
+    free(info[i]->mapper_pids);
+    free(info[i]);
+  }
+  free(info);
+}
+
+uint64_t shares_bytes_of(gmld *d, uint64_t session_id) {
+  uint64_t b = 0;
+  for (share *sh = d->shares; sh; sh = sh->next)
+    if (mapper_of(sh, session_id)) b += (uint64_t)sh->n * d->lk.cs;
+  return b;
+}
+
+uint64_t shares_count(gmld *d) {
+  uint64_t n = 0;
+  for (share *sh = d->shares; sh; sh = sh->next) n++;
+  return n;
+}
