@@ -25,6 +25,8 @@
 #         gmlake_embedded / gmlake_embedded+GMLAKE_GUARD=1 interleaved
 # borrow: cross-stream borrowing (issue 16): two replicas training on two streams (bench/borrow.py),
 #         peak reserved with borrowing on / off / PyTorch default, results against one stream
+# shareweights: bench/share_weights.py: four processes serving one 1.1B Llama-shaped model with
+#          its weights unshared, shared by name (gmlake.share/attach) and deduplicated (gmlake.dedup)
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -158,4 +160,10 @@ if has borrow; then
   PYTHONUNBUFFERED=1 timeout 580 python3 bench/borrow.py table 2>&1 | tee "$OUTDIR/borrow.txt"
   sed -n '/^config/,$p' "$OUTDIR/borrow.txt" >> "$SUMMARY"
 fi
+
+if has shareweights; then
+  PYTHONUNBUFFERED=1 OUT="$OUTDIR" BUILD="$BUILD" python3 bench/share_weights.py 2>&1 | tee "$OUTDIR/share_weights.txt"
+  sed -n '/^model:/,$p' "$OUTDIR/share_weights.txt" | sed 's/^/shareweights: /' >> "$SUMMARY"
+fi
+
 echo; echo "==== summary"; cat "$SUMMARY"

@@ -16,7 +16,7 @@ import ctypes
 import os
 
 __all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange", "block_of",
-           "dump_blocks"]
+           "dump_blocks", "share", "attach", "dedup"]
 
 
 class GMLakeError(RuntimeError):
@@ -191,3 +191,4 @@ def dump_blocks(path, device=None):
 
 from .grow import GrowableRange, growable  # noqa: E402 (needs _load and GMLakeError above)
 from .pause import pause, resume, paused, set_tag, tagged  # noqa: E402,F401 (torch-free: gml_pause/gml_resume)
+from .share import attach, dedup, share  # noqa: E402

@@ -162,6 +162,16 @@ class GrowableRange:
         self.chunk_size = info.chunk_size
         self.reserved = info.reserved
 
+    @classmethod
+    def _adopt(cls, client, handle, nbytes):
+        """A range gml_attach (or another C call) made: nbytes of it, as bytes."""
+        self = cls.__new__(cls)
+        self._lib, self._client, self._h = _lib(), client, handle
+        self.max_rows, self.row_bytes, self.nbytes = int(nbytes), 1, int(nbytes)
+        info = self.info()
+        self.base, self.chunk_size, self.reserved = info.base, info.chunk_size, info.reserved
+        return self
+
     def info(self):
         if not self._h:
             raise GMLakeError("growable range already released")
