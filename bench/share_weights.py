@@ -146,6 +146,7 @@ def run_mode(mode, n, small, env):
     infos.append(ready(procs[0]))  # the publisher first: attachers need its share
     procs += [start(r) for r in range(1, n)]
     infos += [ready(p) for p in procs[1:]]
+    ctl(env["GMLAKE_CONTROL"], "trim")  # chunks given back (dedup) or pre-created go to the driver: device used is then real
     lake = (ctl(env["GMLAKE_CONTROL"], "stats"), ctl(env["GMLAKE_CONTROL"], "shares"))
     mems = []
     for p in procs:

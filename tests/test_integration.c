@@ -309,6 +309,18 @@ START_TEST(test_growable_range) {
   snprintf(line, sizeof line, "ginfo %s %d %d %d stats 1 %d %d", base + 3, 32 << 20, 12 << 20, 12 << 20, 12 << 20, 20 << 20);
   ck_assert_str_eq(client_cmd(&a, "ginfo"), line);
   for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gread %d", k), k == 0 ? "tag 4000" : k == 1 ? "tag 4001" : "tag 4002");
+  /* the daemon knows it from the usage report: gmlakectl stats and clients show it */
+  long long gm = -1;
+  for (int i = 0; i < 40 && (gm = stat_num("growable_mapped")) != 12 << 20; i++) msleep(25);
+  ck_assert_int_eq(gm, 12 << 20);
+  ck_assert_int_eq(stat_num("growable_unmapped"), 20 << 20);
+  char cout[4096];
+  ck_assert_int_eq(ctl(cout, sizeof cout, "clients --json"), 0);
+  ck_assert_int_eq(json_num(cout, "growable_mapped"), 12 << 20);
+  ck_assert_int_eq(json_num(cout, "growable_unmapped"), 20 << 20);
+  ck_assert_int_eq(ctl(cout, sizeof cout, "stats"), 0);
+  ck_assert_msg(strstr(cout, "growable  12.00 MiB mapped, 20.00 MiB reserved but unmapped"), "stats: %s", cout);
+  ck_assert_msg(strstr(cout, "fragmentation 0.00%"), "growable chunks are in use, not fragmentation: %s", cout);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 30 << 20, 2 << 20), "ok"); /* a chunk at the far end */
   ck_assert_int_eq(stat_num("chunks_leased"), 7);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned or past the end");

@@ -11,6 +11,8 @@ gmlake.pool() gives a torch.cuda.MemPool on the lake, to put only part of a
 program there (use it with torch.cuda.use_mem_pool) without enable().
 gmlake.growable(max_shape, dtype) gives a tensor whose rows are backed by
 memory only as far as asked, growing in place (gmlake/grow.py).
+gmlake.share(model, key) / gmlake.attach(model, key) / gmlake.dedup(model) keep
+one read-only copy of the same weights for many processes (gmlake/share.py).
 """
 import ctypes
 import os
