@@ -161,7 +161,7 @@ int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size,
   uint64_t sz = r->attach_reply->size;
   if (meta && meta_len) {
     size_t m = GML_MIN(*meta_len, r->attach_reply->meta.len);
-    memcpy(meta, r->attach_reply->meta.data, m);
+    if (m) memcpy(meta, r->attach_reply->meta.data, m);
     *meta_len = r->attach_reply->meta.len;
   }
   gmlake__envelope__free_unpacked(r, NULL);

@@ -204,8 +204,8 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   sh->d = d;
   sh->id = ++d->next_share_id;
   snprintf(sh->key, sizeof sh->key, "%s", r->key);
-  memcpy(sh->hash, r->content_hash.data, sh->hash_len = r->content_hash.len);
-  memcpy(sh->meta, r->meta.data, sh->meta_len = r->meta.len);
+  if ((sh->hash_len = r->content_hash.len)) memcpy(sh->hash, r->content_hash.data, sh->hash_len);
+  if ((sh->meta_len = r->meta.len)) memcpy(sh->meta, r->meta.data, sh->meta_len);
   sh->size = r->size;
   sh->n = (uint32_t)n;
   sh->idx = idx;
@@ -213,7 +213,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   sh->publisher_pid = s->bc.pid;
   sh->uid = s->bc.uid;
   sh->allow_any = r->allow_any_uid;
-  memcpy(sh->allow, r->allow_uids, (sh->nallow = r->n_allow_uids) * sizeof sh->allow[0]);
+  if ((sh->nallow = r->n_allow_uids)) memcpy(sh->allow, r->allow_uids, sh->nallow * sizeof sh->allow[0]);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   sh->since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
