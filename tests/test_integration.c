@@ -568,6 +568,62 @@ static void send_hello(int s) {
   send_env(s, &env, NULL, 0);
 }
 
+/* A process that published (or attached) and closed its connection while it
+ * lives on may still map the chunks: the share stays until that process
+ * exits (its pidfd says when). Raw protocol, in a child: hello, lease a
+ * chunk, share it, close the socket, sleep. */
+START_TEST(test_share_outlives_connection) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  int ready[2];
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    int s = raw_connect(), fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    Gmlake__Envelope *in;
+    send_hello(s);
+    if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) _exit(2);
+    gmlake__envelope__free_unpacked(in, NULL);
+    Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+    Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+    lr.count = 1;
+    env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE, env.lease = &lr;
+    send_env(s, &env, NULL, 0);
+    if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS) || in->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY) _exit(3);
+    uint64_t id = in->lease_reply->chunk_ids[0];
+    gmlake__envelope__free_unpacked(in, NULL);
+    Gmlake__ShareRequest sr = GMLAKE__SHARE_REQUEST__INIT;
+    sr.key = "orphan";
+    sr.n_chunk_ids = 1, sr.chunk_ids = &id, sr.size = 4096;
+    Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
+    env2.seq = 3, env2.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env2.share = &sr;
+    send_env(s, &env2, NULL, 0);
+    if (gml_wire_recv(s, &in, fds + 1, &nfds, GML_MAX_LEASE_CHUNKS - 1) || in->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) _exit(4);
+    gmlake__envelope__free_unpacked(in, NULL);
+    close(s); /* the connection goes; the process (and the chunk's fd) stay */
+    if (write(ready[1], "k", 1) != 1) _exit(5);
+    for (;;) pause();
+  }
+  char k;
+  ck_assert_int_eq(read(ready[0], &k, 1), 1);
+  close(ready[0]), close(ready[1]);
+  long long clients = -1;
+  for (int i = 0; i < 100 && (clients = stat_num("clients")) != 0; i++) msleep(20);
+  ck_assert_int_eq(clients, 0);
+  msleep(200);
+  ck_assert_int_eq(stat_num("chunks_shared"), 1); /* its process lives: kept */
+  ck_assert_int_eq(stat_num("shares"), 1);
+  kill(child, SIGKILL);
+  int st;
+  waitpid(child, &st, 0);
+  long long now = -1;
+  for (int i = 0; i < 200 && (now = stat_num("chunks_shared")) != 0; i++) msleep(25);
+  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(stat_num("shares"), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* (d) malformed frames close that connection only; others go on. */
 START_TEST(test_malformed_frames) {
   start_daemon("--limit 128MiB");
@@ -887,6 +943,7 @@ int main(void) {
   tcase_add_test(tc, test_share_attach);
   tcase_add_test(tc, test_dedup);
   tcase_add_test(tc, test_share_other_user);
+  tcase_add_test(tc, test_share_outlives_connection);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);
   tcase_add_test(tc, test_trim);
