@@ -165,6 +165,8 @@ sed 's/^/  /' "$LOG/alice-run-daemon.log" | tail -n 4
 alice_uid=$(inch 'id -u alice')
 grep -q "uid $alice_uid" "$ROOT/run/gmlake/daemon.log"
 step $? "the daemon saw a client of alice's uid ($alice_uid)"
+inch 'gmlakectl stats' >"$LOG/root-stats.log" 2>&1
+step $? "root: gmlakectl stats (the control endpoint found at /run/gmlake)"
 asalice 'gmlakectl stats' >"$LOG/alice-stats.log" 2>&1
 step $? "alice: gmlakectl stats"
 sed 's/^/  /' "$LOG/alice-stats.log"
@@ -196,4 +198,5 @@ cp "$ROOT/run/gmlake/daemon.log" "$LOG/daemon.log" 2>/dev/null
 
 echo
 echo "fresh Debian bookworm check of $REV ($(date -u '+%Y-%m-%d %H:%M UTC')); logs in $LOG:$results"
+echo "$results" > "$LOG/summary.txt"
 exit $failed
