@@ -125,7 +125,7 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   if (n > GML_MAX_LEASE_CHUNKS) n = GML_MAX_LEASE_CHUNKS;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
-  lr.count = (uint32_t)n;
+  lr.count = (uint64_t)n;
   lr.optional = optional != 0;
   env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
   env.lease = &lr;

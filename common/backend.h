@@ -17,6 +17,10 @@ struct gml_backend_ops {
   /* Import a chunk from a shareable fd; takes ownership of fd. */
   int (*chunk_import)(gml_backend *be, int fd, gml_phys *phys);
   void (*chunk_release)(gml_backend *be, gml_phys phys);
+  /* Overwrite a chunk's content with zeros (the daemon, before a chunk goes
+   * to another uid). NULL: not offered; the daemon releases the chunk and
+   * makes a new one instead (cuda: see README, "Trust model"). */
+  int (*chunk_scrub)(gml_backend *be, gml_phys phys);
   /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
   void (*va_free)(gml_backend *be, uintptr_t va, size_t size);

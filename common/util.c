@@ -4,6 +4,7 @@
 #include "gmlake.h"
 #include "options.h"
 #include <ctype.h>
+#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
   errno = 0;
   char *end;
   double v = strtod(s, &end);
-  if (errno || end == s || v < 0) return GML_EINVAL;
+  if (errno || end == s || !isfinite(v) || v < 0) return GML_EINVAL; /* nan, inf: refused */
   while (isspace((unsigned char)*end)) end++;
   if (*end == '%') {
     if (!total || end[1] || v > 100) return GML_EINVAL;
@@ -31,6 +32,7 @@ int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
       {"gb", 1000000000ull}, {"t", 1ull << 40}, {"tib", 1ull << 40}};
   for (size_t i = 0; i < GML_ARRAY_LEN(units); i++) {
     if (!strcasecmp(end, units[i].suffix)) {
+      if (v * (double)units[i].mult >= 18446744073709551616.0) return GML_EINVAL; /* over 2^64: no defined conversion */
       *out = (uint64_t)(v * (double)units[i].mult);
       return 0;
     }

@@ -159,6 +159,11 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) 
 }
 
 long gml_rx_fill(gml_rx *rx, int sock) {
+  if (rx->off && rx->cap - rx->len < 4096) { /* frames taken from the front: move the rest down once */
+    memmove(rx->buf, rx->buf + rx->off, rx->len - rx->off);
+    rx->len -= rx->off;
+    rx->off = 0;
+  }
   if (rx->cap - rx->len < 4096) {
     size_t cap = rx->cap ? rx->cap * 2 : 8192;
     if (cap > 2 * (GML_MAX_FRAME + 4)) cap = 2 * (GML_MAX_FRAME + 4);
@@ -179,20 +184,22 @@ long gml_rx_fill(gml_rx *rx, int sock) {
 }
 
 int gml_rx_next(gml_rx *rx, const uint8_t **body, size_t *len) {
-  if (rx->len < 4) return 0;
-  const uint8_t *h = rx->buf;
+  size_t have = rx->len - rx->off;
+  if (have < 4) return 0;
+  const uint8_t *h = rx->buf + rx->off;
   size_t n = (size_t)h[0] | (size_t)h[1] << 8 | (size_t)h[2] << 16 | (size_t)h[3] << 24;
   if (n > GML_MAX_FRAME) return GML_EPROTO;
-  if (rx->len < 4 + n) return 0;
-  *body = rx->buf + 4;
+  if (have < 4 + n) return 0;
+  *body = h + 4;
   *len = n;
   return 1;
 }
 
+/* O(1): no move per frame (a buffer of many small frames would cost its
+ * square); gml_rx_fill moves what is left down when it needs the room. */
 void gml_rx_consume(gml_rx *rx, size_t body_len) {
-  size_t used = 4 + body_len;
-  memmove(rx->buf, rx->buf + used, rx->len - used);
-  rx->len -= used;
+  rx->off += 4 + body_len;
+  if (rx->off == rx->len) rx->off = rx->len = 0;
 }
 
 void gml_rx_free(gml_rx *rx) {

@@ -34,7 +34,7 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done);
 /* Incremental receiver for non-blocking sockets (the daemon). */
 typedef struct gml_rx {
   uint8_t *buf;
-  size_t len, cap;
+  size_t off, len, cap; /* unread bytes are buf[off..len) */
   int fds_received; /* count of fds that arrived (the daemon accepts none) */
 } gml_rx;
 /* Read what is available. Returns >0 bytes read, 0 on EOF, GML_EAGAIN when

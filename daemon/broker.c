@@ -40,14 +40,45 @@ static void decision_start(broker_decision *d, const broker_client *c) {
   d->reclaim_bytes = 0;
 }
 
-/* Serve c's lease from the free chunks, all or part of it. */
+/* Free chunks of other uids, when c's lease finds none of its own or clean:
+ * a chunk whose uid has no process left is scrubbed and becomes clean; one
+ * that a process of its uid may still reach is released to the driver when
+ * the limit leaves no room to make a new one (the lease then waits for it). */
+static void make_room(broker *b, const broker_client *c, uint32_t want) {
+  lake *lk = b->lk;
+  for (uint32_t j = lk->nfree; j-- > 0 && want;) {
+    uint32_t i = lk->free_stack[j];
+    lake_chunk *ch = &lk->chunks[i];
+    if (!ch->tainted || ch->tenant == c->uid) continue;
+    if (b->trust.uid_gone && b->trust.scrub && b->trust.uid_gone(b->trust.arg, ch->tenant) &&
+        b->trust.scrub(b->trust.arg, i) == 0) {
+      lake_mark_clean(lk, i);
+      b->counters->chunks_scrubbed++;
+      want--;
+    } else if (lake_headroom(lk) < want) {
+      lake_destroy_chunk(lk, i); /* j now holds the top's chunk, looked at already */
+      b->counters->chunks_remade++;
+    } else {
+      break; /* room enough: new chunks are made for it */
+    }
+  }
+}
+
+/* Serve c's lease from the free chunks it may have, all or part of it. */
 static int serve(broker *b, broker_client *c, broker_decision *d) {
   if (!c->lease.pending || !b->lk->nfree) return 0;
   /* the quota again: another connection of the process (or user) may have leased meanwhile */
   uint64_t room = broker_quota_room(b, c, NULL, NULL, 0);
   if (!room) return 0;
+  uint32_t want = (uint32_t)GML_MIN((uint64_t)c->lease.count, room);
+  uint32_t n = lake_take_for(b->lk, c->id, c->uid, want, d->idx);
+  if (!n) {
+    make_room(b, c, want);
+    n = lake_take_for(b->lk, c->id, c->uid, want, d->idx);
+    if (!n) return 0;
+  }
   d->verdict = BROKER_SERVE;
-  d->n = lake_take(b->lk, c->id, (uint32_t)GML_MIN((uint64_t)c->lease.count, room), d->idx);
+  d->n = n;
   d->since_ns = c->lease.since_ns;
   c->leased_chunks += d->n;
   c->lease.pending = 0;
@@ -285,11 +316,16 @@ uint64_t broker_refill(broker *b, uint64_t now_ns) {
     order = GML_MIN(b->preallocate_chunks - (lk->total + lk->creating), lake_headroom(lk));
     lk->creating += order;
   }
+  /* a waiting lease is served from its own uid's free chunks or clean ones:
+   * clean ones (and the prefetch) are what must be made */
   uint64_t waiting = 0;
   for (broker_client *c = b->clients; c; c = c->next)
-    if (c->lease.pending) waiting += c->lease.count;
+    if (c->lease.pending) {
+      uint32_t own = lk->nfree > lk->nfree_clean ? lake_free_of(lk, c->uid) : 0;
+      waiting += c->lease.count > own ? c->lease.count - own : 0;
+    }
   uint64_t want = (b->prefetch_suspended ? 0 : b->prefetch_chunks) + waiting;
-  uint64_t have = lk->nfree + lk->creating;
+  uint64_t have = lk->nfree_clean + lk->creating;
   if (want > have) {
     uint64_t more = GML_MIN(want - have, lake_headroom(lk));
     lk->creating += more;

@@ -52,8 +52,21 @@ typedef struct broker_client {
   broker_request lease;
 } broker_client;
 
+/* The trust model (DESIGN.md): a chunk goes to another uid only clean. The
+ * broker asks the daemon two things about a free chunk last leased to
+ * another uid (both may be NULL: then such a chunk is always released and
+ * made anew). */
+typedef struct broker_trust {
+  /* 1 when no process of uid is left (none can still map its chunks) */
+  int (*uid_gone)(void *arg, uint32_t uid);
+  /* overwrite chunk idx's content with zeros: 0, or an error (then it is released) */
+  int (*scrub)(void *arg, uint32_t idx);
+  void *arg;
+} broker_trust;
+
 typedef struct broker {
   lake *lk;
+  broker_trust trust;
   broker_client *clients;      /* newest first */
   size_t nclients;
   /* Clients gone whose process lives on: their chunks are parked (the process

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 enum opt_type {
@@ -74,6 +75,21 @@ static const config_option options[] = {
      0, NULL},
     {"quota", "PID|uid:UID BYTES", OPT_QUOTA, AT(quotas), NULL,
      "a quota (may repeat; SIGHUP replaces the quotas with the file's)", 0, 0, 0, NULL},
+    {"send-queue-max", "BYTES", OPT_SIZE, AT(send_queue_max), "4MiB",
+     "replies queued to a client that does not read them, at most (default %D): over it, it is closed", 0, 0, 0, NULL},
+    {"hello-timeout-ms", "MS", OPT_INT, AT(hello_timeout_ms), "5000", "a connection must say hello within (default %D)", 1,
+     3600000, 10, NULL},
+    {"frame-timeout-ms", "MS", OPT_INT, AT(frame_timeout_ms), "5000", "a frame begun must be whole within (default %D)", 1,
+     3600000, 10, NULL},
+    {"max-clients", "N", OPT_INT, AT(max_clients), "1024", "connections in all, at most (default %D)", 1, 1000000, 10, NULL},
+    {"max-clients-per-uid", "N", OPT_INT, AT(max_clients_per_uid), "256", "connections of one user, at most (default %D)", 1,
+     1000000, 10, NULL},
+    {"read-budget", "N", OPT_INT, AT(read_budget), "64",
+     "frames handled from one client per turn of the loop (default %D): fairness", 1, 1000000, 10, NULL},
+    {"accept-backoff-ms", "MS", OPT_INT, AT(accept_backoff_ms), "100",
+     "out of fds: accepting pauses this long (default %D)", 1, 60000, 10, NULL},
+    {"control-insecure-tcp", NULL, OPT_FLAG, AT(control_insecure_tcp), NULL,
+     "allow a tcp:// control URL: anyone who reaches it may change the lake (unauthenticated)", 0, 0, 0, NULL},
     {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
      NULL},
     {"version", NULL, OPT_VERSION, 0, 0, NULL, "print the version and exit", 0, 0, 0, NULL},
@@ -189,6 +205,12 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
   if (!f) {
     if (!must_exist && errno == ENOENT) return 0;
     fprintf(stderr, "gmlaked: cannot read config %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fprintf(stderr, "gmlaked: config %s is not a regular file\n", path);
+    fclose(f);
     return -1;
   }
   char line[512];

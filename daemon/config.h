@@ -36,6 +36,15 @@ typedef struct gmld_config {
   char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
   config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID BYTES" lines, in order */
   int nquotas;
+  /* bounds on what clients can make the daemon hold (issue 13, item 5) */
+  uint64_t send_queue_max;    /* bytes queued to one client that does not read: it is closed */
+  int hello_timeout_ms;       /* a connection that says no hello by then is closed */
+  int frame_timeout_ms;       /* a frame begun must be whole by then */
+  int max_clients;            /* connections in all */
+  int max_clients_per_uid;    /* connections of one user */
+  int read_budget;            /* frames read from one client per turn of the loop */
+  int accept_backoff_ms;      /* accept() out of fds: pause accepting this long */
+  int control_insecure_tcp;   /* allow tcp:// control (unauthenticated) */
 } gmld_config;
 
 /* Fill c from the defaults, the config file and argv. Returns 0, 1 when

@@ -6,6 +6,8 @@
 #include "gmlake.h"
 #include "log.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,33 +20,61 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int conn_queue(conn_txq *q, const Gmlake__Envelope *env, const int *fds, int nfds) {
-  tx_item *t = calloc(1, sizeof *t);
-  if (!t) return GML_ENOMEM;
-  if (gml_wire_encode(env, &t->buf, &t->len)) {
-    free(t);
+static void item_free(tx_item *t) {
+  for (int i = 0; i < t->nfds; i++) close(t->fds[i]);
+  free(t->buf);
+  free(t);
+}
+
+static int queue_item(conn_txq *q, uint8_t *buf, size_t len, const int *fds, int nfds) {
+  tx_item *t = calloc(1, sizeof *t + sizeof(int) * (size_t)nfds);
+  if (!t) {
+    free(buf);
     return GML_ENOMEM;
   }
-  if (nfds) memcpy(t->fds, fds, sizeof(int) * (size_t)nfds);
-  t->nfds = nfds;
+  t->buf = buf;
+  t->len = len;
+  for (int i = 0; i < nfds; i++) {
+    if ((t->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0)) < 0) {
+      item_free(t);
+      return GML_ESYS;
+    }
+    t->nfds = i + 1;
+  }
+  t->cost = sizeof *t + sizeof(int) * (size_t)nfds + len;
+  q->bytes += t->cost;
   if (q->tail) q->tail->next = t;
   else q->head = t;
   q->tail = t;
   return 0;
 }
 
+int conn_queue(conn_txq *q, const Gmlake__Envelope *env, const int *fds, int nfds) {
+  uint8_t *buf;
+  size_t len;
+  if (gml_wire_encode(env, &buf, &len)) return GML_ENOMEM;
+  return queue_item(q, buf, len, fds, nfds);
+}
+
+int conn_queue_bytes(conn_txq *q, uint8_t *frame, size_t len) { return queue_item(q, frame, len, NULL, 0); }
+
 int conn_flush(conn_txq *q, int fd) {
   while (q->head) {
     tx_item *t = q->head;
-    long r = gml_wire_sendmsg(fd, t->buf + t->off, t->len - t->off, t->off == 0 ? t->fds : NULL, t->off == 0 ? t->nfds : 0);
+    int first = t->off == 0;
+    long r = gml_wire_sendmsg(fd, t->buf + t->off, t->len - t->off, first ? t->fds : NULL, first ? t->nfds : 0);
     if (r == GML_EAGAIN) break;
-    if (r < 0) return -1;
+    if (r < 0) return (int)r;
+    if (first && t->nfds) { /* the peer has its own references now */
+      for (int i = 0; i < t->nfds; i++) close(t->fds[i]);
+      t->nfds = 0;
+    }
     t->off += (size_t)r;
     if (t->off < t->len) continue;
     q->head = t->next;
     if (!q->head) q->tail = NULL;
-    free(t->buf);
-    free(t);
+    q->bytes -= t->cost;
+    item_free(t);
   }
   return 0;
 }
@@ -53,45 +83,62 @@ void conn_txq_free(conn_txq *q) {
   while (q->head) {
     tx_item *t = q->head;
     q->head = t->next;
-    free(t->buf);
-    free(t);
+    item_free(t);
   }
   q->tail = NULL;
+  q->bytes = 0;
 }
 
-int conn_listen_unix(const char *path, unsigned mode, const char *group) {
+int conn_claim_path(const char *path) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   if (strlen(path) >= sizeof sa.sun_path) {
     GML_ERR("socket path too long: %s", path);
     return GML_EINVAL;
   }
   strcpy(sa.sun_path, path);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return GML_ESYS;
-  /* A socket file left by a dead daemon is replaced; a live one is not. */
+  struct stat st;
+  if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : GML_ESYS;
+  if (!S_ISSOCK(st.st_mode)) {
+    GML_ERR("%s exists and is not a socket: not touching it (remove it or choose another path)", path);
+    fprintf(stderr, "gmlaked: %s exists and is not a socket\n", path);
+    return GML_EINVAL;
+  }
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
     close(probe);
-    close(fd);
     GML_ERR("another daemon already serves %s", path);
+    fprintf(stderr, "gmlaked: another daemon already serves %s\n", path);
     return GML_EINVAL;
   }
   if (probe >= 0) close(probe);
-  unlink(path);
-  mode_t old = umask(0177);
-  int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-  umask(old);
-  if (rc != 0) {
-    GML_ERR("bind %s: %s", path, strerror(errno));
-    close(fd);
-    return GML_ESYS;
-  }
+  return unlink(path) == 0 || errno == ENOENT ? 0 : GML_ESYS;
+}
+
+void conn_set_mode_group(const char *path, unsigned mode, const char *group) {
   if (group[0]) {
     struct group *g = getgrnam(group);
     if (!g || chown(path, (uid_t)-1, g->gr_gid) != 0)
       GML_WARN("cannot give %s to group %s: %s", path, group, g ? strerror(errno) : "no such group");
   }
   if (chmod(path, mode) != 0) GML_WARN("chmod %s: %s", path, strerror(errno));
+}
+
+int conn_listen_unix(const char *path, unsigned mode, const char *group) {
+  int rc = conn_claim_path(path);
+  if (rc) return rc;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  strcpy(sa.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return GML_ESYS;
+  mode_t old = umask(0177);
+  rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+  umask(old);
+  if (rc != 0) {
+    GML_ERR("bind %s: %s", path, strerror(errno));
+    close(fd);
+    return GML_ESYS;
+  }
+  conn_set_mode_group(path, mode, group);
   if (listen(fd, 128) != 0) {
     close(fd);
     return GML_ESYS;

@@ -7,29 +7,44 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* Every fd that waits in a send queue is a reference the queue owns: dup'ed
+ * when the frame is queued, closed once it is sent or dropped. A lease reply
+ * that waits while its chunk is returned and trimmed (the lake closes its
+ * fd, the next accept() takes the number) still carries that chunk, never
+ * whatever file got the number. */
 typedef struct tx_item {
   struct tx_item *next;
   uint8_t *buf;
   size_t len, off;
-  int fds[GML_MAX_LEASE_CHUNKS];
+  size_t cost;              /* counted in conn_txq.bytes */
   int nfds;                 /* sent with the first byte */
+  int fds[];                /* owned */
 } tx_item;
 
 typedef struct conn_txq {
   tx_item *head, *tail;
+  size_t bytes;             /* memory the queue holds, items included (send-queue-max) */
 } conn_txq;
 
-/* Encode env into a frame and queue it with its fds (the fds stay the
- * caller's: the kernel duplicates them when sent). 0 or GML_ENOMEM. */
+/* Encode env into a frame and queue it with dups of its fds. 0, GML_ENOMEM
+ * or GML_ESYS (out of fds); nothing is queued on error. */
 int conn_queue(conn_txq *q, const Gmlake__Envelope *env, const int *fds, int nfds);
-/* Send what the socket takes now. 0, or -1 when it failed (peer gone). */
+/* Queue len bytes of frame as they are (taken over: freed by the queue). */
+int conn_queue_bytes(conn_txq *q, uint8_t *frame, size_t len);
+/* Send what the socket takes now. 0, or a GML_E* code when it failed
+ * (GML_EDAEMON: the peer is gone). */
 int conn_flush(conn_txq *q, int fd);
-void conn_txq_free(conn_txq *q);
+void conn_txq_free(conn_txq *q); /* drops every frame, closes the fds it owns */
 
-/* A listening, non-blocking Unix stream socket at path (a file left by a
- * dead daemon is replaced, a live daemon's is not) with that mode and group
- * ("" = the daemon's). Returns the fd or a GML_E* code (logged). */
+/* A listening, non-blocking Unix stream socket at path with that mode and
+ * group ("" = the daemon's). Returns the fd or a GML_E* code (logged). */
 int conn_listen_unix(const char *path, unsigned mode, const char *group);
+/* path may be bound: it is free, or a socket nobody answers on (a dead
+ * daemon's: removed). A live daemon's socket, or a file of another kind
+ * (never deleted), is an error said on stderr and in the log. */
+int conn_claim_path(const char *path);
+/* --socket-mode and --socket-group on a socket file ("" = the daemon's group). */
+void conn_set_mode_group(const char *path, unsigned mode, const char *group);
 
 /* A pidfd of pid (-1 where the kernel has none), and whether that process is gone. */
 int conn_pidfd_open(pid_t pid);

@@ -1,7 +1,7 @@
-/* control.c: the control RPC (nng REQ/REP, one CtlRequest -> one CtlReply).
- * The REP socket's receive fd is polled by the libuv loop, so every request
- * runs on the loop thread and sees consistent state. Requests (the `routes`
- * table below):
+/* control.c: the control RPC (one CtlRequest -> one CtlReply; its socket,
+ * served on the libuv loop, is ctlsock.c), so every request runs on the loop
+ * thread and sees consistent state. Requests (the `routes` table below;
+ * those marked `changes` only from root or the daemon's uid):
  *   stats    lake size, limit, chunk states, client totals, fragmentation, lease latency
  *   clients  one row per connected client
  *   chunks   owner of every chunk slot
@@ -16,8 +16,6 @@
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
-#include <nng/protocol/reqrep0/rep.h>
-#include <nng/transport/ipc/ipc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +64,7 @@ typedef struct ctl_call {
   Gmlake__CtlReply *rep;
   Gmlake__LakeStats stats;
   void *to_free[2];
+  int may_change;           /* the peer may send requests that change the lake */
 } ctl_call;
 
 static void with_stats(ctl_call *k) {
@@ -216,6 +215,11 @@ static const struct ctl_route {
 static void handle_request(ctl_call *k) {
   for (size_t i = 0; i < GML_ARRAY_LEN(routes); i++)
     if (routes[i].kind == k->req->req_case) {
+      if (routes[i].changes && !k->may_change) {
+        GML_WARN("control: '%s' refused: it changes the lake, for root or the daemon's user only", routes[i].name);
+        fail(k, GML_EPERM, "permission denied: changing the lake is for root or the daemon's user (reading is allowed)");
+        return;
+      }
       routes[i].handle(k);
       return;
     }
@@ -223,14 +227,22 @@ static void handle_request(ctl_call *k) {
 }
 
 int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **reply, size_t *reply_len) {
+  return control_handle_as(d, 1, req_buf, req_len, reply, reply_len);
+}
+
+int control_handle_as(gmld *d, int may_change, const uint8_t *req_buf, size_t req_len, uint8_t **reply, size_t *reply_len) {
   Gmlake__CtlReply rep = GMLAKE__CTL_REPLY__INIT;
   Gmlake__CtlRequest *req = NULL;
-  if (req_len > GML_MAX_FRAME || !(req = gmlake__ctl_request__unpack(NULL, req_len, req_buf))) {
+  if (req_len > GML_MAX_FRAME) {
+    rep.code = GML_EINVAL;
+    rep.message = "control request over 64 KiB";
+    d->counters.protocol_errors++;
+  } else if (!(req = gmlake__ctl_request__unpack(NULL, req_len, req_buf))) {
     rep.code = GML_EPROTO;
     rep.message = "malformed control request";
     d->counters.protocol_errors++;
   }
-  ctl_call k = {.d = d, .req = req, .rep = &rep};
+  ctl_call k = {.d = d, .req = req, .rep = &rep, .may_change = may_change};
   gmlake__lake_stats__init(&k.stats);
   if (req) handle_request(&k);
   size_t n = gmlake__ctl_reply__get_packed_size(&rep);
@@ -243,70 +255,4 @@ int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **re
   *reply = out;
   *reply_len = n;
   return 0;
-}
-
-static void on_ctl(uv_poll_t *h, int status, int events) {
-  (void)status, (void)events;
-  gmld *d = h->data;
-  for (;;) {
-    nng_msg *msg;
-    int rv = nng_recvmsg(d->ctl, &msg, NNG_FLAG_NONBLOCK);
-    if (rv == NNG_EAGAIN) return;
-    if (rv) {
-      GML_WARN("control receive: %s", nng_strerror(rv));
-      return;
-    }
-    uint8_t *out;
-    size_t n;
-    if (control_handle(d, nng_msg_body(msg), nng_msg_len(msg), &out, &n)) {
-      nng_msg_free(msg);
-      continue;
-    }
-    nng_msg_clear(msg);
-    if (nng_msg_append(msg, out, n) == 0) {
-      if ((rv = nng_sendmsg(d->ctl, msg, NNG_FLAG_NONBLOCK)) != 0) {
-        GML_WARN("control send: %s", nng_strerror(rv));
-        nng_msg_free(msg);
-      }
-    } else {
-      nng_msg_free(msg);
-    }
-    free(out);
-  }
-}
-
-int control_start(gmld *d) {
-  int rv = nng_rep0_open(&d->ctl);
-  if (rv) {
-    GML_ERR("control socket: %s", nng_strerror(rv));
-    return GML_ESYS;
-  }
-  nng_listener l;
-  if ((rv = nng_listener_create(&l, d->ctl, d->cfg.control_url)) != 0) {
-    GML_ERR("control %s: %s", d->cfg.control_url, nng_strerror(rv));
-    nng_close(d->ctl);
-    return GML_ESYS;
-  }
-  if (!strncmp(d->cfg.control_url, "ipc://", 6)) nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, (int)d->cfg.socket_mode);
-  nng_socket_set_size(d->ctl, NNG_OPT_RECVMAXSZ, GML_MAX_FRAME);
-  if ((rv = nng_listener_start(l, 0)) != 0) {
-    GML_ERR("control %s: %s", d->cfg.control_url, nng_strerror(rv));
-    nng_close(d->ctl);
-    return GML_ESYS;
-  }
-  if ((rv = nng_socket_get_int(d->ctl, NNG_OPT_RECVFD, &d->ctl_fd)) != 0) {
-    GML_ERR("control recv fd: %s", nng_strerror(rv));
-    nng_close(d->ctl);
-    return GML_ESYS;
-  }
-  uv_poll_init(d->loop, &d->ctl_poll, d->ctl_fd);
-  d->ctl_poll.data = d;
-  uv_poll_start(&d->ctl_poll, UV_READABLE, on_ctl);
-  return 0;
-}
-
-void control_stop(gmld *d) {
-  uv_poll_stop(&d->ctl_poll);
-  uv_close((uv_handle_t *)&d->ctl_poll, NULL);
-  nng_close(d->ctl);
 }

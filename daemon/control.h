@@ -1,4 +1,4 @@
-/* control.h: the control RPC over nng (control.c). */
+/* control.h: the control RPC (control.c: requests; ctlsock.c: its socket). */
 #ifndef GML_CONTROL_H
 #define GML_CONTROL_H
 #include <stddef.h>
@@ -9,5 +9,9 @@ int control_start(struct gmld *d);
  * out (malloc'd): decoding, dispatch and encoding without nng, so the fuzz
  * target runs what the daemon runs. Returns 0 or GML_ENOMEM. */
 int control_handle(struct gmld *d, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
+/* The same for a peer that may (1) or may not (0) change the lake: requests
+ * marked `changes` in control.c's table get GML_EPERM when it may not. */
+int control_handle_as(struct gmld *d, int may_change, const uint8_t *req, size_t req_len, uint8_t **reply,
+                      size_t *reply_len);
 void control_stop(struct gmld *d);
 #endif

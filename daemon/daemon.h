@@ -8,10 +8,13 @@
  *   creator.c  a worker pool that makes N chunks and hands them back  (backend only)
  *   config.c   settings: one option table for the file, flags, --help
  *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
+ *   trust.c    the trust model's answers: a uid's processes, scrubbing (lake, backend)
  *   session.c  client sockets: decode, validate and dispatch by table,
- *              carry the broker's decisions out                       (broker, creator, conn)
+ *              carry the broker's decisions out; bounds and timeouts  (broker, creator, conn)
+ *   listen.c   accepting, within the connection limits               (session, conn)
  *   shares.c   shared read-only memory: shares, their mappers         (lake, session)
  *   control.c  the control RPC, handlers in a table                   (broker, session, shares)
+ *   ctlsock.c  the control socket on the loop; who may change what   (control, conn)
  *   main.c     start-up, signals, the tick, the creators' callback    (all)
  * The only call upwards is the creator pool's completion callback, which
  * main.c registers. */
@@ -23,7 +26,6 @@
 #include "creator.h"
 #include "lake.h"
 #include "util.h"
-#include <nng/nng.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -47,9 +49,13 @@ typedef struct gmld {
   uint64_t device_total;
   int listen_fd;
   uv_poll_t listen_poll;
-  nng_socket ctl;
-  int ctl_fd;
+  uv_timer_t accept_pause;  /* accepting paused (out of fds) until it fires (listen.c) */
+  uint64_t accept_log_ns, accept_log_held; /* accept warnings: one a second */
+  uv_idle_t kick;           /* the next turn: doomed sessions closed, backlogs read (session.c) */
+  int ctl_fd;               /* the control socket (ctlsock.c) */
   uv_poll_t ctl_poll;
+  struct ctl_conn *ctl_conns;
+  size_t nctl_conns;
   uv_signal_t sigterm, sigint, sighup;
   int argc;                 /* the command line, read again with the config file on SIGHUP */
   char **argv;
@@ -65,6 +71,9 @@ typedef struct gmld {
   Gmlake__LakeStats counters;
   int stopping;
 } gmld;
+
+/* The trust model's hooks into the broker (trust.c). */
+void trust_install(gmld *d);
 
 /* Order from the creators what the broker says the lake needs now. */
 static inline void daemon_refill(gmld *d) {

@@ -69,7 +69,10 @@ int lake_add_created(lake *lk, gml_phys phys, int fd) {
   c->gen++;
   c->state = CHUNK_FREE;
   c->owner = 0;
+  c->tainted = 0;
+  c->tenant = 0;
   lk->free_stack[lk->nfree++] = idx;
+  lk->nfree_clean++;
   lk->total++;
   return 0;
 }
@@ -78,6 +81,7 @@ uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx) {
   uint32_t k = 0;
   while (k < n && lk->nfree) {
     uint32_t i = lk->free_stack[--lk->nfree];
+    lk->nfree_clean -= !lk->chunks[i].tainted;
     lk->chunks[i].state = CHUNK_LEASED;
     lk->chunks[i].owner = owner;
     idx[k++] = i;
@@ -86,15 +90,52 @@ uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx) {
   return k;
 }
 
+uint32_t lake_take_for(lake *lk, uint64_t owner, uint32_t uid, uint32_t n, uint32_t *idx) {
+  uint32_t k = 0;
+  /* from the top (most recently freed first); a chunk taken is replaced by the
+   * top one, which was looked at already */
+  for (uint32_t j = lk->nfree; j-- > 0 && k < n;) {
+    uint32_t i = lk->free_stack[j];
+    lake_chunk *c = &lk->chunks[i];
+    if (c->tainted && c->tenant != uid) continue;
+    lk->free_stack[j] = lk->free_stack[--lk->nfree];
+    lk->nfree_clean -= !c->tainted;
+    c->state = CHUNK_LEASED;
+    c->owner = owner;
+    c->tainted = 1;
+    c->tenant = uid;
+    idx[k++] = i;
+  }
+  lk->leased += k;
+  return k;
+}
+
+uint32_t lake_free_of(const lake *lk, uint32_t uid) {
+  uint32_t n = 0;
+  for (uint32_t j = 0; j < lk->nfree; j++) {
+    const lake_chunk *c = &lk->chunks[lk->free_stack[j]];
+    n += c->tainted && c->tenant == uid;
+  }
+  return n;
+}
+
+void lake_mark_clean(lake *lk, uint32_t idx) {
+  lake_chunk *c = &lk->chunks[idx];
+  if (c->state != CHUNK_FREE || !c->tainted) return;
+  c->tainted = 0;
+  lk->nfree_clean++;
+}
+
 void lake_give_back(lake *lk, uint32_t idx) {
   lake_chunk *c = &lk->chunks[idx];
   if (c->state == CHUNK_LEASED) lk->leased--;
   else if (c->state == CHUNK_PARKED) lk->parked--;
   else if (c->state == CHUNK_SHARED) lk->shared--;
   else return;
-  c->state = CHUNK_FREE;
+  c->state = CHUNK_FREE; /* still tainted by its tenant: lake_take_for decides who may have it */
   c->owner = 0;
   lk->free_stack[lk->nfree++] = idx;
+  lk->nfree_clean += !c->tainted;
 }
 
 void lake_park(lake *lk, uint32_t idx) {
@@ -123,6 +164,7 @@ void lake_destroy_chunk(lake *lk, uint32_t idx) {
       break;
     }
   }
+  lk->nfree_clean -= !c->tainted;
   release_chunk(lk, c);
   c->state = CHUNK_UNUSED;
   lk->unused_stack[lk->nunused++] = idx;

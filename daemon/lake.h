@@ -16,6 +16,8 @@ typedef struct lake_chunk {
   int fd;            /* exported shareable handle, kept for the chunk's life */
   uint32_t gen;      /* bumped when the slot is reused, so stale ids are refused */
   uint8_t state;
+  uint8_t tainted;   /* it has been leased: it may hold tenant's data, and tenant's processes may still reach it */
+  uint32_t tenant;   /* the uid it was last leased to (when tainted) */
   uint64_t owner;    /* client id while leased or parked */
 } lake_chunk;
 
@@ -35,6 +37,7 @@ typedef struct lake {
   uint32_t nslots, cap;
   uint32_t *free_stack;     /* indices of CHUNK_FREE chunks */
   uint32_t nfree;
+  uint32_t nfree_clean;     /* of them never leased since made or scrubbed: anyone's */
   uint32_t *unused_stack;   /* indices of CHUNK_UNUSED slots */
   uint32_t nunused;
   uint64_t total, leased, parked, creating, shared;
@@ -52,8 +55,16 @@ long lake_owned_index(const lake *lk, uint64_t id, uint64_t owner);
 /* Chunks that may still be created under the limit (creating counted). */
 uint64_t lake_headroom(const lake *lk);
 int lake_add_created(lake *lk, gml_phys phys, int fd);   /* a new free chunk */
-/* Take up to n free chunks for owner; fills idx[]; returns how many. */
+/* Take up to n free chunks for owner; fills idx[]; returns how many.
+ * lake_take takes any (tests); the daemon uses lake_take_for: only chunks
+ * that are clean or were last leased to uid (the trust model: no chunk with
+ * one uid's content, or that one uid's process may still map, goes to another). */
 uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx);
+uint32_t lake_take_for(lake *lk, uint64_t owner, uint32_t uid, uint32_t n, uint32_t *idx);
+/* Free chunks last leased to uid (tainted by it). */
+uint32_t lake_free_of(const lake *lk, uint32_t uid);
+/* Free chunk idx is clean again (its content was scrubbed). */
+void lake_mark_clean(lake *lk, uint32_t idx);
 void lake_give_back(lake *lk, uint32_t idx);             /* leased/parked -> free */
 void lake_park(lake *lk, uint32_t idx);                  /* leased -> parked (owner's process lives on) */
 void lake_share(lake *lk, uint32_t idx, uint64_t share_id); /* leased -> shared (give_back frees it) */

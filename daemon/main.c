@@ -180,10 +180,12 @@ int main(int argc, char **argv) {
   gmlake__lake_stats__init(&d->counters);
   broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);
   d->br.lease_wait_ns = (uint64_t)c->lease_wait_ms * 1000000ull;
+  trust_install(d);
   d->listen_fd = -1;
   d->loop = uv_default_loop();
   if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
   if (sessions_listen(d) || control_start(d)) {
+    sessions_stop_listening(d); /* the client socket file too: another daemon may own the control URL */
     creator_stop(&d->cr);
     return 1;
   }

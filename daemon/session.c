@@ -27,12 +27,42 @@
 
 static void session_close(session *s, const char *why);
 static void session_update_poll(session *s);
+static void sessions_on_kick(uv_idle_t *t);
 
 /* ---------- sending ---------- */
 
+/* A session that cannot go on (its peer gone, its queue over the bound, a
+ * timeout) is closed at the next turn of the loop, not here: the caller may
+ * be another session's handler walking the client list. Nothing is read from
+ * or sent to it meanwhile. */
+static void session_doom(session *s, const char *why) {
+  if (s->bc.closing || s->fd < 0) return;
+  s->bc.closing = 1;
+  s->close_why = why;
+  uv_poll_stop(&s->poll);
+  s->poll_events = 0;
+  uv_idle_start(&s->d->kick, sessions_on_kick);
+}
+
+static void tx_flush(session *s) {
+  if (s->bc.closing) return;
+  int rc = conn_flush(&s->txq, s->fd);
+  if (rc) session_doom(s, rc == GML_EDAEMON ? "disconnected" : "send failed");
+}
+
 static int session_send(session *s, Gmlake__Envelope *env, const int *fds, int nfds) {
-  if (conn_queue(&s->txq, env, fds, nfds)) return GML_ENOMEM;
-  if (conn_flush(&s->txq, s->fd)) s->bc.closing = 1;
+  if (s->bc.closing) return GML_EDAEMON;
+  int rc = conn_queue(&s->txq, env, fds, nfds);
+  if (rc) {
+    session_doom(s, "cannot queue a reply");
+    return rc;
+  }
+  if (s->txq.bytes > s->d->cfg.send_queue_max) {
+    /* it does not read what it asked for: no unbounded memory for it */
+    session_doom(s, "send queue over send-queue-max (the client does not read)");
+    return GML_ENOMEM;
+  }
+  tx_flush(s);
   session_update_poll(s);
   return 0;
 }
@@ -137,6 +167,12 @@ void sessions_tick(gmld *d) {
   uint64_t now = gml_now_ns();
   broker_decision dec;
   for (broker_client *c = d->br.clients; c; c = c->next) {
+    session *s = session_of(c);
+    if (!s->hello_done && now - s->connect_ns > (uint64_t)d->cfg.hello_timeout_ms * 1000000ull)
+      session_doom(s, "no hello within hello-timeout-ms");
+    if (s->partial_since_ns && now - s->partial_since_ns > (uint64_t)d->cfg.frame_timeout_ms * 1000000ull)
+      session_doom(s, "a partial frame not completed within frame-timeout-ms");
+    if (c->closing) continue;
     broker_review(&d->br, c, now, &dec);
     carry_out(session_of(c), &dec);
   }
@@ -164,7 +200,7 @@ static void handle_hello(request *rq) {
   if (h->protocol_version != GML_PROTOCOL_VERSION) {
     send_error(s, rq->env->seq, GML_EPROTO, "protocol version %u not supported (daemon speaks %d)", h->protocol_version,
                GML_PROTOCOL_VERSION);
-    s->bc.closing = 1;
+    session_doom(s, "protocol version not supported");
     return;
   }
   snprintf(s->bc.name, sizeof s->bc.name, "%s", h->name ? h->name : "");
@@ -302,64 +338,110 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
   return s->fd < 0 ? -1 : 0;
 }
 
+/* Handle complete frames from s's buffer, at most *budget of them. Returns
+ * -1 when s was closed, 1 when complete frames are left over, else 0. */
+static int take_frames(session *s, int *budget) {
+  const uint8_t *body;
+  size_t len;
+  int k;
+  while ((k = gml_rx_next(&s->rx, &body, &len)) == 1) {
+    if (s->bc.closing) return -1; /* doomed by its own request: nothing more from it */
+    if (*budget <= 0) return 1;
+    if (handle_frame(s, body, len)) return -1;
+    gml_rx_consume(&s->rx, len);
+    (*budget)--;
+  }
+  if (k < 0) {
+    s->d->counters.protocol_errors++;
+    GML_WARN("client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
+             GML_MAX_FRAME);
+    session_close(s, "oversize frame");
+    return -1;
+  }
+  /* what is left is part of a frame: it must be whole within frame_timeout_ms */
+  if (s->rx.len == s->rx.off) s->partial_since_ns = 0;
+  else if (!s->partial_since_ns) s->partial_since_ns = gml_now_ns();
+  return 0;
+}
+
+/* Read and handle what s sent, within its budget for this turn of the loop
+ * (read_budget frames), so that a client that floods cannot starve the
+ * others: the rest waits (s->backlog) for the next turn. */
+static void session_read(session *s) {
+  int budget = s->d->cfg.read_budget;
+  int more = take_frames(s, &budget);
+  while (more == 0 && budget > 0 && !s->bc.closing) {
+    long r = gml_rx_fill(&s->rx, s->fd);
+    if (s->rx.fds_received) {
+      s->d->counters.protocol_errors++;
+      GML_WARN("client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
+      session_close(s, "unexpected fds");
+      return;
+    }
+    if (r == GML_EAGAIN) break;
+    if (r == 0 && s->rx.len > s->rx.off) {
+      s->d->counters.protocol_errors++;
+      GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
+      session_close(s, "truncated frame");
+      return;
+    }
+    if (r <= 0) {
+      session_close(s, r == 0 ? "disconnected" : r == GML_EPROTO ? "receive buffer full" : strerror(errno));
+      return;
+    }
+    more = take_frames(s, &budget);
+  }
+  if (more < 0) return;
+  if (budget <= 0 && !s->bc.closing) {
+    s->backlog = 1; /* come back at the next turn, after the others */
+    uv_idle_start(&s->d->kick, sessions_on_kick);
+  }
+}
+
 static void on_session_io(uv_poll_t *h, int status, int events) {
   session *s = h->data;
-  if (s->fd < 0) return;
-  if (s->bc.closing) { /* a send to it failed outside this callback (a reclaim, a lease answer) */
-    session_close(s, "send failed");
-    return;
-  }
+  if (s->bc.closing) return;
   if (status < 0) {
     session_close(s, uv_strerror(status));
     return;
   }
-  if ((events & UV_WRITABLE) && conn_flush(&s->txq, s->fd)) s->bc.closing = 1;
-  if (events & UV_READABLE) {
-    for (;;) {
-      long r = gml_rx_fill(&s->rx, s->fd);
-      if (s->rx.fds_received) {
-        s->d->counters.protocol_errors++;
-        GML_WARN("client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
-        session_close(s, "unexpected fds");
-        return;
-      }
-      if (r == GML_EAGAIN) break;
-      if (r == 0 && s->rx.len) {
-        s->d->counters.protocol_errors++;
-        GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
-        session_close(s, "truncated frame");
-        return;
-      }
-      if (r <= 0) {
-        session_close(s, r == 0 ? "disconnected" : r == GML_EPROTO ? "receive buffer full" : strerror(errno));
-        return;
-      }
-      const uint8_t *body;
-      size_t len;
-      int k;
-      while ((k = gml_rx_next(&s->rx, &body, &len)) == 1) {
-        if (handle_frame(s, body, len)) return;
-        gml_rx_consume(&s->rx, len);
-      }
-      if (k < 0) {
-        s->d->counters.protocol_errors++;
-        GML_WARN("client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
-                 GML_MAX_FRAME);
-        session_close(s, "oversize frame");
-        return;
-      }
-    }
-  }
-  if (s->bc.closing) session_close(s, "send failed");
-  else session_update_poll(s);
+  if (events & UV_WRITABLE) tx_flush(s);
+  if ((events & UV_READABLE) && !s->bc.closing) session_read(s);
+  if (s->fd >= 0) session_update_poll(s);
 }
 
 static void session_update_poll(session *s) {
-  if (s->bc.closing) return;
-  int ev = UV_READABLE | (s->txq.head ? UV_WRITABLE : 0);
+  if (s->bc.closing || s->fd < 0) return;
+  /* nothing more is read while frames wait from the last turn */
+  int ev = (s->backlog ? 0 : UV_READABLE) | (s->txq.head ? UV_WRITABLE : 0);
   if (ev != s->poll_events) {
     s->poll_events = ev;
-    uv_poll_start(&s->poll, ev, on_session_io);
+    if (ev) uv_poll_start(&s->poll, ev, on_session_io);
+    else uv_poll_stop(&s->poll);
+  }
+}
+
+/* The next turn of the loop: doomed sessions are closed, sessions with a
+ * backlog handle their next budget of frames. */
+static void sessions_on_kick(uv_idle_t *t) {
+  gmld *d = t->data;
+  uv_idle_stop(t); /* started again below while work is left */
+  broker_client *c;
+  for (;;) { /* closing changes the list: start over after each */
+    for (c = d->br.clients; c && !(c->closing && session_of(c)->fd >= 0); c = c->next) {}
+    if (!c) break;
+    session_close(session_of(c), session_of(c)->close_why ? session_of(c)->close_why : "closing");
+  }
+  for (c = d->br.clients; c; c = c->next) {
+    session *s = session_of(c);
+    if (!s->backlog || c->closing) continue;
+    s->backlog = 0;
+    session_read(s); /* may close s: then c is gone from the list, start over next turn */
+    if (s->fd < 0) {
+      uv_idle_start(&d->kick, sessions_on_kick);
+      break;
+    }
+    session_update_poll(s);
   }
 }
 
@@ -394,7 +476,6 @@ static void on_parked_exit(uv_poll_t *h, int status, int events) {
 
 static void session_free_cb(uv_handle_t *h) {
   session *s = h->data;
-  conn_txq_free(&s->txq);
   gml_rx_free(&s->rx);
   free(s);
 }
@@ -440,59 +521,39 @@ static void session_close(session *s, const char *why) {
            (unsigned long long)held, gone || d->stopping ? "back in the lake" : "parked until its process exits");
   broker_remove_client(&d->br, &s->bc);
   uv_poll_stop(&s->poll);
+  conn_txq_free(&s->txq); /* closes the fd references its queue held */
   close(s->fd);
   s->fd = -1;
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
   sessions_serve_pending(d);
 }
 
-/* ---------- accepting ---------- */
+/* ---------- opening ---------- */
 
-static void on_accept(uv_poll_t *h, int status, int events) {
-  (void)events;
-  gmld *d = h->data;
-  if (status < 0) return;
-  for (;;) {
-    int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) GML_WARN("accept: %s", strerror(errno));
-      return;
-    }
-    struct ucred cred;
-    socklen_t cl = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
-      close(fd);
-      continue;
-    }
-    session *s = calloc(1, sizeof *s);
-    if (!s) {
-      close(fd);
-      continue;
-    }
-    s->d = d;
-    s->fd = fd;
-    s->bc.id = ++d->next_client_id;
-    s->bc.pid = cred.pid;
-    s->bc.uid = cred.uid;
-    s->pidfd = conn_pidfd_open(cred.pid);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    s->bc.since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    uv_poll_init(d->loop, &s->poll, fd);
-    s->poll.data = s;
-    broker_add_client(&d->br, &s->bc);
-    session_update_poll(s);
-  }
+int session_open(gmld *d, int fd, const struct ucred *cred) {
+  session *s = calloc(1, sizeof *s);
+  if (!s) return GML_ENOMEM;
+  s->d = d;
+  s->fd = fd;
+  s->bc.id = ++d->next_client_id;
+  s->bc.pid = cred->pid;
+  s->bc.uid = cred->uid;
+  s->pidfd = conn_pidfd_open(cred->pid);
+  s->connect_ns = gml_now_ns();
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  s->bc.since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+  uv_poll_init(d->loop, &s->poll, fd);
+  s->poll.data = s;
+  broker_add_client(&d->br, &s->bc);
+  session_update_poll(s);
+  return 0;
 }
 
 int sessions_listen(gmld *d) {
-  int fd = conn_listen_unix(d->cfg.socket_path, d->cfg.socket_mode, d->cfg.socket_group);
-  if (fd < 0) return fd;
-  d->listen_fd = fd;
-  uv_poll_init(d->loop, &d->listen_poll, fd);
-  d->listen_poll.data = d;
-  uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
-  return 0;
+  uv_idle_init(d->loop, &d->kick);
+  d->kick.data = d;
+  return listen_start(d);
 }
 
 session *session_by_pid(gmld *d, pid_t pid) {
@@ -502,14 +563,10 @@ session *session_by_pid(gmld *d, pid_t pid) {
 }
 
 void sessions_close_all(gmld *d) {
-  if (d->listen_fd >= 0) {
-    uv_poll_stop(&d->listen_poll);
-    uv_close((uv_handle_t *)&d->listen_poll, NULL);
-    close(d->listen_fd);
-    d->listen_fd = -1;
-    unlink(d->cfg.socket_path);
-  }
+  sessions_stop_listening(d);
   while (d->br.clients) session_close(session_of(d->br.clients), "daemon shutting down");
+  uv_idle_stop(&d->kick);
+  if (!uv_is_closing((uv_handle_t *)&d->kick)) uv_close((uv_handle_t *)&d->kick, NULL);
   while (d->parked) {
     parked_owner *p = d->parked;
     d->parked = p->next;

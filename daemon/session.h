@@ -1,4 +1,5 @@
-/* session.h: a client's connection to the daemon (session.c). */
+/* session.h: a client's connection to the daemon (session.c); accepting
+ * them within the connection limits is listen.c. */
 #ifndef GML_SESSION_H
 #define GML_SESSION_H
 #include "broker.h"
@@ -17,6 +18,10 @@ typedef struct session {
   int poll_events;
   int pidfd;
   int hello_done;
+  int backlog;              /* complete frames wait in rx beyond this turn's read budget */
+  uint64_t connect_ns;      /* hello must come within hello_timeout_ms of it */
+  uint64_t partial_since_ns;/* a frame started arriving then and is not whole yet (0: none) */
+  const char *close_why;    /* set when the session is doomed (closed at the next turn of the loop) */
   gml_rx rx;
   conn_txq txq;             /* frames waiting for the socket */
 } session;
@@ -25,10 +30,16 @@ static inline session *session_of(broker_client *c) {
   return (session *)((char *)c - offsetof(session, bc));
 }
 
-int sessions_listen(struct gmld *d);
+/* A connection accepted by listen.c: a new session (0), or an error (the
+ * caller closes fd). */
+struct ucred;
+int session_open(struct gmld *d, int fd, const struct ucred *cred);
+int sessions_listen(struct gmld *d);          /* the client socket */
+int listen_start(struct gmld *d);             /* listen.c */
+void sessions_stop_listening(struct gmld *d); /* listen.c */
 void sessions_close_all(struct gmld *d);
 void sessions_serve_pending(struct gmld *d); /* after chunks became free */
-void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines */
+void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines; timeouts */
 void session_send_reclaim(session *s, uint64_t bytes);
 /* For the other message handlers (shares.c): a reply with its fds, an error reply. */
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);

@@ -9,6 +9,8 @@ echo "== multi-process integration tests ($BUILD)"
 "$BUILD/test_integration"
 echo "== the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
 "$BUILD/test_elastic"
+echo "== hostile clients and users (issue 13) ($BUILD)"
+"$BUILD/test_security"
 echo "== replay of the recorded PyTorch traces ($BUILD)"
 "$BUILD/gmlake-replay" --check 5000 tests/traces/*.trace.gz
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and

@@ -18,6 +18,7 @@
 #include "statsview.h"
 #include "util.h"
 #include "wire.h"
+#include <errno.h>
 #include <getopt.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -141,6 +142,19 @@ static void print_shares(const Gmlake__CtlReply *r, int json) {
   else if (!r->n_shares) printf("(no shares)\n");
 }
 
+/* A whole decimal number in [min, max], or exit 2 naming what was wrong
+ * (atoi took "abc" as 0: trim --client abc trimmed everything). */
+static long long parse_int_or_die(const char *what, const char *s, long long min, long long max) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || errno || v < min || v > max) {
+    fprintf(stderr, "gmlakectl: bad %s '%s' (a number from %lld to %lld)\n", what, s, min, max);
+    exit(2);
+  }
+  return v;
+}
+
 /* ---------- commands ---------- */
 
 typedef struct ctl {
@@ -239,11 +253,11 @@ static int cmd_quota(ctl *c) {
   }
   if (!strncmp(c->args[0], "uid:", 4)) {
     quota.by_uid = 1;
-    quota.uid = (uint32_t)strtoul(c->args[0] + 4, NULL, 10);
+    quota.uid = (uint32_t)parse_int_or_die("uid", c->args[0] + 4, 0, 0xfffffffe);
   } else if (!strncmp(c->args[0], "cgroup:", 7) && c->args[0][7] == '/') {
     quota.cgroup = c->args[0] + 7;
   } else {
-    quota.pid = atoi(c->args[0]);
+    quota.pid = (int)parse_int_or_die("pid", c->args[0], 1, 0x7fffffff);
     if (quota.pid <= 0) {
       fprintf(stderr, "gmlakectl: bad pid '%s'\n", c->args[0]);
       return 2;
@@ -324,9 +338,9 @@ int main(int argc, char **argv) {
     }
     switch (ch) {
     case 'c': snprintf(url, sizeof url, "%s", optarg); break;
-    case 'd': device = atoi(optarg); break;
+    case 'd': device = (int)parse_int_or_die("device", optarg, 0, 1023); break;
     case 'j': c.json = 1; break;
-    case 'p': c.pid = atoi(optarg); break;
+    case 'p': c.pid = (int)parse_int_or_die("pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = atof(optarg); break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("gmlakectl %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION); return 0;

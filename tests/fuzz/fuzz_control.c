@@ -42,6 +42,10 @@ static void setup(void) {
   broker_init(&d->br, &d->lk, &d->counters, 0, 0);
   d->device_total = 64 * d->be->chunk_size;
   d->listen_fd = -1;
+  uv_idle_init(d->loop, &d->kick);
+  d->kick.data = d;
+  d->cfg.send_queue_max = 1 << 20;
+  d->cfg.read_budget = 64;
   fill_lake();
   for (int i = 0; i < 2; i++) {
     int sv[2];

@@ -1,0 +1,924 @@
+/* Issue 13's hostile-client tests on the host backend: a real gmlaked, raw
+ * clients that misbehave on the wire (stop reading, half-close, flood, never
+ * say hello), clients of another uid (the tests run as root; a child
+ * setuid()s), and gmlakectl as a non-root user. Each test fails on the code
+ * before the fix it covers (see the commit that added it). */
+#include "gmlake.h"
+#include "util.h"
+#include "wire.h"
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOBODY 65534
+static char bindir[128], tmpdir[64], sock_path[100], ctl_url[128];
+static pid_t daemon_pid;
+static const char *daemon_env = "";
+
+static void msleep(int ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* gmlakectl with args (as uid when uid >= 0); stdout into out; its exit status. */
+static int ctl_as(int uid, char *out, size_t outlen, const char *args) {
+  char cmd[1024];
+  if (uid >= 0)
+    snprintf(cmd, sizeof cmd, "setpriv --reuid=%d --regid=%d --clear-groups %s/gmlakectl --control %s %s 2>&1", uid, uid,
+             bindir, ctl_url, args);
+  else snprintf(cmd, sizeof cmd, "%s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, args);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = fread(out, 1, outlen - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+static int ctl(char *out, size_t outlen, const char *args) { return ctl_as(-1, out, outlen, args); }
+
+static long long json_num(const char *json, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *p = strstr(json, k);
+  return p ? atoll(p + strlen(k)) : -1;
+}
+
+static long long stat_num(const char *key) {
+  char out[4096];
+  if (ctl(out, sizeof out, "stats --json") != 0) return -1;
+  return json_num(out, key);
+}
+
+/* Poll a stat until it equals want (up to ms); its last value. */
+static long long stat_wait(const char *key, long long want, int ms) {
+  long long v = -1;
+  for (int i = 0; i < ms / 20 && (v = stat_num(key)) != want; i++) msleep(20);
+  return v;
+}
+
+static void start_daemon(const char *extra) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-sec.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  chmod(tmpdir, 0755); /* other uids reach the sockets in some tests */
+  snprintf(sock_path, sizeof sock_path, "%s/lake.sock", tmpdir);
+  snprintf(ctl_url, sizeof ctl_url, "ipc://%s/lake.ctl", tmpdir);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend host --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
+           daemon_env, bindir, sock_path, ctl_url, extra, tmpdir);
+  daemon_pid = fork();
+  if (daemon_pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 200; i++) {
+    if (stat_num("chunks_total") >= 0) return;
+    msleep(25);
+  }
+  ck_abort_msg("daemon did not come up (see %s/daemon.log)", tmpdir);
+}
+
+static int stop_daemon(void) {
+  int st = 0;
+  kill(daemon_pid, SIGTERM);
+  waitpid(daemon_pid, &st, 0);
+  char cmd[1024];
+  if (getenv("GMLAKE_TEST_VERBOSE") || !WIFEXITED(st) || WEXITSTATUS(st))
+    snprintf(cmd, sizeof cmd, "cat %s/daemon.log >&2; rm -rf %s", tmpdir, tmpdir);
+  else snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  if (system(cmd)) {}
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The daemon's CPU time (user + system), in seconds. */
+static double daemon_cpu(void) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)daemon_pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, stt = 0;
+  /* after ")": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stt) != 2) return -1;
+  return (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static long daemon_rss_kib(void) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)daemon_pid);
+  FILE *f = fopen(path, "r");
+  long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
+  if (f) fclose(f);
+  return kib;
+}
+
+static int count_log(const char *needle) {
+  char path[128], line[1024];
+  snprintf(path, sizeof path, "%s/daemon.log", tmpdir);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+/* ---------- a raw client on the wire ---------- */
+
+static int raw_connect(void) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(s);
+    return -1;
+  }
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return s;
+}
+
+/* 1 when the daemon closed the connection (EOF after draining replies). */
+static int closed_by_daemon(int s) {
+  char buf[4096];
+  for (;;) {
+    ssize_t r = recv(s, buf, sizeof buf, 0);
+    if (r == 0) return 1;
+    if (r < 0) return errno == ECONNRESET;
+  }
+}
+
+static int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds) {
+  uint8_t *f;
+  size_t len;
+  ck_assert_int_eq(gml_wire_encode(env, &f, &len), 0);
+  int rc = gml_wire_send(s, f, len, fds, nfds);
+  free(f);
+  return rc;
+}
+
+static void send_hello_named(int s, const char *name) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = (char *)name;
+  env.seq = 1;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
+  env.hello = &h;
+  send_env(s, &env, NULL, 0);
+}
+
+/* The next frame's envelope (NULL on EOF/timeout); fds received into fds. */
+static Gmlake__Envelope *recv_env(int s, int *fds, int *nfds) {
+  Gmlake__Envelope *env = NULL;
+  int n = 0;
+  if (gml_wire_recv(s, &env, fds ? fds : (int[GML_MAX_LEASE_CHUNKS]){0}, &n, GML_MAX_LEASE_CHUNKS)) return NULL;
+  if (nfds) *nfds = n;
+  return env;
+}
+
+/* Connect, hello, its reply: a session ready to lease (-1 when refused). */
+static int raw_session(const char *name) {
+  int s = raw_connect();
+  if (s < 0) return -1;
+  send_hello_named(s, name);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  int ok = r && r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  if (!ok) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+static uint8_t *frame_of(Gmlake__Envelope *env, size_t *len) {
+  uint8_t *f;
+  ck_assert_int_eq(gml_wire_encode(env, &f, len), 0);
+  return f;
+}
+
+static void send_lease(int s, uint64_t seq, uint32_t count, int optional) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+  lr.count = count;
+  lr.optional = optional;
+  env.seq = seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
+  env.lease = &lr;
+  send_env(s, &env, NULL, 0);
+}
+
+static void send_return(int s, uint64_t seq, const uint64_t *ids, size_t n) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
+  rr.n_chunk_ids = n;
+  rr.chunk_ids = (uint64_t *)ids;
+  env.seq = seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_RET;
+  env.ret = &rr;
+  send_env(s, &env, NULL, 0);
+}
+
+/* Lease count chunks and wait for the reply: ids and fds out; how many. */
+static int lease_now(int s, uint64_t seq, uint32_t count, uint64_t *ids, int *fds) {
+  send_lease(s, seq, count, 0);
+  int nfds = 0;
+  Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+  if (!r) return -1;
+  int n = -1;
+  if (r->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY) {
+    n = (int)r->lease_reply->n_chunk_ids;
+    for (int i = 0; i < n; i++) ids[i] = r->lease_reply->chunk_ids[i];
+  }
+  gmlake__envelope__free_unpacked(r, NULL);
+  return n == nfds ? n : -1;
+}
+
+static void setup(void) {
+  const char *b = getenv("BUILD");
+  snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
+  setenv("GMLAKE_CHUNK_SIZE", "2MiB", 1);
+  daemon_env = "";
+  signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---------- item 1: a queued fd is the queue's own reference ---------- */
+
+/* A client stops reading; its lease reply (with the chunk's fd) waits in the
+ * daemon's queue while the client returns the chunk and the operator trims
+ * it, and new connections take the freed fd numbers. What the client gets
+ * with the reply must still be the chunk (a memfd of the chunk's size), never
+ * another file (another user's socket). */
+START_TEST(test_queued_fd_owned) {
+  start_daemon("--limit 4MiB --prefetch 0");
+  int s = raw_session("stops-reading");
+  ck_assert_int_ge(s, 0);
+  /* nothing is free: each optional lease gets a quick "no", which we do not read */
+  for (int i = 0; i < 3000; i++) send_lease(s, 10 + (uint64_t)i, 1, 1);
+  send_lease(s, 99999, 1, 0); /* served once the chunk is made: its reply queues behind the "no"s */
+  ck_assert_int_eq(stat_wait("chunks_leased", 1, 3000), 1);
+  uint64_t id = (1ull << 32) | 1; /* the lake's first chunk: ids are predictable */
+  send_return(s, 100000, &id, 1);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 3000), 0);
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "trim"), 0);
+  ck_assert_int_eq(stat_num("chunks_total"), 0);
+  int others[4];
+  for (int i = 0; i < 4; i++) others[i] = raw_connect(); /* they take the lowest free fd numbers */
+  msleep(100);
+  int got = 0;
+  for (;;) {
+    int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+    ck_assert_msg(r != NULL, "connection closed before the lease reply came");
+    int is_lease = r->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY;
+    gmlake__envelope__free_unpacked(r, NULL);
+    if (!is_lease) continue;
+    ck_assert_int_eq(nfds, 1);
+    struct stat st;
+    ck_assert_int_eq(fstat(fds[0], &st), 0);
+    ck_assert_msg(S_ISREG(st.st_mode) && st.st_size == 2 << 20, "received fd: mode %o size %lld (a socket: %d)",
+                  (unsigned)st.st_mode, (long long)st.st_size, S_ISSOCK(st.st_mode));
+    close(fds[0]);
+    got = 1;
+    break;
+  }
+  ck_assert(got);
+  close(s);
+  for (int i = 0; i < 4; i++) close(others[i]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* ---------- item 4: a send that fails outside the session's own callback ---------- */
+
+/* A client half-closes (shutdown SHUT_RD) holding chunks; a reclaim request
+ * (gmlakectl trim --client) fails to send. The session must be closed: its
+ * chunks parked while its process lives, back when it exits, and the daemon
+ * must not spin. */
+START_TEST(test_half_closed_client) {
+  start_daemon("--limit 16MiB --prefetch 4MiB");
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 3000), 2); /* both chunks there: one reply carries them */
+  int go[2], ready[2];
+  ck_assert_int_eq(pipe(go), 0);
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    int s = raw_session("half-closed");
+    uint64_t ids[4];
+    int fds[4];
+    int n = s >= 0 ? lease_now(s, 2, 2, ids, fds) : -1;
+    shutdown(s, SHUT_RD);
+    char c = n == 2 ? 'y' : 'n';
+    if (write(ready[1], &c, 1)) {}
+    if (read(go[0], &c, 1)) {} /* then exit: the socket closes */
+    _exit(0);
+  }
+  char c = 0;
+  ck_assert_int_eq(read(ready[0], &c, 1), 1);
+  ck_assert_int_eq(c, 'y');
+  ck_assert_int_eq(stat_num("chunks_leased"), 2);
+  char out[4096], args[64];
+  snprintf(args, sizeof args, "trim --client %d", (int)child);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);      /* closed... */
+  ck_assert_int_eq(stat_wait("chunks_parked", 2, 2000), 2); /* ...its chunks wait for its process */
+  ck_assert_int_eq(write(go[1], "x", 1), 1);
+  int st;
+  waitpid(child, &st, 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 2000), 0);
+  ck_assert_int_eq(stat_wait("chunks_parked", 0, 2000), 0);
+  ck_assert_int_ge(stat_num("chunks_free"), 2);
+  double t0 = daemon_cpu();
+  msleep(1000);
+  double used = daemon_cpu() - t0;
+  ck_assert_msg(used < 0.3, "daemon used %.2f s of CPU in 1 s while idle", used);
+  close(go[0]), close(go[1]), close(ready[0]), close(ready[1]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* ---------- item 5: bounds ---------- */
+
+/* A client that asks and never reads: the daemon closes it at its send-queue
+ * bound (default 4 MiB) and does not grow far past it. */
+START_TEST(test_send_queue_bound) {
+  start_daemon("--limit 4MiB --prefetch 0");
+  int s = raw_session("never-reads");
+  ck_assert_int_ge(s, 0);
+  long rss0 = daemon_rss_kib();
+  /* 300,000 optional leases, each answered "no" (nothing free): ~100 bytes of reply each, unread */
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+  lr.count = 1;
+  lr.optional = 1;
+  env.seq = 7;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
+  env.lease = &lr;
+  size_t flen;
+  uint8_t *f = frame_of(&env, &flen);
+  size_t batch = 4096;
+  uint8_t *buf = malloc(flen * batch);
+  for (size_t i = 0; i < batch; i++) memcpy(buf + i * flen, f, flen);
+  long peak = rss0;
+  int refused = 0;
+  for (int i = 0; i < 300000 / (int)batch && !refused; i++) {
+    size_t off = 0;
+    while (off < flen * batch) {
+      ssize_t w = send(s, buf + off, flen * batch - off, MSG_NOSIGNAL);
+      if (w <= 0) {
+        refused = 1;
+        break;
+      }
+      off += (size_t)w;
+    }
+    long r = daemon_rss_kib();
+    if (r > peak) peak = r;
+  }
+  free(buf);
+  free(f);
+  msleep(200);
+  long r = daemon_rss_kib();
+  if (r > peak) peak = r;
+  ck_assert_msg(peak - rss0 < 48 * 1024, "daemon grew from %ld to %ld KiB for one client that does not read", rss0, peak);
+  ck_assert_msg(refused || closed_by_daemon(s), "the client was not closed");
+  close(s);
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* No hello within hello-timeout-ms, or half a frame for frame-timeout-ms: closed. */
+START_TEST(test_idle_and_partial_timeouts) {
+  start_daemon("--limit 4MiB --hello-timeout-ms 300 --frame-timeout-ms 300");
+  uint64_t t0 = gml_now_ns();
+  int s = raw_connect();
+  ck_assert(closed_by_daemon(s));
+  ck_assert_uint_lt(gml_now_ns() - t0, 2000000000ull);
+  close(s);
+  s = raw_session("slow");
+  ck_assert_int_ge(s, 0);
+  uint8_t half[2] = {20, 0};
+  ck_assert_int_eq(send(s, half, 2, 0), 2);
+  t0 = gml_now_ns();
+  ck_assert(closed_by_daemon(s));
+  ck_assert_uint_lt(gml_now_ns() - t0, 2000000000ull);
+  close(s);
+  ck_assert_int_ge(count_log("no hello within"), 1);
+  ck_assert_int_ge(count_log("partial frame"), 1);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Fork a child that runs fn as uid (after setgid/setuid); its exit status. */
+static int as_uid(int uid, int (*fn)(void *), void *arg) {
+  pid_t p = fork();
+  if (p == 0) {
+    if (setgroups(0, NULL) || setgid((gid_t)uid) || setuid((uid_t)uid)) _exit(99);
+    _exit(fn(arg));
+  }
+  int st;
+  waitpid(p, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Of n connections, how many get a hello reply (kept open until exit). */
+static int connect_n(void *arg) {
+  int n = *(int *)arg, ok = 0;
+  for (int i = 0; i < n; i++) ok += raw_session("many") >= 0;
+  return ok;
+}
+
+/* max-clients-per-uid and max-clients. */
+START_TEST(test_connection_limits) {
+  start_daemon("--limit 4MiB --socket-mode 0666 --max-clients 5 --max-clients-per-uid 3");
+  int mine[4];
+  for (int i = 0; i < 3; i++) ck_assert_int_ge(mine[i] = raw_session("root"), 0);
+  mine[3] = raw_session("root-4th");
+  ck_assert_int_eq(mine[3], -1); /* over the per-uid bound */
+  int three = 3;
+  /* another user: 2 more fit under the total of 5, the third does not */
+  ck_assert_int_eq(as_uid(NOBODY, connect_n, &three), 2);
+  ck_assert_int_ge(count_log("max-clients-per-uid"), 1);
+  for (int i = 0; i < 3; i++) close(mine[i]);
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Flood usage reports (no reply) until killed. */
+static void flood(void) {
+  int s = raw_session("flood");
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  env.seq = 3;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
+  env.usage = &u;
+  size_t flen;
+  uint8_t *f = frame_of(&env, &flen);
+  size_t n = 65536 / flen;
+  uint8_t *buf = malloc(flen * n);
+  for (size_t i = 0; i < n; i++) memcpy(buf + i * flen, f, flen);
+  for (;;)
+    if (send(s, buf, flen * n, MSG_NOSIGNAL) < 0) _exit(0);
+}
+
+/* Lease+return round trips for ms: per second. */
+static double ops_per_s(int s, int ms) {
+  uint64_t end = gml_now_ns() + (uint64_t)ms * 1000000ull, seq = 100;
+  int n = 0;
+  uint64_t t0 = gml_now_ns();
+  while (gml_now_ns() < end) {
+    uint64_t id;
+    int fd;
+    if (lease_now(s, seq++, 1, &id, &fd) != 1) return -1;
+    close(fd);
+    send_return(s, seq++, &id, 1);
+    Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+    if (!r) return -1;
+    gmlake__envelope__free_unpacked(r, NULL);
+    n++;
+  }
+  return n / ((double)(gml_now_ns() - t0) / 1e9);
+}
+
+/* Two clients flood; a third keeps a fair share of the daemon (the read budget). */
+START_TEST(test_read_budget_fairness) {
+  start_daemon("--limit 16MiB --prefetch 4MiB");
+  int s = raw_session("legit");
+  ck_assert_int_ge(s, 0);
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 2000), 2);
+  double alone = ops_per_s(s, 700);
+  pid_t f[2];
+  for (int i = 0; i < 2; i++)
+    if ((f[i] = fork()) == 0) flood();
+  msleep(300);
+  double flooded = ops_per_s(s, 1000);
+  for (int i = 0; i < 2; i++) kill(f[i], SIGKILL), waitpid(f[i], NULL, 0);
+  printf("  fairness: %.0f lease+return/s alone, %.0f/s beside two flooding clients (%.1f%%)\n", alone, flooded,
+         100 * flooded / alone);
+  ck_assert_double_gt(alone, 0);
+  ck_assert_msg(flooded >= alone * 0.1, "legitimate client: %.0f ops/s alone, %.0f ops/s beside two floods", alone, flooded);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* accept() out of fds: accepting pauses, no busy loop, no log flood. */
+START_TEST(test_accept_at_fd_limit) {
+  daemon_env = "ulimit -n 48; ";
+  start_daemon("--limit 4MiB --prefetch 0");
+  int s[80], n = 0;
+  for (int i = 0; i < 80; i++) s[n++] = raw_connect(); /* connects succeed into the backlog */
+  msleep(300);
+  double t0 = daemon_cpu();
+  msleep(1000);
+  double used = daemon_cpu() - t0;
+  int lines = count_log("accept");
+  for (int i = 0; i < n; i++)
+    if (s[i] >= 0) close(s[i]);
+  ck_assert_msg(used < 0.3, "daemon used %.2f s of CPU in 1 s at its fd limit", used);
+  ck_assert_msg(lines <= 5, "%d log lines about accept", lines);
+  ck_assert_int_eq(stat_wait("clients", 0, 3000), 0); /* and it serves again */
+  int ok = raw_session("after");
+  ck_assert_int_ge(ok, 0);
+  close(ok);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+
+/* ---------- item 7: the control socket ---------- */
+
+/* A stray connect-and-close, or garbage, does not wedge the control socket. */
+START_TEST(test_control_stray_connect) {
+  start_daemon("--limit 8MiB");
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, ctl_url + 6, strlen(ctl_url + 6) + 1); /* tmpdir paths are short */
+  for (int i = 0; i < 30; i++) { /* libnng 1.5.2's listener died when a peer closed mid-handshake: a race, so many */
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
+    if (i % 3 == 1) ck_assert_int_eq(send(s, "garbage!garbage!", 16, 0), 16);
+    if (i % 3 == 2) ck_assert_int_eq(send(s, "\0SP\0\0\x30\0\0\x01\xff\xff\xff\xff\xff\xff\xff\xff", 17, 0), 17); /* a huge length */
+    close(s);
+  }
+  char out[4096];
+  uint64_t t0 = gml_now_ns();
+  ck_assert_int_eq(ctl(out, sizeof out, "stats --json"), 0);
+  ck_assert_int_eq(json_num(out, "limit_bytes"), 8 << 20);
+  ck_assert_uint_lt(gml_now_ns() - t0, 2000000000ull);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Reading for the socket's group, changing for root: a member of the group
+ * (nobody:nogroup, the control socket given to nogroup by --socket-group)
+ * reads stats and cannot set the limit or trim. */
+START_TEST(test_control_authorization) {
+  struct group *g = getgrnam("nogroup");
+  ck_assert_ptr_nonnull(g);
+  start_daemon("--limit 8MiB --prefetch 4MiB --socket-group nogroup");
+  struct stat st;
+  ck_assert_int_eq(stat(ctl_url + 6, &st), 0);
+  ck_assert_int_eq(st.st_gid, g->gr_gid); /* the group setting reaches the control socket */
+  ck_assert_int_eq(st.st_mode & 0777, 0660);
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 2000), 2);
+  char out[4096];
+  ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "stats --json") == 0, "stats as nobody: %s", out);
+  ck_assert_int_eq(json_num(out, "limit_bytes"), 8 << 20);
+  ck_assert_int_ne(ctl_as(NOBODY, out, sizeof out, "limit 2MiB"), 0);
+  ck_assert_msg(strstr(out, "permission denied"), "limit as nobody said: %s", out);
+  ck_assert_int_ne(ctl_as(NOBODY, out, sizeof out, "trim"), 0);
+  ck_assert_int_ne(ctl_as(NOBODY, out, sizeof out, "quota uid:0 2MiB"), 0);
+  ck_assert_int_eq(stat_num("limit_bytes"), 8 << 20);
+  ck_assert_int_eq(stat_num("chunks_free"), 2);
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0); /* root may */
+  ck_assert_int_eq(stat_num("limit_bytes"), 6 << 20);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Run a shell command; its exit status, its output (stdout+stderr) in out. */
+static int sh(char *out, size_t outlen, const char *fmt, ...) {
+  char cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = fread(out, 1, outlen - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A second daemon on the same control URL or client socket refuses to
+ * start, saying why, and leaves the first one's files alone; tcp:// control
+ * only with --control-insecure-tcp. */
+START_TEST(test_second_daemon_refused) {
+  start_daemon("--limit 8MiB");
+  char out[4096];
+  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/other.sock --control %s 2>&1", bindir,
+                      tmpdir, ctl_url), 0);
+  ck_assert_msg(strstr(out, "another daemon already serves"), "second daemon said: %s", out);
+  ck_assert_int_ne(access(sock_path, F_OK), 1);
+  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s --control ipc://%s/other.ctl 2>&1",
+                      bindir, sock_path, tmpdir), 0);
+  ck_assert_msg(strstr(out, "another daemon already serves"), "second daemon said: %s", out);
+  ck_assert_int_eq(stat_num("limit_bytes"), 8 << 20); /* the first still answers, on both */
+  int s = raw_session("still-there");
+  ck_assert_int_ge(s, 0);
+  close(s);
+  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/t.sock --control tcp://127.0.0.1:0 2>&1",
+                      bindir, tmpdir), 0);
+  ck_assert_msg(strstr(out, "--control-insecure-tcp"), "tcp control said: %s", out);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* ---------- item 8: inputs ---------- */
+
+/* gmlaked's command line and config: each bad input refused with exit 2 or 1 and a message. */
+START_TEST(test_daemon_bad_inputs) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-sec.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  static const struct {
+    const char *args, *says;
+  } bad[] = {
+      {"--limit nan", "bad value for limit"},          {"--limit inf", "bad value for limit"},
+      {"--prefetch 1e300", "bad value for prefetch"}, {"--preallocate 1e30TiB", "bad value for preallocate"},
+      {"--device abc", "bad value for device"},        {"--config %s", "not a regular file"},
+      {"--socket %s/file", "is not a socket"},
+  };
+  char out[4096], args[256], path[128];
+  snprintf(path, sizeof path, "%s/file", tmpdir);
+  FILE *f = fopen(path, "w");
+  fputs("precious\n", f);
+  fclose(f);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(args, sizeof args, bad[i].args, tmpdir);
+    int rc = sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/d.sock --control ipc://%s/d.ctl %s 2>&1",
+                bindir, tmpdir, tmpdir, args);
+    ck_assert_msg(rc == 1 || rc == 2, "gmlaked %s: exit %d (%s)", args, rc, out);
+    ck_assert_msg(strstr(out, bad[i].says), "gmlaked %s said: %s", args, out);
+  }
+  struct stat st;
+  ck_assert_int_eq(stat(path, &st), 0); /* --socket on a regular file left it alone */
+  ck_assert_int_eq(st.st_size, 9);
+  snprintf(args, sizeof args, "rm -rf %s", tmpdir);
+  ck_assert_int_eq(system(args), 0);
+}
+END_TEST
+
+/* gmlakectl: bad numbers refused before anything is sent (trim --client abc
+ * used to trim everything; quota uid:abc capped root). */
+START_TEST(test_ctl_bad_inputs) {
+  start_daemon("--limit 8MiB --prefetch 4MiB");
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 2000), 2);
+  static const char *const bad[] = {"trim --client abc", "trim --client 12x", "quota uid:abc 2MiB", "quota uid:-1 2MiB",
+                                    "quota 12abc 2MiB",  "--device abc stats"};
+  char out[4096];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    ck_assert_msg(ctl(out, sizeof out, bad[i]) == 2, "gmlakectl %s was not refused", bad[i]);
+  ck_assert_int_eq(stat_num("chunks_free"), 2); /* nothing trimmed */
+  int s = raw_session("quota-check");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[4];
+  int fds[4];
+  ck_assert_int_eq(lease_now(s, 2, 3, ids, fds), 2); /* no quota on root: the 2 free chunks */
+  for (int i = 0; i < 2; i++) close(fds[i]);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A lease count of 2^32 + 1 is refused, not served as 1. */
+START_TEST(test_lease_count_64bit) {
+  start_daemon("--limit 8MiB --prefetch 4MiB");
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 2000), 2);
+  int s = raw_session("big-count");
+  ck_assert_int_ge(s, 0);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+  lr.count = (1ull << 32) + 1;
+  env.seq = 2;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
+  env.lease = &lr;
+  send_env(s, &env, NULL, 0);
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+  ck_assert_msg(!r || r->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY, "a lease of 2^32+1 chunks was served %zu",
+                r ? r->lease_reply->n_chunk_ids : 0);
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  close(s);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A process name with " and \ comes out as valid JSON and valid Prometheus text. */
+START_TEST(test_names_escaped) {
+  start_daemon("--limit 8MiB");
+  int s = raw_session("ev\"il\\name");
+  ck_assert_int_ge(s, 0);
+  char out[8192];
+  ck_assert_int_eq(sh(out, sizeof out,
+                      "%s/gmlakectl --control %s clients --json | /usr/bin/python3 -c 'import json,sys; "
+                      "print([c[\"name\"] for c in json.load(sys.stdin)])' 2>&1",
+                      bindir, ctl_url),
+                   0);
+  ck_assert_msg(strstr(out, "ev\"il\\\\name"), "clients --json gave names %s", out);
+  if (!getenv("GMLAKE_TEST_NO_PROMETHEUS"))
+    ck_assert_msg(sh(out, sizeof out,
+                     "%s/gmlakectl --control %s metrics | /usr/bin/python3 -c 'import sys\n"
+                     "from prometheus_client.parser import text_string_to_metric_families as p\n"
+                     "print(len(list(p(sys.stdin.read()))))' 2>&1",
+                     bindir, ctl_url) == 0,
+                  "metrics did not parse: %s", out);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A control request over 64 KiB gets an error reply (it used to get none: gmlakectl waited). */
+START_TEST(test_control_oversize_request) {
+  start_daemon("--limit 8MiB");
+  nng_socket req;
+  ck_assert_int_eq(nng_req0_open(&req), 0);
+  nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, 3000);
+  nng_socket_set_size(req, NNG_OPT_RECVMAXSZ, 1 << 20);
+  ck_assert_int_eq(nng_dial(req, ctl_url, NULL, 0), 0);
+  size_t n = 100 * 1024;
+  uint8_t *big = malloc(n);
+  memset(big, 0x0a, n);
+  ck_assert_int_eq(nng_send(req, big, n, 0), 0);
+  free(big);
+  void *in;
+  size_t len;
+  ck_assert_int_eq(nng_recv(req, &in, &len, NNG_FLAG_ALLOC), 0);
+  Gmlake__CtlReply *rep = gmlake__ctl_reply__unpack(NULL, len, in);
+  nng_free(in, len);
+  ck_assert_ptr_nonnull(rep);
+  ck_assert_int_ne(rep->code, 0);
+  ck_assert_msg(rep->message && strstr(rep->message, "64 KiB"), "reply: %s", rep->message ? rep->message : "");
+  gmlake__ctl_reply__free_unpacked(rep, NULL);
+  nng_close(req);
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "stats"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* ---------- item 2: no memory crosses uids with content ---------- */
+
+/* Lease one chunk and map it: its fd's inode, the mapping (NULL on failure). */
+static uint8_t *lease_map(int s, uint64_t seq, uint64_t *id, int *fd, ino_t *ino) {
+  if (lease_now(s, seq, 1, id, fd) != 1) return NULL;
+  struct stat st;
+  if (fstat(*fd, &st)) return NULL;
+  *ino = st.st_ino;
+  void *p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static int all_zero(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i]) return 0;
+  return 1;
+}
+
+/* As nobody: lease a chunk, fill it with 0xAB, give it back, exit. */
+static int fill_return_exit(void *arg) {
+  (void)arg;
+  int s = raw_session("uid-a");
+  uint64_t id;
+  int fd;
+  ino_t ino;
+  uint8_t *p = s >= 0 ? lease_map(s, 2, &id, &fd, &ino) : NULL;
+  if (!p) return 1;
+  memset(p, 0xAB, 2 << 20);
+  munmap(p, 2 << 20);
+  close(fd);
+  send_return(s, 3, &id, 1);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  if (!r) return 2;
+  gmlake__envelope__free_unpacked(r, NULL);
+  return 0;
+}
+
+/* A chunk returned by uid A (its processes all gone) and leased to uid B reads as zeros. */
+START_TEST(test_other_uid_reads_zeros) {
+  start_daemon("--limit 2MiB --prefetch 0 --socket-mode 0666"); /* one chunk: B must get A's, scrubbed, or a new one */
+  ck_assert_int_eq(as_uid(NOBODY, fill_return_exit, NULL), 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 2000), 0);
+  int s = raw_session("uid-b");
+  ck_assert_int_ge(s, 0);
+  uint64_t id;
+  int fd;
+  ino_t ino;
+  uint8_t *p = lease_map(s, 2, &id, &fd, &ino);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_msg(all_zero(p, 2 << 20), "uid 0 read uid %d's bytes: %#x", NOBODY, p[0]);
+  munmap(p, 2 << 20);
+  close(fd);
+  close(s);
+  ck_assert_int_ge(stat_num("chunks_scrubbed") + stat_num("chunks_remade"), 1);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* As nobody: lease a chunk, fill it, return it but keep it mapped (as a
+ * client that dup'ed the fd, or a forked child, would); tell the parent its
+ * inode; when told, write into it again; then wait to be killed. */
+static int keep_after_return(void *arg) {
+  int *pipes = arg; /* to parent, from parent */
+  int s = raw_session("uid-a-keeps");
+  uint64_t id;
+  int fd;
+  ino_t ino;
+  uint8_t *p = s >= 0 ? lease_map(s, 2, &id, &fd, &ino) : NULL;
+  if (!p) return 1;
+  memset(p, 0xAB, 2 << 20);
+  send_return(s, 3, &id, 1);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  unsigned long long n = (unsigned long long)ino;
+  if (write(pipes[0], &n, sizeof n) != sizeof n) return 3;
+  char c;
+  if (read(pipes[1], &c, 1) != 1) return 4;
+  memset(p, 0xCD, 2 << 20); /* after B got its chunk */
+  if (write(pipes[0], "w", 1) != 1) return 5;
+  pause();
+  return 0;
+}
+
+/* A chunk uid A returned while a process of A lives (and maps it) is not
+ * leased to uid B: B gets another chunk (here the lake is full, so A's is
+ * released and a new one made), and nothing A writes reaches B. */
+START_TEST(test_reachable_chunk_not_leased) {
+  start_daemon("--limit 2MiB --prefetch 0 --socket-mode 0666");
+  int to_parent[2], to_child[2];
+  ck_assert_int_eq(pipe(to_parent), 0);
+  ck_assert_int_eq(pipe(to_child), 0);
+  pid_t a = fork();
+  if (a == 0) {
+    int ends[2] = {to_parent[1], to_child[0]};
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(99);
+    _exit(keep_after_return(ends));
+  }
+  unsigned long long a_ino = 0;
+  ck_assert_int_eq(read(to_parent[0], &a_ino, sizeof a_ino), (ssize_t)sizeof a_ino);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 2000), 0);
+  int s = raw_session("uid-b");
+  ck_assert_int_ge(s, 0);
+  uint64_t id;
+  int fd;
+  ino_t ino;
+  uint8_t *p = lease_map(s, 2, &id, &fd, &ino);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_msg((unsigned long long)ino != a_ino, "uid 0 was leased the chunk uid %d still maps", NOBODY);
+  ck_assert_msg(all_zero(p, 2 << 20), "uid 0 read uid %d's bytes: %#x", NOBODY, p[0]);
+  char c;
+  ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+  ck_assert_int_eq(read(to_parent[0], &c, 1), 1);
+  ck_assert_msg(all_zero(p, 2 << 20), "uid %d wrote into uid 0's chunk: %#x", NOBODY, p[0]);
+  ck_assert_int_eq(stat_num("chunks_remade"), 1);
+  kill(a, SIGKILL);
+  waitpid(a, NULL, 0);
+  munmap(p, 2 << 20);
+  close(fd);
+  close(s);
+  for (int i = 0; i < 2; i++) close(to_parent[i]), close(to_child[i]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("security");
+  TCase *tc = tcase_create("hostile");
+  tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_add_test(tc, test_queued_fd_owned);
+  tcase_add_test(tc, test_other_uid_reads_zeros);
+  tcase_add_test(tc, test_reachable_chunk_not_leased);
+  tcase_add_test(tc, test_half_closed_client);
+  tcase_add_test(tc, test_send_queue_bound);
+  tcase_add_test(tc, test_idle_and_partial_timeouts);
+  tcase_add_test(tc, test_connection_limits);
+  tcase_add_test(tc, test_read_budget_fairness);
+  tcase_add_test(tc, test_accept_at_fd_limit);
+  tcase_add_test(tc, test_control_stray_connect);
+  tcase_add_test(tc, test_control_authorization);
+  tcase_add_test(tc, test_second_daemon_refused);
+  tcase_add_test(tc, test_daemon_bad_inputs);
+  tcase_add_test(tc, test_ctl_bad_inputs);
+  tcase_add_test(tc, test_lease_count_64bit);
+  tcase_add_test(tc, test_names_escaped);
+  tcase_add_test(tc, test_control_oversize_request);
+  suite_add_tcase(su, tc);
+  SRunner *sr = srunner_create(su);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
