@@ -195,6 +195,11 @@ void gml_client_report(gml_client *c) {
   u.cached = st.cached;
   u.stitched = st.stitched;
   u.largest_free = st.largest_free;
+  /* the allocator's free bytes, split: whole free chunks (gml_alloc_stats'
+   * largest_free: any shape can be stitched from them) are idle cache the
+   * lake can reclaim; the rest of cached sits in chunks partly in use */
+  u.idle_bytes = st.largest_free < st.cached ? st.largest_free : st.cached;
+  u.fragment_bytes = st.cached - u.idle_bytes;
   u.alloc_count = st.alloc_count;
   env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
   env.usage = &u;

@@ -66,6 +66,7 @@ struct gml_backend {
   size_t granularity; /* the smallest chunk the device allows: 2 MiB on the H100 */
   size_t chunk_size;  /* the chunk this backend creates and maps: a multiple of granularity */
   size_t guard_granularity; /* the finest guard ops->protect can make (host: a page); 0: a whole chunk */
+  char uuid[48];      /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"), for metrics */
   const struct gml_backend_ops *ops;
   void *priv;
 };

@@ -293,6 +293,14 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
   p->api.cuMemGetAllocationGranularity(&gran, &p->prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   be->name = "cuda";
   be->device = device;
+  CUuuid id;
+  if (p->api.cuDeviceGetUuid(&id, p->dev) == CUDA_SUCCESS) { /* as nvidia-smi -L prints it */
+    const unsigned char *u = (const unsigned char *)id.bytes;
+    snprintf(be->uuid, sizeof be->uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  } else {
+    snprintf(be->uuid, sizeof be->uuid, "cuda-%d", device);
+  }
   be->granularity = gran > (2u << 20) ? gran : (2u << 20);
   /* 4 MiB by default: a new mapping costs one cuMemSetAccess (~25 us) per chunk
    * whatever its size (BENCHMARKS.md), so twice the chunk is half the stitching

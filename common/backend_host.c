@@ -359,6 +359,7 @@ int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend 
   be->device = device;
   be->granularity = be->chunk_size = 2 * 1024 * 1024;
   be->guard_granularity = (size_t)sysconf(_SC_PAGESIZE);
+  snprintf(be->uuid, sizeof be->uuid, "host-%d", device);
   be->ops = &host_ops;
   snprintf(msg, msglen, "host backend (memfd chunks of %zu bytes)", be->chunk_size);
   *out = be;

@@ -90,6 +90,10 @@ typedef struct CUmemAllocationProp_st {
   } allocFlags;
 } CUmemAllocationProp;
 
+typedef struct CUuuid_st { /* a device's UUID, for the metrics' gpu_uuid label */
+  char bytes[16];
+} CUuuid;
+
 typedef struct CUmemAccessDesc_st {
   CUmemLocation location;
   CUmemAccess_flags flags;
@@ -97,7 +101,7 @@ typedef struct CUmemAccessDesc_st {
 
 /* Every member of the structs above, (struct, member): the check compares
  * each one's offset and size, and each struct's size and alignment. */
-#define GML_CUDA_STRUCTS(X) X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc)
+#define GML_CUDA_STRUCTS(X) X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUuuid)
 #define GML_CUDA_FIELDS(X)                             \
   X(CUmemLocation, type)                               \
   X(CUmemLocation, id)                                 \
@@ -113,7 +117,8 @@ typedef struct CUmemAccessDesc_st {
   X(CUmemAllocationProp, allocFlags.usage)             \
   X(CUmemAllocationProp, allocFlags.reserved)          \
   X(CUmemAccessDesc, location)                         \
-  X(CUmemAccessDesc, flags)
+  X(CUmemAccessDesc, flags)                            \
+  X(CUuuid, bytes)
 
 /* The driver entry points backend_cuda.c loads, by the symbol it dlsyms: the
  * versioned name (_v2) where cuda.h maps the API name to one, as a program
@@ -125,6 +130,7 @@ typedef struct CUmemAccessDesc_st {
   X(cuDeviceGet, (CUdevice *, int))                                                                             \
   X(cuDeviceGetCount, (int *))                                                                                  \
   X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                                \
+  X(cuDeviceGetUuid, (CUuuid *, CUdevice))                                                                      \
   X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                          \
   X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                   \
   X(cuCtxSetCurrent, (CUcontext))                                                                               \

@@ -10,6 +10,10 @@
 #define GML_PROTOCOL_VERSION 1
 #define GML_MAX_FRAME (64 * 1024)   /* larger lengths close the connection */
 #define GML_MAX_LEASE_CHUNKS 128    /* chunk ids (and fds) per message */
+/* Upper bounds (microseconds) of LakeStats.lease_latency_bucket: the lease
+ * latency histogram (Prometheus gmlake_lease_duration_seconds). */
+#define GML_LEASE_LAT_BOUNDS_US {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000}
+#define GML_LEASE_LAT_NBOUNDS 15
 
 /* Serialize env into a malloc'd frame (length prefix included). */
 int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);

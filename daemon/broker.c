@@ -303,8 +303,11 @@ void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n)
 }
 
 void broker_record_latency(broker *b, uint64_t ns) {
+  static const uint64_t bounds_us[GML_LEASE_LAT_NBOUNDS] = GML_LEASE_LAT_BOUNDS_US;
   b->lat_ns[b->nlat % BROKER_LAT_RING] = ns;
   b->nlat++;
+  b->lat_sum_ns += ns;
+  for (int i = GML_LEASE_LAT_NBOUNDS - 1; i >= 0 && ns <= bounds_us[i] * 1000; i--) b->lat_bucket[i]++;
 }
 
 uint64_t broker_refill(broker *b, uint64_t now_ns) {

@@ -16,6 +16,7 @@
 #define GML_BROKER_H
 #include "gmlake.pb-c.h"
 #include "lake.h"
+#include "wire.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -48,6 +49,7 @@ typedef struct broker_client {
   uint64_t allocated, cached, stitched, largest_free; /* its last usage report, bytes */
   uint64_t paused, paused_saved; /* ... paused blocks (gml_pause) and their saved content, bytes */
   uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
+  uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
   uint64_t leases_refused;
   broker_request lease;
 } broker_client;
@@ -85,6 +87,8 @@ typedef struct broker {
   Gmlake__LakeStats *counters;
   uint64_t lat_ns[BROKER_LAT_RING];
   size_t nlat;
+  uint64_t lat_bucket[GML_LEASE_LAT_NBOUNDS]; /* all leases, cumulative, by GML_LEASE_LAT_BOUNDS_US */
+  uint64_t lat_sum_ns;
 } broker;
 
 enum broker_verdict {

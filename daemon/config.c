@@ -90,6 +90,8 @@ static const config_option options[] = {
      "out of fds: accepting pauses this long (default %D)", 1, 60000, 10, NULL},
     {"control-insecure-tcp", NULL, OPT_FLAG, AT(control_insecure_tcp), NULL,
      "allow a tcp:// control URL: anyone who reaches it may change the lake (unauthenticated)", 0, 0, 0, NULL},
+    {"metrics-listen", "ADDR:PORT", OPT_STRING, AT(metrics_listen), NULL,
+     "serve Prometheus text on http://ADDR:PORT/metrics (default: off)", 0, 127, 0, NULL},
     {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
      NULL},
     {"version", NULL, OPT_VERSION, 0, 0, NULL, "print the version and exit", 0, 0, 0, NULL},

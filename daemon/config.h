@@ -45,6 +45,7 @@ typedef struct gmld_config {
   int read_budget;            /* frames read from one client per turn of the loop */
   int accept_backoff_ms;      /* accept() out of fds: pause accepting this long */
   int control_insecure_tcp;   /* allow tcp:// control (unauthenticated) */
+  char metrics_listen[128];   /* ADDR:PORT of the HTTP /metrics endpoint ("" = none) */
 } gmld_config;
 
 /* Fill c from the defaults, the config file and argv. Returns 0, 1 when

@@ -16,6 +16,10 @@
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
+
+#define GML_STR2(x) #x
+#define GML_STR(x) GML_STR2(x)
+#define GMLD_VERSION_STRING GML_STR(GML_VERSION_MAJOR) "." GML_STR(GML_VERSION_MINOR) "." GML_STR(GML_VERSION_PATCH)
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +42,15 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
     st->stitched += c->stitched;
     st->growable_mapped += c->growable_mapped;
     st->growable_unmapped += c->growable_unmapped;
+    st->idle_cache_bytes += c->idle;
+    st->fragment_bytes += c->fragment;
   }
+  st->n_lease_latency_bucket = GML_LEASE_LAT_NBOUNDS;
+  st->lease_latency_bucket = (uint64_t *)b->lat_bucket;
+  st->lease_latency_sum_s = (double)b->lat_sum_ns / 1e9;
+  st->lease_latency_count = b->nlat;
+  st->gpu_uuid = d->be->uuid;
+  st->version = (char *)GMLD_VERSION_STRING;
   st->chunks_shared = d->lk.shared;
   st->shares = shares_count(d);
   /* growable ranges' chunks are leased and in use, like allocated blocks */

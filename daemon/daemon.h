@@ -56,6 +56,10 @@ typedef struct gmld {
   uv_poll_t ctl_poll;
   struct ctl_conn *ctl_conns;
   size_t nctl_conns;
+  int http_fd;              /* --metrics-listen (metrics.c); -1: none */
+  uv_poll_t http_poll;
+  struct http_conn *http_conns;
+  size_t nhttp_conns;
   uv_signal_t sigterm, sigint, sighup;
   int argc;                 /* the command line, read again with the config file on SIGHUP */
   char **argv;
@@ -71,6 +75,12 @@ typedef struct gmld {
   Gmlake__LakeStats counters;
   int stopping;
 } gmld;
+
+/* HTTP /metrics (metrics.c): start (0, or an error said on stderr), the
+ * tick's timeouts, stop. */
+int metrics_start(gmld *d);
+void metrics_tick(gmld *d);
+void metrics_stop(gmld *d);
 
 /* The trust model's hooks into the broker (trust.c). */
 void trust_install(gmld *d);

@@ -134,6 +134,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 static void on_tick(uv_timer_t *t) {
   gmld *d = t->data;
   sessions_tick(d);
+  metrics_tick(d);
   daemon_refill(d);
   if (gml_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);
 }
@@ -184,7 +185,7 @@ int main(int argc, char **argv) {
   d->listen_fd = -1;
   d->loop = uv_default_loop();
   if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
-  if (sessions_listen(d) || control_start(d)) {
+  if (sessions_listen(d) || control_start(d) || metrics_start(d)) {
     sessions_stop_listening(d); /* the client socket file too: another daemon may own the control URL */
     creator_stop(&d->cr);
     return 1;
@@ -212,6 +213,7 @@ int main(int argc, char **argv) {
   d->stopping = 1;
   sessions_close_all(d);
   control_stop(d);
+  metrics_stop(d);
   uv_timer_stop(&d->tick);
   uv_close((uv_handle_t *)&d->tick, NULL);
   uv_close((uv_handle_t *)&d->sigterm, NULL);

@@ -281,6 +281,8 @@ static void handle_usage(request *rq) {
   c->paused_saved = u->paused_saved;
   c->growable_mapped = u->growable_mapped;
   c->growable_unmapped = u->growable_unmapped;
+  c->idle = u->idle_bytes;
+  c->fragment = u->fragment_bytes;
 }
 
 /* Share, attach, detach: daemon/shares.c. */

@@ -7,7 +7,9 @@
 #include "util.h"
 #include "wire.h"
 #include <check.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <nng/nng.h>
@@ -893,6 +895,102 @@ START_TEST(test_reachable_chunk_not_leased) {
 }
 END_TEST
 
+/* ---------- item 11: /metrics over HTTP ---------- */
+
+/* A free TCP port on 127.0.0.1 (bound and released: the daemon binds it next). */
+static int free_port(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t l = sizeof a;
+  ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &l), 0);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+/* gmlaked --metrics-listen: GET /metrics parses with prometheus_client; the
+ * lease latency is a histogram; gmlake_build_info has the version; every
+ * sample has the device's UUID label; clients are summed per uid (no pid
+ * label); idle cache (whole free chunks) and fragmentation (free bytes in
+ * chunks in use) come apart, as the client's allocator reports them. */
+START_TEST(test_metrics_http) {
+  int port = free_port();
+  char extra[128];
+  snprintf(extra, sizeof extra, "--limit 32MiB --metrics-listen 127.0.0.1:%d", port);
+  start_daemon(extra);
+  int to[2], from[2];
+  ck_assert_int_eq(pipe(to), 0);
+  ck_assert_int_eq(pipe(from), 0);
+  pid_t c = fork();
+  if (c == 0) {
+    dup2(to[0], 0), dup2(from[1], 1);
+    close(to[1]), close(from[0]);
+    char path[300];
+    snprintf(path, sizeof path, "%s/gml-testclient", bindir);
+    execl(path, path, sock_path, (char *)NULL);
+    _exit(127);
+  }
+  close(to[0]), close(from[1]);
+  FILE *in = fdopen(to[1], "w"), *out = fdopen(from[0], "r");
+  setvbuf(in, NULL, _IOLBF, 0);
+  char line[512];
+  ck_assert_ptr_nonnull(fgets(line, sizeof line, out)); /* ready */
+  /* 3 MiB live in two 2 MiB chunks (1 MiB free inside), then 4 MiB freed: two whole chunks idle */
+  const char *cmds[] = {"alloc 3145728", "alloc 4194304", "free 1", "flush", "flush"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    fprintf(in, "%s\n", cmds[i]);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, out));
+    ck_assert_msg(!strncmp(line, "ok", 2), "%s: %s", cmds[i], line);
+  }
+  msleep(100);
+  char o[8192];
+  int rc = sh(o, sizeof o,
+              "/usr/bin/python3 -c '\n"
+              "import urllib.request\n"
+              "from prometheus_client.parser import text_string_to_metric_families as p\n"
+              "t = urllib.request.urlopen(\"http://127.0.0.1:%d/metrics\", timeout=5).read().decode()\n"
+              "fams = {f.name: f for f in p(t)}\n"
+              "h = fams[\"gmlake_lease_duration_seconds\"]\n"
+              "assert h.type == \"histogram\", h.type\n"
+              "b = [s for s in h.samples if s.name.endswith(\"_bucket\")]\n"
+              "assert [x.value for x in b] == sorted(x.value for x in b), b\n"
+              "cnt = [s.value for s in h.samples if s.name.endswith(\"_count\")][0]\n"
+              "assert cnt >= 1 and b[-1].labels[\"le\"] == \"+Inf\" and b[-1].value == cnt, (cnt, b[-1])\n"
+              "bi = fams[\"gmlake_build_info\"].samples[0]\n"
+              "assert bi.labels[\"version\"].count(\".\") == 2 and bi.value == 1, bi\n"
+              "allsamples = [s for f in fams.values() for s in f.samples]\n"
+              "assert all(s.labels.get(\"gpu_uuid\") == \"host-0\" for s in allsamples)\n"
+              "assert not any(\"pid\" in s.labels for s in allsamples)\n"
+              "v = lambda n: fams[n].samples[0].value\n"
+              "u = {s.labels[\"kind\"]: s.value for s in fams[\"gmlake_user_bytes\"].samples if s.labels[\"uid\"] == \"0\"}\n"
+              "assert u[\"allocated\"] == 3 << 20, u\n"
+              "print(\"idle\", v(\"gmlake_idle_cache_bytes\"), \"fragment\", v(\"gmlake_fragment_bytes\"), \"cached\", v(\"gmlake_cached_bytes\"))\n"
+              "assert v(\"gmlake_idle_cache_bytes\") >= 4 << 20 and v(\"gmlake_idle_cache_bytes\") %% (2 << 20) == 0\n"
+              "assert v(\"gmlake_fragment_bytes\") >= 1 << 20\n"
+              "assert v(\"gmlake_idle_cache_bytes\") + v(\"gmlake_fragment_bytes\") == v(\"gmlake_cached_bytes\")\n"
+              "' 2>&1",
+              port);
+  ck_assert_msg(rc == 0, "/metrics: %s", o);
+  printf("  /metrics: %s", o);
+  ck_assert_int_eq(sh(o, sizeof o, "%s/gmlakectl --control %s stats", bindir, ctl_url), 0);
+  ck_assert_msg(strstr(o, "idle ") && strstr(o, "fragmented "), "stats: %s", o);
+  /* anything but /metrics: 404 */
+  ck_assert_int_eq(sh(o, sizeof o,
+                      "/usr/bin/python3 -c 'import urllib.request, urllib.error\ntry:\n"
+                      "  urllib.request.urlopen(\"http://127.0.0.1:%d/\", timeout=5)\nexcept urllib.error.HTTPError as e:\n"
+                      "  print(e.code)' 2>&1",
+                      port),
+                   0);
+  ck_assert_msg(strstr(o, "404"), "GET /: %s", o);
+  fprintf(in, "close\n");
+  fclose(in);
+  while (fgets(line, sizeof line, out)) {}
+  fclose(out);
+  waitpid(c, NULL, 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -915,6 +1013,7 @@ int main(void) {
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_control_oversize_request);
+  if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);

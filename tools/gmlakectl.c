@@ -183,7 +183,7 @@ static int cmd_stats(ctl *c) {
 
 static int cmd_metrics(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
-  print_metrics(c->reply);
+  print_metrics(stdout, c->reply);
   return 0;
 }
 

@@ -4,6 +4,7 @@
  * in `metrics` with no edit here; the tables below only give a field another
  * name, unit, label, help or place. */
 #include "statsview.h"
+#include "wire.h"
 #include "util.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,12 +138,14 @@ static const char *const stats_lines[] = {
     "  clients   {clients}: allocated {allocated:bytes}, cached {cached:bytes}, stitched {stitched:bytes}",
     "  growable  {growable_mapped:bytes} mapped, {growable_unmapped:bytes} reserved but unmapped; shared: {chunks_shared} "
     "chunk(s) in {shares} share(s), counted once",
+    "  cached    idle {idle_cache_bytes:bytes} (whole chunks, reclaimable), fragmented {fragment_bytes:bytes} "
+    "(free inside chunks in use)",
     "  fragmentation {fragmentation:pct} (1 - (allocated + growable mapped)/leased)",
     "  leases    {lease_count} served (p50 {lease_p50_us:%.1f} us, p99 {lease_p99_us:%.1f} us), {leases_refused} refused, "
     "{optional_declined} optional ones declined; {protocol_errors} protocol errors",
 };
 /* LakeStats fields the human view leaves out on purpose (the rest appear) */
-static const char *const stats_hidden[] = {"device_total_bytes"};
+static const char *const stats_hidden[] = {"device_total_bytes", "lease_latency_sum_s", "lease_latency_count"};
 
 static void print_template_field(const ProtobufCMessage *m, const char *name, const char *spec) {
   const ProtobufCFieldDescriptor *f = field_of(m, name);
@@ -244,33 +247,49 @@ static const struct metric_view {
     {"chunks_total", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* the sum of gmlake_lake_bytes */
     {"stitched", NULL, NULL, NULL, NULL, AS_IS, NULL},
     {"device_total_bytes", NULL, NULL, NULL, NULL, AS_IS, NULL},
+    {"idle_cache_bytes", "gmlake_idle_cache_bytes", "gauge",
+     "Whole chunks clients cache with nothing allocated in them: reclaimable.", NULL, AS_IS, NULL},
+    {"fragment_bytes", "gmlake_fragment_bytes", "gauge",
+     "Free bytes inside chunks clients use in part: fragmentation, not reclaimable.", NULL, AS_IS, NULL},
+    {"lease_latency_sum_s", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* in the histogram */
+    {"lease_latency_count", NULL, NULL, NULL, NULL, AS_IS, NULL},
 };
 
-static void print_sample(const ProtobufCMessage *m, const struct metric_view *v, int dev) {
+/* Every sample's labels: the device index and its UUID (a GPU's, as
+ * nvidia-smi and DCGM name it, or host-N). */
+typedef struct labels {
+  int dev;
+  const char *uuid;
+} labels;
+
+static void print_sample(FILE *o, const ProtobufCMessage *m, const struct metric_view *v, const labels *l) {
   const ProtobufCFieldDescriptor *f = field_of(m, v->field);
   if (!f || !is_number(f)) return;
-  if (v->type) printf("# HELP %s %s\n# TYPE %s %s\n", v->family, v->help, v->family, v->type);
-  printf("%s{device=\"%d\"%s%s} ", v->family, dev, v->label ? "," : "", v->label ? v->label : "");
-  if (v->unit == US_TO_S) printf(v->fmt ? v->fmt : "%.9f", number(m, f) / 1e6);
-  else if (is_float(f)) printf(v->fmt ? v->fmt : "%.6f", number(m, f));
-  else print_integer(stdout, m, f, v->unit == PER_CHUNK ? unsigned_of(m, "chunk_size") : 1);
-  putchar('\n');
+  if (v->type) fprintf(o, "# HELP %s %s\n# TYPE %s %s\n", v->family, v->help, v->family, v->type);
+  fprintf(o, "%s{device=\"%d\",gpu_uuid=\"", v->family, l->dev);
+  print_escaped(o, l->uuid, 0);
+  fprintf(o, "\"%s%s} ", v->label ? "," : "", v->label ? v->label : "");
+  if (v->unit == US_TO_S) fprintf(o, v->fmt ? v->fmt : "%.9f", number(m, f) / 1e6);
+  else if (is_float(f)) fprintf(o, v->fmt ? v->fmt : "%.6f", number(m, f));
+  else print_integer(o, m, f, v->unit == PER_CHUNK ? unsigned_of(m, "chunk_size") : 1);
+  fputc('\n', o);
 }
 
 /* A LakeStats number without a row: gmlake_<name>, a gauge when the name
  * ends in _bytes or it is a double, else a counter gmlake_<name>_total. */
-static void metric_by_rule(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, int dev) {
+static void metric_by_rule(FILE *o, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, const labels *l) {
   size_t len = strlen(f->name);
   int gauge = is_float(f) || (len > 6 && !strcmp(f->name + len - 6, "_bytes"));
   char family[128], help[160];
   snprintf(family, sizeof family, "gmlake_%s%s", f->name, gauge ? "" : "_total");
   snprintf(help, sizeof help, "LakeStats.%s (proto/gmlake.proto).", f->name);
   struct metric_view v = {f->name, family, gauge ? "gauge" : "counter", help, NULL, AS_IS, NULL};
-  print_sample(m, &v, dev);
+  print_sample(o, m, &v, l);
 }
 
 /* Per cgroup (containers, units, jobs): a bounded label, 16 cgroups, the rest summed as "other". */
-static void print_cgroup_metrics(const Gmlake__CtlReply *r, int dev) {
+static void print_labels(FILE *o, const labels *l);
+static void print_cgroup_metrics(FILE *o, const Gmlake__CtlReply *r, const labels *l) {
   enum { MAXCG = 16 };
   const char *cg[MAXCG + 1];
   uint64_t cgv[MAXCG + 1][3];
@@ -289,40 +308,104 @@ static void print_cgroup_metrics(const Gmlake__CtlReply *r, int dev) {
     cgv[k][0] += c->leased_bytes, cgv[k][1] += c->allocated, cgv[k][2] += c->paused;
   }
   cg[MAXCG] = "other";
-  printf("# HELP gmlake_cgroup_bytes Bytes of the clients of one cgroup by kind (16 cgroups, the rest as \"other\").\n"
+  fprintf(o, "# HELP gmlake_cgroup_bytes Bytes of the clients of one cgroup by kind (16 cgroups, the rest as \"other\").\n"
          "# TYPE gmlake_cgroup_bytes gauge\n");
   for (size_t k = 0; k <= MAXCG; k++) {
     if (k >= ncg && !(k == MAXCG && other)) continue;
     for (int j = 0; j < 3; j++)
       {
-        printf("gmlake_cgroup_bytes{device=\"%d\",cgroup=\"", dev);
-        print_escaped(stdout, cg[k], 0);
-        printf("\",kind=\"%s\"} %llu\n", j == 0 ? "leased" : j == 1 ? "allocated" : "paused", (unsigned long long)cgv[k][j]);
+        fprintf(o, "gmlake_cgroup_bytes{");
+        print_labels(o, l);
+        fprintf(o, ",cgroup=\"");
+        print_escaped(o, cg[k], 0);
+        fprintf(o, "\",kind=\"%s\"} %llu\n", j == 0 ? "leased" : j == 1 ? "allocated" : "paused", (unsigned long long)cgv[k][j]);
       }
   }
 }
 
-void print_metrics(const Gmlake__CtlReply *r) {
+static void print_labels(FILE *o, const labels *l) {
+  fprintf(o, "device=\"%d\",gpu_uuid=\"", l->dev);
+  print_escaped(o, l->uuid, 0);
+  fputc('"', o);
+}
+
+/* Lease latency as a Prometheus histogram (all leases since start; the
+ * quantile gauges above are over the recent ones). */
+static void print_latency_histogram(FILE *o, const Gmlake__LakeStats *s, const labels *l) {
+  static const uint64_t bounds_us[GML_LEASE_LAT_NBOUNDS] = GML_LEASE_LAT_BOUNDS_US;
+  fprintf(o, "# HELP gmlake_lease_duration_seconds Lease round trip in the daemon, every lease since start.\n"
+             "# TYPE gmlake_lease_duration_seconds histogram\n");
+  for (size_t i = 0; i < GML_LEASE_LAT_NBOUNDS; i++) {
+    fprintf(o, "gmlake_lease_duration_seconds_bucket{");
+    print_labels(o, l);
+    fprintf(o, ",le=\"%g\"} %llu\n", (double)bounds_us[i] / 1e6,
+            (unsigned long long)(i < s->n_lease_latency_bucket ? s->lease_latency_bucket[i] : 0));
+  }
+  fprintf(o, "gmlake_lease_duration_seconds_bucket{");
+  print_labels(o, l);
+  fprintf(o, ",le=\"+Inf\"} %llu\ngmlake_lease_duration_seconds_sum{", (unsigned long long)s->lease_latency_count);
+  print_labels(o, l);
+  fprintf(o, "} %.9f\ngmlake_lease_duration_seconds_count{", s->lease_latency_sum_s);
+  print_labels(o, l);
+  fprintf(o, "} %llu\n", (unsigned long long)s->lease_latency_count);
+}
+
+/* Per-client numbers summed per user: a series per pid would grow without
+ * bound (every job a new one). At most 64 users; the rest as uid="other". */
+static void print_per_user(FILE *o, const Gmlake__CtlReply *r, const labels *l) {
+  enum { MAXU = 64 };
+  static const struct { const char *field, *kind; } client_bytes[] = {
+      {"leased_bytes", "leased"}, {"allocated", "allocated"}, {"cached", "cached"}, {"stitched", "stitched"}};
+  uint32_t uids[MAXU];
+  uint64_t sums[MAXU + 1][4] = {{0}}, nclients[MAXU + 1] = {0};
+  size_t nu = 0, other = 0;
+  for (size_t i = 0; i < r->n_clients; i++) {
+    const Gmlake__ClientInfo *c = r->clients[i];
+    size_t k = 0;
+    while (k < nu && uids[k] != c->uid) k++;
+    if (k == nu && nu < MAXU) uids[nu++] = c->uid;
+    if (k == MAXU) other = 1;
+    nclients[k]++;
+    for (size_t j = 0; j < 4; j++) sums[k][j] += unsigned_of(&c->base, client_bytes[j].field);
+  }
+  fprintf(o, "# HELP gmlake_user_bytes Bytes of one user's clients by kind.\n# TYPE gmlake_user_bytes gauge\n");
+  for (size_t k = 0; k < nu + other; k++)
+    for (size_t j = 0; j < 4; j++) {
+      fprintf(o, "gmlake_user_bytes{");
+      print_labels(o, l);
+      if (k < nu) fprintf(o, ",uid=\"%u\"", uids[k]);
+      else fprintf(o, ",uid=\"other\"");
+      fprintf(o, ",kind=\"%s\"} %llu\n", client_bytes[j].kind, (unsigned long long)sums[k][j]);
+    }
+  fprintf(o, "# HELP gmlake_user_clients Connected clients of one user.\n# TYPE gmlake_user_clients gauge\n");
+  for (size_t k = 0; k < nu + other; k++) {
+    fprintf(o, "gmlake_user_clients{");
+    print_labels(o, l);
+    if (k < nu) fprintf(o, ",uid=\"%u\"} %llu\n", uids[k], (unsigned long long)nclients[k]);
+    else fprintf(o, ",uid=\"other\"} %llu\n", (unsigned long long)nclients[k]);
+  }
+}
+
+void print_metrics(FILE *o, const Gmlake__CtlReply *r) {
   const ProtobufCMessage *m = &r->stats->base;
-  int dev = r->stats->device;
+  labels l = {r->stats->device, r->stats->gpu_uuid && *r->stats->gpu_uuid ? r->stats->gpu_uuid : "unknown"};
+  fprintf(o, "# HELP gmlake_build_info The daemon's version and backend.\n# TYPE gmlake_build_info gauge\n"
+             "gmlake_build_info{");
+  print_labels(o, &l);
+  fprintf(o, ",version=\"");
+  print_escaped(o, r->stats->version && *r->stats->version ? r->stats->version : "unknown", 0);
+  fprintf(o, "\",backend=\"");
+  print_escaped(o, r->stats->backend, 0);
+  fprintf(o, "\"} 1\n");
   for (size_t i = 0; i < GML_ARRAY_LEN(metric_views); i++)
-    if (metric_views[i].family) print_sample(m, &metric_views[i], dev);
+    if (metric_views[i].family) print_sample(o, m, &metric_views[i], &l);
   for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
     int has_row = 0;
     for (size_t k = 0; k < GML_ARRAY_LEN(metric_views) && !has_row; k++) has_row = !strcmp(metric_views[k].field, f->name);
-    if (!has_row && is_number(f)) metric_by_rule(m, f, dev);
+    if (!has_row && is_number(f)) metric_by_rule(o, m, f, &l);
   }
-  static const struct { const char *field, *kind; } client_bytes[] = {
-      {"leased_bytes", "leased"}, {"allocated", "allocated"}, {"cached", "cached"}, {"stitched", "stitched"}};
-  printf("# HELP gmlake_client_bytes Bytes of one client by kind.\n# TYPE gmlake_client_bytes gauge\n");
-  for (size_t i = 0; i < r->n_clients; i++) {
-    const Gmlake__ClientInfo *c = r->clients[i];
-    for (size_t k = 0; k < GML_ARRAY_LEN(client_bytes); k++) {
-      printf("gmlake_client_bytes{device=\"%d\",pid=\"%d\",name=\"", dev, c->pid);
-      print_escaped(stdout, c->name, 0);
-      printf("\",kind=\"%s\"} %llu\n", client_bytes[k].kind, (unsigned long long)unsigned_of(&c->base, client_bytes[k].field));
-    }
-  }
-  print_cgroup_metrics(r, dev);
+  print_cgroup_metrics(o, r, &l);
+  print_latency_histogram(o, r->stats, &l);
+  print_per_user(o, r, &l);
 }

@@ -11,6 +11,9 @@ void print_json(const ProtobufCMessage *m);
 void print_json_list(ProtobufCMessage *const *items, size_t n);
 /* `gmlakectl stats`: the text templates, then any field they leave out. */
 void print_stats(const Gmlake__LakeStats *s);
-/* `gmlakectl metrics`: Prometheus text of LakeStats and of each client. */
-void print_metrics(const Gmlake__CtlReply *r);
+/* Prometheus text of LakeStats and of the clients summed per user (reply to
+ * a `clients` request), into o: `gmlakectl metrics` and the daemon's HTTP
+ * /metrics (daemon/metrics.c) print the same. */
+#include <stdio.h>
+void print_metrics(FILE *o, const Gmlake__CtlReply *r);
 #endif
