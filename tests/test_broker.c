@@ -55,6 +55,57 @@ static void fill_lake(broker_client *holder) {
   ck_assert_uint_eq(lake_headroom(&lk), 0);
 }
 
+/* The trust model: a free chunk last leased to another uid is never served
+ * as it is. Its uid's processes gone: scrubbed, then served; still there:
+ * released when the limit leaves no room (the lease waits for a new one),
+ * left alone when it does; the same uid gets its own chunks back as they are. */
+static int fake_gone;
+static int scrubs;
+static int gone_q(void *arg, uint32_t uid) {
+  (void)arg, (void)uid;
+  return fake_gone;
+}
+static int scrub_q(void *arg, uint32_t idx) {
+  (void)arg, (void)idx;
+  scrubs++;
+  return 0;
+}
+START_TEST(test_trust_between_uids) {
+  br.trust = (broker_trust){.uid_gone = gone_q, .scrub = scrub_q};
+  lk.limit_bytes = 2 * cs;
+  broker_client a, a2, b;
+  client(&a, 1, 100, 0);
+  client(&a2, 2, 101, 0); /* another process of uid 1000 */
+  client(&b, 3, 200, 0);
+  b.uid = 2000;
+  add_chunks(2);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 2, 0, 0, &d);
+  ck_assert_uint_eq(d.n, 2);
+  broker_returned(&br, &a, d.idx, 2);
+  ck_assert_uint_eq(lk.nfree_clean, 0);
+  /* uid 2000, uid 1000 alive, lake at its limit: one of A's chunks is released, B waits */
+  fake_gone = 0;
+  broker_lease(&br, &b, 2, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(counters.chunks_remade, 1);
+  ck_assert_uint_eq(lk.total, 1);
+  ck_assert_uint_eq(broker_refill(&br, 0), 1); /* a new chunk is ordered for B */
+  /* the same uid takes the other one as it is */
+  broker_lease(&br, &a2, 3, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  broker_returned(&br, &a2, d.idx, 1);
+  /* uid 1000 gone: its chunk is scrubbed and served to B */
+  fake_gone = 1;
+  broker_review(&br, &b, 1, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_int_eq(scrubs, 1);
+  ck_assert_uint_eq(counters.chunks_scrubbed, 1);
+  ck_assert_uint_eq(lk.chunks[d.idx[0]].tenant, 2000);
+  br.trust = (broker_trust){0};
+}
+END_TEST
+
 START_TEST(test_serve_now) {
   broker_client a;
   client(&a, 7, 100, 0);
@@ -423,6 +474,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_refill);
   tcase_add_test(tc, test_refill_after_trim_and_preallocation);
   tcase_add_test(tc, test_set_limit);
+  tcase_add_test(tc, test_trust_between_uids);
   suite_add_tcase(s, tc);
   return s;
 }
