@@ -507,6 +507,7 @@ static void session_close(session *s, const char *why) {
       p->bc = s->bc; /* who it was, what it holds: still its process's */
       p->bc.leased_chunks = held;
       p->bc.allocated = p->bc.cached = p->bc.stitched = p->bc.paused = p->bc.paused_saved = 0;
+      p->bc.idle = p->bc.fragment = 0;
       uv_poll_init(d->loop, &p->poll, p->pidfd);
       p->poll.data = p;
       uv_poll_start(&p->poll, UV_READABLE, on_parked_exit);
