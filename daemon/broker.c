@@ -46,12 +46,18 @@ static void decision_start(broker_decision *d, const broker_client *c) {
  * the limit leaves no room to make a new one (the lease then waits for it). */
 static void make_room(broker *b, const broker_client *c, uint32_t want) {
   lake *lk = b->lk;
+  uint32_t asked_uid = 0;
+  int asked = 0, gone = 0; /* uid_gone scans /proc: once per uid and call, not per chunk */
   for (uint32_t j = lk->nfree; j-- > 0 && want;) {
     uint32_t i = lk->free_stack[j];
     lake_chunk *ch = &lk->chunks[i];
     if (!ch->tainted || ch->tenant == c->uid) continue;
-    if (b->trust.uid_gone && b->trust.scrub && b->trust.uid_gone(b->trust.arg, ch->tenant) &&
-        b->trust.scrub(b->trust.arg, i) == 0) {
+    if (b->trust.uid_gone && b->trust.scrub && (!asked || asked_uid != ch->tenant)) {
+      asked = 1;
+      asked_uid = ch->tenant;
+      gone = b->trust.uid_gone(b->trust.arg, ch->tenant);
+    }
+    if (b->trust.uid_gone && b->trust.scrub && gone && b->trust.scrub(b->trust.arg, i) == 0) {
       lake_mark_clean(lk, i);
       b->counters->chunks_scrubbed++;
       want--;
