@@ -1,7 +1,8 @@
 /* client.c: gml_open/gml_close and the two chunk sources of the allocator:
  * the daemon (lease/return over the Unix socket, fds imported with the
  * backend) or, embedded, the backend itself. Also the periodic usage report;
- * the daemon's requests (reclaim) are served by link.c's threads. */
+ * the daemon's requests (reclaim) are served by link.c's threads. The
+ * allocation entry points are in track.c. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -210,7 +211,7 @@ void gml_client_report(gml_client *c) {
 }
 
 /* Between operations: serve a reclaim, report usage now and then. */
-static void client_housekeeping(gml_client *c, int force) {
+void gml_client_housekeeping(gml_client *c, int force) {
   if (c->mode != GML_MODE_DAEMON) return;
   uint64_t want = __atomic_exchange_n(&c->reclaim_pending, 0, __ATOMIC_RELAXED);
   if (want) {
@@ -335,8 +336,10 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_client *c = calloc(1, sizeof *c);
   if (!c) return GML_ENOMEM;
   c->sock = -1;
+  c->device = o.device;
   pthread_mutex_init(&c->conn_lock, NULL);
   gml_grow_init(c);
+  pthread_mutex_init(&c->track_lock, NULL);
   char why[1200] = "", msg[512] = "";
   int rc = GML_EDAEMON;
   char path[256] = "";
@@ -413,6 +416,7 @@ fail:
   if (c->be) gml_backend_close(c->be);
   gml_grow_destroy_all(c);
   pthread_mutex_destroy(&c->conn_lock);
+  pthread_mutex_destroy(&c->track_lock);
   free(c);
   return rc;
 }
@@ -421,59 +425,15 @@ int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
   gml_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
   gml_pause_destroy(c);         /* paused content is dropped */
+  gml_track_destroy(c);          /* pending frees and pools' blocks go back first */
   gml_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
   gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
   gml_link_stop(c);
   if (c->sock >= 0) close(c->sock);
   gml_backend_close(c->be);
   pthread_mutex_destroy(&c->conn_lock);
+  pthread_mutex_destroy(&c->track_lock);
   free(c);
-  return 0;
-}
-
-int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) {
-  if (!c || !ptr) return GML_EINVAL;
-  uint64_t t0 = c->alloc.timing ? gml_now_ns() : 0;
-  int rc = gml_alloc_malloc(&c->alloc, size, stream, ptr);
-  if (t0) __atomic_fetch_add(&c->alloc.malloc_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
-  if (rc) {
-    /* the allocator's numbers, then the lake's answer: what was asked and who holds the lake */
-    if (c->lake_error[0]) snprintf(c->last_error, sizeof c->last_error, "%s; daemon: %s", c->alloc.last_error, c->lake_error);
-    else snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
-  }
-  if (++c->ops_since_check >= 256 || rc || c->reclaim_pending) {
-    c->ops_since_check = 0;
-    client_housekeeping(c, rc != 0);
-  }
-  return rc;
-}
-
-int gml_free(gml_client *c, void *ptr) {
-  if (!c) return GML_EINVAL;
-  int rc = gml_alloc_free(&c->alloc, ptr);
-  if (rc) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
-  if (++c->ops_since_check >= 256 || c->reclaim_pending) {
-    c->ops_since_check = 0;
-    client_housekeeping(c, 0);
-  }
-  return rc;
-}
-
-int gml_stats_get(gml_client *c, gml_stats *out) {
-  if (!c || !out) return GML_EINVAL;
-  gml_alloc_stats(&c->alloc, out);
-  gml_grow_stats(c, out);
-  gml_pause_stats(c, out);
-  out->version = GML_VERSION;
-  out->mode = c->mode;
-  return 0;
-}
-
-int gml_trim(gml_client *c, size_t *released_bytes) {
-  if (!c) return GML_EINVAL;
-  size_t n = gml_alloc_release_idle(&c->alloc, 0);
-  if (released_bytes) *released_bytes = n;
-  client_housekeeping(c, 1);
   return 0;
 }
 
@@ -497,7 +457,7 @@ int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **rep
 
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;
-  client_housekeeping(c, 1);
+  gml_client_housekeeping(c, 1);
   return c->daemon_gone ? GML_EDAEMON : 0;
 }
 

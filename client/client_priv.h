@@ -1,6 +1,9 @@
 /* client_priv.h: the client handle as the library's parts see it (client.c
  * owns the connection and the allocator's chunk sources; growable.c maps
- * chunks from the same source into ranges of their own). Not installed. */
+ * chunks from the same source into ranges of their own; track.c, streams.c
+ * and pools.c keep what a framework layer needs on top of the allocator:
+ * per-allocation records, PyTorch's counters, history, recorded streams,
+ * private pools). Not installed. */
 #ifndef GML_CLIENT_PRIV_H
 #define GML_CLIENT_PRIV_H
 #include "alloc.h"
@@ -25,6 +28,57 @@ struct gml_growable {
   int shared;      /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
   char key[128];   /* the share's key when shared */
 };
+
+#define GML_REC_STREAMS 4 /* recorded streams kept per allocation; more: the free waits for the device */
+
+/* One allocation the client knows of: live, waiting for recorded streams,
+ * or free in a private pool. */
+typedef struct gml_rec {
+  uintptr_t ptr;
+  size_t size, requested;
+  gml_stream stream;
+  uint64_t tag;
+  int32_t pool;       /* index into c->pools, -1: none */
+  uint8_t state;      /* GML_BLOCK_* */
+  uint8_t nuses;      /* recorded streams in uses[] */
+  uint8_t uses_overflow;
+  uint8_t nevents;
+  gml_stream uses[GML_REC_STREAMS];
+  uintptr_t events[GML_REC_STREAMS];
+  struct gml_rec *hnext;        /* hash chain */
+  struct gml_rec *lnext, *lprev; /* pending list, or its pool's free list */
+} gml_rec;
+
+typedef struct gml_recmap {
+  gml_rec **buckets;
+  size_t cap, count;
+} gml_recmap;
+
+typedef struct gml_priv_pool {
+  gml_pool_id id;
+  int used;            /* slot in use */
+  int use_count;
+  int capturing;       /* between gml_pool_begin and gml_pool_end */
+  gml_stream_filter filter;
+  void *filter_ctx;
+  size_t live;         /* its allocations (live or pending free) */
+  gml_rec *free_head;  /* its free blocks */
+} gml_priv_pool;
+
+#define GML_MAX_POOLS 64
+
+typedef struct gml_counters {
+  gml_stat allocation, active, allocated_bytes, active_bytes, requested_bytes, inactive_split_bytes;
+  int64_t retries, ooms, waits;
+  uint64_t reserved_peak;                        /* bytes; the allocator's own peak is not reset */
+  uint64_t base_acquired, base_released;         /* chunk counts at the last reset_accumulated */
+} gml_counters;
+
+typedef struct gml_trace_ring {
+  gml_trace_entry *e;
+  size_t cap, head, count;
+  uint64_t seq;
+} gml_trace_ring;
 
 /* Growable ranges of one client (growable.c). */
 typedef struct gml_grow_state {
@@ -55,6 +109,17 @@ struct gml_client {
   gml_grow_state grow;
   char last_error[1400];
   char lake_error[1024];    /* the daemon's refusal of the last lease (the lake-wide picture), "" after a served one */
+  int device;
+  /* what a framework layer needs (track.c, streams.c, pools.c), under
+   * track_lock; the allocator's lock nests inside it */
+  pthread_mutex_t track_lock;
+  gml_recmap recs;
+  gml_rec *pending;         /* frees waiting for recorded streams */
+  size_t npending;
+  gml_priv_pool pools[GML_MAX_POOLS];
+  int ncapturing;
+  gml_counters ctr;
+  gml_trace_ring trace;
 };
 
 /* link.c: the daemon connection's threads (see there). start after hello;
@@ -73,6 +138,27 @@ void gml_client_report(gml_client *c);
 void gml_pause_stats(gml_client *c, gml_stats *st);
 void gml_pause_destroy(gml_client *c);
 
+/* client.c: serve a reclaim, report usage now and then (force: now) */
+void gml_client_housekeeping(gml_client *c, int force);
+
+/* track.c */
+int gml_recmap_put(gml_recmap *m, gml_rec *r);
+gml_rec *gml_recmap_get(gml_recmap *m, uintptr_t ptr, int remove);
+void gml_recmap_destroy(gml_recmap *m);
+void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+void gml_track_destroy(gml_client *c);
+/* The allocation of rec r is done with (no stream uses it any more): back to its pool or the allocator. */
+void gml_rec_release(gml_client *c, gml_rec *r);
+
+/* streams.c: frees that wait for recorded streams. wait: block until all are done. */
+int gml_streams_defer(gml_client *c, gml_rec *r);
+void gml_streams_poll(gml_client *c, int wait);
+
+/* pools.c */
+int32_t gml_pools_route(gml_client *c, gml_stream stream); /* pool an allocation on stream goes to, -1: none */
+gml_rec *gml_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
+void gml_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
+void gml_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
 /* growable.c */
 void gml_grow_init(gml_client *c);
 void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */

@@ -287,6 +287,115 @@ GML_API int gmlake_torch_trim(int device);
 GML_API int gmlake_torch_block_of(int device, uintptr_t addr, gml_block_info *out);
 GML_API ssize_t gmlake_torch_block_list(int device, gml_block_info *out, size_t max);
 
+/* ---------- what a framework's allocator layer needs (python/gmlake/_C.cpp) ----------
+ * Every function below takes the client's lock; all are safe from several
+ * threads. Sizes of allocations are rounded up to 512 bytes. */
+
+/* gml_alloc/gml_free with a caller's tag, kept with the allocation and in
+ * its history entries (the torch layer keys its Python stacks by it). */
+GML_API int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, void **ptr);
+GML_API int gml_free_ex(gml_client *c, void *ptr, uint64_t tag);
+/* 1 if ptr lies in this client's virtual range (any client memory does), else 0. */
+GML_API int gml_contains(gml_client *c, const void *ptr);
+/* Size asked for and size held (rounded) of the live allocation at ptr. */
+GML_API int gml_size_of(gml_client *c, const void *ptr, size_t *requested, size_t *size);
+
+/* Counters in PyTorch's DeviceStats notions. current/peak are levels, allocated/freed
+ * sums since the last gml_reset_accumulated; peaks restart at the current level
+ * with gml_reset_peak. allocated: live allocations; active: live or freed but
+ * still in use on a recorded stream (gml_record_stream); reserved/segment: the
+ * chunks held; inactive_split: held bytes of partly used chunks that no live
+ * block uses (its counts are not tracked); requested: bytes asked for. */
+typedef struct gml_stat {
+  int64_t current, peak, allocated, freed;
+} gml_stat;
+typedef struct gml_mem_stats {
+  gml_stat allocation, segment, active, inactive_split;              /* counts */
+  gml_stat allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes;
+  int64_t num_alloc_retries; /* allocations that failed, released cache and tried again */
+  int64_t num_ooms;          /* allocations that failed after that */
+  int64_t num_sync_all_streams; /* device synchronizations (gml_stats.syncs + waits for recorded streams) */
+  int64_t num_device_alloc, num_device_free; /* chunks leased / returned */
+  int64_t limit_bytes;       /* gml_set_limit, 0 = none */
+} gml_mem_stats;
+GML_API int gml_mem_stats_get(gml_client *c, gml_mem_stats *out);
+GML_API int gml_reset_peak(gml_client *c);
+GML_API int gml_reset_accumulated(gml_client *c);
+
+/* The most bytes of chunks this process may hold (0 = no limit of its own;
+ * the daemon's limits and quotas apply as well). */
+GML_API int gml_set_limit(gml_client *c, size_t bytes);
+/* Free and total memory of the device, as the backend sees it. */
+GML_API int gml_device_memory(gml_client *c, uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* The live allocation at ptr is also used on `stream` (besides the stream it
+ * was allocated on). When it is freed, an event is recorded on each such
+ * stream and the memory is reused only once all have passed it. GML_EBADPTR
+ * if ptr is not a live allocation. */
+GML_API int gml_record_stream(gml_client *c, void *ptr, gml_stream stream);
+
+/* Private pools (CUDA graphs). A pool is named by two numbers (PyTorch's
+ * MempoolId_t). Between gml_pool_begin and gml_pool_end, allocations whose
+ * stream the filter accepts (filter NULL: every stream) come from the pool: the
+ * pool's own free blocks on that stream first, else new memory. Blocks freed
+ * while the pool lives stay in the pool, reused only by its allocations; once
+ * its use count falls to 0 (gml_pool_release), its free blocks go back to the
+ * allocator, and each live one when it is freed. */
+typedef struct gml_pool_id {
+  uint64_t a, b;
+} gml_pool_id;
+typedef int (*gml_stream_filter)(void *ctx, gml_stream stream); /* nonzero: allocate in the pool */
+GML_API int gml_pool_create(gml_client *c, gml_pool_id id);  /* creates, or adds a use */
+GML_API int gml_pool_begin(gml_client *c, gml_pool_id id, gml_stream_filter filter, void *ctx); /* + a use */
+GML_API int gml_pool_end(gml_client *c, gml_pool_id id);
+GML_API int gml_pool_release(gml_client *c, gml_pool_id id); /* - a use */
+GML_API int gml_pool_use_count(gml_client *c, gml_pool_id id); /* <0: GML_EINVAL, no such pool */
+/* The pool's live allocations, up to cap of them into ptrs; *n is how many there are. */
+GML_API int gml_pool_live(gml_client *c, gml_pool_id id, void **ptrs, size_t cap, size_t *n);
+
+/* History: a bounded ring of what happened, oldest first. */
+enum gml_trace_action {
+  GML_TRACE_ALLOC = 0,
+  GML_TRACE_FREE_REQUESTED = 1,
+  GML_TRACE_FREE_COMPLETED = 2, /* later than the request when recorded streams had to pass it */
+  GML_TRACE_SEGMENT_MAP = 3,    /* chunks leased (addr 0: not mapped anywhere yet) */
+  GML_TRACE_SEGMENT_UNMAP = 4,  /* chunks given back */
+  GML_TRACE_OOM = 5,            /* size: asked; addr: device free bytes */
+};
+typedef struct gml_trace_entry {
+  uint64_t seq, time_ns, tag;
+  int action;
+  uintptr_t addr;
+  size_t size;
+  gml_stream stream;
+  gml_pool_id pool;
+} gml_trace_entry;
+/* Start recording the last `capacity` events (0: stop and forget them). */
+GML_API int gml_trace_enable(gml_client *c, size_t capacity);
+/* Copy up to cap entries, oldest first, into out; *n is how many were copied. */
+GML_API int gml_trace_read(gml_client *c, gml_trace_entry *out, size_t cap, size_t *n);
+
+/* The allocations the client tracks, for snapshots: live ones and those whose
+ * free waits for recorded streams, and free blocks held by private pools. */
+enum gml_block_state { GML_BLOCK_FREE = 0, GML_BLOCK_ALLOCATED = 1, GML_BLOCK_PENDING_FREE = 2 };
+typedef struct gml_alloc_info {
+  uintptr_t addr;
+  size_t size, requested;
+  int state;
+  gml_stream stream;
+  gml_pool_id pool; /* {0, 0}: none */
+  uint64_t tag;
+} gml_alloc_info;
+/* Up to cap of them into out, sorted by address; *n is how many there are. */
+GML_API int gml_allocations(gml_client *c, gml_alloc_info *out, size_t cap, size_t *n);
+
+/* One client per device for a process's framework layer, opened on first use
+ * (daemon of that device if one runs, else embedded); NULL on failure (the
+ * reason is logged). Never closed: tensors may be freed until the end. */
+GML_API gml_client *gml_device_client(int device);
+/* That device's client if it is open, else NULL (never opens one). */
+GML_API gml_client *gml_device_client_if_open(int device);
+
 #ifdef __cplusplus
 }
 #endif

@@ -157,15 +157,17 @@ START_TEST(test_torch_default_backend) {
   setenv("GMLAKE_LIBCUDA", "/nonexistent/libcuda.so.1", 1); /* no usable GPU, even on a GPU machine */
   setenv("GMLAKE_SOCKET", "/nonexistent/gmlake.sock", 1);
   unsetenv("GMLAKE_BACKEND");
-  ck_assert_ptr_null(gmlake_torch_malloc(1 << 20, 5, NULL)); /* auto fell back to host: refused */
-  gml_stats st;
-  ck_assert_int_eq(gmlake_torch_stats(5, &st), GML_EINVAL); /* and no client was kept */
+  ck_assert_ptr_null(gml_device_client(5)); /* auto fell back to host: refused */
+  ck_assert_ptr_null(gml_device_client_if_open(5)); /* and no client was kept */
   setenv("GMLAKE_BACKEND", "host", 1);
-  void *p = gmlake_torch_malloc(1 << 20, 6, NULL); /* named: taken */
-  ck_assert_ptr_nonnull(p);
-  ck_assert_int_eq(gmlake_torch_stats(6, &st), 0);
+  gml_client *c = gml_device_client(6); /* named: taken */
+  ck_assert_ptr_nonnull(c);
+  void *p = NULL;
+  ck_assert_int_eq(gml_alloc(c, 1 << 20, 0, &p), 0);
+  gml_stats st;
+  ck_assert_int_eq(gml_stats_get(c, &st), 0);
   ck_assert_str_eq(st.backend, "host");
-  gmlake_torch_free(p, 1 << 20, 6, NULL);
+  gml_free(c, p);
   unsetenv("GMLAKE_BACKEND"), unsetenv("GMLAKE_SOCKET"), unsetenv("GMLAKE_LIBCUDA");
 }
 END_TEST

@@ -719,6 +719,10 @@ START_TEST(test_quota_and_limit) {
   /* past the lake's limit: a clear out-of-memory, and the daemon goes on */
   r = client_cmd(&a, "alloc %d", 40 << 20);
   ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "out of memory"), "expected GML_ENOMEM, got '%s'", r);
+  /* the message says what was asked, what this process has, and what the lake holds */
+  ck_assert_msg(strstr(r, "tried to allocate 40.00 MiB") && strstr(r, "12.00 MiB allocated") && strstr(r, "reserved") &&
+                    strstr(r, "the lake (daemon) said:") && strstr(r, "lake holds"),
+                "OOM message: '%s'", r);
   ck_assert_int_ge(stat_num("leases_refused"), 2);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 2");
   /* gmlakectl limit: lower the lake's limit at run time, in bytes and in percent */

@@ -1,0 +1,315 @@
+/* Tests of the C API a framework layer uses (track.c, streams.c, pools.c),
+ * through gml_open on the host backend, embedded: PyTorch's counters,
+ * recorded streams, private pools, the retry before an out-of-memory and
+ * its message, the history ring, the block list. Events are gated by the
+ * test (host events are otherwise done at once). */
+#include "client_priv.h"
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB (1024ul * 1024ul)
+
+static gml_client *C;
+static struct gml_backend_ops gated_ops;
+static const struct gml_backend_ops *real_ops;
+static int gate_open, syncs;
+
+static int gated_event_done(gml_backend *b, uintptr_t ev) {
+  (void)b, (void)ev;
+  return gate_open;
+}
+
+static int counted_synchronize(gml_backend *b) {
+  syncs++;
+  gate_open = 1; /* the device is idle: every event is done */
+  return real_ops->synchronize(b);
+}
+
+static void setup(void) {
+  gml_open_opts o = {0};
+  o.backend = "host";
+  o.mode = GML_MODE_EMBEDDED;
+  setenv("GMLAKE_CHUNK_SIZE", "2MiB", 1);
+  ck_assert_int_eq(gml_open(&o, &C), 0);
+  real_ops = C->be->ops;
+  gated_ops = *real_ops;
+  gated_ops.event_done = gated_event_done;
+  gated_ops.synchronize = counted_synchronize;
+  C->be->ops = &gated_ops;
+  gate_open = 1;
+  syncs = 0;
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(gml_alloc_check(&C->alloc), 0);
+  C->be->ops = real_ops;
+  gml_close(C);
+}
+
+static void *xalloc(size_t n, gml_stream s) {
+  void *p = NULL;
+  int rc = gml_alloc(C, n, s, &p);
+  ck_assert_msg(rc == 0, "alloc %zu: %s", n, gml_last_error(C));
+  return p;
+}
+
+START_TEST(test_torch_counters) {
+  gml_mem_stats m;
+  void *a = xalloc(1000, 0), *b = xalloc(3 * MiB, 0);
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.allocated_bytes.current, 1024 + 3 * MiB);
+  ck_assert_int_eq(m.requested_bytes.current, 1000 + 3 * MiB);
+  ck_assert_int_eq(m.allocation.current, 2);
+  ck_assert_int_eq(m.active_bytes.current, m.allocated_bytes.current);
+  ck_assert_int_eq(m.reserved_bytes.current, 6 * MiB); /* a small chunk and two large ones */
+  ck_assert_int_eq(m.segment.current, 3);
+  ck_assert_int_eq(m.num_device_alloc, 3);
+  gml_free(C, b);
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.allocated_bytes.current, 1024);
+  ck_assert_int_eq(m.allocated_bytes.peak, 1024 + 3 * MiB);
+  ck_assert_int_eq(m.allocated_bytes.allocated, 1024 + 3 * MiB);
+  ck_assert_int_eq(m.allocated_bytes.freed, 3 * MiB);
+  ck_assert_int_eq(m.reserved_bytes.peak, 6 * MiB);
+  /* 2 MiB of the small chunk minus the live 1 KiB cannot go back: inactive split */
+  ck_assert_int_eq(m.inactive_split_bytes.current, 2 * MiB - 1024);
+  ck_assert_int_eq(gml_reset_peak(C), 0);
+  ck_assert_int_eq(gml_reset_accumulated(C), 0);
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.allocated_bytes.peak, 1024);
+  ck_assert_int_eq(m.allocated_bytes.allocated, 0);
+  ck_assert_int_eq(m.allocated_bytes.freed, 0);
+  ck_assert_int_eq(m.num_device_alloc, 0);
+  size_t released = 0;
+  ck_assert_int_eq(gml_trim(C, &released), 0);
+  ck_assert_uint_eq(released, 4 * MiB);
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.reserved_bytes.current, 2 * MiB);
+  ck_assert_int_eq(m.reserved_bytes.peak, 6 * MiB); /* reset kept the level then */
+  ck_assert_int_eq(m.num_device_free, 2);
+  size_t req, sz;
+  ck_assert_int_eq(gml_size_of(C, a, &req, &sz), 0);
+  ck_assert_uint_eq(req, 1000);
+  ck_assert_uint_eq(sz, 1024);
+  ck_assert(gml_contains(C, a));
+  ck_assert(!gml_contains(C, &m));
+  gml_free(C, a);
+  ck_assert_int_eq(gml_free(C, a), GML_EBADPTR);
+}
+END_TEST
+
+/* A block used on stream 2 and freed is not handed out again until stream 2
+ * has passed the free, whatever stream asks; then it is. */
+START_TEST(test_record_stream_defers_reuse) {
+  void *a = xalloc(6 * MiB, 1);
+  gml_free(C, a);
+  ck_assert_ptr_eq(xalloc(6 * MiB, 1), a); /* no recorded stream: reused at once on its stream */
+  ck_assert_int_eq(gml_record_stream(C, a, 2), 0);
+  gate_open = 0;
+  gml_free(C, a);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.allocated_bytes.current, 0);
+  ck_assert_int_eq(m.active_bytes.current, 6 * MiB); /* freed, still in use on stream 2 */
+  void *b = xalloc(6 * MiB, 1);
+  ck_assert_ptr_ne(b, a);
+  gml_free(C, b);
+  gate_open = 1;
+  void *c = xalloc(6 * MiB, 1); /* the pending free completes first: both are free */
+  void *d = xalloc(6 * MiB, 1);
+  ck_assert_msg((c == a && d == b) || (c == b && d == a), "a %p b %p, got %p %p", a, b, c, d);
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.active_bytes.current, 12 * MiB);
+  ck_assert_int_eq(syncs, 0);
+  gml_free(C, c);
+  gml_free(C, d);
+  ck_assert_int_eq(gml_record_stream(C, d, 2), GML_EBADPTR);
+}
+END_TEST
+
+/* More recorded streams than a record keeps: the free waits for the device. */
+START_TEST(test_record_stream_overflow_synchronizes) {
+  void *a = xalloc(4 * MiB, 1);
+  for (gml_stream s = 2; s < 2 + GML_REC_STREAMS + 1; s++) ck_assert_int_eq(gml_record_stream(C, a, s), 0);
+  gate_open = 0;
+  gml_free(C, a);
+  ck_assert_int_eq(syncs, 1);
+  ck_assert_ptr_eq(xalloc(4 * MiB, 1), a);
+  gml_free(C, a);
+}
+END_TEST
+
+/* Before an out-of-memory, frees waiting for streams are waited for. */
+START_TEST(test_oom_waits_for_pending_frees) {
+  ck_assert_int_eq(gml_set_limit(C, 8 * MiB), 0);
+  void *a = xalloc(8 * MiB, 1);
+  ck_assert_int_eq(gml_record_stream(C, a, 2), 0);
+  gate_open = 0;
+  gml_free(C, a);
+  void *b = xalloc(8 * MiB, 1); /* fails first: a is still in use on 2; then waits, retries */
+  ck_assert_ptr_eq(b, a);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.num_alloc_retries, 1);
+  ck_assert_int_eq(m.num_ooms, 0);
+  ck_assert_int_eq(m.limit_bytes, 8 * MiB);
+  ck_assert_int_ge(syncs, 1);
+  gml_free(C, b);
+}
+END_TEST
+
+START_TEST(test_oom_message_and_recovery) {
+  gml_trace_enable(C, 64);
+  ck_assert_int_eq(gml_set_limit(C, 8 * MiB), 0);
+  void *a = xalloc(6 * MiB, 0), *p = NULL;
+  ck_assert_int_eq(gml_alloc(C, 6 * MiB, 0, &p), GML_ENOMEM);
+  const char *e = gml_last_error(C);
+  ck_assert_msg(strstr(e, "out of memory") && strstr(e, "tried to allocate 6.00 MiB") && strstr(e, "6.00 MiB allocated") &&
+                    strstr(e, "6.00 MiB reserved") && strstr(e, "limit is 8.00 MiB") && strstr(e, "embedded"),
+                "%s", e);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.num_ooms, 1);
+  ck_assert_int_eq(m.num_alloc_retries, 1);
+  gml_trace_entry t[64];
+  size_t n;
+  ck_assert_int_eq(gml_trace_read(C, t, 64, &n), 0);
+  ck_assert_int_eq(t[n - 1].action, GML_TRACE_OOM);
+  ck_assert_uint_eq(t[n - 1].size, 6 * MiB);
+  gml_free(C, a);
+  p = xalloc(6 * MiB, 0); /* the program goes on */
+  gml_free(C, p);
+}
+END_TEST
+
+static int only_stream_5(void *ctx, gml_stream s) {
+  ++*(int *)ctx;
+  return s == 5;
+}
+
+START_TEST(test_private_pool) {
+  gml_pool_id id = {7, 0}, other = {8, 0};
+  int calls = 0;
+  ck_assert_int_eq(gml_pool_begin(C, id, only_stream_5, &calls), 0);
+  ck_assert_int_eq(gml_pool_begin(C, id, only_stream_5, &calls), GML_EINVAL); /* already capturing */
+  void *g = xalloc(4 * MiB, 5), *o = xalloc(4 * MiB, 1);
+  ck_assert_int_ge(calls, 2);
+  void *live[4];
+  size_t n;
+  ck_assert_int_eq(gml_pool_live(C, id, live, 4, &n), 0);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_ptr_eq(live[0], g);
+  gml_free(C, g); /* stays the pool's */
+  ck_assert_ptr_eq(xalloc(3 * MiB, 5), g); /* reused inside the pool */
+  gml_free(C, g);
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  void *x = xalloc(4 * MiB, 5); /* outside the pool: never the pool's block */
+  ck_assert_ptr_ne(x, g);
+  gml_alloc_info bi[8];
+  ck_assert_int_eq(gml_allocations(C, bi, 8, &n), 0);
+  ck_assert_uint_eq(n, 3);
+  int pool_free = 0;
+  for (size_t i = 0; i < n; i++) pool_free += bi[i].addr == (uintptr_t)g && bi[i].state == GML_BLOCK_FREE && bi[i].pool.a == 7;
+  ck_assert_int_eq(pool_free, 1);
+  ck_assert_int_eq(gml_pool_create(C, id), 0); /* a second use (a graph sharing it) */
+  ck_assert_int_eq(gml_pool_use_count(C, id), 2);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_pool_use_count(C, id), 1);
+  ck_assert_int_eq(gml_pool_use_count(C, other), GML_EINVAL);
+  /* a live pool block survives the pool's release, and goes back when freed */
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  void *h = xalloc(4 * MiB, 1);
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_pool_release(C, id), GML_EINVAL);
+  gml_free(C, h);
+  ck_assert_int_eq(gml_allocations(C, bi, 8, &n), 0);
+  ck_assert_uint_eq(n, 2); /* o and x; g and h went back to the allocator */
+  ck_assert_ptr_eq(xalloc(4 * MiB, 5), g); /* the allocator hands g's memory out again */
+  gml_free(C, o);
+  gml_free(C, x);
+  gml_free(C, g);
+}
+END_TEST
+
+/* While a pool captures, no event is recorded; the free completes after. */
+START_TEST(test_record_stream_during_capture) {
+  gml_pool_id id = {9, 1};
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  void *a = xalloc(2 * MiB, 1);
+  ck_assert_int_eq(gml_record_stream(C, a, 3), 0);
+  gml_free(C, a);
+  ck_assert_uint_eq(C->npending, 1);
+  ck_assert_ptr_ne(xalloc(2 * MiB, 1), a); /* not reused inside the capture either */
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  ck_assert_uint_eq(C->npending, 0); /* events recorded and done (host) at the end */
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+}
+END_TEST
+
+START_TEST(test_trace_ring) {
+  ck_assert_int_eq(gml_trace_enable(C, 4), 0);
+  void *p = NULL;
+  ck_assert_int_eq(gml_alloc_ex(C, 4 * MiB, 3, 11, &p), 0); /* segment_map + alloc */
+  ck_assert_int_eq(gml_free_ex(C, p, 12), 0);              /* free_requested + free_completed */
+  gml_trace_entry t[8];
+  size_t n;
+  ck_assert_int_eq(gml_trace_read(C, t, 8, &n), 0);
+  ck_assert_uint_eq(n, 4);
+  int want[] = {GML_TRACE_SEGMENT_MAP, GML_TRACE_ALLOC, GML_TRACE_FREE_REQUESTED, GML_TRACE_FREE_COMPLETED};
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(t[i].action, want[i]);
+  ck_assert_uint_eq(t[0].size, 4 * MiB);
+  ck_assert_uint_eq(t[1].addr, (uintptr_t)p);
+  ck_assert_uint_eq(t[1].tag, 11);
+  ck_assert_uint_eq(t[1].stream, 3);
+  ck_assert_uint_eq(t[3].tag, 12);
+  ck_assert_uint_lt(t[0].seq, t[3].seq);
+  uint64_t first = t[0].seq;
+  ck_assert_int_eq(gml_alloc_ex(C, 1000, 3, 13, &p), 0); /* the ring keeps the newest 4 */
+  ck_assert_int_eq(gml_trace_read(C, t, 8, &n), 0);
+  ck_assert_uint_eq(n, 4);
+  ck_assert_uint_gt(t[0].seq, first);
+  ck_assert_int_eq(t[2].action, GML_TRACE_FREE_COMPLETED);
+  ck_assert_int_eq(t[3].action, GML_TRACE_ALLOC);
+  ck_assert_uint_eq(t[3].tag, 13);
+  gml_free(C, p);
+  ck_assert_int_eq(gml_trace_enable(C, 0), 0);
+  ck_assert_int_eq(gml_trace_read(C, t, 8, &n), 0);
+  ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(test_device_clients) {
+  setenv("GMLAKE_BACKEND", "host", 1);
+  setenv("GMLAKE_MODE", "embedded", 1);
+  ck_assert_ptr_null(gml_device_client_if_open(3));
+  gml_client *d = gml_device_client(3);
+  ck_assert_ptr_nonnull(d);
+  ck_assert_ptr_eq(gml_device_client(3), d);
+  ck_assert_ptr_eq(gml_device_client_if_open(3), d);
+  ck_assert_ptr_null(gml_device_client(-1));
+  uint64_t f = 0, t = 0;
+  ck_assert_int_eq(gml_device_memory(d, &f, &t), 0);
+  ck_assert_uint_gt(t, 0);
+}
+END_TEST
+
+Suite *layer_suite(void) {
+  Suite *s = suite_create("layer");
+  TCase *tc = tcase_create("layer");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_torch_counters);
+  tcase_add_test(tc, test_record_stream_defers_reuse);
+  tcase_add_test(tc, test_record_stream_overflow_synchronizes);
+  tcase_add_test(tc, test_oom_waits_for_pending_frees);
+  tcase_add_test(tc, test_oom_message_and_recovery);
+  tcase_add_test(tc, test_private_pool);
+  tcase_add_test(tc, test_record_stream_during_capture);
+  tcase_add_test(tc, test_trace_ring);
+  tcase_add_test(tc, test_device_clients);
+  suite_add_tcase(s, tc);
+  return s;
+}
