@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
-#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow]
+#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest]
 #                (default: build vmm test lease replay torch shared)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
@@ -27,6 +27,9 @@
 #         peak reserved with borrowing on / off / PyTorch default, results against one stream
 # shareweights: bench/share_weights.py: four processes serving one 1.1B Llama-shaped model with
 #          its weights unshared, shared by name (gmlake.share/attach) and deduplicated (gmlake.dedup)
+# torchtest: builds gmlake._C against the installed torch, runs tests/torch (issue 11's points,
+#         embedded and daemon, and a Hugging Face Trainer with memory metrics) and prints their table;
+#         then a short training's memory_viz snapshot and memory_summary into $OUT
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -101,6 +104,7 @@ torch_table() { # workload ('' = all), then the environment it runs with
 accept_steps() { case $1 in gpt2_ckpt) echo 60;; llama_lora) echo 40;; vit_train) echo 100;; *) return 1;; esac; }
 for st in $STAGES; do
   case $st in
+  torchtest) ;;
   torch*) w=${st#torch}; torch_table "${w#:}";;
   trace:*) w=${st#trace:}
     s=$(accept_steps "$w") || { echo "trace: unknown workload $w"; exit 2; }
@@ -120,6 +124,19 @@ for st in $STAGES; do
     python3 bench/paired.py "$OUTDIR/torch_$w.json" | tee -a "$SUMMARY";;
   esac
 done
+
+if has torchtest; then
+  if (cd python && MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build.log" 2>&1; then
+    say "gmlake._C: built against torch $(python3 -c 'import torch; print(torch.__version__)')"
+    PYTHONUNBUFFERED=1 timeout 1500 python3 tests/torch/run.py 2>&1 | tee "$OUTDIR/torchtest.txt"
+    sed -n '/==== torch on the lake/,$p' "$OUTDIR/torchtest.txt" >> "$SUMMARY"
+    PYTHONUNBUFFERED=1 OUT="$OUTDIR" GMLAKE_MODE=embedded python3 bench/torch_snapshot.py > "$OUTDIR/torch_snapshot.txt" 2>&1 &&
+      say "memory_viz snapshot of a training: train_snapshot.pickle, memory_summary.txt" ||
+      { say "torch_snapshot: FAILED"; tail -20 "$OUTDIR/torch_snapshot.txt"; }
+  else
+    say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40
+  fi
+fi
 
 if has shared; then
   PYTHONUNBUFFERED=1 python3 bench/torch_bench.py shared 2>&1 | tee "$OUTDIR/shared.txt"

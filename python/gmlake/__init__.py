@@ -3,22 +3,32 @@
     import gmlake
     gmlake.enable()          # before the first CUDA allocation
 
-enable() swaps PyTorch's CUDA caching allocator for libgmlake-client (through
-torch.cuda.memory.CUDAPluggableAllocator). The library talks to the device's
-gmlaked when one runs, else runs embedded. torch.cuda.memory_stats() knows
-nothing of a pluggable allocator: gmlake.stats() gives our numbers.
-gmlake.pool() gives a torch.cuda.MemPool on the lake, to put only part of a
-program there (use it with torch.cuda.use_mem_pool) without enable().
+enable() makes gmlake._C (a C++ extension: a c10 CUDAAllocator over
+libgmlake-client) PyTorch's CUDA allocator, the way
+torch.cuda.memory.change_current_allocator installs one. The library talks
+to the device's gmlaked when one runs, else runs embedded. PyTorch's own
+memory APIs then report the lake: memory_stats()/memory_allocated()/
+memory_summary()/reset_peak_memory_stats(), _record_memory_history() and
+_snapshot(), empty_cache(), record_stream, OutOfMemoryError, CUDA graph
+pools, torch.multiprocessing, set_per_process_memory_fraction. gmlake.stats()
+gives the lake's own numbers (stitched bytes, chunks, maps); memory_stats()
+also carries them under gmlake.* keys once enabled.
 gmlake.growable(max_shape, dtype) gives a tensor whose rows are backed by
-memory only as far as asked, growing in place (gmlake/grow.py).
+memory only as far as asked, growing in place (gmlake/grow.py); gmlake.block_of(addr)
+names the allocation an address falls in (guard mode).
 gmlake.share(model, key) / gmlake.attach(model, key) / gmlake.dedup(model) keep
 one read-only copy of the same weights for many processes (gmlake/share.py).
+
+Install: pip install --no-build-isolation ./python (builds the extension
+against the installed torch; python/setup.py says where it looks for
+libgmlake-client and gmlake.h). Without the extension, stats() and the
+growable ranges still work through ctypes.
 """
 import ctypes
 import os
 
-__all__ = ["enable", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange", "block_of",
-           "dump_blocks", "share", "attach", "dedup"]
+__all__ = ["enable", "enabled", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
+           "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged"]
 
 
 class GMLakeError(RuntimeError):
@@ -62,7 +72,6 @@ def _info_dict(b):
 
 
 _lib = None
-_allocator = None
 
 
 def library_path():
@@ -94,13 +103,15 @@ def _load():
     return _lib
 
 
-def _pluggable():
-    global _allocator
-    if _allocator is None:
-        import torch
-        _allocator = torch.cuda.memory.CUDAPluggableAllocator(
-            _load() and library_path(), "gmlake_torch_malloc", "gmlake_torch_free")
-    return _allocator
+def _ext():
+    try:
+        import torch  # noqa: F401 (the extension needs torch's libraries loaded first)
+        from . import _C
+    except ImportError as e:
+        raise GMLakeError(
+            "gmlake's PyTorch extension is not built: pip install --no-build-isolation ./python "
+            "(needs torch and libgmlake-client; %s)" % e) from None
+    return _C
 
 
 def enable(socket=None, mode=None):
@@ -116,22 +127,60 @@ def enable(socket=None, mode=None):
         if mode not in ("daemon", "embedded"):
             raise ValueError("mode must be 'daemon' or 'embedded'")
         os.environ["GMLAKE_MODE"] = mode
-    alloc = _pluggable()
+    C = _ext()
     try:
-        torch.cuda.memory.change_current_allocator(alloc)
+        C.install()
     except RuntimeError as e:
         raise GMLakeError(
             "gmlake.enable() came too late: PyTorch's CUDA allocator is already in use "
             "(call it before anything is allocated on the GPU, e.g. first thing in the script); "
             "torch said: %s" % e) from None
-    return alloc
+    _add_stats_keys(torch)
+
+
+def enabled():
+    """True once enable() made the lake PyTorch's CUDA allocator."""
+    try:
+        return bool(_ext().installed())
+    except GMLakeError:
+        return False
+
+
+def _add_stats_keys(torch):
+    # torch.cuda.memory_stats() is built from PyTorch's DeviceStats, which has
+    # no room for ours: add gmlake.* keys beside them (memory_summary and
+    # every caller of memory_stats see them; PyTorch's keys are untouched).
+    mem = torch.cuda.memory
+    if getattr(mem.memory_stats, "_gmlake", False):
+        return
+    orig = mem.memory_stats
+
+    def memory_stats(device=None):
+        out = orig(device=device)
+        try:
+            idx = torch.cuda._utils._get_device_index(device, optional=True)
+            for k, v in stats(idx).items():
+                out["gmlake." + k] = v
+        except (GMLakeError, RuntimeError):
+            pass
+        return out
+
+    memory_stats._gmlake = True
+    memory_stats.__doc__ = orig.__doc__
+    mem.memory_stats = memory_stats
+    torch.cuda.memory_stats = memory_stats
 
 
 def stats(device=None):
-    """Our numbers for a device: allocated, reserved, cached, stitched, fragmentation, peaks..."""
+    """The lake's numbers for a device: allocated, reserved, cached, stitched, fragmentation, peaks, chunks..."""
     if device is None:
         import torch
         device = torch.cuda.current_device()
+    if enabled():
+        try:
+            return dict(_ext().stats(int(device)))
+        except RuntimeError as e:
+            raise GMLakeError(str(e)) from None
     s = _Stats()
     rc = _load().gmlake_torch_stats(int(device), ctypes.byref(s))
     if rc != 0:
@@ -147,13 +196,17 @@ def trim(device=None):
     if device is None:
         import torch
         device = torch.cuda.current_device()
+    if enabled():
+        return _ext().trim(int(device))
     return _load().gmlake_torch_trim(int(device))
 
 
 def pool():
-    """A torch.cuda.MemPool whose memory comes from the lake."""
+    """A torch.cuda.MemPool on the lake: with enable(), every MemPool is one (a private pool of the lake)."""
     import torch
-    return torch.cuda.MemPool(_pluggable().allocator())
+    if not enabled():
+        raise GMLakeError("gmlake.pool() needs gmlake.enable() first")
+    return torch.cuda.MemPool()
 
 
 def _device(device):

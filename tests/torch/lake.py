@@ -1,0 +1,107 @@
+"""Helpers of the torch suite: each check runs in a child Python (gmlake.enable()
+must come before CUDA is initialized, and a daemon's limit or a memory fraction
+must not leak into the next check), embedded or through a gmlaked this module
+starts. The child prints one JSON line "RESULT {...}" that the check asserts on."""
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.path.join(REPO, os.environ.get("BUILD", "build"))
+MODES = ("embedded", "daemon")
+
+
+def torch_gpu():
+    """None when torch and a GPU are here, else why not."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no GPU"
+    try:
+        import gmlake._C  # noqa: F401
+    except ImportError as e:
+        return "gmlake._C is not built (pip install --no-build-isolation ./python): %s" % e
+    return None
+
+
+class Daemon:
+    def __init__(self, *extra):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-torch-")
+        self.sock = os.path.join(self.dir, "lake.sock")
+        self.ctl = "ipc://" + os.path.join(self.dir, "lake.ctl")
+        self.log = open(os.path.join(self.dir, "daemon.log"), "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(BUILD, "gmlaked"), "--backend", "cuda", "--socket", self.sock, "--control", self.ctl,
+             "--log-level", "warn"] + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if os.path.exists(self.sock) and self.ctlstats() is not None:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("gmlaked did not come up: " + open(os.path.join(self.dir, "daemon.log")).read())
+
+    def ctlstats(self):
+        r = subprocess.run([os.path.join(BUILD, "gmlakectl"), "--control", self.ctl, "stats", "--json"],
+                           capture_output=True, text=True)
+        return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_shared = None
+
+
+def shared_daemon():
+    global _shared
+    if _shared is None:
+        _shared = Daemon()
+        atexit.register(_shared.stop)
+    return _shared
+
+
+PRELUDE = """
+import json, os, sys
+import torch, gmlake
+gmlake.enable(mode=os.environ["GMLAKE_TEST_MODE"])
+def result(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+"""
+
+
+def run(mode, code, daemon=None, env=None, timeout=300, args=()):
+    """Run code (after PRELUDE) in a child on the lake; its RESULT dict."""
+    e = dict(os.environ)
+    e["GMLAKE_TEST_MODE"] = mode
+    e["PYTHONUNBUFFERED"] = "1"
+    e["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + e.get("PYTHONPATH", "")
+    e.setdefault("GMLAKE_LOG", "warn")
+    if mode == "daemon":
+        e["GMLAKE_SOCKET"] = (daemon or shared_daemon()).sock
+    e.update(env or {})
+    src = PRELUDE + textwrap.dedent(code)
+    fd, path = tempfile.mkstemp(prefix="gmlake_check_", suffix=".py")  # a file: spawned children import it
+    with os.fdopen(fd, "w") as f:
+        f.write(src)
+    try:
+        p = subprocess.run([sys.executable, path] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.unlink(path)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    if p.returncode != 0 or not lines:
+        raise AssertionError("child failed (rc %d):\n%s\n%s" % (p.returncode, p.stdout[-3000:], p.stderr[-6000:]))
+    return json.loads(lines[-1][7:])

@@ -1,0 +1,49 @@
+"""Runs tests/torch without pytest and prints one line per issue point:
+    python3 tests/torch/run.py [name-substring...]
+Exit status 0 only if every check that ran passed."""
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lake  # noqa: E402
+import test_torch as T  # noqa: E402
+
+POINTS = [("1 stats", "test_stats"), ("2 snapshot", "test_snapshot"), ("3 record_stream race", "test_record_stream_race"),
+          ("4 OOM", "test_oom"), ("5 empty_cache", "test_empty_cache"), ("6 torch.cuda.graph", "test_cuda_graph"),
+          ("6 compile reduce-overhead", "test_compile_reduce_overhead"), ("7 multiprocessing IPC", "test_multiprocessing_ipc"),
+          ("8 memory fraction", "test_memory_fraction"), ("HF Trainer memory metrics", "test_hf_trainer")]
+
+
+def main():
+    why = lake.torch_gpu()
+    if why:
+        print("tests/torch skipped:", why)
+        return 0
+    want = sys.argv[1:]
+    rows, bad = [], 0
+    for label, name in POINTS:
+        if want and not any(w in name for w in want):
+            continue
+        cells = []
+        for mode in lake.MODES:
+            t0 = time.time()
+            try:
+                getattr(T, name)(mode)
+                cells.append("pass (%.0fs)" % (time.time() - t0))
+            except Exception as e:  # noqa: BLE001
+                bad += 1
+                cells.append("FAIL")
+                print("---- %s [%s] failed:\n%s" % (name, mode, "".join(traceback.format_exception_only(type(e), e))[-4000:]),
+                      flush=True)
+        rows.append((label, cells))
+        print("%-28s %-14s %-14s" % (label, cells[0], cells[1]), flush=True)
+    print("\n==== torch on the lake (issue 11)\n%-28s %-14s %-14s" % ("point", "embedded", "daemon"))
+    for label, cells in rows:
+        print("%-28s %-14s %-14s" % (label, cells[0], cells[1]))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,242 @@
+"""PyTorch on the lake (issue 11): each check runs gmlake.enable() in a child
+process, embedded and through a gmlaked, and asserts that PyTorch's own
+memory APIs behave as under its native allocator. Skipped without torch or a
+GPU. Run with pytest, or `python3 tests/torch/run.py` (a table per point)."""
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lake  # noqa: E402
+
+MiB = 1 << 20
+
+
+# 1. stats
+def test_stats(mode):
+    r = lake.run(mode, """
+        x = torch.empty(10 << 20, dtype=torch.uint8, device="cuda")
+        y = torch.empty(3000, dtype=torch.float32, device="cuda")
+        a1 = torch.cuda.memory_allocated()
+        s = torch.cuda.memory_stats()
+        keys = [k for k in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "allocated_bytes.all.allocated",
+                "allocated_bytes.all.freed", "reserved_bytes.all.current", "active_bytes.all.current",
+                "inactive_split_bytes.all.current", "requested_bytes.all.current", "num_alloc_retries", "num_ooms",
+                "num_device_alloc", "num_device_free", "gmlake.stitched", "gmlake.chunk_size") if k not in s]
+        del x
+        peak = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        summary = torch.cuda.memory_summary()
+        print(summary)
+        result(a1=a1, missing=keys, requested=s["requested_bytes.all.current"], reserved=torch.cuda.memory_reserved(),
+               peak=peak, after_reset=torch.cuda.max_memory_allocated(), now=torch.cuda.memory_allocated(),
+               summary_ok="Allocated memory" in summary and "GPU reserved memory" in summary, gmlake=gmlake.stats()["mode"])
+    """)
+    assert r["missing"] == []
+    assert r["a1"] == (10 << 20) + 12288  # 3000 floats rounded to 512
+    assert r["requested"] == (10 << 20) + 12000
+    assert r["reserved"] >= r["a1"]
+    assert r["peak"] == r["a1"]
+    assert r["now"] == 12288 and r["after_reset"] == 12288
+    assert r["summary_ok"]
+    assert r["gmlake"] == mode
+
+
+# 2. snapshots
+def test_snapshot(mode):
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "snap.pickle")
+    r = lake.run(mode, """
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+        def make():
+            return torch.randn(1024, 1024, device="cuda")
+        x = make(); y = x * 2; del x
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        s = torch.cuda.memory._snapshot()
+        torch.cuda.memory._dump_snapshot(sys.argv[1])
+        tr = s["device_traces"][torch.cuda.current_device()]
+        alloc_frames = [f["name"] for e in tr if e["action"] == "alloc" for f in e.get("frames", [])]
+        live = sum(b["size"] for seg in s["segments"] for b in seg["blocks"] if b["state"] == "active_allocated")
+        result(actions=sorted({e["action"] for e in tr}), make_in_stack="make" in alloc_frames, live=live,
+               allocated=torch.cuda.memory_allocated(), nseg=len(s["segments"]))
+    """, args=[path])
+    for a in ("alloc", "free_requested", "free_completed", "segment_map", "segment_unmap"):
+        assert a in r["actions"], r["actions"]
+    assert r["make_in_stack"]
+    assert r["live"] == r["allocated"] and r["nseg"] >= 1
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    assert "segments" in snap and "device_traces" in snap
+
+
+# 3. streams: record_stream is honoured
+def test_record_stream_race(mode):
+    r = lake.run(mode, """
+        n = 64 << 20  # floats: 256 MiB
+        main = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        x = torch.ones(n, device="cuda")
+        xp = x.data_ptr()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)   # keeps the side stream busy for a second or so
+            y = x * 2                          # reads x after the sleep
+        x.record_stream(side)
+        del x
+        z = torch.empty(n, device="cuda")      # same size, main stream, at once
+        z.fill_(5.0)
+        torch.cuda.synchronize()
+        result(bad=int((y != 2).sum().item()), reused=z.data_ptr() == xp)
+    """)
+    assert r["bad"] == 0, "the side stream read memory that was handed out again"
+    assert not r["reused"]
+
+
+# 4. out of memory
+def test_oom(mode):
+    daemon = lake.Daemon("--limit", "1GiB") if mode == "daemon" else None
+    try:
+        r = lake.run(mode, """
+            seen = []
+            torch.cuda.memory._attach_out_of_memory_observer(lambda *a: seen.append(a))
+            x = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+            msg = None
+            try:
+                y = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+            except torch.OutOfMemoryError as e:
+                msg = str(e)
+            ooms = torch.cuda.memory_stats()["num_ooms"]
+            del x
+            z = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")   # goes on
+            result(msg=msg, observer=len(seen), ooms=ooms, ok=z.numel())
+        """, daemon=daemon, env={} if daemon else {"GMLAKE_LIMIT": "1GiB"})
+    finally:
+        if daemon:
+            daemon.stop()
+    m = r["msg"]
+    assert m and "tried to allocate 2.00 GiB" in m and "allocated" in m and "reserved" in m, m
+    if mode == "daemon":
+        assert "the lake" in m and "lake holds" in m, m
+    assert r["observer"] == 1 and r["ooms"] == 1 and r["ok"] == 600 << 20
+
+
+# 5. empty_cache
+def test_empty_cache(mode):
+    r = lake.run(mode, """
+        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        del x
+        before = torch.cuda.memory_reserved()
+        torch.cuda.empty_cache()
+        result(before=before, after=torch.cuda.memory_reserved(), returned=gmlake.stats()["chunks_returned"])
+    """)
+    assert r["before"] >= 256 << 20
+    assert r["after"] < 8 << 20
+    assert r["returned"] > 0
+
+
+# 6. CUDA graphs
+def test_cuda_graph(mode):
+    r = lake.run(mode, """
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 64)).cuda()
+        inp = torch.randn(32, 256, device="cuda")
+        s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3): model(inp)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = model(inp)
+        errs = []
+        for i in range(3):
+            new = torch.randn(32, 256, device="cuda")
+            inp.copy_(new); g.replay(); torch.cuda.synchronize()
+            errs.append((out - model(new)).abs().max().item())
+        gm = torch.cuda.make_graphed_callables(model, (torch.randn(32, 256, device="cuda"),))
+        new = torch.randn(32, 256, device="cuda")
+        errs.append((gm(new) - model(new)).abs().max().item())
+        del g, out
+        result(errs=errs)
+    """)
+    assert max(r["errs"]) < 1e-5, r
+
+
+def test_compile_reduce_overhead(mode):
+    r = lake.run(mode, """
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 32)).cuda().eval()
+        f = torch.compile(model, mode="reduce-overhead")
+        errs = []
+        with torch.no_grad():
+            for i in range(5):
+                x = torch.randn(16, 128, device="cuda")
+                errs.append((f(x) - model(x)).abs().max().item())
+        result(errs=errs)
+    """, timeout=600)
+    assert max(r["errs"]) < 1e-4, r
+
+
+# 7. IPC through torch.multiprocessing
+def test_multiprocessing_ipc(mode):
+    r = lake.run(mode, """
+        import torch.multiprocessing as mp
+        def child(q, out):
+            t = q.get()
+            out.put(float(t.sum().item()))
+            q.get()            # the sender has dropped its reference
+            out.put(float(t.sum().item()))
+        if __name__ == "__main__":
+            mp.set_start_method("spawn")
+            q, out = mp.Queue(), mp.Queue()
+            p = mp.Process(target=child, args=(q, out)); p.start()
+            t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+            want = float(t.sum().item())
+            q.put(t)
+            first = out.get(timeout=120)
+            del t
+            torch.cuda.empty_cache()
+            q.put("go")
+            second = out.get(timeout=120)
+            p.join(60)
+            result(want=want, first=first, second=second, rc=p.exitcode)
+    """)
+    assert r["first"] == r["want"] and r["second"] == r["want"] and r["rc"] == 0, r
+
+
+# 8. set_per_process_memory_fraction
+def test_memory_fraction(mode):
+    r = lake.run(mode, """
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(0.02)
+        a = torch.empty(int(total * 0.01), dtype=torch.uint8, device="cuda")
+        over = False
+        try:
+            b = torch.empty(int(total * 0.02), dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError:
+            over = True
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        c = torch.empty(int(total * 0.02), dtype=torch.uint8, device="cuda")
+        result(over=over, frac=torch.cuda.get_per_process_memory_fraction() if hasattr(torch.cuda, "get_per_process_memory_fraction") else None)
+    """)
+    assert r["over"]
+
+
+# Hugging Face Trainer with memory metrics
+def test_hf_trainer(mode):
+    r = lake.run(mode, """
+        import tempfile
+        from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=512, n_positions=64))
+        data = [{"input_ids": torch.randint(0, 512, (32,)), "labels": torch.randint(0, 512, (32,))} for _ in range(64)]
+        args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=8, per_device_train_batch_size=8,
+                                 skip_memory_metrics=False, report_to=[], save_strategy="no", logging_steps=4)
+        out = Trainer(model=model, args=args, train_dataset=data).train()
+        mem = {k: v for k, v in out.metrics.items() if "mem" in k}
+        result(mem=mem, loss=out.training_loss)
+    """, timeout=600)
+    assert any(k.startswith("train_mem_gpu") for k in r["mem"]), r
+    assert r["loss"] == r["loss"]  # not NaN
