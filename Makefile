@@ -62,6 +62,7 @@ $(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h include/*.h daemon
 
 $(BUILD)/libgmlake-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(CC) -shared -Wl,-soname,libgmlake-client.so.1 -o $@ $^ $(LDFLAGS) $(LIBS)
+	ln -sf libgmlake-client.so $(BUILD)/libgmlake-client.so.1  # its soname: what programs linked to it load
 
 $(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 	rm -f $@ && ar rcs $@ $^

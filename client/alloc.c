@@ -197,6 +197,17 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   return 0;
 }
 
+int gml_alloc_quiesce(gml_allocator *a) {
+  pthread_mutex_lock(&a->lock);
+  int rc = a->be->ops->synchronize(a->be);
+  if (rc == 0) {
+    a->safe_tick = a->tick + 1;
+    a->syncs++;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return rc;
+}
+
 size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
   gml_block *b = gml_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
@@ -211,7 +222,7 @@ size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
   pthread_mutex_lock(&a->lock);
   size_t max_chunks = max_bytes ? (max_bytes + a->cs - 1) / a->cs : SIZE_MAX;
   /* mapped chunks are unmapped from every slot once the device is done */
-  if (gml_policy_trim_reaches_mapped(a, max_chunks)) {
+  if (!a->no_device_waits && gml_policy_trim_reaches_mapped(a, max_chunks)) {
     if (a->be->ops->synchronize(a->be) == 0) a->safe_tick = a->tick + 1;
   }
   size_t released = 0;

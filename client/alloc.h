@@ -171,6 +171,10 @@ typedef struct gml_allocator {
   size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
   uint32_t tag;        /* given to new blocks (gml_set_tag); pause may take only one tag's blocks */
   uint64_t paused_bytes;  /* bytes of paused blocks (pause.c): not in allocated */
+  /* A CUDA graph is being captured (gml_pool_begin): no event may be
+   * recorded or queried and the device may not be synchronized, so fences
+   * and harvests wait, and what would need a wait fails instead. */
+  int no_device_waits;
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;
   /* guard mode (guard.c) */
@@ -207,6 +211,9 @@ size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes);
  * free chunks still held afterwards (a later call may give more once the
  * fence passes). */
 size_t gml_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left);
+/* Wait for the device once: everything released so far becomes usable
+ * from any stream without a wait (before a graph capture). */
+int gml_alloc_quiesce(gml_allocator *a);
 /* Consistency check for tests: 0 when every invariant holds, else a GML_E*
  * code with the broken invariant in a->last_error. */
 int gml_alloc_check(gml_allocator *a);

@@ -50,10 +50,14 @@ int gml_pool_begin(gml_client *c, gml_pool_id id, gml_stream_filter filter, void
   } else if ((i = pool_incref(c, id)) < 0) {
     rc = GML_ENOMEM;
   } else {
+    /* the capture may neither wait for the device nor query events: what was
+     * freed so far becomes usable from any stream now */
+    if (!c->ncapturing) gml_alloc_quiesce(&c->alloc);
     c->pools[i].capturing = 1;
     c->pools[i].filter = filter;
     c->pools[i].filter_ctx = ctx;
     c->ncapturing++;
+    c->alloc.no_device_waits = 1;
   }
   pthread_mutex_unlock(&c->track_lock);
   return rc;
@@ -68,7 +72,7 @@ int gml_pool_end(gml_client *c, gml_pool_id id) {
   } else {
     c->pools[i].capturing = 0;
     c->pools[i].filter = NULL;
-    c->ncapturing--;
+    if (--c->ncapturing == 0) c->alloc.no_device_waits = 0;
     gml_streams_poll(c, 0); /* frees that waited for the capture to end */
   }
   pthread_mutex_unlock(&c->track_lock);

@@ -11,6 +11,7 @@
 #include "alloc_internal.h"
 #include "policy.h"
 #include "util.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,7 @@ void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
 /* ---------- fences: when is the device done with what was freed ---------- */
 
 void gml_fence_update(gml_allocator *a) {
+  if (a->no_device_waits) return;
   if (a->fence_n) {
     for (int i = 0; i < a->fence_n; i++)
       if (a->be->ops->event_done(a->be, a->fence_ev[i]) != 1) return;
@@ -82,6 +84,10 @@ void gml_fence_update(gml_allocator *a) {
  * `tick`: the fence if it has passed, else a full synchronize. */
 static int device_past(gml_allocator *a, uint64_t tick) {
   if (tick < a->safe_tick) return 0;
+  if (a->no_device_waits) {
+    snprintf(a->last_error, sizeof a->last_error, "memory freed on another stream is needed while a CUDA graph is captured");
+    return GML_ENOMEM;
+  }
   gml_fence_update(a);
   if (tick < a->safe_tick) return 0;
   int rc = a->be->ops->synchronize(a->be);
@@ -221,6 +227,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
 /* Only runs when a request found no fit (or one needing driver calls). */
 int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
   int moved = 0;
+  if (a->no_device_waits) return 0;
   for (int pi = 1; pi <= GML_MAX_STREAMS; pi++) {
     gml_pool *p = &r->pools[pi];
     if (!p->used || !p->count) continue;

@@ -21,6 +21,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -128,8 +130,18 @@ class GmlakeAllocator : public CUDAAllocator {
     return v;
   }
 
+  // While a graph is captured in global mode, driver calls that might
+  // synchronize are refused on this thread: the lake maps chunks in relaxed
+  // mode, as PyTorch's own allocator does around cudaMalloc.
+  std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed_if_capturing() {
+    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> g;
+    if (captures_.load(std::memory_order_relaxed)) g.emplace(cudaStreamCaptureModeRelaxed);
+    return g;
+  }
+
   void* malloc_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
     gml_client* c = client(device);
+    auto relaxed = relaxed_if_capturing();
     void* p = nullptr;
     int rc = gml_alloc_ex(c, size, reinterpret_cast<gml_stream>(stream), context_for_alloc(), &p);
     if (rc == 0) return p;
@@ -156,6 +168,7 @@ class GmlakeAllocator : public CUDAAllocator {
     if (!ptr) return;
     gml_client* c = client_of(ptr);
     TORCH_CHECK(c, "gmlake: free of ", ptr, ", which no lake client holds");
+    auto relaxed = relaxed_if_capturing();
     int rc = gml_free_ex(c, ptr, context_for_free());
     TORCH_CHECK(rc == 0, "gmlake: free of ", ptr, ": ", gml_last_error(c));
   }
@@ -333,12 +346,14 @@ class GmlakeAllocator : public CUDAAllocator {
     TORCH_CHECK(rc == 0, "gmlake: beginAllocateToPool: ", rc == GML_EINVAL ? "already allocating to that pool" : gml_strerror(rc));
     std::lock_guard<std::mutex> g(mu_);
     filters_[{device, mempool_id}] = std::move(f);
+    captures_++;
   }
   void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
     int rc = gml_pool_end(client(device), to_pool(mempool_id));
     TORCH_CHECK(rc == 0, "gmlake: endAllocateToPool: not allocating to that pool");
     std::lock_guard<std::mutex> g(mu_);
     filters_.erase({device, mempool_id});
+    captures_--;
   }
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
     gml_pool_release(client(device), to_pool(mempool_id));
@@ -451,6 +466,7 @@ class GmlakeAllocator : public CUDAAllocator {
   std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, std::unique_ptr<std::function<bool(cudaStream_t)>>> filters_;
   std::unordered_map<uint64_t, std::shared_ptr<c10::GatheredContext>> contexts_;
   uint64_t next_tag_ = 0;
+  std::atomic<int> captures_{0};
 };
 
 std::shared_ptr<GmlakeAllocator> the_allocator;

@@ -160,7 +160,8 @@ def _add_stats_keys(torch):
         try:
             idx = torch.cuda._utils._get_device_index(device, optional=True)
             for k, v in stats(idx).items():
-                out["gmlake." + k] = v
+                if isinstance(v, (int, float)):  # loggers sum and plot these: numbers only
+                    out["gmlake." + k] = v
         except (GMLakeError, RuntimeError):
             pass
         return out

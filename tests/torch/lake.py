@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.path.join(REPO, os.environ.get("BUILD", "build"))
 MODES = ("embedded", "daemon")
+sys.path.insert(0, os.path.join(REPO, "python"))
 
 
 def torch_gpu():

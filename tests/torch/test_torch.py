@@ -186,22 +186,26 @@ def test_multiprocessing_ipc(mode):
         def child(q, out):
             t = q.get()
             out.put(float(t.sum().item()))
-            q.get()            # the sender has dropped its reference
+            q.get()            # the sender has dropped its reference by now
             out.put(float(t.sum().item()))
         if __name__ == "__main__":
             mp.set_start_method("spawn")
-            q, out = mp.Queue(), mp.Queue()
+            q, out = mp.SimpleQueue(), mp.Queue()   # SimpleQueue pickles here: a failure raises here
             p = mp.Process(target=child, args=(q, out)); p.start()
-            t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
-            want = float(t.sum().item())
-            q.put(t)
-            first = out.get(timeout=120)
-            del t
-            torch.cuda.empty_cache()
-            q.put("go")
-            second = out.get(timeout=120)
-            p.join(60)
-            result(want=want, first=first, second=second, rc=p.exitcode)
+            try:
+                t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+                want = float(t.sum().item())
+                q.put(t)
+                first = out.get(timeout=120)
+                del t
+                torch.cuda.empty_cache()
+                q.put("go")
+                second = out.get(timeout=120)
+                p.join(60)
+                result(want=want, first=first, second=second, rc=p.exitcode)
+            finally:
+                if p.is_alive():
+                    p.kill()
     """)
     assert r["first"] == r["want"] and r["second"] == r["want"] and r["rc"] == 0, r
 
