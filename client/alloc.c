@@ -197,6 +197,24 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   return 0;
 }
 
+int gml_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size) {
+  pthread_mutex_lock(&a->lock);
+  gml_block *b = gml_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
+  int rc = 0;
+  if (!b) {
+    rc = GML_EBADPTR;
+  } else {
+    uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
+    *n = last - first + 1;
+    *offset = b->addr - slot_addr(a, first);
+    *size = b->size;
+    if (*n > max) rc = GML_EINVAL;
+    for (uint32_t s = first; !rc && s <= last; s++) phys[s - first] = a->chunks[a->slot_chunk[s]].phys;
+  }
+  pthread_mutex_unlock(&a->lock);
+  return rc;
+}
+
 int gml_alloc_quiesce(gml_allocator *a) {
   pthread_mutex_lock(&a->lock);
   int rc = a->be->ops->synchronize(a->be);

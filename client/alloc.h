@@ -211,6 +211,9 @@ size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes);
  * free chunks still held afterwards (a later call may give more once the
  * fence passes). */
 size_t gml_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left);
+/* The chunks behind the live block at ptr, in address order (at most max):
+ * *n of them, the block's offset in the first and its size. */
+int gml_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size);
 /* Wait for the device once: everything released so far becomes usable
  * from any stream without a wait (before a graph capture). */
 int gml_alloc_quiesce(gml_allocator *a);

@@ -425,6 +425,7 @@ int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
   gml_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
   gml_pause_destroy(c);         /* paused content is dropped */
+  gml_ipc_client_gone(c);
   gml_track_destroy(c);          /* pending frees and pools' blocks go back first */
   gml_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
   gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */

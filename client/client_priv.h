@@ -43,6 +43,7 @@ typedef struct gml_rec {
   uint8_t nuses;      /* recorded streams in uses[] */
   uint8_t uses_overflow;
   uint8_t nevents;
+  uint8_t exported;   /* gml_ipc_export handed out a handle to it */
   gml_stream uses[GML_REC_STREAMS];
   uintptr_t events[GML_REC_STREAMS];
   struct gml_rec *hnext;        /* hash chain */
@@ -120,6 +121,7 @@ struct gml_client {
   int ncapturing;
   gml_counters ctr;
   gml_trace_ring trace;
+  struct gml_ipc_map *ipc_maps; /* what gml_ipc_open mapped (ipc.c), under track_lock */
 };
 
 /* link.c: the daemon connection's threads (see there). start after hello;
@@ -159,6 +161,10 @@ int32_t gml_pools_route(gml_client *c, gml_stream stream); /* pool an allocation
 gml_rec *gml_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
 void gml_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
 void gml_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
+/* ipc.c */
+void gml_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is freed */
+void gml_ipc_client_gone(gml_client *c);          /* at close: exports dropped, mappings unmapped */
+
 /* growable.c */
 void gml_grow_init(gml_client *c);
 void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */

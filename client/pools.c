@@ -84,6 +84,7 @@ static void pool_give_back(gml_client *c, int i) {
   for (gml_rec *r = p->free_head, *n; r; r = n) {
     n = r->lnext;
     gml_recmap_get(&c->recs, r->ptr, 1);
+    if (r->exported) gml_ipc_forget(c, r->ptr);
     gml_alloc_free(&c->alloc, (void *)r->ptr);
     free(r);
   }

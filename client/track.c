@@ -230,6 +230,10 @@ out:
 int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) { return gml_alloc_ex(c, size, stream, 0, ptr); }
 
 void gml_rec_release(gml_client *c, gml_rec *r) {
+  if (r->exported) { /* no new receiver may open it */
+    gml_ipc_forget(c, r->ptr);
+    r->exported = 0;
+  }
   stat_dec(&c->ctr.active, 1);
   stat_dec(&c->ctr.active_bytes, (int64_t)r->size);
   gml_trace_add(c, GML_TRACE_FREE_COMPLETED, r->ptr, r->size, r->stream, r->pool, r->tag);

@@ -21,6 +21,9 @@ struct gml_backend_ops {
    * to another uid). NULL: not offered; the daemon releases the chunk and
    * makes a new one instead (cuda: see README, "Trust model"). */
   int (*chunk_scrub)(gml_backend *be, gml_phys phys);
+  /* A new shareable fd of a chunk this process holds (created or imported):
+   * how another process gets it (gml_ipc_export). The caller closes it. */
+  int (*chunk_export)(gml_backend *be, gml_phys phys, int *fd);
   /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
   void (*va_free)(gml_backend *be, uintptr_t va, size_t size);

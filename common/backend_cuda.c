@@ -87,6 +87,15 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
   return 0;
 }
 
+static int cuda_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  int efd = -1;
+  CU_CALL(p, cuMemExportToShareableHandle(&efd, (CUmemGenericAllocationHandle)phys, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  *fd = efd;
+  return 0;
+}
+
 static void cuda_chunk_release(gml_backend *be, gml_phys phys) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
@@ -227,6 +236,7 @@ static void cuda_destroy(gml_backend *be) {
 
 static const struct gml_backend_ops cuda_ops = {
     .chunk_create = cuda_chunk_create, .chunk_import = cuda_chunk_import, .chunk_release = cuda_chunk_release,
+    .chunk_export = cuda_chunk_export,
     .va_reserve = cuda_va_reserve,     .va_free = cuda_va_free,           .map = cuda_map,
     .set_access = cuda_set_access,     .unmap = cuda_unmap,               .event_record = cuda_event_record,
     .event_done = cuda_event_done,     .event_destroy = cuda_event_destroy, .synchronize = cuda_synchronize,

@@ -48,6 +48,14 @@ static int host_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
   return 0;
 }
 
+static int host_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
+  (void)be;
+  int d = fcntl((int)phys, F_DUPFD_CLOEXEC, 0);
+  if (d < 0) return GML_ESYS;
+  *fd = d;
+  return 0;
+}
+
 static void host_chunk_release(gml_backend *be, gml_phys phys) {
   (void)be;
   close((int)phys);
@@ -163,6 +171,7 @@ static void host_host_free(gml_backend *be, void *p) {
 static const struct gml_backend_ops host_ops = {
     .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
     .chunk_scrub = host_chunk_scrub,
+    .chunk_export = host_chunk_export,
     .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
     .set_access = host_set_access,     .unmap = host_unmap,               .event_record = host_event_record,
     .event_done = host_event_done,     .event_destroy = host_event_destroy, .synchronize = host_synchronize,

@@ -389,6 +389,26 @@ typedef struct gml_alloc_info {
 /* Up to cap of them into out, sorted by address; *n is how many there are. */
 GML_API int gml_allocations(gml_client *c, gml_alloc_info *out, size_t cap, size_t *n);
 
+/* Sharing an allocation with another process of the same user (what CUDA
+ * IPC handles do for cudaMalloc'd memory). The exporting process answers on a
+ * socket of its own with the fds of the chunks behind the allocation (only to
+ * a peer of its uid); the receiver maps them into a range of its own, and its
+ * mapping keeps the memory alive after the exporter frees it or exits. The
+ * exporter keeps the allocation live as long as receivers use it (PyTorch
+ * does: its CudaIPCSentData). A handle works until the allocation is freed. */
+#define GML_IPC_HANDLE_SIZE 64
+typedef struct gml_ipc_handle {
+  unsigned char bytes[GML_IPC_HANDLE_SIZE];
+} gml_ipc_handle;
+/* ptr: the start of a live allocation of c. */
+GML_API int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out);
+/* The device a handle's memory is on, or GML_EINVAL if it is no handle. */
+GML_API int gml_ipc_device(const gml_ipc_handle *h);
+/* Map the exported allocation into this process: *ptr and *size (rounded). */
+GML_API int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *size);
+/* Unmap what gml_ipc_open mapped at ptr. */
+GML_API int gml_ipc_close(gml_client *c, void *ptr);
+
 /* One client per device for a process's framework layer, opened on first use
  * (daemon of that device if one runs, else embedded); NULL on failure (the
  * reason is logged). Never closed: tensors may be freed until the end. */

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MiB (1024ul * 1024ul)
 
@@ -297,6 +299,67 @@ START_TEST(test_device_clients) {
 }
 END_TEST
 
+/* An allocation exported by this process is mapped by another one: the same
+ * bytes, writes seen both ways; after the free no new receiver gets it, and
+ * the receiver's mapping keeps the memory after the exporter gave its chunks
+ * back. */
+START_TEST(test_ipc_between_processes) {
+  size_t n = 5 * MiB + 4096;
+  uint32_t *pat = malloc(n);
+  for (size_t i = 0; i < n / 4; i++) pat[i] = (uint32_t)(i * 2654435761u);
+  void *p = xalloc(n, 0);
+  ck_assert_int_eq(gml_write(C, p, pat, n), 0);
+  gml_ipc_handle h;
+  ck_assert_int_eq(gml_ipc_export(C, p, &h), 0);
+  ck_assert_int_eq(gml_ipc_device(&h), 0);
+  gml_ipc_handle junk = h;
+  junk.bytes[0] ^= 1;
+  ck_assert_int_eq(gml_ipc_device(&junk), GML_EINVAL);
+  int to_child[2], to_parent[2];
+  ck_assert_int_eq(pipe(to_child), 0);
+  ck_assert_int_eq(pipe(to_parent), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    gml_open_opts o = {0};
+    o.backend = "host";
+    o.mode = GML_MODE_EMBEDDED;
+    gml_client *r;
+    char b;
+    if (gml_open(&o, &r)) _exit(10);
+    void *q;
+    size_t sz;
+    if (gml_ipc_open(r, &h, &q, &sz)) _exit(11);
+    if (sz != n) _exit(12);
+    uint32_t *got = malloc(n);
+    if (gml_read(r, got, q, n) || memcmp(got, pat, n)) _exit(13);
+    uint32_t mark = 0xabcdef01;
+    if (gml_write(r, q, &mark, 4)) _exit(14);
+    if (write(to_parent[1], "w", 1) != 1 || read(to_child[0], &b, 1) != 1) _exit(15);
+    pat[0] = mark; /* the exporter's chunks are gone by now: the mapping kept them */
+    if (gml_read(r, got, q, n) || memcmp(got, pat, n)) _exit(16);
+    if (gml_ipc_close(r, q) || gml_ipc_close(r, q) != GML_EBADPTR) _exit(17);
+    gml_close(r);
+    _exit(0);
+  }
+  char b;
+  ck_assert_int_eq(read(to_parent[0], &b, 1), 1);
+  uint32_t first = 0;
+  ck_assert_int_eq(gml_read(C, &first, p, 4), 0);
+  ck_assert_uint_eq(first, 0xabcdef01); /* the receiver's write, seen here */
+  gml_free(C, p);
+  void *q;
+  ck_assert_int_eq(gml_ipc_open(C, &h, &q, NULL), GML_EBADPTR); /* freed: no longer served */
+  size_t released = 0;
+  ck_assert_int_eq(gml_trim(C, &released), 0);
+  ck_assert_uint_ge(released, 6 * MiB);
+  ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "receiver failed with %d", WEXITSTATUS(st));
+  free(pat);
+}
+END_TEST
+
 Suite *layer_suite(void) {
   Suite *s = suite_create("layer");
   TCase *tc = tcase_create("layer");
@@ -310,6 +373,7 @@ Suite *layer_suite(void) {
   tcase_add_test(tc, test_record_stream_during_capture);
   tcase_add_test(tc, test_trace_ring);
   tcase_add_test(tc, test_device_clients);
+  tcase_add_test(tc, test_ipc_between_processes);
   suite_add_tcase(s, tc);
   return s;
 }

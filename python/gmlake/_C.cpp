@@ -8,6 +8,8 @@
 // OutOfMemoryError and its observers, Python stacks for memory_viz.
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/ApproximateClock.h>
@@ -17,12 +19,12 @@
 #include <torch/extension.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
-#include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -130,18 +132,10 @@ class GmlakeAllocator : public CUDAAllocator {
     return v;
   }
 
-  // While a graph is captured in global mode, driver calls that might
-  // synchronize are refused on this thread: the lake maps chunks in relaxed
-  // mode, as PyTorch's own allocator does around cudaMalloc.
-  std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed_if_capturing() {
-    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> g;
-    if (captures_.load(std::memory_order_relaxed)) g.emplace(cudaStreamCaptureModeRelaxed);
-    return g;
-  }
-
   void* malloc_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
     gml_client* c = client(device);
-    auto relaxed = relaxed_if_capturing();
+    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed;  // see captures_
+    if (captures_.load()) relaxed.emplace(cudaStreamCaptureModeRelaxed);
     void* p = nullptr;
     int rc = gml_alloc_ex(c, size, reinterpret_cast<gml_stream>(stream), context_for_alloc(), &p);
     if (rc == 0) return p;
@@ -162,13 +156,15 @@ class GmlakeAllocator : public CUDAAllocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. ", msg);
     }
     TORCH_CHECK(false, "gmlake: allocation of ", size, " bytes failed: ", gml_strerror(rc), ": ", msg);
+    return nullptr;
   }
 
   void free_ptr(void* ptr) {
     if (!ptr) return;
     gml_client* c = client_of(ptr);
     TORCH_CHECK(c, "gmlake: free of ", ptr, ", which no lake client holds");
-    auto relaxed = relaxed_if_capturing();
+    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed;  // see captures_
+    if (captures_.load()) relaxed.emplace(cudaStreamCaptureModeRelaxed);
     int rc = gml_free_ex(c, ptr, context_for_free());
     TORCH_CHECK(rc == 0, "gmlake: free of ", ptr, ": ", gml_last_error(c));
   }
@@ -352,7 +348,7 @@ class GmlakeAllocator : public CUDAAllocator {
     int rc = gml_pool_end(client(device), to_pool(mempool_id));
     TORCH_CHECK(rc == 0, "gmlake: endAllocateToPool: not allocating to that pool");
     std::lock_guard<std::mutex> g(mu_);
-    filters_.erase({device, mempool_id});
+    filters_.erase(std::make_pair(device, mempool_id));
     captures_--;
   }
   void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
@@ -395,14 +391,36 @@ class GmlakeAllocator : public CUDAAllocator {
     TORCH_CHECK(false,
                 "gmlake does not restore a CUDA graph pool to a checkpoint yet (setCheckpointPoolState; "
                 "torch.compile's cudagraph trees need it when they switch paths)");
+    return CheckpointDelta{};
   }
 
-  // ---------- IPC ----------
-  ShareableHandle shareIpcHandle(void*) override {
-    TORCH_CHECK(false, "gmlake does not share CUDA memory between processes yet (shareIpcHandle)");
+  // ---------- IPC (torch.multiprocessing) ----------
+  ShareableHandle shareIpcHandle(void* ptr) override {
+    gml_client* c = client_of(ptr);
+    gml_ipc_handle h;
+    int rc = c ? gml_ipc_export(c, ptr, &h) : GML_EBADPTR;
+    TORCH_CHECK(rc == 0, "gmlake: cannot share ", ptr, " with another process: ", gml_strerror(rc));
+    return ShareableHandle{0, std::string(reinterpret_cast<const char*>(h.bytes), GML_IPC_HANDLE_SIZE)};
   }
-  std::shared_ptr<void> getIpcDevPtr(std::string) override {
-    TORCH_CHECK(false, "gmlake does not open CUDA memory of other processes yet (getIpcDevPtr)");
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    TORCH_CHECK(handle.size() == GML_IPC_HANDLE_SIZE,
+                "gmlake: not a lake IPC handle (the sending process must run gmlake.enable() too)");
+    std::lock_guard<std::mutex> g(ipc_mu_);
+    auto it = ipc_open_.find(handle);
+    if (it != ipc_open_.end())
+      if (auto sp = it->second.lock()) return sp;
+    gml_ipc_handle h;
+    memcpy(h.bytes, handle.data(), GML_IPC_HANDLE_SIZE);
+    int dev = gml_ipc_device(&h);
+    TORCH_CHECK(dev >= 0, "gmlake: not a lake IPC handle (the sending process must run gmlake.enable() too)");
+    gml_client* c = client(static_cast<c10::DeviceIndex>(dev));
+    void* p = nullptr;
+    size_t size = 0;
+    int rc = gml_ipc_open(c, &h, &p, &size);
+    TORCH_CHECK(rc == 0, "gmlake: cannot open memory shared by another process: ", gml_last_error(c));
+    std::shared_ptr<void> sp(p, [c](void* q) { gml_ipc_close(c, q); });
+    ipc_open_[handle] = sp;
+    return sp;
   }
 
   // ---------- history, observers ----------
@@ -466,20 +484,26 @@ class GmlakeAllocator : public CUDAAllocator {
   std::map<std::pair<c10::DeviceIndex, c10::MempoolId_t>, std::unique_ptr<std::function<bool(cudaStream_t)>>> filters_;
   std::unordered_map<uint64_t, std::shared_ptr<c10::GatheredContext>> contexts_;
   uint64_t next_tag_ = 0;
+  // Graphs being captured. In global capture mode, driver calls that might
+  // synchronize are refused on this thread: the lake maps chunks in relaxed
+  // mode then, as PyTorch's own allocator does around cudaMalloc.
   std::atomic<int> captures_{0};
+  std::mutex ipc_mu_;
+  std::unordered_map<std::string, std::weak_ptr<void>> ipc_open_;
 };
 
-std::shared_ptr<GmlakeAllocator> the_allocator;
+// Never destroyed: tensors may be freed by static destructors after ours ran.
+GmlakeAllocator* the_allocator = nullptr;
 
 void local_raw_delete(void* ptr) { the_allocator->free_ptr(ptr); }
 
 void install() {
-  if (the_allocator && get() == the_allocator.get()) return;
-  auto a = std::make_shared<GmlakeAllocator>();
-  the_allocator = a;
+  if (the_allocator && get() == the_allocator) return;
+  auto* keep = new std::shared_ptr<GmlakeAllocator>(std::make_shared<GmlakeAllocator>());
   // torch.cuda.memory.change_current_allocator's own path: refuses once
   // PyTorch's allocator is initialized, then swaps the global atomic
-  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(a);
+  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(*keep);
+  the_allocator = keep->get();
 }
 
 py::dict stats(int device) {
@@ -508,7 +532,7 @@ py::dict stats(int device) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "GMLake's PyTorch CUDA allocator (use gmlake.enable())";
   m.def("install", &install, "make the lake PyTorch's CUDA allocator (before any CUDA allocation)");
-  m.def("installed", [] { return the_allocator && get() == the_allocator.get(); });
+  m.def("installed", [] { return the_allocator && get() == the_allocator; });
   m.def("stats", &stats, py::arg("device"));
   m.def("trim", [](int device) {
     gml_client* c = gml_device_client_if_open(device);

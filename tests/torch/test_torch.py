@@ -49,7 +49,7 @@ def test_snapshot(mode):
     d = tempfile.mkdtemp()
     path = os.path.join(d, "snap.pickle")
     r = lake.run(mode, """
-        torch.cuda.memory._record_memory_history(max_entries=100000)
+        torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
         def make():
             return torch.randn(1024, 1024, device="cuda")
         x = make(); y = x * 2; del x
