@@ -87,9 +87,10 @@ if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 for py in python3 /usr/bin/python3; do
   # the second only where it is another python that has torch (a CPU build is enough)
   if [ "$py" != python3 ] && { [ "$(command -v python3)" = "$py" ] || ! "$py" -c 'import torch' 2>/dev/null; }; then continue; fi
-  GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent PYTHONPATH=python "$py" tests/python_growable.py
+  # PYTHONSAFEPATH: tests/ is not on the path, so tests/torch/ does not hide the real torch
+  GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent PYTHONSAFEPATH=1 PYTHONPATH=python "$py" tests/python_growable.py
   if "$py" -c 'import torch' 2>/dev/null; then  # share/attach/dedup of a module, across processes, on a host daemon
-    GMLAKE_LIB="$(pwd)/$BUILD/libgmlake-client.so" PYTHONPATH=python "$py" tests/python_share.py "$BUILD"
+    GMLAKE_LIB="$(pwd)/$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python "$py" tests/python_share.py "$BUILD"
   fi
 done
 fi
