@@ -42,7 +42,7 @@ setup(
         library_dirs=[lib],
         libraries=["gmlake-client"],
         extra_link_args=["-Wl,-rpath," + lib],
-        extra_compile_args={"cxx": ["-O2"]},
+        extra_compile_args={"cxx": ["-O2"] + os.environ.get("GMLAKE_EXT_DEFINES", "").split()},
     )],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -395,6 +395,7 @@ class GmlakeAllocator : public CUDAAllocator {
   }
 
   // ---------- IPC (torch.multiprocessing) ----------
+#ifndef GMLAKE_NO_IPC
   ShareableHandle shareIpcHandle(void* ptr) override {
     gml_client* c = client_of(ptr);
     gml_ipc_handle h;
@@ -422,6 +423,10 @@ class GmlakeAllocator : public CUDAAllocator {
     ipc_open_[handle] = sp;
     return sp;
   }
+#else  // a fallback build (bench/gpu.sh) when the IPC code does not compile
+  ShareableHandle shareIpcHandle(void*) override { TORCH_CHECK(false, "gmlake: built without IPC"); }
+  std::shared_ptr<void> getIpcDevPtr(std::string) override { TORCH_CHECK(false, "gmlake: built without IPC"); }
+#endif
 
   // ---------- history, observers ----------
   bool isHistoryEnabled() override { return history_cap_ != 0; }
