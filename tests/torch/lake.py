@@ -99,7 +99,7 @@ def run(mode, code, daemon=None, env=None, timeout=300, args=()):
     with os.fdopen(fd, "w") as f:
         f.write(src)
     try:
-        p = subprocess.run([sys.executable, path] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([sys.executable, "-X", "faulthandler", path] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
     finally:
         os.unlink(path)
     lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]

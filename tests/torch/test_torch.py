@@ -74,25 +74,30 @@ def test_snapshot(mode):
 
 # 3. streams: record_stream is honoured
 def test_record_stream_race(mode):
+    # Both streams are created streams: PyTorch's default stream is the legacy
+    # NULL stream, which waits for every other blocking stream and would hide a race.
     r = lake.run(mode, """
         n = 64 << 20  # floats: 256 MiB
-        main = torch.cuda.current_stream()
-        side = torch.cuda.Stream()
-        x = torch.ones(n, device="cuda")
-        xp = x.data_ptr()
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            torch.cuda._sleep(2_000_000_000)   # keeps the side stream busy for a second or so
-            y = x * 2                          # reads x after the sleep
-        x.record_stream(side)
-        del x
-        z = torch.empty(n, device="cuda")      # same size, main stream, at once
-        z.fill_(5.0)
+        main, side = torch.cuda.Stream(), torch.cuda.Stream()
+        with torch.cuda.stream(main):
+            x = torch.ones(n, device="cuda")
+            xp = x.data_ptr()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(2_000_000_000)   # keeps the side stream busy (a second or so)
+                y = x * 2                          # reads x after the sleep
+            x.record_stream(side)
+            del x
+            z = torch.empty(n, device="cuda")      # same size, main stream, at once
+            z.fill_(5.0)
+            side_done_at_alloc = side.query()
         torch.cuda.synchronize()
-        result(bad=int((y != 2).sum().item()), reused=z.data_ptr() == xp)
+        result(bad=int((y != 2).sum().item()), reused=z.data_ptr() == xp, side_done=side_done_at_alloc,
+               active=torch.cuda.memory_stats()["active_bytes.all.current"])
     """)
-    assert r["bad"] == 0, "the side stream read memory that was handed out again"
-    assert not r["reused"]
+    assert r["bad"] == 0, "the side stream read memory that was handed out again: %r" % r
+    assert not r["side_done"], "the side stream was done before the new allocation: the check saw no race: %r" % r
+    assert not r["reused"], r
 
 
 # 4. out of memory
@@ -101,7 +106,7 @@ def test_oom(mode):
     try:
         r = lake.run(mode, """
             seen = []
-            torch.cuda.memory._attach_out_of_memory_observer(lambda *a: seen.append(a))
+            torch._C._cuda_attach_out_of_memory_observer(lambda *a: seen.append(a))  # no torch.cuda.memory wrapper in 2.11
             x = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
             msg = None
             try:
