@@ -509,6 +509,10 @@ void install() {
   // PyTorch's allocator is initialized, then swaps the global atomic
   torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(*keep);
   the_allocator = keep->get();
+  // ... and what c10::GetAllocator(kCUDA) / getDeviceAllocator(kCUDA) return
+  // (the device-generic torch.accelerator.* memory calls), which still named
+  // PyTorch's own allocator, never initialized once we replaced it
+  c10::SetAllocator(c10::DeviceType::CUDA, the_allocator, /*priority=*/255);
 }
 
 py::dict stats(int device) {
