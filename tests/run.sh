@@ -107,7 +107,7 @@ done
 echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
 echo "== python/gmlake's pause/resume (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
-GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONPATH=python python3 tests/python_pause.py
+GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_pause.py  # tests/torch/ must not hide torch
 fi
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
