@@ -111,11 +111,11 @@ class GmlakeAllocator : public CUDAAllocator {
     return it == contexts_.end() ? nullptr : it->second;
   }
 
-  static std::vector<gml_block_info> blocks(gml_client* c) {
+  static std::vector<gml_alloc_info> blocks(gml_client* c) {
     size_t n = 0;
-    gml_blocks(c, nullptr, 0, &n);
-    std::vector<gml_block_info> v(n + 64);
-    gml_blocks(c, v.data(), v.size(), &n);
+    gml_allocations(c, nullptr, 0, &n);
+    std::vector<gml_alloc_info> v(n + 64);
+    gml_allocations(c, v.data(), v.size(), &n);
     v.resize(std::min(n, v.size()));
     return v;
   }
