@@ -391,7 +391,7 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
   be->name = "cuda";
   be->device = device;
   CUuuid id;
-  if (p->api.cuDeviceGetUuid(&id, p->dev) == CUDA_SUCCESS) { /* as nvidia-smi -L prints it */
+  if (p->api.cuDeviceGetUuid_v2(&id, p->dev) == CUDA_SUCCESS) { /* as nvidia-smi -L prints it */
     const unsigned char *u = (const unsigned char *)id.bytes;
     snprintf(be->uuid, sizeof be->uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
              u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);

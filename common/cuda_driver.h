@@ -130,7 +130,7 @@ typedef struct CUmemAccessDesc_st {
   X(cuDeviceGet, (CUdevice *, int))                                                                             \
   X(cuDeviceGetCount, (int *))                                                                                  \
   X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                                \
-  X(cuDeviceGetUuid, (CUuuid *, CUdevice))                                                                      \
+  X(cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                                                   \
   X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                          \
   X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                   \
   X(cuCtxSetCurrent, (CUcontext))                                                                               \
