@@ -250,7 +250,20 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
 }
 
 static int can_give_back(const broker *b, const broker_client *asker, const broker_client *o) {
-  return o != asker && !o->closing && o->cached >= b->lk->cs;
+  uint64_t cs = b->lk->cs;
+  return o != asker && !o->closing && (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->paused + cs);
+}
+
+void broker_reported(broker *b, broker_client *c, uint64_t now_ns) {
+  (void)b;
+  c->report_ns = now_ns;
+}
+
+/* Has every client asked for c's lease answered (reported since)? */
+static int all_answered(const broker *b, const broker_client *c) {
+  for (const broker_client *o = b->clients; o; o = o->next)
+    if (o != c && !o->closing && o->reclaim_sent_ns >= c->lease.asked_ns && o->report_ns < o->reclaim_sent_ns) return 0;
+  return 1;
 }
 
 void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
@@ -267,8 +280,15 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
   }
   d->verdict = BROKER_WAIT;
   int nothing_coming = b->lk->creating == 0 && lake_headroom(b->lk) == 0;
+  if (nothing_coming && c->lease.reclaim_asked && b->lk->parked == 0 && all_answered(b, c)) {
+    refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full and no other client had idle cache to give back");
+    return;
+  }
   if (nothing_coming && !c->lease.reclaim_asked) {
     c->lease.reclaim_asked = 1;
+    c->lease.asked_ns = now_ns;
+    for (broker_client *o = b->clients; o; o = o->next) /* the session asks them (broker_reclaim_targets) */
+      if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns;
     if (broker_reclaim_targets(b, c, NULL, 0)) {
       d->reclaim_bytes = (uint64_t)c->lease.count * b->lk->cs;
     } else if (b->lk->parked == 0) {

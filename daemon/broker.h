@@ -32,6 +32,7 @@ typedef struct broker_request { /* a client's lease request in flight (at most o
   uint32_t count;              /* chunks wanted, after the quota */
   uint64_t since_ns, deadline_ns;
   int reclaim_asked;           /* other clients were asked for idle cache for it */
+  uint64_t asked_ns;           /* ... when */
 } broker_request;
 
 /* A client as the broker sees it: who it is, what it holds and reported.
@@ -51,6 +52,8 @@ typedef struct broker_client {
   uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
   uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
   uint64_t leases_refused;
+  uint64_t reclaim_sent_ns;    /* when it was last asked for idle cache */
+  uint64_t report_ns;          /* when its last usage report came */
   broker_request lease;
 } broker_client;
 
@@ -141,15 +144,21 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
 /* Look again at c's waiting lease (the loop's tick, after a lease): serve it
  * from free chunks; when no chunk can come any more (nothing being created, the
  * lake at its limit) ask the others for idle cache once, or refuse when nobody
- * has any and nothing is parked; refuse once its deadline has passed. */
+ * has any and nothing is parked; refuse once every client asked has answered
+ * (reported after the request) and still nothing is free, or once its
+ * deadline has passed. */
 void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d);
 /* Serve c's waiting lease only if chunks are free now (chunks came back).
  * Returns 1 with d filled (BROKER_SERVE), else 0. */
 int broker_serve_free(broker *b, broker_client *c, broker_decision *d);
 /* The clients to ask for idle cache for asker's lease, the one with the most
  * idle cache first: every client but asker, not closing, with at least one
- * chunk's worth cached. Fills out[0..max) and returns how many there are. */
+ * chunk's worth cached, or leasing a chunk more than it last reported
+ * allocated (its report may be late: asking costs it nothing). Fills out[0..max) and returns how many there are. */
 size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broker_client **out, size_t max);
+/* c sent a usage report (its library sends one after serving a reclaim:
+ * nothing more comes from it for the request). */
+void broker_reported(broker *b, broker_client *c, uint64_t now_ns);
 /* c gave back n chunks it holds (idx[], checked by the caller): into the lake. */
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n);
 /* A served lease's latency as the client saw it (measured after the send). */

@@ -283,6 +283,8 @@ static void handle_usage(request *rq) {
   c->growable_unmapped = u->growable_unmapped;
   c->idle = u->idle_bytes;
   c->fragment = u->fragment_bytes;
+  broker_reported(&rq->s->d->br, c, gml_now_ns());
+  sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */
 }
 
 /* Share, attach, detach: daemon/shares.c. */

@@ -327,6 +327,7 @@ START_TEST(test_full_lake_nobody_to_ask) {
   broker_client holder, asker;
   client(&holder, 1, 101, 0); /* no idle cache anywhere */
   fill_lake(&holder);
+  holder.allocated = 10 * cs;
   client(&asker, 2, 102, 0);
   broker_decision d;
   broker_lease(&br, &asker, 5, 1, 0, 0, &d);
@@ -338,11 +339,40 @@ START_TEST(test_full_lake_nobody_to_ask) {
 }
 END_TEST
 
+/* A client whose report is late (leases more than it said it allocates) is
+ * asked too; once every client asked has answered (reported since) and
+ * nothing came free, the lease is refused without waiting for its deadline. */
+START_TEST(test_refused_once_all_asked_answered) {
+  broker_client holder, busy, asker;
+  client(&holder, 1, 101, 0);
+  fill_lake(&holder); /* leased 10, reported allocated 0: maybe idle */
+  client(&busy, 2, 102, 0);
+  client(&asker, 3, 103, 0);
+  broker_decision d;
+  broker_lease(&br, &asker, 4, 2, 0, 10 * MS, &d);
+  broker_review(&br, &asker, 11 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, 2 * cs);
+  broker_client *who[4];
+  ck_assert_uint_eq(broker_reclaim_targets(&br, &asker, who, 4), 1);
+  ck_assert_ptr_eq(who[0], &holder);
+  broker_review(&br, &asker, 12 * MS, &d); /* not answered yet: waits */
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  holder.allocated = 10 * cs; /* it answers: all of it is in use */
+  broker_reported(&br, &holder, 13 * MS);
+  broker_review(&br, &asker, 14 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_ENOMEM);
+  ck_assert_ptr_nonnull(strstr(d.why, "no other client had idle cache"));
+}
+END_TEST
+
 /* Chunks on their way (being created, or parked until a process exits): the lease waits. */
 START_TEST(test_wait_for_chunks_coming) {
   broker_client holder, asker;
   client(&holder, 1, 101, 0);
   fill_lake(&holder);
+  holder.allocated = 10 * cs; /* all in use: nothing to reclaim */
   client(&asker, 2, 102, 0);
   broker_decision d;
   lake_park(&lk, 0); /* the holder left, its process lives on */
@@ -468,6 +498,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
   tcase_add_test(tc, test_full_lake_nobody_to_ask);
+  tcase_add_test(tc, test_refused_once_all_asked_answered);
   tcase_add_test(tc, test_wait_for_chunks_coming);
   tcase_add_test(tc, test_optional_leases);
   tcase_add_test(tc, test_closing_client_is_not_served);
