@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
-#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest]
+#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic]
 #                (default: build vmm test lease replay torch shared)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
@@ -30,6 +30,11 @@
 # torchtest: builds gmlake._C against the installed torch, runs tests/torch (issue 11's points,
 #         embedded and daemon, and a Hugging Face Trainer with memory metrics) and prints their table;
 #         then a short training's memory_viz snapshot and memory_summary into $OUT
+# lake:   bench/lake_bench.py: three PyTorch processes with staggered peaks (a notebook that goes
+#         idle, a training, bursty inference; units of 1 GiB) on one daemon limited to 1.05x the
+#         most they allocate together: lake peak against max total allocated; PASS/FAIL
+# elastic: bench/elastic.py: the idle hog (A caches 40 GiB and idles, B gets 40 GiB of a 60 GiB
+#         lake within a second) and a training paused/resumed between steps (same losses); PASS/FAIL
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -155,6 +160,14 @@ if has kvcache; then
     tee "$OUTDIR/kv_cache_daemon.txt" | grep -E '^(model|PASS|FAIL|SKIP)' | sed 's/^/kvcache daemon: /' | tee -a "$SUMMARY"
   say "kvcache daemon: lake after the run: $("$BUILD/gmlakectl" --control ipc://$d/c stats | grep -E 'chunks ')"
   kill $dp; wait $dp; rm -rf $d
+fi
+if has lake; then
+  PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/lake_bench.py --backend cuda --torch \
+    --unit 1GiB --seconds 8 --build "$BUILD" 2>&1 | tee "$OUTDIR/lake_bench.txt" | grep -E '^lake bench' | tee -a "$SUMMARY"
+fi
+if has elastic; then
+  PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/elastic.py --build "$BUILD" 2>&1 |
+    tee "$OUTDIR/elastic.txt" | grep -E '^elastic' | tee -a "$SUMMARY"
 fi
 
 if case " $STAGES " in *" guard "*) true;; *) false;; esac; then

@@ -109,6 +109,10 @@ echo "== python/gmlake's pause/resume (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_pause.py  # tests/torch/ must not hide torch
 fi
+echo "== the lake bench: 3 processes with staggered peaks on one daemon (host backend, small units)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+GMLAKE_LIB="$BUILD/libgmlake-client.so" timeout 120 python3 bench/lake_bench.py --build "$BUILD"
+fi
 echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)

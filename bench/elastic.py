@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The elastic lake on the GPU (issue 12), with real PyTorch processes on one gmlaked:
+
+  idle-hog  A allocates --hog (40 GiB), frees it and sits idle (no call at all);
+            B then asks --hog of a lake limited to --limit (60 GiB): B must get it
+            within a second, from the cache A's library gives back on the daemon's
+            request. Prints the time B waited.
+  pause     a small training run twice: once plainly, once with gmlake.pause()
+            / gmlake.resume() between every step (while paused the process holds
+            no chunk: checked); the losses must be identical, bit for bit.
+
+    bench/elastic.py [--hog 40GiB] [--limit 60GiB] [--steps 20] [--build build]
+
+Needs torch with CUDA and gmlake's PyTorch layer (gmlake.enable()). PASS/FAIL lines.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+GiB = 1 << 30
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip().replace("iB", "").replace("B", "")
+    return int(float(s[:-1]) * mult[s[-1].upper()]) if s[-1].upper() in mult else int(s)
+
+
+def hog_main(nbytes):
+    """A: allocate, free, then idle until told to stop (stdin closes)."""
+    import gmlake
+    import torch
+    gmlake.enable(mode="daemon")
+    t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    t.fill_(1)
+    torch.cuda.synchronize()
+    del t
+    torch.cuda.synchronize()
+    s = gmlake.stats()
+    print(json.dumps({"allocated": s["allocated"], "reserved": s["reserved"]}), flush=True)
+    sys.stdin.read()  # idle: no allocator call until the driver is done
+    s = gmlake.stats()
+    print(json.dumps({"allocated": s["allocated"], "reserved": s["reserved"]}), flush=True)
+
+
+def taker_main(nbytes):
+    """B: ask for nbytes at once; print how long it took."""
+    import gmlake
+    import torch
+    gmlake.enable(mode="daemon")
+    torch.empty(1 << 20, device="cuda")  # open the client first: the time below is the lease's
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    try:
+        t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        t.fill_(2)
+        torch.cuda.synchronize()
+        ok = True
+        err = ""
+    except torch.cuda.OutOfMemoryError as e:
+        ok, err = False, str(e)[:2000]
+    print(json.dumps({"ok": ok, "seconds": time.monotonic() - t0, "error": err}), flush=True)
+
+
+def train_main(steps, pause):
+    """Losses of a small deterministic training, with or without pause/resume between steps."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import gmlake
+    import torch
+    gmlake.enable(mode="daemon")
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    losses, paused_reserved = [], []
+    for _ in range(steps):
+        x = torch.randn(256, 1024, device="cuda", generator=g)
+        loss = (model(x) - x).pow(2).mean()
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if pause:
+            torch.cuda.synchronize()
+            gmlake.pause()
+            paused_reserved.append(gmlake.stats()["reserved"])
+            gmlake.resume()
+    print(json.dumps({"losses": losses, "paused_reserved": paused_reserved}), flush=True)
+
+
+def run(cmd, env, **kw):
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__)] + cmd, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, **kw)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hog", default="40GiB")
+    ap.add_argument("--limit", default="60GiB")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--build", default=os.environ.get("BUILD", os.path.join(ROOT, "build")))
+    ap.add_argument("--role", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.role:
+        role, arg = a.role
+        if role == "hog":
+            hog_main(int(arg))
+        elif role == "taker":
+            taker_main(int(arg))
+        else:
+            train_main(a.steps, arg == "1")
+        return 0
+
+    tmp = tempfile.mkdtemp(prefix="gmlake-elastic.")
+    sock, url = os.path.join(tmp, "lake.sock"), "ipc://%s/lake.ctl" % tmp
+    env = dict(os.environ, GMLAKE_SOCKET=sock, GMLAKE_MODE="daemon")
+    env.setdefault("GMLAKE_LIB", os.path.join(a.build, "libgmlake-client.so"))
+    log = open(os.path.join(tmp, "daemon.log"), "w")
+    daemon = subprocess.Popen([os.path.join(a.build, "gmlaked"), "--backend", "cuda", "--socket", sock, "--control", url,
+                               "--limit", a.limit, "--log-level", "info"], stderr=log)
+    bad = 0
+    try:
+        for _ in range(400):
+            if subprocess.run([os.path.join(a.build, "gmlakectl"), "--control", url, "stats"], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.05)
+        hog = parse_size(a.hog)
+        # idle-hog
+        A = run(["--role", "hog", str(hog)], env)
+        before = json.loads(A.stdout.readline())
+        B = run(["--role", "taker", str(hog)], env)
+        got = json.loads(B.stdout.readline())
+        B.wait()
+        A.stdin.close()
+        after = json.loads(A.stdout.readline())
+        A.wait()
+        ok = got["ok"] and got["seconds"] <= 1.0
+        bad += not ok
+        print("elastic idle-hog: A cached %.1f GiB and sat idle; B asked %.1f GiB of a %s lake: %s in %.3f s; A holds %.1f GiB "
+              "after: %s%s" % ((before["reserved"] - before["allocated"]) / GiB, hog / GiB, a.limit,
+                               "got it" if got["ok"] else "refused", got["seconds"], after["reserved"] / GiB,
+                               "PASS" if ok else "FAIL", "" if got["ok"] else " (" + got["error"] + ")"))
+        # pause/resume between steps
+        plain = json.loads(run(["--role", "train", "0", "--steps", str(a.steps)], env).stdout.readline())
+        paused = json.loads(run(["--role", "train", "1", "--steps", str(a.steps)], env).stdout.readline())
+        same = plain["losses"] == paused["losses"]
+        empty = all(r == 0 for r in paused["paused_reserved"])
+        bad += not (same and empty)
+        print("elastic pause: %d steps, losses %s with pause/resume between every step (first %.6f, last %.6f); "
+              "reserved while paused %s: %s" % (a.steps, "identical" if same else "DIFFER", plain["losses"][0],
+                                                plain["losses"][-1], "0" if empty else paused["paused_reserved"][:4],
+                                                "PASS" if same and empty else "FAIL"))
+    finally:
+        daemon.terminate()
+        daemon.wait()
+        log.close()
+        if bad:
+            print(open(os.path.join(tmp, "daemon.log")).read()[-3000:])
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
