@@ -405,7 +405,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       if (gml_parse_size(opt.limit, t, &lim)) lim = 0;
     }
     c->alloc.limit_bytes = lim;
-  } else if ((rc = gml_link_start(c))) {
+  } else if ((rc = gml_link_start(c, path))) {
     gml_alloc_destroy(&c->alloc);
     goto fail;
   }

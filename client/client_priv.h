@@ -127,7 +127,7 @@ struct gml_client {
 /* link.c: the daemon connection's threads (see there). start after hello;
  * quiesce (the keeper stops) before the allocator goes; stop at last. */
 typedef struct gml_link gml_link;
-int gml_link_start(gml_client *c);
+int gml_link_start(gml_client *c, const char *socket_path);
 void gml_link_quiesce(gml_client *c);
 void gml_link_stop(gml_client *c);
 /* Send env (its seq set here); with want_reply, wait for the reply the reader
@@ -166,6 +166,8 @@ void gml_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is f
 void gml_ipc_client_gone(gml_client *c);          /* at close: exports dropped, mappings unmapped */
 
 /* growable.c */
+/* fn(ctx, phys, &id) for every chunk mapped in the client's ranges (grow.lock held). */
+void gml_grow_each_chunk(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx);
 void gml_grow_init(gml_client *c);
 void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */
 void gml_grow_stats(gml_client *c, gml_stats *st);

@@ -308,3 +308,9 @@ void gml_grow_destroy_all(gml_client *c) {
   pthread_mutex_unlock(&c->grow.lock);
   pthread_mutex_destroy(&c->grow.lock);
 }
+
+void gml_grow_each_chunk(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx) {
+  for (gml_growable *g = c->grow.head; g; g = g->next)
+    for (size_t k = 0; k < g->nslots && !g->shared; k++) /* a share's chunks are the share's, not ours */
+      if (g->mapped[k]) fn(ctx, g->phys[k], &g->ids[k]);
+}

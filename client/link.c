@@ -21,6 +21,19 @@
  * return is seen before the next lease). A reclaim returns its chunks in
  * messages of up to GML_MAX_LEASE_CHUNKS (reclaim.c), one round trip each.
  *
+ * The daemon gone (EOF or an error on the socket: a restart, a SIGKILL), the
+ * reader ends and the keeper reconnects (backoff from 10 ms to 1 s) to the
+ * same socket, says hello as `adopting` and hands the new daemon every chunk
+ * it holds (the allocator's and the growable ranges'), an fd each (the
+ * backend's chunk_export) in Adopt messages of up to GML_MAX_LEASE_CHUNKS;
+ * the new daemon gives them new ids, which replace the old ones in place.
+ * It holds the allocator's lock, the ranges' lock and conn_lock meanwhile (in
+ * that order), so no chunk comes or goes during the hand-over. While the
+ * daemon is away, allocations are served from what the process holds and a
+ * lease fails at once with GML_EDAEMON; chunks given back meanwhile are
+ * released here (the dead daemon's chunks: the driver frees them once the
+ * last handle goes).
+ *
  * Locks: link->mu guards the fields below and is the innermost lock; no
  * thread holds it across a socket call or another lock. */
 #ifndef _GNU_SOURCE
@@ -31,9 +44,11 @@
 #include "util.h"
 #include "wire.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +66,8 @@ struct gml_link {
   Gmlake__Envelope *reply;
   int fds[GML_MAX_LEASE_CHUNKS], nfds;
   uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
+  char path[256];          /* the daemon's socket, to reconnect to */
+  uint64_t reconnects;
 };
 
 static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
@@ -153,9 +170,169 @@ static void serve_reclaim(gml_client *c, uint64_t want) {
   gml_client_report(c);
 }
 
+/* ---------- the daemon restarted: reconnect and hand the chunks over ---------- */
+
+/* Send env on sock (no reader runs on it yet) and receive its reply. */
+static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int *fds, int nfds, Gmlake__Envelope **reply) {
+  env->seq = ++c->seq;
+  uint8_t *frame;
+  size_t len;
+  int rc = gml_wire_encode(env, &frame, &len);
+  if (rc) return rc;
+  rc = gml_wire_send(sock, frame, len, fds, nfds);
+  free(frame);
+  while (!rc) {
+    int rfds[GML_MAX_LEASE_CHUNKS], rn = 0;
+    if ((rc = gml_wire_recv(sock, reply, rfds, &rn, GML_MAX_LEASE_CHUNKS))) break;
+    free_msg(NULL, rfds, rn);
+    if ((*reply)->seq == env->seq) return 0;
+    free_msg(*reply, NULL, 0); /* a request of the new daemon's (reclaim): nothing idle is handed over yet */
+  }
+  return rc;
+}
+
+static int adopt_hello(gml_client *c, int sock) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  char name[64] = "";
+  FILE *f = fopen("/proc/self/comm", "re");
+  if (f) {
+    if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+    fclose(f);
+  }
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = name;
+  h.adopting = 1;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
+  env.hello = &h;
+  int rc = direct_call(c, sock, &env, NULL, 0, &r);
+  if (rc) return rc;
+  if (r->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY || r->hello_reply->chunk_size != c->be->chunk_size ||
+      strcmp(r->hello_reply->backend, c->be->name)) {
+    GML_ERR("the daemon back at %s is not the one we held chunks of (%s): not reconnecting", c->link->path,
+            r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY ? "another chunk size or backend" : "no hello reply");
+    rc = GML_EPROTO;
+  } else {
+    c->client_id = r->hello_reply->client_id;
+  }
+  free_msg(r, NULL, 0);
+  return rc;
+}
+
+typedef struct adopt_batch {
+  gml_client *c;
+  int sock, rc;
+  size_t n, total;
+  gml_phys phys[GML_MAX_LEASE_CHUNKS];
+  uint64_t old[GML_MAX_LEASE_CHUNKS], *idp[GML_MAX_LEASE_CHUNKS];
+} adopt_batch;
+
+/* Hand the batch's chunks over; their ids become the new daemon's. */
+static int adopt_flush(adopt_batch *b) {
+  if (!b->n || b->rc) return b->rc;
+  gml_backend *be = b->c->be;
+  int fds[GML_MAX_LEASE_CHUNKS];
+  size_t k = 0;
+  for (; k < b->n; k++)
+    if ((b->rc = be->ops->chunk_export(be, b->phys[k], &fds[k]))) break;
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
+  Gmlake__AdoptRequest ar = GMLAKE__ADOPT_REQUEST__INIT;
+  ar.n_old_ids = b->n;
+  ar.old_ids = b->old;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT;
+  env.adopt = &ar;
+  if (!b->rc) b->rc = direct_call(b->c, b->sock, &env, fds, (int)b->n, &r);
+  free_msg(NULL, fds, (int)k); /* sent (the daemon has its own copies) or not */
+  if (b->rc) return b->rc;
+  if (r->msg_case != GMLAKE__ENVELOPE__MSG_ADOPT_REPLY || r->adopt_reply->n_chunk_ids != b->n) {
+    GML_ERR("the new daemon did not adopt our chunks: %s",
+            r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? r->error->message : "unexpected reply");
+    b->rc = GML_EPROTO;
+  } else {
+    for (size_t i = 0; i < b->n; i++) *b->idp[i] = r->adopt_reply->chunk_ids[i];
+    b->total += b->n;
+    b->n = 0;
+  }
+  free_msg(r, NULL, 0);
+  return b->rc;
+}
+
+static void adopt_add(void *ctx, gml_phys phys, uint64_t *id) {
+  adopt_batch *b = ctx;
+  if (b->rc || !*id) return; /* id 0: not a chunk of the daemon's */
+  b->phys[b->n] = phys;
+  b->old[b->n] = *id;
+  b->idp[b->n++] = id;
+  if (b->n == GML_MAX_LEASE_CHUNKS) adopt_flush(b);
+}
+
+static int connect_unix(const char *path) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof sa.sun_path) return -1;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    close(s);
+    s = -1;
+  }
+  return s;
+}
+
+static void *reader_main(void *arg);
+
+/* One attempt: 0 when the new daemon holds every chunk of ours. */
+static int reconnect(gml_client *c) {
+  gml_link *l = c->link;
+  if (l->reader_on) {
+    pthread_join(l->reader, NULL);
+    l->reader_on = 0;
+  }
+  int s = connect_unix(l->path);
+  if (s < 0) return GML_EDAEMON;
+  struct timeval tv = {5, 0}; /* a daemon that does not answer is not waited for forever */
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  int rc = adopt_hello(c, s);
+  if (rc) {
+    close(s);
+    return rc;
+  }
+  gml_allocator *a = &c->alloc;
+  adopt_batch b = {.c = c, .sock = s};
+  pthread_mutex_lock(&a->lock);
+  pthread_mutex_lock(&c->grow.lock);
+  pthread_mutex_lock(&c->conn_lock);
+  for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
+    if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
+  gml_grow_each_chunk(c, adopt_add, &b);
+  rc = adopt_flush(&b);
+  if (!rc) {
+    tv.tv_sec = 0;
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    close(c->sock);
+    c->sock = s;
+    pthread_mutex_lock(&l->mu);
+    l->gone = 0;
+    l->reconnects++;
+    __atomic_store_n(&c->daemon_gone, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&l->mu);
+    if (pthread_create(&l->reader, NULL, reader_main, c) == 0) l->reader_on = 1;
+    else rc = GML_ESYS;
+  } else {
+    close(s); /* what was handed over stays parked with that connection until we exit */
+  }
+  pthread_mutex_unlock(&c->conn_lock);
+  pthread_mutex_unlock(&c->grow.lock);
+  pthread_mutex_unlock(&a->lock);
+  if (rc) return rc;
+  GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
+  gml_client_report(c);
+  return 0;
+}
+
 static void *keeper_main(void *arg) {
   gml_client *c = arg;
   gml_link *l = c->link;
+  uint64_t backoff_ms = 10;
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     if (l->reclaim_want) {
@@ -166,15 +343,33 @@ static void *keeper_main(void *arg) {
       pthread_mutex_lock(&l->mu);
       continue;
     }
+    if (l->gone && l->path[0]) {
+      pthread_mutex_unlock(&l->mu);
+      int rc = reconnect(c);
+      pthread_mutex_lock(&l->mu);
+      if (!rc) {
+        backoff_ms = 10;
+        continue;
+      }
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_sec += (time_t)(backoff_ms / 1000);
+      until.tv_nsec += (long)(backoff_ms % 1000) * 1000000L;
+      if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&l->cv, &l->mu, &until);
+      backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
+      continue;
+    }
     pthread_cond_wait(&l->cv, &l->mu);
   }
   pthread_mutex_unlock(&l->mu);
   return NULL;
 }
 
-int gml_link_start(gml_client *c) {
+int gml_link_start(gml_client *c, const char *socket_path) {
   gml_link *l = calloc(1, sizeof *l);
   if (!l) return GML_ENOMEM;
+  snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   c->link = l;

@@ -22,7 +22,7 @@ struct gml_backend_ops {
    * makes a new one instead (cuda: see README, "Trust model"). */
   int (*chunk_scrub)(gml_backend *be, gml_phys phys);
   /* A new shareable fd of a chunk this process holds (created or imported):
-   * how another process gets it (gml_ipc_export). The caller closes it. */
+   * how another process gets it (gml_ipc_export; a restarted daemon adopting it). The caller closes it. */
   int (*chunk_export)(gml_backend *be, gml_phys phys, int *fd);
   /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);

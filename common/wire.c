@@ -154,6 +154,8 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) 
   case GMLAKE__ENVELOPE__MSG_SHARE: return env->share->n_chunk_ids < 1 ? "share of no chunk" : NULL;
   case GMLAKE__ENVELOPE__MSG_ATTACH: return env->attach->count > GML_MAX_LEASE_CHUNKS ? "attach count out of range" : NULL;
   case GMLAKE__ENVELOPE__MSG_DETACH: return NULL; /* the rest is checked by daemon/shares.c */
+  case GMLAKE__ENVELOPE__MSG_ADOPT:
+    return env->adopt->n_old_ids < 1 || env->adopt->n_old_ids > GML_MAX_LEASE_CHUNKS ? "adopt count out of range" : NULL;
   default: return "unexpected message kind";
   }
 }
@@ -176,9 +178,16 @@ long gml_rx_fill(gml_rx *rx, int sock) {
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0, overflow = 0;
   long r = recv_some(sock, rx->buf + rx->len, rx->cap - rx->len, fds, &nfds, GML_MAX_LEASE_CHUNKS, &overflow);
   int saved = errno; /* GML_ESYS: the caller may log it */
-  for (int i = 0; i < nfds; i++) close(fds[i]);
+  for (int i = 0; i < nfds; i++) {
+    if (rx->nkept < rx->keep_max && rx->nkept < GML_MAX_LEASE_CHUNKS) {
+      rx->kept[rx->nkept++] = fds[i];
+      continue;
+    }
+    close(fds[i]);
+    rx->fds_received++;
+  }
   errno = saved;
-  rx->fds_received += nfds + overflow;
+  rx->fds_received += overflow;
   if (r > 0) rx->len += (size_t)r;
   return r;
 }
@@ -202,7 +211,16 @@ void gml_rx_consume(gml_rx *rx, size_t body_len) {
   if (rx->off == rx->len) rx->off = rx->len = 0;
 }
 
+int gml_rx_take_fds(gml_rx *rx, int n, int *out) {
+  if (n < 0 || n > rx->nkept) return -1;
+  memcpy(out, rx->kept, sizeof(int) * (size_t)n);
+  memmove(rx->kept, rx->kept + n, sizeof(int) * (size_t)(rx->nkept - n));
+  rx->nkept -= n;
+  return 0;
+}
+
 void gml_rx_free(gml_rx *rx) {
+  for (int i = 0; i < rx->nkept; i++) close(rx->kept[i]);
   free(rx->buf);
   memset(rx, 0, sizeof *rx);
 }

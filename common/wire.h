@@ -39,7 +39,10 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done);
 typedef struct gml_rx {
   uint8_t *buf;
   size_t off, len, cap; /* unread bytes are buf[off..len) */
-  int fds_received; /* count of fds that arrived (the daemon accepts none) */
+  int fds_received; /* fds that arrived and were not kept (closed): the daemon closes such a client */
+  int keep_max;     /* fds kept for the message that carries them (adoption), at most this many; 0: none */
+  int kept[GML_MAX_LEASE_CHUNKS];
+  int nkept;
 } gml_rx;
 /* Read what is available. Returns >0 bytes read, 0 on EOF, GML_EAGAIN when
  * nothing is there, GML_EDAEMON when the peer reset, GML_ENOMEM, GML_EPROTO
@@ -49,5 +52,7 @@ long gml_rx_fill(gml_rx *rx, int sock);
  * GML_EPROTO when the length is over GML_MAX_FRAME. */
 int gml_rx_next(gml_rx *rx, const uint8_t **body, size_t *len);
 void gml_rx_consume(gml_rx *rx, size_t body_len);
+/* Take the n fds that came first (kept, keep_max > 0); -1 if fewer are there. */
+int gml_rx_take_fds(gml_rx *rx, int n, int *out);
 void gml_rx_free(gml_rx *rx);
 #endif

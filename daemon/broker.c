@@ -323,6 +323,18 @@ size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broke
   return n;
 }
 
+uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n) {
+  (void)c;
+  uint64_t bound = 2 * (b->lk->limit_bytes / b->lk->cs) + BROKER_MAX_LEASE;
+  uint64_t held = b->lk->total + b->lk->creating;
+  return held >= bound ? 0 : (uint32_t)GML_MIN((uint64_t)n, bound - held);
+}
+
+void broker_adopted(broker *b, broker_client *c, uint32_t n) {
+  (void)b;
+  c->leased_chunks += n;
+}
+
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n) {
   for (size_t i = 0; i < n; i++) lake_give_back(b->lk, idx[i]);
   c->leased_chunks -= n;

@@ -159,6 +159,14 @@ size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broke
 /* c sent a usage report (its library sends one after serving a reclaim:
  * nothing more comes from it for the request). */
 void broker_reported(broker *b, broker_client *c, uint64_t now_ns);
+/* After a restart, c hands over n chunks it held (the dead daemon's): how
+ * many the lake takes. All of them, whatever the limit and quotas (they are
+ * the client's memory already; the lake is then over its limit until they
+ * come back, and c's quotas refuse new leases meanwhile), up to a bound
+ * against a client passing any memory it likes: twice the limit in all. */
+uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n);
+/* The lake took n chunks of c's (lake_adopt): counted as leased to it. */
+void broker_adopted(broker *b, broker_client *c, uint32_t n);
 /* c gave back n chunks it holds (idx[], checked by the caller): into the lake. */
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n);
 /* A served lease's latency as the client saw it (measured after the send). */

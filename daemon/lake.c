@@ -110,6 +110,13 @@ uint32_t lake_take_for(lake *lk, uint64_t owner, uint32_t uid, uint32_t n, uint3
   return k;
 }
 
+long lake_adopt(lake *lk, uint64_t owner, uint32_t uid, gml_phys phys, int fd) {
+  if (lake_add_created(lk, phys, fd)) return GML_ENOMEM;
+  uint32_t idx = 0; /* the free stack's top, the chunk just added (clean: any uid takes it; it is uid's now) */
+  if (lake_take_for(lk, owner, uid, 1, &idx) != 1) return GML_ENOMEM;
+  return (long)idx;
+}
+
 uint32_t lake_free_of(const lake *lk, uint32_t uid) {
   uint32_t n = 0;
   for (uint32_t j = 0; j < lk->nfree; j++) {

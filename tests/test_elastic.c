@@ -362,6 +362,55 @@ START_TEST(test_process_quota_over_connections) {
 }
 END_TEST
 
+/* The daemon SIGKILLed and started again while two clients hold and use
+ * memory: both go on (from what they hold; a lease fails meanwhile), hand
+ * their chunks to the new daemon, lease again; the lake's numbers add up. */
+START_TEST(test_daemon_restart_keeps_memory) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(), b = client_start();
+  client_ready(&a);
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 10 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "tag 0 21"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 1");
+  ck_assert_str_eq(client_cmd(&a, "free 1"), "ok"); /* 4 MiB cached */
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 6 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&b, "tag 0 22"), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 10);
+  kill(daemon_pid, SIGKILL);
+  int st;
+  waitpid(daemon_pid, &st, 0);
+  /* no daemon: what they hold still works, the cache serves, a lease fails */
+  ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 21000 21001 21002 21003 21004");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 1");
+  const char *r = client_cmd(&b, "alloc %d", 8 << 20);
+  ck_assert_msg(!strncmp(r, "err ", 4), "a lease without a daemon: '%s'", r);
+  double t0 = now_ms();
+  launch_daemon();
+  /* both reconnect and hand their 7 + 3 chunks over */
+  ck_assert_int_eq(wait_stat("chunks_leased", 10), 10);
+  printf("  daemon SIGKILLed and restarted: both clients' 10 chunks adopted %.0f ms after the restart began\n", now_ms() - t0);
+  ck_assert_int_eq(stat_num("clients"), 2);
+  ck_assert_int_eq(stat_num("chunks_total"), 10); /* no chunk twice, none lost */
+  ck_assert_int_eq(stat_num("chunks_free"), 0);
+  /* they lease again and their bytes are where they were */
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 8 << 20), "ok 1");
+  ck_assert_str_eq(client_cmd(&b, "tag 1 23"), "ok");
+  ck_assert_int_eq(stat_num("chunks_leased"), 14);
+  ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 21000 21001 21002 21003 21004");
+  ck_assert_str_eq(client_cmd(&b, "readtags 0"), "tags 22000 22001 22002");
+  /* chunks go back under their new ids */
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "trim"), "ok 10485760");
+  ck_assert_int_eq(stat_num("chunks_leased"), 9);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stat_num("protocol_errors"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("elastic");
   TCase *tc = tcase_create("lake");
@@ -372,6 +421,7 @@ int main(void) {
   tcase_add_test(tc, test_pause_resume_across_clients);
   tcase_add_test(tc, test_uid_quota_over_two_processes);
   tcase_add_test(tc, test_process_quota_over_connections);
+  tcase_add_test(tc, test_daemon_restart_keeps_memory);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
