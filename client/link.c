@@ -41,6 +41,7 @@
 #endif
 #include "client_priv.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include "wire.h"
 #include <errno.h>
@@ -66,7 +67,8 @@ struct gml_link {
   Gmlake__Envelope *reply;
   int fds[GML_MAX_LEASE_CHUNKS], nfds;
   uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
-  char path[256];          /* the daemon's socket, to reconnect to */
+  char path[256];          /* the daemon's socket, to reconnect to ("": never) */
+  int rsock;               /* the socket of a reconnection under way (-1: none): shut down by gml_link_stop */
   uint64_t reconnects;
 };
 
@@ -289,10 +291,21 @@ static int reconnect(gml_client *c) {
   }
   int s = connect_unix(l->path);
   if (s < 0) return GML_EDAEMON;
+  pthread_mutex_lock(&l->mu);
+  if (l->stop) {
+    pthread_mutex_unlock(&l->mu);
+    close(s);
+    return GML_ECLOSED;
+  }
+  l->rsock = s; /* gml_link_stop shuts it down: no wait for an answer that does not come */
+  pthread_mutex_unlock(&l->mu);
   struct timeval tv = {5, 0}; /* a daemon that does not answer is not waited for forever */
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   int rc = adopt_hello(c, s);
   if (rc) {
+    pthread_mutex_lock(&l->mu);
+    l->rsock = -1;
+    pthread_mutex_unlock(&l->mu);
     close(s);
     return rc;
   }
@@ -311,6 +324,7 @@ static int reconnect(gml_client *c) {
     close(c->sock);
     c->sock = s;
     pthread_mutex_lock(&l->mu);
+    l->rsock = -1;
     l->gone = 0;
     l->reconnects++;
     __atomic_store_n(&c->daemon_gone, 0, __ATOMIC_RELEASE);
@@ -318,6 +332,9 @@ static int reconnect(gml_client *c) {
     if (pthread_create(&l->reader, NULL, reader_main, c) == 0) l->reader_on = 1;
     else rc = GML_ESYS;
   } else {
+    pthread_mutex_lock(&l->mu);
+    l->rsock = -1;
+    pthread_mutex_unlock(&l->mu);
     close(s); /* what was handed over stays parked with that connection until we exit */
   }
   pthread_mutex_unlock(&c->conn_lock);
@@ -369,7 +386,9 @@ static void *keeper_main(void *arg) {
 int gml_link_start(gml_client *c, const char *socket_path) {
   gml_link *l = calloc(1, sizeof *l);
   if (!l) return GML_ENOMEM;
-  snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
+  const char *rc_opt = gml_env(GML_ENV_RECONNECT);
+  if (!rc_opt || strcmp(rc_opt, "0")) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
+  l->rsock = -1;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   c->link = l;
@@ -388,6 +407,7 @@ void gml_link_quiesce(gml_client *c) {
   if (!l || !l->keeper_on) return;
   pthread_mutex_lock(&l->mu);
   l->stop = 1;
+  if (l->rsock >= 0) shutdown(l->rsock, SHUT_RDWR); /* a reconnection under way ends now */
   pthread_cond_broadcast(&l->cv);
   pthread_mutex_unlock(&l->mu);
   pthread_join(l->keeper, NULL);

@@ -51,6 +51,9 @@
     "the most a borrowed block (never split) may exceed the request, as a factor")                            \
   X(BORROW_MAX, "GMLAKE_BORROW_MAX", "0-64", "8", "library",                                                     \
     "the most borrows waiting on another stream's event at once")                                             \
+  X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                       \
+    "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "      \
+    "without a daemon (leases fail with GML_EDAEMON)")                                                          \
   X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn", "all",                                                   \
     "log level (gmlaked: its --log-level or config wins)")                                                      \
   X(CONTROL, "GMLAKE_CONTROL", "url", "ipc:///run/gmlake/gmlake-N.ctl", "gmlakectl",                             \

@@ -66,6 +66,7 @@ static void setup(void) {
   listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&sa, sizeof sa) || listen(listen_fd, 4)) abort();
   setenv("GMLAKE_VA_SIZE", "256MiB", 1); /* small reservations: many of them per second */
+  setenv("GMLAKE_RECONNECT", "0", 1);    /* the fake daemon's EOF is the end, not a restart to reconnect to */
 }
 
 static void cleanup(void) {
