@@ -34,7 +34,7 @@ int gml_alloc_check(gml_allocator *a) {
       } else if (b->paused == GML_PAUSED_FREED) { /* out of the pointer map, no slots: free at resume */
       } else if (b->paused) {                    /* in the pointer map, no slots, not allocated */
         live++;
-        CHECK(gml_ptrmap_take(&a->live, b->addr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->addr);
+        CHECK(gml_ptrmap_take(&a->live, b->ptr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->ptr);
       } else {
         allocated += b->usable;
         live++;

@@ -97,8 +97,8 @@ static int collect(gml_allocator *a, struct gml_pause *p, size_t *total) {
   for (size_t i = 0; i < a->live.cap; i++) {
     gml_block *b = a->live.vals[i];
     if (!a->live.keys[i] || !b || (p->tag && b->pause_tag != p->tag)) continue;
-    p->v[p->n++] = (paused_block){b, b->addr, b->size, *total};
-    *total += b->size;
+    p->v[p->n++] = (paused_block){b, b->ptr, b->usable, *total};
+    *total += b->usable;
   }
   return 0;
 }
@@ -153,11 +153,13 @@ int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path
   a->tick++;
   for (size_t i = 0; i < p->n; i++) { /* let go of the slots: the blocks stay live, their chunks become free */
     gml_block *b = p->v[i].b;
-    for (uint32_t s = slot_of(a, b->addr); s <= slot_of(a, b->addr + b->size - 1); s++)
+    uint32_t first, last;
+    block_slots(a, b, &first, &last);
+    for (uint32_t s = first; s <= last; s++)
       if (--a->slot_use[s] == 0) slot_release(a, s);
-    a->allocated -= b->size;
-    if (b->stitched) a->stitched -= b->size;
-    a->paused_bytes += b->size;
+    a->allocated -= b->usable;
+    if (b->stitched) a->stitched -= b->usable;
+    a->paused_bytes += b->usable;
     b->paused = GML_PAUSED;
   }
   c->pause = p;
@@ -200,28 +202,29 @@ int gml_resume(gml_client *c) {
   for (size_t i = 0; i < p->n && !rc; i++) {
     gml_block *b = p->v[i].b;
     if (!b) continue;
-    a->paused_bytes -= b->size;
+    a->paused_bytes -= b->usable;
     if (b->paused == GML_PAUSED_FREED) {
       free_paused(a, b);
       p->v[i].b = NULL;
       continue;
     }
-    uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
+    uint32_t first, last;
+    block_slots(a, b, &first, &last);
     size_t need = 0;
     for (uint32_t s = first; s <= last; s++) need += (size_t)slot_claim(a, s, b->stream);
     int stole = 0;
     if (need && (rc = gml_map_slots_slow(a, first, last, b->stream, &stole))) {
       gml_slots_unclaim(a, first, last);
-      a->paused_bytes += b->size;
+      a->paused_bytes += b->usable;
       char s1[32], s2[32];
       snprintf(c->last_error, sizeof c->last_error, "resume: no memory for a paused block of %s (%s still paused): %s",
-               gml_format_bytes(b->size, s1, sizeof s1), gml_format_bytes(a->paused_bytes, s2, sizeof s2), gml_strerror(rc));
+               gml_format_bytes(b->usable, s1, sizeof s1), gml_format_bytes(a->paused_bytes, s2, sizeof s2), gml_strerror(rc));
       break;
     }
     b->paused = GML_PAUSED_NO;
     b->stitched = (uint8_t)stole;
-    a->allocated += b->size;
-    if (b->stitched) a->stitched += b->size;
+    a->allocated += b->usable;
+    if (b->stitched) a->stitched += b->usable;
     if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
     if (reserved_bytes(a) > a->peak_reserved) a->peak_reserved = reserved_bytes(a);
     if (p->saved && (rc = copy_block(c, p, &p->v[i], 0)))

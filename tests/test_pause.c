@@ -146,12 +146,27 @@ START_TEST(test_resume_over_limit_retries) {
 }
 END_TEST
 
+/* Guard mode refuses a pause (a remap would drop the guards). */
+START_TEST(test_pause_refused_in_guard_mode) {
+  setenv("GMLAKE_GUARD", "1", 1);
+  gml_client *c = open_embedded();
+  unsetenv("GMLAKE_GUARD");
+  void *p;
+  ck_assert_int_eq(gml_alloc(c, 3 << 20, 0, &p), 0);
+  ck_assert_int_eq(gml_pause(c, 0, 0), GML_EINVAL);
+  ck_assert_msg(strstr(gml_last_error(c), "guard mode"), "%s", gml_last_error(c));
+  ck_assert_int_eq(gml_free(c, p), 0);
+  gml_close(c);
+}
+END_TEST
+
 Suite *pause_suite(void) {
   Suite *s = suite_create("pause");
   TCase *tc = tcase_create("pause");
   tcase_add_test(tc, test_pause_keeps_bytes_at_same_addresses);
   tcase_add_test(tc, test_pause_tag_discard_file_and_frees);
   tcase_add_test(tc, test_resume_over_limit_retries);
+  tcase_add_test(tc, test_pause_refused_in_guard_mode);
   suite_add_tcase(s, tc);
   return s;
 }
