@@ -189,6 +189,7 @@ void gml_client_report(gml_client *c) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
   u.paused = st.paused_bytes;
+  u.reclaims_served = __atomic_load_n(&c->reclaims_served, __ATOMIC_RELAXED);
   u.paused_saved = st.paused_saved;
   u.growable_mapped = st.growable_mapped;
   u.growable_unmapped = st.growable_unmapped;

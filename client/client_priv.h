@@ -102,7 +102,7 @@ struct gml_client {
   uint64_t client_id;
   int daemon_gone;          /* set by link.c's reader (atomic) */
   struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
-  uint64_t reclaims_served; /* reclaim requests the keeper served */
+  uint64_t reclaims_served; /* reclaim requests the keeper served (the usage report says so) */
   struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;

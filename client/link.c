@@ -67,6 +67,7 @@ struct gml_link {
   Gmlake__Envelope *reply;
   int fds[GML_MAX_LEASE_CHUNKS], nfds;
   uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
+  uint64_t reclaims_got;   /* reclaim requests received */
   char path[256];          /* the daemon's socket, to reconnect to ("": never) */
   int rsock;               /* the socket of a reconnection under way (-1: none): shut down by gml_link_stop */
   uint64_t reconnects;
@@ -97,6 +98,7 @@ static void *reader_main(void *arg) {
       if (in->msg_case == GMLAKE__ENVELOPE__MSG_RECLAIM) {
         uint64_t want = in->reclaim->bytes ? in->reclaim->bytes : UINT64_MAX; /* 0 asks for everything idle */
         l->reclaim_want = want > UINT64_MAX - l->reclaim_want ? UINT64_MAX : l->reclaim_want + want;
+        l->reclaims_got++;
         pthread_cond_broadcast(&l->cv);
       } else {
         GML_WARN("unexpected message %d from the daemon", (int)in->msg_case);
@@ -156,7 +158,7 @@ static void sleep_ms(int ms) {
 }
 
 /* The daemon asked for want bytes of idle cache (UINT64_MAX: all of it). */
-static void serve_reclaim(gml_client *c, uint64_t want) {
+static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
   uint64_t t0 = gml_now_ns(), got = 0;
   size_t left = 0;
   for (;;) {
@@ -166,7 +168,7 @@ static void serve_reclaim(gml_client *c, uint64_t want) {
     if (gml_now_ns() - t0 > RECLAIM_POLL_MS * 1000000ull || c->link->stop) break;
     sleep_ms(1); /* the rest is mapped where a stream may still use it: poll the fence again */
   }
-  __atomic_fetch_add(&c->reclaims_served, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->reclaims_served, answers, __ATOMIC_RELAXED); /* the report below answers them all */
   GML_INFO("gave %llu bytes of idle cache back to the lake in %.1f ms (asked %llu)", (unsigned long long)got,
            (double)(gml_now_ns() - t0) / 1e6, want == UINT64_MAX ? 0ull : (unsigned long long)want);
   gml_client_report(c);
@@ -353,10 +355,10 @@ static void *keeper_main(void *arg) {
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     if (l->reclaim_want) {
-      uint64_t want = l->reclaim_want;
+      uint64_t want = l->reclaim_want, answers = l->reclaims_got;
       l->reclaim_want = 0;
       pthread_mutex_unlock(&l->mu);
-      serve_reclaim(c, want);
+      serve_reclaim(c, want, answers);
       pthread_mutex_lock(&l->mu);
       continue;
     }

@@ -254,15 +254,15 @@ static int can_give_back(const broker *b, const broker_client *asker, const brok
   return o != asker && !o->closing && (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->paused + cs);
 }
 
-void broker_reported(broker *b, broker_client *c, uint64_t now_ns) {
+void broker_reported(broker *b, broker_client *c, uint64_t served) {
   (void)b;
-  c->report_ns = now_ns;
+  c->reclaims_answered = served;
 }
 
 /* Has every client asked for c's lease answered (reported since)? */
 static int all_answered(const broker *b, const broker_client *c) {
   for (const broker_client *o = b->clients; o; o = o->next)
-    if (o != c && !o->closing && o->reclaim_sent_ns >= c->lease.asked_ns && o->report_ns < o->reclaim_sent_ns) return 0;
+    if (o != c && !o->closing && o->reclaim_sent_ns >= c->lease.asked_ns && o->reclaims_answered < o->reclaims_sent) return 0;
   return 1;
 }
 
@@ -288,7 +288,7 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
     c->lease.reclaim_asked = 1;
     c->lease.asked_ns = now_ns;
     for (broker_client *o = b->clients; o; o = o->next) /* the session asks them (broker_reclaim_targets) */
-      if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns;
+      if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns, o->reclaims_sent++;
     if (broker_reclaim_targets(b, c, NULL, 0)) {
       d->reclaim_bytes = (uint64_t)c->lease.count * b->lk->cs;
     } else if (b->lk->parked == 0) {

@@ -53,7 +53,8 @@ typedef struct broker_client {
   uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
   uint64_t leases_refused;
   uint64_t reclaim_sent_ns;    /* when it was last asked for idle cache */
-  uint64_t report_ns;          /* when its last usage report came */
+  uint64_t reclaims_sent;      /* reclaim requests the broker had sent it */
+  uint64_t reclaims_answered;  /* ... that its reports say it served */
   broker_request lease;
 } broker_client;
 
@@ -156,9 +157,9 @@ int broker_serve_free(broker *b, broker_client *c, broker_decision *d);
  * chunk's worth cached, or leasing a chunk more than it last reported
  * allocated (its report may be late: asking costs it nothing). Fills out[0..max) and returns how many there are. */
 size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broker_client **out, size_t max);
-/* c sent a usage report (its library sends one after serving a reclaim:
- * nothing more comes from it for the request). */
-void broker_reported(broker *b, broker_client *c, uint64_t now_ns);
+/* c's usage report says it served `served` reclaim requests so far (its
+ * library reports after giving back what it could: nothing more comes). */
+void broker_reported(broker *b, broker_client *c, uint64_t served);
 /* After a restart, c hands over n chunks it held (the dead daemon's): how
  * many the lake takes. All of them, whatever the limit and quotas (they are
  * the client's memory already; the lake is then over its limit until they

@@ -285,7 +285,7 @@ static void handle_usage(request *rq) {
   c->growable_unmapped = u->growable_unmapped;
   c->idle = u->idle_bytes;
   c->fragment = u->fragment_bytes;
-  broker_reported(&rq->s->d->br, c, gml_now_ns());
+  broker_reported(&rq->s->d->br, c, u->reclaims_served);
   sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */
 }
 

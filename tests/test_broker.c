@@ -359,7 +359,10 @@ START_TEST(test_refused_once_all_asked_answered) {
   broker_review(&br, &asker, 12 * MS, &d); /* not answered yet: waits */
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   holder.allocated = 10 * cs; /* it answers: all of it is in use */
-  broker_reported(&br, &holder, 13 * MS);
+  broker_reported(&br, &holder, 0); /* a report of its own, not the answer */
+  broker_review(&br, &asker, 13 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_reported(&br, &holder, 1); /* the answer: it served the request */
   broker_review(&br, &asker, 14 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_REFUSE);
   ck_assert_int_eq(d.code, GML_ENOMEM);
