@@ -251,7 +251,7 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
 
 static int can_give_back(const broker *b, const broker_client *asker, const broker_client *o) {
   uint64_t cs = b->lk->cs;
-  return o != asker && !o->closing && (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->paused + cs);
+  return o != asker && !o->closing && (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->growable_mapped + cs);
 }
 
 void broker_reported(broker *b, broker_client *c, uint64_t served) {
