@@ -150,8 +150,12 @@ def main():
                                "got it" if got["ok"] else "refused", got["seconds"], after["reserved"] / GiB,
                                "PASS" if ok else "FAIL", "" if got["ok"] else " (" + got["error"] + ")"))
         # pause/resume between steps
-        plain = json.loads(run(["--role", "train", "0", "--steps", str(a.steps)], env).stdout.readline())
-        paused = json.loads(run(["--role", "train", "1", "--steps", str(a.steps)], env).stdout.readline())
+        def train(pause):
+            line = run(["--role", "train", pause, "--steps", str(a.steps)], env).stdout.readline()
+            if not line:  # its traceback went to stderr; gmlake.pause() needs the torch layer's device client
+                raise SystemExit("elastic pause: the training child (pause=%s) printed nothing: FAIL" % pause)
+            return json.loads(line)
+        plain, paused = train("0"), train("1")
         same = plain["losses"] == paused["losses"]
         empty = all(r == 0 for r in paused["paused_reserved"])
         bad += not (same and empty)

@@ -109,6 +109,7 @@ class TorchLake:
         gmlake.enable(mode="daemon")
         self.torch, self.gmlake = torch, gmlake
         self.live = {}
+        self.first = torch.empty(1, device="cuda")  # opens the device's client: stats() needs one
 
     def alloc(self, n):
         t = self.torch.empty(n, dtype=self.torch.uint8, device="cuda")

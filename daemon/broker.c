@@ -290,7 +290,7 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
     for (broker_client *o = b->clients; o; o = o->next) /* the session asks them (broker_reclaim_targets) */
       if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns, o->reclaims_sent++;
     if (broker_reclaim_targets(b, c, NULL, 0)) {
-      d->reclaim_bytes = (uint64_t)c->lease.count * b->lk->cs;
+      d->reclaim_bytes = (uint64_t)c->lease.count * b->lk->cs * BROKER_RECLAIM_AHEAD;
     } else if (b->lk->parked == 0) {
       /* nobody holds idle cache to give back: say so now rather than wait */
       refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");

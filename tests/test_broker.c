@@ -271,7 +271,7 @@ START_TEST(test_wait_reclaim_refuse) {
   ck_assert_uint_eq(asker.lease.deadline_ns, 100 * MS + BROKER_LEASE_WAIT_MS * MS);
   broker_review(&br, &asker, 101 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
-  ck_assert_uint_eq(d.reclaim_bytes, 2 * cs);
+  ck_assert_uint_eq(d.reclaim_bytes, 2 * cs * BROKER_RECLAIM_AHEAD);
   broker_client *who[8];
   ck_assert_uint_eq(broker_reclaim_targets(&br, &asker, who, 8), 4);
   ck_assert_ptr_eq(who[0], &holder);
@@ -310,7 +310,7 @@ START_TEST(test_reclaimed_chunks_serve_the_waiting_lease) {
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 0); /* nothing free yet */
   broker_review(&br, &asker, 1 * MS, &d);
-  ck_assert_uint_eq(d.reclaim_bytes, 3 * cs);
+  ck_assert_uint_eq(d.reclaim_bytes, 3 * cs * BROKER_RECLAIM_AHEAD);
   uint32_t back[2] = {0, 1};
   broker_returned(&br, &holder, back, 2);
   ck_assert_uint_eq(holder.leased_chunks, 8);
@@ -352,7 +352,7 @@ START_TEST(test_refused_once_all_asked_answered) {
   broker_lease(&br, &asker, 4, 2, 0, 10 * MS, &d);
   broker_review(&br, &asker, 11 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
-  ck_assert_uint_eq(d.reclaim_bytes, 2 * cs);
+  ck_assert_uint_eq(d.reclaim_bytes, 2 * cs * BROKER_RECLAIM_AHEAD);
   broker_client *who[4];
   ck_assert_uint_eq(broker_reclaim_targets(&br, &asker, who, 4), 1);
   ck_assert_ptr_eq(who[0], &holder);
