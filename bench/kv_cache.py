@@ -248,8 +248,10 @@ def prompts(cfg, requests, device):
 def run_loop(model, cfg, requests, ps, device, cache):
     base = mem_reset(device)
     outs, t0 = [], time.perf_counter()
-    for (b, p, n), x in zip(requests, ps):
+    for i, ((b, p, n), x) in enumerate(zip(requests, ps)):
         outs.append(generate(model, cfg, x, n, cache).cpu())
+        print("  %s: request %d/%d (batch %d, %d+%d tokens) done at %.1f s" % (
+            cache.name, i + 1, len(requests), b, p, n, time.perf_counter() - t0), file=sys.stderr, flush=True)
     sync(device)
     return outs, time.perf_counter() - t0, mem_peak(device, base)
 

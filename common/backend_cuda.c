@@ -37,16 +37,17 @@ typedef struct cuda_priv {
    * be exported again (cuMemExportToShareableHandle: invalid argument, seen
    * on the H100), so sharing it on (gml_ipc_export) hands out a dup. */
   pthread_mutex_t fd_lock;
-  int keep_fds;      /* only with room for them: RLIMIT_NOFILE >= GML_KEEP_FDS_MIN */
+  size_t keep_max;   /* fds kept at most: the fd limit less GML_KEEP_FDS_SPARE */
+  int keep_warned;
   uint64_t *fd_keys; /* handles; 0 = empty slot */
   int *fd_vals;
   size_t fd_cap, fd_count;
 } cuda_priv;
 
 #define PRIV(be) ((cuda_priv *)(be)->priv)
-/* Keep imported chunks' fds (one per chunk held) only where the fd limit
- * leaves room for an 80 GB device's worth of 4 MiB chunks and then some. */
-#define GML_KEEP_FDS_MIN 65536
+/* Imported chunks' fds are kept (one per chunk held) while the fd limit
+ * leaves this many for everything else the process opens. */
+#define GML_KEEP_FDS_SPARE 4096
 
 static const char *cu_errstr(cuda_priv *p, CUresult r) {
   const char *s = NULL;
@@ -149,7 +150,13 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
     return cu_fail(p, "cuMemImportFromShareableHandle", r);
   }
   pthread_mutex_lock(&p->fd_lock);
-  if (!p->keep_fds || fd_put(p, (uint64_t)h, fd)) close(fd); /* not kept: this chunk cannot be shared on */
+  if (p->fd_count >= p->keep_max || fd_put(p, (uint64_t)h, fd)) { /* not kept: this chunk cannot be shared on */
+    close(fd);
+    if (!p->keep_warned++)
+      GML_WARN("the fd limit (RLIMIT_NOFILE) leaves room to keep %zu chunk fds: chunks beyond them cannot be "
+               "shared with another process (torch.multiprocessing) nor handed to a restarted daemon; raise the "
+               "limit (ulimit -n, LimitNOFILE=) to 65536 or more", p->keep_max);
+  }
   pthread_mutex_unlock(&p->fd_lock);
   *phys = (gml_phys)h;
   return 0;
@@ -346,7 +353,10 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
   p->lib = lib;
   pthread_mutex_init(&p->fd_lock, NULL);
   struct rlimit rl;
-  p->keep_fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= GML_KEEP_FDS_MIN;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    p->keep_max = rl.rlim_cur > GML_KEEP_FDS_SPARE ? (size_t)(rl.rlim_cur - GML_KEEP_FDS_SPARE) : 0;
+  else
+    p->keep_max = SIZE_MAX;
 #define LOAD_FN(name, params)                                                       \
   p->api.name = (gml_pfn_##name)dlsym(lib, #name);                                  \
   if (!p->api.name) {                                                               \

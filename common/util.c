@@ -50,9 +50,24 @@ const char *gml_format_bytes(uint64_t v, char *buf, size_t len) {
   return buf;
 }
 
+/* Soft fd limit up to the hard one; a process allowed to (root with
+ * CAP_SYS_RESOURCE: the daemon, containers' jobs) takes the kernel's
+ * ceiling (fs.nr_open) up to 1M: a client keeps one fd per chunk it holds. */
 void gml_raise_fd_limit(void) {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t want = 1 << 20;
+  FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+  unsigned long long nr = 0;
+  if (f) {
+    if (fscanf(f, "%llu", &nr) == 1 && nr < want) want = (rlim_t)nr;
+    fclose(f);
+  }
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) {
+    struct rlimit up = {want, want};
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) return;
+  }
+  if (rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }

@@ -502,22 +502,33 @@ GmlakeAllocator* the_allocator = nullptr;
 
 void local_raw_delete(void* ptr) { the_allocator->free_ptr(ptr); }
 
-void install() {
-  if (the_allocator && get() == the_allocator) return;
+// "" on success, else why not. Errors come back as values: a C++ exception
+// thrown through this module's bindings crashed the process on the H100
+// (torch 2.11) instead of becoming a RuntimeError.
+std::string install() {
+  if (the_allocator && get() == the_allocator) return "";
   auto* keep = new std::shared_ptr<GmlakeAllocator>(std::make_shared<GmlakeAllocator>());
   // torch.cuda.memory.change_current_allocator's own path: refuses once
   // PyTorch's allocator is initialized, then swaps the global atomic
-  torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(*keep);
+  try {
+    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(*keep);
+  } catch (const std::exception& e) {
+    delete keep;
+    return e.what();
+  }
   the_allocator = keep->get();
   // ... and what c10::GetAllocator(kCUDA) / getDeviceAllocator(kCUDA) return
   // (the device-generic torch.accelerator.* memory calls), which still named
   // PyTorch's own allocator, never initialized once we replaced it
   c10::SetAllocator(c10::DeviceType::CUDA, the_allocator, /*priority=*/255);
+  return "";
 }
 
-py::dict stats(int device) {
+// None while the device has no client yet (nothing allocated there): no
+// exception crosses into Python here (Trainer asks memory_allocated() first thing)
+py::object stats(int device) {
   gml_client* c = gml_device_client_if_open(device);
-  TORCH_CHECK(c, "gmlake: no lake client is open on device ", device, " (nothing allocated there yet?)");
+  if (!c) return py::none();
   gml_stats s;
   gml_stats_get(c, &s);
   py::dict d;

@@ -128,13 +128,12 @@ def enable(socket=None, mode=None):
             raise ValueError("mode must be 'daemon' or 'embedded'")
         os.environ["GMLAKE_MODE"] = mode
     C = _ext()
-    try:
-        C.install()
-    except RuntimeError as e:
+    e = C.install()
+    if e:
         raise GMLakeError(
             "gmlake.enable() came too late: PyTorch's CUDA allocator is already in use "
             "(call it before anything is allocated on the GPU, e.g. first thing in the script); "
-            "torch said: %s" % e) from None
+            "torch said: %s" % e)
     _add_stats_keys(torch)
 
 
@@ -178,10 +177,10 @@ def stats(device=None):
         import torch
         device = torch.cuda.current_device()
     if enabled():
-        try:
-            return dict(_ext().stats(int(device)))
-        except RuntimeError as e:
-            raise GMLakeError(str(e)) from None
+        d = _ext().stats(int(device))
+        if d is None:
+            raise GMLakeError("no GMLake client is open on device %d (nothing allocated there yet)" % device)
+        return dict(d)
     s = _Stats()
     rc = _load().gmlake_torch_stats(int(device), ctypes.byref(s))
     if rc != 0:

@@ -78,7 +78,8 @@ def shared_daemon():
 PRELUDE = """
 import json, os, sys
 import torch, gmlake
-gmlake.enable(mode=os.environ["GMLAKE_TEST_MODE"])
+if os.environ["GMLAKE_TEST_MODE"] != "torch":  # "torch": PyTorch's own allocator (a control)
+    gmlake.enable(mode=os.environ["GMLAKE_TEST_MODE"])
 def result(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 """
