@@ -79,10 +79,9 @@ def test_snapshot(mode):
 def test_record_stream_race(mode):
     # Both streams are created streams: PyTorch's default stream is the legacy
     # NULL stream, which waits for every other blocking stream and would hide a race.
-    # y is allocated before the side stream's sleep is queued: an allocation
-    # that maps new memory may wait for the device (seen on the H100), and
-    # would close the window before the free. The window is checked open at the
-    # free; an allocator that hands x's memory out again at once (as the old
+    # y is allocated before the side stream's sleep is queued and every kernel
+    # is loaded first: anything that waits for the device would close the
+    # window before the free. The window is checked open at the free; an allocator that hands x's memory out again at once (as the old
     # pluggable path did) lets main's fill_ run while the side stream still has
     # to read x: y then holds 10s instead of 2s.
     r = lake.run(mode, RACE)
@@ -101,6 +100,12 @@ def test_record_stream_race_control(mode):
 
 
 RACE = """
+        # every kernel once first: CUDA loads a kernel's module at its first
+        # launch (lazy loading), and that load waits for the device: it would
+        # end the side stream's sleep before the free
+        w = torch.ones(4, device="cuda"); torch.cuda._sleep(1000); v = torch.empty(4, device="cuda")
+        torch.mul(w, 2, out=v); v.fill_(5.0); int((v != 2).sum().item()); del w, v
+        torch.cuda.synchronize()
         n = 64 << 20  # floats: 256 MiB
         main, side = torch.cuda.Stream(), torch.cuda.Stream()
         with torch.cuda.stream(main):
