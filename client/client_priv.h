@@ -3,7 +3,7 @@
  * chunks from the same source into ranges of their own; track.c, streams.c
  * and pools.c keep what a framework layer needs on top of the allocator:
  * per-allocation records, PyTorch's counters, history, recorded streams,
- * private pools). Not installed. */
+ * private pools; checkpoint.c their checkpoints). Not installed. */
 #ifndef GML_CLIENT_PRIV_H
 #define GML_CLIENT_PRIV_H
 #include "alloc.h"
@@ -151,6 +151,11 @@ void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_s
 void gml_track_destroy(gml_client *c);
 /* The allocation of rec r is done with (no stream uses it any more): back to its pool or the allocator. */
 void gml_rec_release(gml_client *c, gml_rec *r);
+/* r becomes a live allocation of `size` bytes asked on stream (in pool, -1: none): counters, history. */
+void gml_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_stream stream, uint64_t tag);
+/* The live allocation r is freed (tag: the free's, 0 keeps its own): counters, history, then released
+ * at once or once its recorded streams have passed (streams.c). */
+void gml_rec_free(gml_client *c, gml_rec *r, uint64_t tag);
 
 /* streams.c: frees that wait for recorded streams. wait: block until all are done. */
 int gml_streams_defer(gml_client *c, gml_rec *r);
@@ -158,7 +163,9 @@ void gml_streams_poll(gml_client *c, int wait);
 
 /* pools.c */
 int32_t gml_pools_route(gml_client *c, gml_stream stream); /* pool an allocation on stream goes to, -1: none */
+int gml_pools_find(gml_client *c, gml_pool_id id); /* index of the pool, -1: none */
 gml_rec *gml_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
+void gml_pools_unlink(gml_client *c, gml_rec *r); /* take r off its pool's free list */
 void gml_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
 void gml_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
 /* ipc.c */

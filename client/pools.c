@@ -8,7 +8,7 @@
 #include "util.h"
 #include <stdlib.h>
 
-static int pool_find(gml_client *c, gml_pool_id id) {
+int gml_pools_find(gml_client *c, gml_pool_id id) {
   for (int i = 0; i < GML_MAX_POOLS; i++)
     if (c->pools[i].used && c->pools[i].id.a == id.a && c->pools[i].id.b == id.b) return i;
   return -1;
@@ -16,7 +16,7 @@ static int pool_find(gml_client *c, gml_pool_id id) {
 
 /* Create the pool or add a use; its index, or -1 when every slot is taken. */
 static int pool_incref(gml_client *c, gml_pool_id id) {
-  int i = pool_find(c, id);
+  int i = gml_pools_find(c, id);
   if (i >= 0 && c->pools[i].use_count > 0) {
     c->pools[i].use_count++;
     return i;
@@ -44,7 +44,7 @@ int gml_pool_create(gml_client *c, gml_pool_id id) {
 int gml_pool_begin(gml_client *c, gml_pool_id id, gml_stream_filter filter, void *ctx) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  int i = pool_find(c, id), rc = 0;
+  int i = gml_pools_find(c, id), rc = 0;
   if (i >= 0 && c->pools[i].capturing) {
     rc = GML_EINVAL; /* already allocating to it */
   } else if ((i = pool_incref(c, id)) < 0) {
@@ -66,7 +66,7 @@ int gml_pool_begin(gml_client *c, gml_pool_id id, gml_stream_filter filter, void
 int gml_pool_end(gml_client *c, gml_pool_id id) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  int i = pool_find(c, id), rc = 0;
+  int i = gml_pools_find(c, id), rc = 0;
   if (i < 0 || !c->pools[i].capturing) {
     rc = GML_EINVAL;
   } else {
@@ -95,7 +95,7 @@ static void pool_give_back(gml_client *c, int i) {
 int gml_pool_release(gml_client *c, gml_pool_id id) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  int i = pool_find(c, id), rc = 0;
+  int i = gml_pools_find(c, id), rc = 0;
   if (i < 0 || c->pools[i].use_count <= 0) rc = GML_EINVAL;
   else if (--c->pools[i].use_count == 0) pool_give_back(c, i);
   pthread_mutex_unlock(&c->track_lock);
@@ -105,7 +105,7 @@ int gml_pool_release(gml_client *c, gml_pool_id id) {
 int gml_pool_use_count(gml_client *c, gml_pool_id id) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  int i = pool_find(c, id);
+  int i = gml_pools_find(c, id);
   int n = i < 0 ? GML_EINVAL : c->pools[i].use_count;
   pthread_mutex_unlock(&c->track_lock);
   return n;
@@ -114,7 +114,7 @@ int gml_pool_use_count(gml_client *c, gml_pool_id id) {
 int gml_pool_live(gml_client *c, gml_pool_id id, void **ptrs, size_t cap, size_t *n) {
   if (!c || !n || (cap && !ptrs)) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  int i = pool_find(c, id);
+  int i = gml_pools_find(c, id);
   size_t k = 0;
   for (size_t b = 0; i >= 0 && b < c->recs.cap; b++)
     for (gml_rec *r = c->recs.buckets[b]; r; r = r->hnext)
@@ -142,12 +142,15 @@ gml_rec *gml_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream str
   gml_rec *best = NULL;
   for (gml_rec *r = c->pools[pool].free_head; r; r = r->lnext)
     if (r->stream == stream && r->size >= rsize && r->size <= 2 * rsize && (!best || r->size < best->size)) best = r;
-  if (!best) return NULL;
-  if (best->lprev) best->lprev->lnext = best->lnext;
-  else c->pools[pool].free_head = best->lnext;
-  if (best->lnext) best->lnext->lprev = best->lprev;
-  best->lnext = best->lprev = NULL;
+  if (best) gml_pools_unlink(c, best);
   return best;
+}
+
+void gml_pools_unlink(gml_client *c, gml_rec *r) {
+  if (r->lprev) r->lprev->lnext = r->lnext;
+  else c->pools[r->pool].free_head = r->lnext;
+  if (r->lnext) r->lnext->lprev = r->lprev;
+  r->lnext = r->lprev = NULL;
 }
 
 void gml_pools_put(gml_client *c, gml_rec *r) {

@@ -169,6 +169,21 @@ static int alloc_with_retry(gml_client *c, size_t size, gml_stream stream, void 
   return rc;
 }
 
+void gml_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_stream stream, uint64_t tag) {
+  if (pool >= 0) c->pools[pool].live++;
+  r->requested = size;
+  r->stream = stream;
+  r->tag = tag;
+  r->state = GML_BLOCK_ALLOCATED;
+  r->nuses = r->uses_overflow = r->nevents = 0;
+  stat_inc(&c->ctr.allocation, 1);
+  stat_inc(&c->ctr.active, 1);
+  stat_inc(&c->ctr.allocated_bytes, (int64_t)r->size);
+  stat_inc(&c->ctr.active_bytes, (int64_t)r->size);
+  stat_inc(&c->ctr.requested_bytes, (int64_t)size);
+  gml_trace_add(c, GML_TRACE_ALLOC, r->ptr, r->size, stream, pool, tag);
+}
+
 int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, void **ptr) {
   if (!c || !ptr) return GML_EINVAL;
   if (!size) return GML_EINVAL;
@@ -204,18 +219,7 @@ int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, vo
       goto out;
     }
   }
-  if (pool >= 0) c->pools[pool].live++;
-  r->requested = size;
-  r->stream = stream;
-  r->tag = tag;
-  r->state = GML_BLOCK_ALLOCATED;
-  r->nuses = r->uses_overflow = r->nevents = 0;
-  stat_inc(&c->ctr.allocation, 1);
-  stat_inc(&c->ctr.active, 1);
-  stat_inc(&c->ctr.allocated_bytes, (int64_t)r->size);
-  stat_inc(&c->ctr.active_bytes, (int64_t)r->size);
-  stat_inc(&c->ctr.requested_bytes, (int64_t)size);
-  gml_trace_add(c, GML_TRACE_ALLOC, r->ptr, r->size, stream, pool, tag);
+  gml_rec_activate(c, r, pool, size, stream, tag);
   *ptr = (void *)r->ptr;
 out:
   if (++c->ops_since_check >= 256 || rc || c->reclaim_pending) {
@@ -251,6 +255,17 @@ void gml_rec_release(gml_client *c, gml_rec *r) {
   free(r);
 }
 
+void gml_rec_free(gml_client *c, gml_rec *r, uint64_t tag) {
+  stat_dec(&c->ctr.allocation, 1);
+  stat_dec(&c->ctr.allocated_bytes, (int64_t)r->size);
+  stat_dec(&c->ctr.requested_bytes, (int64_t)r->requested);
+  r->tag = tag ? tag : r->tag;
+  gml_trace_add(c, GML_TRACE_FREE_REQUESTED, r->ptr, r->size, r->stream, r->pool, r->tag);
+  r->state = GML_BLOCK_PENDING_FREE;
+  if (r->nuses || r->uses_overflow) gml_streams_defer(c, r);
+  else gml_rec_release(c, r);
+}
+
 int gml_free_ex(gml_client *c, void *ptr, uint64_t tag) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
@@ -261,14 +276,7 @@ int gml_free_ex(gml_client *c, void *ptr, uint64_t tag) {
     rc = GML_EBADPTR;
     goto out;
   }
-  stat_dec(&c->ctr.allocation, 1);
-  stat_dec(&c->ctr.allocated_bytes, (int64_t)r->size);
-  stat_dec(&c->ctr.requested_bytes, (int64_t)r->requested);
-  r->tag = tag ? tag : r->tag;
-  gml_trace_add(c, GML_TRACE_FREE_REQUESTED, r->ptr, r->size, r->stream, r->pool, r->tag);
-  r->state = GML_BLOCK_PENDING_FREE;
-  if (r->nuses || r->uses_overflow) gml_streams_defer(c, r);
-  else gml_rec_release(c, r);
+  gml_rec_free(c, r, tag);
   if (c->pending) gml_streams_poll(c, 0);
 out:
   if (++c->ops_since_check >= 256 || c->reclaim_pending) {

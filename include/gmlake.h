@@ -47,7 +47,8 @@ extern "C" {
   X(EEXIST, -12, "a share of that name exists")                                                     \
   X(ENOENT, -13, "no such share")               /* no key, or no content with that hash */          \
   X(EPERM, -14, "not allowed")                  /* a share of another user that does not allow us */\
-  X(EMISMATCH, -15, "content differs")          /* equal hashes, different bytes: refused */
+  X(EMISMATCH, -15, "content differs")          /* equal hashes, different bytes: refused */   \
+  X(ESTALE, -16, "checkpoint no longer matches its pool") /* gml_pool_restore: its memory went back */
 
 enum gml_error {
 #define GML_ERROR_ENUM(name, code, msg) GML_##name = code,
@@ -388,6 +389,34 @@ typedef struct gml_alloc_info {
 } gml_alloc_info;
 /* Up to cap of them into out, sorted by address; *n is how many there are. */
 GML_API int gml_allocations(gml_client *c, gml_alloc_info *out, size_t cap, size_t *n);
+
+/* Checkpoints of a pool (PyTorch's cudagraph trees: getCheckpointState /
+ * setCheckpointPoolState). gml_pool_checkpoint records which allocations of
+ * the pool are live (address, size, size asked, stream, tag); the pool must
+ * have a use (GML_EINVAL otherwise, or if there is no such pool).
+ * gml_pool_restore makes the pool's live set that of the checkpoint again:
+ * every allocation of the pool live now but not in the checkpoint is freed
+ * (as gml_free does: its memory stays the pool's; recorded streams delay it),
+ * and every one live in the checkpoint but not now is made live again at the
+ * same address and size (gml_free frees it as usual afterwards). That works
+ * because a pool keeps a freed block whole while it has a use; when that is
+ * no longer so for some block (the pool was released and its memory went
+ * back, or the address now belongs to something else) it fails with
+ * GML_ESTALE, gml_last_error saying which block, and changes nothing. The
+ * pointers freed go to freed[] (*nfreed of them), those made live to allocd[]
+ * (*nallocd); allocations live in both stay as they are and are in neither.
+ * Enough room is the pool's live count (gml_pool_live) and the checkpoint's
+ * (gml_pool_checkpoint_blocks): with less, nothing changes, the call returns
+ * GML_EINVAL and *nfreed, *nallocd say how many there would be. Not while the
+ * pool captures (GML_EINVAL). A checkpoint outlives its pool and is freed
+ * with gml_pool_checkpoint_free (NULL: nothing). */
+typedef struct gml_pool_ckpt gml_pool_ckpt;
+GML_API int gml_pool_checkpoint(gml_client *c, gml_pool_id id, gml_pool_ckpt **out);
+/* The checkpoint's live allocations (state GML_BLOCK_ALLOCATED), up to cap into out, by address; *n: all. */
+GML_API int gml_pool_checkpoint_blocks(const gml_pool_ckpt *k, gml_alloc_info *out, size_t cap, size_t *n);
+GML_API int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t freed_cap, size_t *nfreed,
+                             void **allocd, size_t allocd_cap, size_t *nallocd);
+GML_API void gml_pool_checkpoint_free(gml_pool_ckpt *k);
 
 /* Sharing an allocation with another process of the same user (what CUDA
  * IPC handles do for cudaMalloc'd memory). The exporting process answers on a

@@ -360,6 +360,163 @@ START_TEST(test_ipc_between_processes) {
 }
 END_TEST
 
+/* ---------- pool checkpoints (cudagraph trees) ---------- */
+
+static int has_ptr(void *const *v, size_t n, const void *p) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i] == p) return 1;
+  return 0;
+}
+
+/* No two allocated blocks the client tracks overlap. */
+static void assert_no_overlap(void) {
+  gml_alloc_info bi[64];
+  size_t n;
+  ck_assert_int_eq(gml_allocations(C, bi, 64, &n), 0);
+  ck_assert_uint_le(n, 64);
+  for (size_t i = 1; i < n; i++) ck_assert_uint_le(bi[i - 1].addr + bi[i - 1].size, bi[i].addr);
+}
+
+/* A pool checkpointed with live and freed blocks, changed (blocks freed, one
+ * reused at the same address, new ones, a free waiting for a recorded
+ * stream), restored: exactly the checkpoint's live set at its addresses,
+ * the exact lists of what was freed and made live, counters as at the
+ * checkpoint, and every block freeable as usual afterwards. */
+START_TEST(test_pool_checkpoint_restore) {
+  gml_pool_id id = {11, 4};
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  void *a = xalloc(4 * MiB, 1), *b = xalloc(1 * MiB, 1), *c = xalloc(3 * MiB, 1), *d = xalloc(100 * 1024, 1);
+  void *p = xalloc(2 * MiB, 1);
+  gml_free(C, b); /* free in the checkpoint: the pool keeps it */
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  void *o = xalloc(5 * MiB, 1); /* not the pool's */
+  gml_pool_ckpt *k = NULL;
+  ck_assert_int_eq(gml_pool_checkpoint(C, id, &k), 0);
+  gml_alloc_info kb[8];
+  size_t n = 0;
+  ck_assert_int_eq(gml_pool_checkpoint_blocks(k, kb, 8, &n), 0);
+  ck_assert_uint_eq(n, 4);
+  void *want[] = {a, c, d, p};
+  for (size_t i = 0; i < n; i++) {
+    ck_assert(has_ptr(want, 4, (void *)kb[i].addr));
+    ck_assert_int_eq(kb[i].state, GML_BLOCK_ALLOCATED);
+    ck_assert_uint_eq(kb[i].stream, 1);
+    ck_assert(kb[i].pool.a == 11 && kb[i].pool.b == 4);
+    if (i) ck_assert_uint_lt(kb[i - 1].addr, kb[i].addr);
+    if (kb[i].addr == (uintptr_t)c) ck_assert(kb[i].size == 3 * MiB && kb[i].requested == 3 * MiB);
+    if (kb[i].addr == (uintptr_t)d) ck_assert(kb[i].size == 100 * 1024 && kb[i].requested == 100 * 1024);
+  }
+  gml_mem_stats m0, m;
+  ck_assert_int_eq(gml_mem_stats_get(C, &m0), 0);
+
+  /* another branch of the tree records: the pool changes */
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  gml_free(C, a);
+  ck_assert_ptr_eq(xalloc(4 * MiB, 1), a); /* a's block, live again under another tensor */
+  gml_free(C, c);
+  void *h = xalloc(600 * 1024, 1);
+  ck_assert_ptr_eq(h, b); /* b's block: not live in the checkpoint */
+  void *f = xalloc(8 * MiB, 1);
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  ck_assert_int_eq(gml_record_stream(C, p, 3), 0);
+  gate_open = 0;
+  gml_free(C, p); /* waits for stream 3 */
+  ck_assert_uint_eq(C->npending, 1);
+
+  void *freed[8], *allocd[8];
+  size_t nf = 99, na = 99;
+  int s0 = syncs;
+  ck_assert_int_eq(gml_pool_restore(C, k, freed, 8, &nf, allocd, 8, &na), 0);
+  ck_assert_int_eq(syncs, s0 + 1); /* p's free had to complete first */
+  ck_assert_uint_eq(nf, 2);
+  ck_assert(has_ptr(freed, nf, h) && has_ptr(freed, nf, f));
+  ck_assert_uint_eq(na, 2);
+  ck_assert(has_ptr(allocd, na, c) && has_ptr(allocd, na, p));
+  void *live[8];
+  ck_assert_int_eq(gml_pool_live(C, id, live, 8, &n), 0);
+  ck_assert_uint_eq(n, 4);
+  for (size_t i = 0; i < 4; i++) ck_assert(has_ptr(live, n, want[i]));
+  assert_no_overlap();
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.allocated_bytes.current, m0.allocated_bytes.current);
+  ck_assert_int_eq(m.requested_bytes.current, m0.requested_bytes.current);
+  ck_assert_int_eq(m.allocation.current, m0.allocation.current);
+  ck_assert_int_eq(m.allocation.current, 5); /* a, c, d, p and o */
+  size_t req, sz;
+  ck_assert_int_eq(gml_size_of(C, c, &req, &sz), 0);
+  ck_assert(req == 3 * MiB && sz == 3 * MiB);
+  char pat[64], back[64];
+  memset(pat, 0x5a, sizeof pat);
+  ck_assert_int_eq(gml_write(C, (char *)c + 3 * MiB - 64, pat, 64), 0);
+  ck_assert_int_eq(gml_read(C, back, (char *)c + 3 * MiB - 64, 64), 0);
+  ck_assert_mem_eq(back, pat, 64);
+
+  /* restoring again changes nothing */
+  ck_assert_int_eq(gml_pool_restore(C, k, freed, 8, &nf, allocd, 8, &na), 0);
+  ck_assert(nf == 0 && na == 0);
+  /* the restored blocks are ordinary allocations of the pool */
+  ck_assert_int_eq(gml_free(C, c), 0);
+  ck_assert_int_eq(gml_free(C, p), 0);
+  ck_assert_int_eq(gml_free(C, c), GML_EBADPTR);
+  ck_assert_int_eq(gml_pool_live(C, id, live, 8, &n), 0);
+  ck_assert_uint_eq(n, 2);
+  gml_free(C, a);
+  gml_free(C, d);
+  gml_free(C, o);
+  ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
+  ck_assert_int_eq(m.allocated_bytes.current, 0);
+  ck_assert_int_eq(m.allocation.current, 0);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_allocations(C, NULL, 0, &n), 0);
+  ck_assert_uint_eq(n, 0); /* the pool's free blocks went back to the allocator */
+  gml_pool_checkpoint_free(k);
+}
+END_TEST
+
+/* What a restore refuses, changing nothing: too little room, a pool not in
+ * use or capturing, a checkpoint whose memory went back (GML_ESTALE). */
+START_TEST(test_pool_restore_refusals) {
+  gml_pool_id id = {12, 0}, none = {13, 0};
+  gml_pool_ckpt *k = (gml_pool_ckpt *)&k;
+  ck_assert_int_eq(gml_pool_checkpoint(C, none, &k), GML_EINVAL);
+  ck_assert_ptr_null(k);
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  void *x = xalloc(4 * MiB, 1);
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  ck_assert_int_eq(gml_pool_checkpoint(C, id, &k), 0);
+  gml_free(C, x);
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  void *y = xalloc(8 * MiB, 1), *freed[4], *allocd[4];
+  size_t nf, na, n;
+  ck_assert_int_eq(gml_pool_restore(C, k, freed, 4, &nf, allocd, 4, &na), GML_EINVAL); /* capturing */
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  ck_assert_int_eq(gml_pool_restore(C, k, freed, 0, &nf, allocd, 4, &na), GML_EINVAL); /* no room for y */
+  ck_assert(nf == 1 && na == 1);
+  ck_assert_int_eq(gml_size_of(C, x, NULL, NULL), GML_EBADPTR); /* unchanged */
+  ck_assert_int_eq(gml_size_of(C, y, NULL, NULL), 0);
+  /* the pool's uses end: its free block x goes back to the allocator */
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  ck_assert_int_eq(gml_pool_restore(C, k, freed, 4, &nf, allocd, 4, &na), GML_EINVAL); /* not in use */
+  ck_assert_int_eq(gml_pool_begin(C, id, NULL, NULL), 0);
+  void *z = xalloc(2 * MiB, 1); /* x's memory, in part */
+  ck_assert_ptr_eq(z, x);
+  ck_assert_int_eq(gml_pool_end(C, id), 0);
+  ck_assert_int_eq(gml_pool_restore(C, k, freed, 4, &nf, allocd, 4, &na), GML_ESTALE);
+  ck_assert_ptr_nonnull(strstr(gml_last_error(C), "live in the checkpoint"));
+  ck_assert(nf == 0 && na == 0);
+  ck_assert_int_eq(gml_pool_live(C, id, freed, 4, &n), 0);
+  ck_assert_uint_eq(n, 2); /* y and z, as before */
+  ck_assert_int_eq(gml_size_of(C, z, NULL, NULL), 0);
+  gml_free(C, z);
+  gml_free(C, y);
+  ck_assert_int_eq(gml_pool_release(C, id), 0);
+  gml_pool_checkpoint_free(k);
+  gml_pool_checkpoint_free(NULL);
+}
+END_TEST
+
 Suite *layer_suite(void) {
   Suite *s = suite_create("layer");
   TCase *tc = tcase_create("layer");
@@ -371,6 +528,8 @@ Suite *layer_suite(void) {
   tcase_add_test(tc, test_oom_message_and_recovery);
   tcase_add_test(tc, test_private_pool);
   tcase_add_test(tc, test_record_stream_during_capture);
+  tcase_add_test(tc, test_pool_checkpoint_restore);
+  tcase_add_test(tc, test_pool_restore_refusals);
   tcase_add_test(tc, test_trace_ring);
   tcase_add_test(tc, test_device_clients);
   tcase_add_test(tc, test_ipc_between_processes);
