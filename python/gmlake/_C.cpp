@@ -46,9 +46,11 @@ gml_pool_id to_pool(c10::MempoolId_t id) { return gml_pool_id{id.first, id.secon
 
 void local_raw_delete(void* ptr);
 
+// A private pool's live set (gml_pool_checkpoint), for cudagraph trees.
 struct Checkpoint : AllocatorState {
   c10::MempoolId_t pool;
-  std::vector<void*> live;
+  gml_pool_ckpt* ckpt = nullptr;
+  ~Checkpoint() override { gml_pool_checkpoint_free(ckpt); }
 };
 
 class GmlakeAllocator : public CUDAAllocator {
@@ -377,21 +379,46 @@ class GmlakeAllocator : public CUDAAllocator {
     return true;
   }
   std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
+    gml_client* c = client(device);
     auto s = std::make_shared<Checkpoint>();
     s->pool = id;
-    size_t n = 0;
-    gml_client* c = client(device);
-    gml_pool_live(c, to_pool(id), nullptr, 0, &n);
-    s->live.resize(n + 64);
-    gml_pool_live(c, to_pool(id), s->live.data(), s->live.size(), &n);
-    s->live.resize(std::min(n, s->live.size()));
+    int rc = gml_pool_checkpoint(c, to_pool(id), &s->ckpt);
+    TORCH_CHECK(rc == 0, "gmlake: getCheckpointState: ", gml_last_error(c));
     return s;
   }
-  CheckpointDelta setCheckpointPoolState(c10::DeviceIndex, std::shared_ptr<AllocatorState>) override {
-    TORCH_CHECK(false,
-                "gmlake does not restore a CUDA graph pool to a checkpoint yet (setCheckpointPoolState; "
-                "torch.compile's cudagraph trees need it when they switch paths)");
-    return CheckpointDelta{};
+  // The C library frees what is live now but not in the checkpoint and makes
+  // live again what is in it but not now. PyTorch's own allocator frees every
+  // allocation of the pool and allocates every one of the checkpoint again,
+  // and its callers (torch._C._cuda_setCheckpointPoolState) rely on that
+  // delta: a pointer in both lists is not one freed for good, and every
+  // allocation of the checkpoint comes with a DataPtr that live storages take
+  // as their deleter. So the delta says the same: what stayed live is in both.
+  CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device, std::shared_ptr<AllocatorState> as) override {
+    auto s = std::dynamic_pointer_cast<Checkpoint>(as);
+    TORCH_CHECK(s && s->ckpt, "gmlake: setCheckpointPoolState: not a checkpoint of the lake's allocator");
+    gml_client* c = client(device);
+    size_t nk = 0, nf = 0, na = 0;
+    gml_pool_checkpoint_blocks(s->ckpt, nullptr, 0, &nk);
+    std::vector<gml_alloc_info> blocks(nk);
+    gml_pool_checkpoint_blocks(s->ckpt, blocks.data(), blocks.size(), &nk);
+    gml_pool_live(c, to_pool(s->pool), nullptr, 0, &nf);
+    std::vector<void*> freed(nf + 64), allocd(nk);
+    int rc;
+    while ((rc = gml_pool_restore(c, s->ckpt, freed.data(), freed.size(), &nf, allocd.data(), allocd.size(), &na)) ==
+               GML_EINVAL &&
+           nf > freed.size())
+      freed.resize(nf + 64);  // the pool grew since it was counted
+    TORCH_CHECK(rc == 0, "gmlake: setCheckpointPoolState: ", gml_strerror(rc), ": ", gml_last_error(c));
+    std::unordered_set<void*> made_live(allocd.begin(), allocd.begin() + static_cast<std::ptrdiff_t>(na));
+    CheckpointDelta delta;
+    delta.ptrs_freed.assign(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(nf));
+    c10::Device dev(c10::DeviceType::CUDA, device);
+    for (const gml_alloc_info& b : blocks) {
+      void* p = reinterpret_cast<void*>(b.addr);
+      if (!made_live.count(p)) delta.ptrs_freed.push_back(p);  // live then and now
+      delta.dataptrs_allocd.emplace_back(p, p, &local_raw_delete, dev);
+    }
+    return delta;
   }
 
   // ---------- IPC (torch.multiprocessing) ----------

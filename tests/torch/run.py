@@ -14,7 +14,8 @@ POINTS = [("1 stats", "test_stats"), ("2 snapshot", "test_snapshot"), ("3 record
           ("3 (control: race seen w/o it)", "test_record_stream_race_control"),
           ("4 OOM", "test_oom"), ("5 empty_cache", "test_empty_cache"), ("6 torch.cuda.graph", "test_cuda_graph"),
           ("7 multiprocessing IPC", "test_multiprocessing_ipc"), ("8 memory fraction", "test_memory_fraction"),
-          ("HF Trainer memory metrics", "test_hf_trainer"), ("6 compile reduce-overhead", "test_compile_reduce_overhead")]
+          ("HF Trainer memory metrics", "test_hf_trainer"), ("6 compile reduce-overhead", "test_compile_reduce_overhead"),
+          ("6 cudagraph trees checkpoint", "test_compile_checkpoint")]
 
 
 def main():
