@@ -150,14 +150,14 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
     free_received(reply, r.fds, r.nfds);
     return GML_EPROTO;
   }
-  int got = 0, rcs[GML_MAX_LEASE_CHUNKS];
-  gml_backend_import_many(c->be, r.fds, (size_t)r.nfds, phys, rcs);
+  int got = 0;
   for (int i = 0; i < r.nfds; i++) {
-    if (rcs[i]) {
-      GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(rcs[i]));
+    int irc = c->be->ops->chunk_import(c->be, r.fds[i], &phys[got]);
+    r.fds[i] = -1; /* the import took it, whatever its result */
+    if (irc) {
+      GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(irc));
       continue; /* its id stays leased to us until we disconnect; nothing leaks */
     }
-    phys[got] = phys[i];
     ids[got++] = reply->lease_reply->chunk_ids[i];
   }
   c->lake_error[0] = 0;

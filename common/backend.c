@@ -3,7 +3,6 @@
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,42 +96,4 @@ int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs) {
 
 void gml_backend_close(gml_backend *be) {
   if (be) be->ops->destroy(be);
-}
-
-/* ---------- importing a lease's chunks ---------- */
-
-typedef struct import_job {
-  gml_backend *be;
-  int *fds;
-  gml_phys *phys;
-  int *rcs;
-  size_t from, to;
-} import_job;
-
-static void *import_range(void *arg) {
-  import_job *j = arg;
-  for (size_t i = j->from; i < j->to; i++) j->rcs[i] = j->be->ops->chunk_import(j->be, j->fds[i], &j->phys[i]);
-  return NULL;
-}
-
-void gml_backend_import_many(gml_backend *be, int *fds, size_t n, gml_phys *phys, int *rcs) {
-  /* cuMemImportFromShareableHandle costs ~50 us a chunk on the H100: a
-   * large lease is imported by a few threads at once */
-  enum { THREADS = 4, MIN_PER_THREAD = 16 };
-  size_t nt = n / MIN_PER_THREAD;
-  if (nt > THREADS) nt = THREADS;
-  import_job jobs[THREADS];
-  pthread_t tids[THREADS];
-  int started[THREADS] = {0};
-  if (nt < 2) nt = 1;
-  for (size_t t = 0; t < nt; t++) {
-    jobs[t] = (import_job){be, fds, phys, rcs, n * t / nt, n * (t + 1) / nt};
-    if (t > 0) started[t] = pthread_create(&tids[t], NULL, import_range, &jobs[t]) == 0;
-  }
-  import_range(&jobs[0]);
-  for (size_t t = 1; t < nt; t++) {
-    if (started[t]) pthread_join(tids[t], NULL);
-    else import_range(&jobs[t]); /* no thread: done here */
-  }
-  for (size_t i = 0; i < n; i++) fds[i] = -1; /* every import took its fd, whatever its result */
 }

