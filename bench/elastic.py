@@ -107,6 +107,7 @@ def main():
     ap.add_argument("--hog", default="40GiB")
     ap.add_argument("--limit", default="60GiB")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--hog-only", action="store_true", help="the idle-hog case only")
     ap.add_argument("--build", default=os.environ.get("BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--role", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -155,6 +156,8 @@ def main():
             if not line:  # its traceback went to stderr; gmlake.pause() needs the torch layer's device client
                 raise SystemExit("elastic pause: the training child (pause=%s) printed nothing: FAIL" % pause)
             return json.loads(line)
+        if a.hog_only:
+            return 1 if bad else 0
         plain, paused = train("0"), train("1")
         same = plain["losses"] == paused["losses"]
         empty = all(r == 0 for r in paused["paused_reserved"])

@@ -564,7 +564,7 @@ py::object stats(int device) {
   F(alloc_count); F(free_count); F(chunks_leased); F(chunks_returned); F(maps); F(unmaps); F(ooms); F(syncs);
   F(lease_calls); F(lease_p50_ns); F(lease_p99_ns); F(fragmentation); F(chunk_size); F(access_calls);
   F(mapped_allocs); F(headroom_leased); F(map_ns); F(malloc_ns); F(version); F(growable_ranges); F(growable_mapped);
-  F(growable_unmapped);
+  F(growable_unmapped); F(paused_bytes); F(paused_saved); F(borrows); F(borrow_waits); F(shared_mapped);
 #undef F
   d["backend"] = s.backend ? std::string(s.backend) : std::string("?");
   d["mode"] = s.mode == GML_MODE_DAEMON ? "daemon" : s.mode == GML_MODE_EMBEDDED ? "embedded" : "?";
