@@ -67,7 +67,11 @@ def taker_main(nbytes):
         err = ""
     except torch.cuda.OutOfMemoryError as e:
         ok, err = False, str(e)[:2000]
-    print(json.dumps({"ok": ok, "seconds": time.monotonic() - t0, "error": err}), flush=True)
+    secs = time.monotonic() - t0
+    s = gmlake.stats()  # where the time went: lease round trips (import included) and mapping
+    print(json.dumps({"ok": ok, "seconds": secs, "error": err,
+                      "lease_calls": s["lease_calls"], "lease_p50_ms": s["lease_p50_ns"] / 1e6,
+                      "lease_p99_ms": s["lease_p99_ns"] / 1e6, "map_s": s["map_ns"] / 1e9}), flush=True)
 
 
 def train_main(steps, pause):
@@ -144,6 +148,8 @@ def main():
         A.stdin.close()
         after = json.loads(A.stdout.readline())
         A.wait()
+        print("elastic idle-hog: B's %d lease calls: p50 %.2f ms, p99 %.2f ms; mapping %.3f s" % (
+            got.get("lease_calls", 0), got.get("lease_p50_ms", 0), got.get("lease_p99_ms", 0), got.get("map_s", 0)))
         ok = got["ok"] and got["seconds"] <= 1.0
         bad += not ok
         print("elastic idle-hog: A cached %.1f GiB and sat idle; B asked %.1f GiB of a %s lake: %s in %.3f s; A holds %.1f GiB "
