@@ -6,9 +6,9 @@ its config (random weights, fixed seed: nothing is downloaded).
     python3 bench/kv_cache.py [--device cuda|cpu] [--tiny] [--repeats N] [--hf]
 
 The loop runs the model's blocks itself (the GPT-2 architecture built here from
-plain torch modules; with --hf, HF's GPT2LMHeadModel modules: on the H100 with
-transformers 5.17 their Python overhead made a decode step 61 ms against 6.6 ms,
-same kernels), so the three caches see the same arithmetic:
+plain torch modules; with --hf, HF's GPT2LMHeadModel modules and HF generate),
+so the three caches see the same arithmetic. cuDNN's attention backend is off on
+CUDA (it plans every new K/V length anew: 60-77 ms a decode step on the H100):
   dynamic   per layer, K and V grow by torch.cat every step (what DynamicCache does)
   static    per layer, K and V preallocated once for the largest batch and length served
   growable  one gmlake.growable tensor per request, rows = token positions, each row
@@ -280,6 +280,12 @@ def main():
     ap.add_argument("--no-hf", action="store_true", help=argparse.SUPPRESS)  # the default now
     a = ap.parse_args()
     device = torch.device(a.device)
+    if device.type == "cuda":
+        # cuDNN's attention builds an execution plan per new shape, and a decode
+        # step's K/V length is new at every step: on the H100 (torch 2.11) that
+        # made a GPT-2 step 60-77 ms against 4-7 ms once the shape was seen.
+        # Serving stacks use flash / memory-efficient attention: so does this loop.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.float16 if device.type == "cuda" else torch.float32)
