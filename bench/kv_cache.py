@@ -141,15 +141,19 @@ class StaticKV:
 
     def start(self, batch, max_len):
         self.b = batch
+        # each layer's K and V for this batch, as views made once per request:
+        # a decode step is launch-bound, and every index op costs CPU time
+        self.views = [(k[:, :batch], v[:, :batch]) for k, v in zip(self.k, self.v)]
 
     def ensure(self, n):
         pass
 
     def update(self, l, pos0, k, v):
         n = pos0 + k.shape[0]
-        self.k[l][pos0:n, :self.b] = k
-        self.v[l][pos0:n, :self.b] = v
-        return self.k[l][:n, :self.b].permute(1, 2, 0, 3), self.v[l][:n, :self.b].permute(1, 2, 0, 3)
+        K, V = self.views[l]
+        K[pos0:n] = k
+        V[pos0:n] = v
+        return K[:n].permute(1, 2, 0, 3), V[:n].permute(1, 2, 0, 3)
 
     def finish(self):
         pass
@@ -172,6 +176,9 @@ class GrowableKV:
         self.t = gmlake.growable((max_len, c["n_layer"], 2, batch, c["n_head"], c["n_embd"] // c["n_head"]),
                                  self.dtype, device=self.device, client=self.client)
         self.ptr = self.t.data_ptr()
+        # each layer's K and V (max_len, batch, heads, head_dim), views made once
+        # per request (no memory is touched: rows past the mapped ones are never read)
+        self.views = [(self.t[:, l, 0], self.t[:, l, 1]) for l in range(c["n_layer"])]
         self.rows = self.t.mapped_rows()
         self.mapped = self.t.gmlake.mapped_bytes
 
@@ -188,11 +195,13 @@ class GrowableKV:
 
     def update(self, l, pos0, k, v):
         n = pos0 + k.shape[0]
-        self.t[pos0:n, l, 0] = k
-        self.t[pos0:n, l, 1] = v
-        return self.t[:n, l, 0].permute(1, 2, 0, 3), self.t[:n, l, 1].permute(1, 2, 0, 3)
+        K, V = self.views[l]
+        K[pos0:n] = k
+        V[pos0:n] = v
+        return K[:n].permute(1, 2, 0, 3), V[:n].permute(1, 2, 0, 3)
 
     def finish(self):
+        self.views = None
         self.t = None  # the last reference: the range is unmapped and its chunks go back
 
 
