@@ -156,7 +156,7 @@ if has kvcache; then
   "$BUILD/gmlaked" --backend cuda --socket $d/s --control ipc://$d/c --log-level warn 2>$d/log &
   dp=$!
   for i in $(seq 100); do "$BUILD/gmlakectl" --control ipc://$d/c stats >/dev/null 2>&1 && break; sleep 0.1; done
-  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --repeats 2 2>&1 |
+  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --repeats 3 2>&1 |
     tee "$OUTDIR/kv_cache_daemon.txt" | grep -E '^(model|PASS|FAIL|SKIP)' | sed 's/^/kvcache daemon: /' | tee -a "$SUMMARY"
   say "kvcache daemon: lake after the run: $("$BUILD/gmlakectl" --control ipc://$d/c stats | grep -E 'chunks ')"
   kill $dp; wait $dp; rm -rf $d

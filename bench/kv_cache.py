@@ -24,7 +24,7 @@ reference with --hf (its tokens are compared, as information: its kernels differ
 PASS/FAIL lines (the issue's acceptance):
   tokens       growable's tokens == dynamic's == static's, every request
   memory       growable: lake mapped bytes at peak <= 1.05 x the K/V bytes held then
-  speed        growable tokens/s >= dynamic tokens/s (same loop)
+  speed        growable tokens/s >= dynamic tokens/s (same loop, medians of the interleaved passes)
   in place     the growable tensor's data_ptr never changed while it grew
   returned     the lake maps nothing once every request is done
 Results also go to $OUT/kv_cache.json when OUT is set.
@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -284,7 +285,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="float16 (cuda default) or float32 (cpu default)")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model and short requests (a smoke test)")
-    ap.add_argument("--repeats", type=int, default=2, help="timed passes per cache (the best counts)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed passes per cache, interleaved (speed: their medians)")
     ap.add_argument("--hf", action="store_true", help="HF's modules in the loop, and HF generate's own caches (slow)")
     ap.add_argument("--no-hf", action="store_true", help=argparse.SUPPRESS)  # the default now
     a = ap.parse_args()
@@ -324,6 +325,7 @@ def main():
             o, secs, peak = run_loop(model, cfg, requests, ps, device, cache)
             r = results.setdefault(name, {"secs": secs, "torch_peak": peak})
             r["secs"] = min(r["secs"], secs)
+            r.setdefault("passes", []).append(secs)
             r["torch_peak"] = max(r["torch_peak"], peak)
             if isinstance(cache, GrowableKV):
                 r["lake_peak"] = max(r.get("lake_peak", 0), cache.peak_mapped)
@@ -352,6 +354,7 @@ def main():
     for name, r in results.items():
         same = sum(torch.equal(x, y) for x, y in zip(outs[name], ref))
         r["tokens_per_s"] = tokens / r["secs"]
+        r["tokens_per_s_median"] = tokens / statistics.median(r.get("passes", [r["secs"]]))
         r["peak_total"] = r["torch_peak"] + r.get("lake_peak", 0)
         r["same_tokens"] = "%d/%d" % (same, len(requests))
         print("%-11s %10.0f %11.1f MiB %11.1f MiB %11.1f MiB %13.1f MiB %9s" % (
@@ -367,8 +370,12 @@ def main():
         ("memory", g["mapped_at_peak_held"] <= 1.05 * g["held_at_peak"],
          "lake mapped %.1f MiB for %.1f MiB of K/V held (%.3fx)" % (
              g["mapped_at_peak_held"] / 2**20, g["held_at_peak"] / 2**20, g["mapped_at_peak_held"] / max(1, g["held_at_peak"]))),
-        ("speed", g["tokens_per_s"] >= dyn["tokens_per_s"],
-         "growable %.0f tokens/s, dynamic %.0f (%.3fx)" % (g["tokens_per_s"], dyn["tokens_per_s"], g["tokens_per_s"] / dyn["tokens_per_s"])),
+        # medians of the passes: on the lent H100 one pass of the same cache in
+        # one process varied by +-20% (8.8 to 13.3 s), and a best-of picks the outlier
+        ("speed", g["tokens_per_s_median"] >= dyn["tokens_per_s_median"],
+         "growable %.0f tokens/s, dynamic %.0f (%.3fx; medians of %d passes; best passes %.0f vs %.0f)" % (
+             g["tokens_per_s_median"], dyn["tokens_per_s_median"], g["tokens_per_s_median"] / dyn["tokens_per_s_median"],
+             len(g.get("passes", [])), g["tokens_per_s"], dyn["tokens_per_s"])),
         ("in place", g["moved"] == 0, "data_ptr changed %d time(s) while growing" % g["moved"]),
         ("returned", lake_left == 0, "lake maps %d bytes after the last request" % lake_left),
     ]
