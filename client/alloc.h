@@ -56,7 +56,7 @@
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
-#define GML_DEFAULT_BORROW 1         /* BENCHMARKS.md, session 5: fewer syncs and maps, same memory */
+#define GML_DEFAULT_BORROW 0         /* off: on the H100 (run45) two streams took 2.5x the maps and 1% more memory with it */
 #define GML_DEFAULT_BORROW_RATIO 1.5
 #define GML_DEFAULT_BORROW_MAX 8
 #define GML_BORROW_MAX_CAP 64        /* the most borrows waiting on a lender at once */

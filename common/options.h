@@ -45,7 +45,7 @@
     "guard mode: bytes per guard, a multiple of the finest dividing the chunk (2MiB on the host shows cuda's cost)") \
   X(GUARD_BACKTRACE, "GMLAKE_GUARD_BACKTRACE", "0, 1", "0", "library",                                           \
     "guard mode: keep each allocation's backtrace for the fault report")                                        \
-  X(BORROW, "GMLAKE_BORROW", "0, 1", "1", "library",                                                              \
+  X(BORROW, "GMLAKE_BORROW", "0, 1", "0", "library",                                                              \
     "cross-stream borrowing: a stream takes a block another stream freed, waiting for it on the device")       \
   X(BORROW_RATIO, "GMLAKE_BORROW_RATIO", "number >= 1", "1.5", "library",                                       \
     "the most a borrowed block (never split) may exceed the request, as a factor")                            \
