@@ -258,7 +258,13 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
     free_received(reply, NULL, 0);
     return rc;
   }
-  if (reply->hello_reply->device != device) GML_WARN("daemon serves device %d, asked for %d", reply->hello_reply->device, device);
+  if (reply->hello_reply->device != device) { /* its chunks are another GPU's memory: never map them for this one */
+    snprintf(c->last_error, sizeof c->last_error,
+             "the daemon serves device %d, not device %d (one daemon per GPU: name each device's socket, "
+             "e.g. GMLAKE_SOCKET=/path/gmlake-%%d.sock, where %%d stands for the device)", reply->hello_reply->device, device);
+    free_received(reply, NULL, 0);
+    return GML_ENODEV;
+  }
   snprintf(backend, blen, "%s", reply->hello_reply->backend);
   *chunk_size = reply->hello_reply->chunk_size;
   c->client_id = reply->hello_reply->client_id;
@@ -363,7 +369,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       rc = GML_EPROTO;
     }
     if (rc) {
-      GML_ERR("daemon at %s: %s %s", path, gml_strerror(rc), c->last_error);
+      GML_ERR("daemon at %s: %s: %s", path, gml_strerror(rc), c->last_error);
       goto fail;
     }
     src = (gml_chunk_source){c, daemon_acquire, daemon_release};

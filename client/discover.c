@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 int gml_daemon_candidates(int device, const char *named, char out[][GML_PATH_MAX]) {
-  if (named && *named) {
-    snprintf(out[0], GML_PATH_MAX, "%s", named);
+  if (named && *named) { /* "%d" in it stands for the device: one setting for every GPU of a process */
+    const char *d = strstr(named, "%d");
+    if (d) snprintf(out[0], GML_PATH_MAX, "%.*s%d%s", (int)(d - named), named, device, d + 2);
+    else snprintf(out[0], GML_PATH_MAX, "%s", named);
     return 1;
   }
   int n = 0;

@@ -23,7 +23,8 @@
     "daemon: the daemon or an error; embedded: never connect; unset: the daemon if reachable, else embedded "  \
     "(and it says so on stderr)")                                                                              \
   X(SOCKET, "GMLAKE_SOCKET", "path", "/run/gmlake/gmlake-N.sock", "library",                                     \
-    "the daemon's socket (gml_open_opts.socket_path wins); unset: /run/gmlake/gmlake-N.sock, then "              \
+    "the daemon's socket (gml_open_opts.socket_path wins; %d in it stands for the device); unset: "              \
+    "/run/gmlake/gmlake-N.sock, then "                                                                           \
     "$XDG_RUNTIME_DIR/gmlake-N.sock; a socket in a directory others may write is never used")                   \
   X(LIMIT, "GMLAKE_LIMIT", "bytes, N%", "", "library",                                                            \
     "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins)") \

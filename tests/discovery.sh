@@ -72,6 +72,22 @@ echo close | GMLAKE_SOCKET="$p/priv/gmlake-$DEV.sock" GMLAKE_MODE=daemon "$TC" "
 [ -s "$p/priv.log" ] || fail "a socket in a private directory was not even tried"
 echo "  a socket in a private directory is used"
 
+# 4b. one socket per GPU: "%d" in GMLAKE_SOCKET stands for the device; a daemon of another
+#     device is refused (its chunks are another GPU's memory), with a message that says what to do
+mkdir "$p/gpus" && chmod 700 "$p/gpus"
+"$(pwd)/$BUILD/gmlaked" --backend host --device 5 --socket "$p/gpus/gmlake-5.sock" --control "ipc://$p/gpus/ctl" \
+  --limit 64MiB --log-level warn 2>"$p/d5.log" &
+pids="$pids $!"
+for _ in $(seq 100); do [ -S "$p/gpus/gmlake-5.sock" ] && break; sleep 0.05; done
+echo close | GMLAKE_SOCKET="$p/gpus/gmlake-%d.sock" GMLAKE_MODE=daemon "$TC" "default:5" >"$p/out" 2>"$p/err" ||
+  fail "GMLAKE_SOCKET with %d did not reach device 5's daemon: $(cat "$p/err")"
+grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/out")"
+echo "  GMLAKE_SOCKET=.../gmlake-%d.sock: device 5's client reached device 5's daemon"
+echo close | GMLAKE_SOCKET="$p/gpus/gmlake-5.sock" "$TC" "default:6" >"$p/out" 2>"$p/err" &&
+  fail "device 6's client used device 5's daemon: $(cat "$p/out")"
+grep -q "the daemon serves device 5, not device 6" "$p/err" || fail "unclear error: $(cat "$p/err")"
+echo "  device 6's client and device 5's daemon: refused: $(grep -m1 "serves device" "$p/err" | cut -c1-140)..."
+
 if [ "$(id -u)" = 0 ]; then
   # 5. as root: a socket owned by another user (not the directory's owner) is refused
   mkdir "$p/root" && chmod 755 "$p/root"
