@@ -34,12 +34,31 @@ def torch_gpu():
     return None
 
 
+class Skip(Exception):
+    """A check that cannot run here (e.g. it needs two GPUs)."""
+
+
+def skip(why):
+    try:
+        import pytest
+        pytest.skip(why)
+    except ImportError:
+        pass
+    raise Skip(why)
+
+
+def gpu_count():
+    import torch
+    return torch.cuda.device_count()
+
+
 class Daemon:
-    def __init__(self, *extra):
-        self.dir = tempfile.mkdtemp(prefix="gmlake-torch-")
-        self.sock = os.path.join(self.dir, "lake.sock")
-        self.ctl = "ipc://" + os.path.join(self.dir, "lake.ctl")
-        self.log = open(os.path.join(self.dir, "daemon.log"), "w")
+    def __init__(self, *extra, dir=None, name="lake"):
+        self.own_dir = dir is None
+        self.dir = dir or tempfile.mkdtemp(prefix="gmlake-torch-")
+        self.sock = os.path.join(self.dir, name + ".sock")
+        self.ctl = "ipc://" + os.path.join(self.dir, name + ".ctl")
+        self.log = open(os.path.join(self.dir, name + ".log"), "w")
         self.proc = subprocess.Popen(
             [os.path.join(BUILD, "gmlaked"), "--backend", "cuda", "--socket", self.sock, "--control", self.ctl,
              "--log-level", "warn"] + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
@@ -49,7 +68,7 @@ class Daemon:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        raise RuntimeError("gmlaked did not come up: " + open(os.path.join(self.dir, "daemon.log")).read())
+        raise RuntimeError("gmlaked did not come up: " + open(self.log.name).read())
 
     def ctlstats(self):
         r = subprocess.run([os.path.join(BUILD, "gmlakectl"), "--control", self.ctl, "stats", "--json"],
@@ -61,6 +80,28 @@ class Daemon:
             self.proc.terminate()
             self.proc.wait(30)
         self.log.close()
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Daemons:
+    """One gmlaked per GPU, sockets gmlake-N.sock in one directory: .sock is
+    the GMLAKE_SOCKET pattern (%d stands for the device)."""
+
+    def __init__(self, n, *extra):
+        self.dir = tempfile.mkdtemp(prefix="gmlake-torch-")
+        self.all = []
+        try:
+            for d in range(n):
+                self.all.append(Daemon("--device", str(d), *extra, dir=self.dir, name="gmlake-%d" % d))
+        except Exception:
+            self.stop()
+            raise
+        self.sock = os.path.join(self.dir, "gmlake-%d.sock")
+
+    def stop(self):
+        for d in self.all:
+            d.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -347,3 +347,89 @@ def test_hf_trainer(mode):
     """, timeout=600)
     assert any(k.startswith("train_mem_gpu") for k in r["mem"]), r
     assert r["loss"] == r["loss"]  # not NaN
+
+
+# 8. several GPUs: two devices in one process, and DDP with one process per GPU
+def _gpus(mode):
+    """Daemons for every GPU in daemon mode (GMLAKE_SOCKET holds %d), else None."""
+    n = lake.gpu_count()
+    if n < 2:
+        lake.skip("needs two GPUs (this machine has %d)" % n)
+    return lake.Daemons(2) if mode == "daemon" else None
+
+
+def test_two_devices(mode):
+    daemons = _gpus(mode)
+    try:
+        r = lake.run(mode, """
+            free0, free1 = torch.cuda.mem_get_info(0)[0], torch.cuda.mem_get_info(1)[0]
+            a = torch.randn(1 << 28, device="cuda:0")          # 1 GiB on GPU 0
+            b = torch.randn(1 << 28, device="cuda:1")          # 1 GiB on GPU 1
+            c = (a.to("cuda:1") + b).to("cuda:0")               # across devices and back
+            ok = bool(torch.equal(c.cpu(), a.cpu() + b.cpu()))
+            torch.cuda.synchronize(0); torch.cuda.synchronize(1)
+            used0 = free0 - torch.cuda.mem_get_info(0)[0]
+            used1 = free1 - torch.cuda.mem_get_info(1)[0]
+            s0, s1 = gmlake.stats(0), gmlake.stats(1)
+            result(ok=ok, alloc=[torch.cuda.memory_allocated(0), torch.cuda.memory_allocated(1)],
+                   used=[used0, used1], modes=[s0["mode"], s1["mode"]], backend=[s0["backend"], s1["backend"]])
+        """, daemon=daemons)
+    finally:
+        if daemons:
+            daemons.stop()
+    GiB = 1 << 30
+    assert r["ok"], r
+    assert r["modes"] == [mode, mode] and r["backend"] == ["cuda", "cuda"], r
+    assert r["alloc"][0] >= 2 * GiB and GiB <= r["alloc"][1] < 2 * GiB, r  # a, c on 0; b (and the copy, freed) on 1
+    # each tensor's memory is on its own GPU: the device's free memory fell by (most of) what it holds
+    # (a daemon created up to its prefetch, 256 MiB, before the process measured)
+    assert r["used"][0] >= 1.5 * GiB and r["used"][1] >= 0.7 * GiB, r
+
+
+DDP = """
+    import tempfile
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    def rank_main(rank, init, out):
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=2)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        g = torch.Generator(device="cuda").manual_seed(100 + rank)
+        losses = []
+        for _ in range(12):
+            x = torch.randn(512, 1024, device="cuda", generator=g)
+            loss = (ddp(x) - x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        csum = float(sum(p.double().sum().item() for p in model.parameters()))
+        lake_mode = gmlake.stats(rank)["mode"] if gmlake.enabled() else "torch"
+        out.put((rank, losses, csum, lake_mode, torch.cuda.max_memory_allocated(rank)))
+        dist.destroy_process_group()
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        out = ctx.SimpleQueue()
+        init = "file://" + tempfile.mktemp(prefix="gmlake-ddp-")
+        ps = [ctx.Process(target=rank_main, args=(r, init, out)) for r in range(2)]
+        for p in ps: p.start()
+        got = sorted(out.get() for _ in ps)
+        for p in ps: p.join(120)
+        result(losses=[g[1] for g in got], csum=[g[2] for g in got], modes=[g[3] for g in got],
+               peak=[g[4] for g in got], rc=[p.exitcode for p in ps])
+"""
+
+
+def test_ddp(mode):
+    daemons = _gpus(mode)
+    try:
+        r = lake.run(mode, DDP, daemon=daemons, timeout=600)
+    finally:
+        if daemons:
+            daemons.stop()
+    ref = lake.run("torch", DDP, timeout=600)  # the same run on PyTorch's own allocator
+    assert r["rc"] == [0, 0] and r["modes"] == [mode, mode], r
+    assert r["losses"] == ref["losses"] and r["csum"] == ref["csum"], (r, ref)
