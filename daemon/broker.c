@@ -383,6 +383,8 @@ int broker_creation_failed(broker *b, uint64_t now_ns) {
 
 void broker_trimmed(broker *b) { b->prefetch_suspended = 1; }
 
+uint32_t broker_keep_free(const broker *b) { return b->prefetch_suspended ? 0 : UINT32_MAX; }
+
 int broker_set_limit(broker *b, uint64_t limit_bytes) {
   lake *lk = b->lk;
   if (limit_bytes < lk->cs) return GML_EINVAL;

@@ -186,6 +186,10 @@ uint64_t broker_refill(broker *b, uint64_t now_ns);
 int broker_creation_failed(broker *b, uint64_t now_ns);
 /* The operator trimmed the lake: no prefetch until demand comes back. */
 void broker_trimmed(broker *b);
+/* How many free chunks to keep once created chunks landed and waiting
+ * leases took theirs: all (UINT32_MAX), or none while the lake stays trimmed
+ * (a creation ordered before the trim must not refill it). */
+uint32_t broker_keep_free(const broker *b);
 /* A new limit for the lake: GML_EINVAL below one chunk, else 0; free chunks
  * over it are released at once. */
 int broker_set_limit(broker *b, uint64_t limit_bytes);

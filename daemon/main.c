@@ -39,6 +39,8 @@ static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
   /* the device is probably full: no new attempt for a while (no busy loop, no log flood) */
   if (failed && broker_creation_failed(&d->br, gml_now_ns())) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
   sessions_serve_pending(d);
+  uint32_t keep = broker_keep_free(&d->br); /* trimmed meanwhile: what no lease took goes again */
+  if (d->lk.nfree > keep) lake_trim(&d->lk, keep);
   if (failed) sessions_tick(d); /* waiting leases may have to fail now */
   else daemon_refill(d);
 }

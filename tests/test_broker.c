@@ -468,15 +468,18 @@ START_TEST(test_refill_after_trim_and_preallocation) {
   lk.creating = 0;
   add_chunks(6);
   ck_assert_uint_eq(broker_refill(&br, 0), 0);
+  ck_assert_uint_eq(broker_keep_free(&br), UINT32_MAX);
   broker_trimmed(&br);
   ck_assert_uint_eq(lake_trim(&lk, 0), 6);
   ck_assert_uint_eq(broker_refill(&br, 0), 0);    /* trimmed: stays trimmed */
+  ck_assert_uint_eq(broker_keep_free(&br), 0);    /* a creation landing now is released again */
   broker_client a;
   client(&a, 1, 101, 0);
   broker_decision d;
   broker_lease(&br, &a, 1, 1, 0, 0, &d);          /* demand is back */
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   ck_assert_uint_eq(broker_refill(&br, 0), 6);
+  ck_assert_uint_eq(broker_keep_free(&br), UINT32_MAX);
 }
 END_TEST
 
