@@ -7,12 +7,13 @@
 #endif
 #include "backend.h"
 #include "cuda_driver.h"
+#include "fdkeep.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,21 +34,14 @@ typedef struct cuda_priv {
   CUcontext ctx;
   CUmemAllocationProp prop;
   CUmemAccessDesc access;
-  /* The fd each imported chunk came with, kept: an imported handle cannot
-   * be exported again (cuMemExportToShareableHandle: invalid argument, seen
-   * on the H100), so sharing it on (gml_ipc_export) hands out a dup. */
-  pthread_mutex_t fd_lock;
-  size_t keep_max;   /* fds kept at most: the fd limit less GML_KEEP_FDS_SPARE */
-  int keep_warned;
-  uint64_t *fd_keys; /* handles; 0 = empty slot */
-  int *fd_vals;
-  size_t fd_cap, fd_count;
+  /* The fd each imported chunk came with, kept (fdkeep.h): an imported
+   * handle cannot be exported again (cuMemExportToShareableHandle: invalid
+   * argument, seen on the H100), so sharing it on (gml_ipc_export) or
+   * handing it to a restarted daemon hands out a dup. */
+  gml_fdkeep kept;
 } cuda_priv;
 
 #define PRIV(be) ((cuda_priv *)(be)->priv)
-/* Imported chunks' fds are kept (one per chunk held) while the fd limit
- * leaves this many for everything else the process opens. */
-#define GML_KEEP_FDS_SPARE 4096
 
 static const char *cu_errstr(cuda_priv *p, CUresult r) {
   const char *s = NULL;
@@ -72,56 +66,6 @@ static int cu_fail(cuda_priv *p, const char *what, CUresult r) {
     CUresult r_ = (p)->api.call;                           \
     if (r_ != CUDA_SUCCESS) return cu_fail((p), #call, r_); \
   } while (0)
-
-/* ---------- imported handle -> its fd (open addressing, backward-shift deletion) ---------- */
-
-static inline size_t fd_slot(uint64_t h, size_t cap) { return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1); }
-
-static int fd_put(cuda_priv *p, uint64_t h, int fd) {
-  if ((p->fd_count + 1) * 2 > p->fd_cap) {
-    size_t ncap = p->fd_cap ? p->fd_cap * 2 : 1024;
-    uint64_t *nk = calloc(ncap, sizeof *nk);
-    int *nv = calloc(ncap, sizeof *nv);
-    if (!nk || !nv) {
-      free(nk), free(nv);
-      return GML_ENOMEM;
-    }
-    for (size_t i = 0; i < p->fd_cap; i++) {
-      if (!p->fd_keys[i]) continue;
-      size_t j = fd_slot(p->fd_keys[i], ncap);
-      while (nk[j]) j = (j + 1) & (ncap - 1);
-      nk[j] = p->fd_keys[i], nv[j] = p->fd_vals[i];
-    }
-    free(p->fd_keys), free(p->fd_vals);
-    p->fd_keys = nk, p->fd_vals = nv, p->fd_cap = ncap;
-  }
-  size_t j = fd_slot(h, p->fd_cap);
-  while (p->fd_keys[j]) j = (j + 1) & (p->fd_cap - 1);
-  p->fd_keys[j] = h, p->fd_vals[j] = fd;
-  p->fd_count++;
-  return 0;
-}
-
-/* The fd kept for h (-1: none); remove: take it out of the table. */
-static int fd_take(cuda_priv *p, uint64_t h, int remove) {
-  if (!p->fd_cap) return -1;
-  size_t j = fd_slot(h, p->fd_cap);
-  while (p->fd_keys[j] && p->fd_keys[j] != h) j = (j + 1) & (p->fd_cap - 1);
-  if (!p->fd_keys[j]) return -1;
-  int fd = p->fd_vals[j];
-  if (!remove) return fd;
-  p->fd_count--;
-  size_t hole = j;
-  for (size_t i = (j + 1) & (p->fd_cap - 1); p->fd_keys[i]; i = (i + 1) & (p->fd_cap - 1)) {
-    size_t home = fd_slot(p->fd_keys[i], p->fd_cap);
-    if (((i - home) & (p->fd_cap - 1)) >= ((i - hole) & (p->fd_cap - 1))) {
-      p->fd_keys[hole] = p->fd_keys[i], p->fd_vals[hole] = p->fd_vals[i];
-      hole = i;
-    }
-  }
-  p->fd_keys[hole] = 0;
-  return fd;
-}
 
 static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
   cuda_priv *p = PRIV(be);
@@ -149,25 +93,15 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
     close(fd);
     return cu_fail(p, "cuMemImportFromShareableHandle", r);
   }
-  pthread_mutex_lock(&p->fd_lock);
-  if (p->fd_count >= p->keep_max || fd_put(p, (uint64_t)h, fd)) { /* not kept: this chunk cannot be shared on */
-    close(fd);
-    if (!p->keep_warned++)
-      GML_WARN("the fd limit (RLIMIT_NOFILE) leaves room to keep %zu chunk fds: chunks beyond them cannot be "
-               "shared with another process (torch.multiprocessing) nor handed to a restarted daemon; raise the "
-               "limit (ulimit -n, LimitNOFILE=) to 65536 or more", p->keep_max);
-  }
-  pthread_mutex_unlock(&p->fd_lock);
+  if (gml_fdkeep_put(&p->kept, (uint64_t)h, fd)) close(fd); /* not kept: this chunk cannot be shared on */
   *phys = (gml_phys)h;
   return 0;
 }
 
 static int cuda_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
   cuda_priv *p = PRIV(be);
-  pthread_mutex_lock(&p->fd_lock);
-  int kept = fd_take(p, (uint64_t)phys, 0), d = kept >= 0 ? fcntl(kept, F_DUPFD_CLOEXEC, 0) : -1;
-  pthread_mutex_unlock(&p->fd_lock);
-  if (kept >= 0) {
+  int d = gml_fdkeep_dup(&p->kept, (uint64_t)phys);
+  if (d >= 0 || errno != ENOENT) {
     if (d < 0) return GML_ESYS;
     *fd = d;
     return 0;
@@ -181,10 +115,7 @@ static int cuda_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
 
 static void cuda_chunk_release(gml_backend *be, gml_phys phys) {
   cuda_priv *p = PRIV(be);
-  pthread_mutex_lock(&p->fd_lock);
-  int kept = fd_take(p, (uint64_t)phys, 1);
-  pthread_mutex_unlock(&p->fd_lock);
-  if (kept >= 0) close(kept);
+  gml_fdkeep_drop(&p->kept, (uint64_t)phys);
   cu_bind(p);
   CUresult r = p->api.cuMemRelease((CUmemGenericAllocationHandle)phys);
   if (r != CUDA_SUCCESS) cu_fail(p, "cuMemRelease", r);
@@ -315,10 +246,7 @@ static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_
 
 static void cuda_destroy(gml_backend *be) {
   cuda_priv *p = PRIV(be);
-  for (size_t i = 0; i < p->fd_cap; i++)
-    if (p->fd_keys[i]) close(p->fd_vals[i]);
-  free(p->fd_keys), free(p->fd_vals);
-  pthread_mutex_destroy(&p->fd_lock);
+  gml_fdkeep_destroy(&p->kept);
   if (p->ctx) p->api.cuDevicePrimaryCtxRelease_v2(p->dev);
   /* libcuda stays loaded: unloading a driver library mid-process is unsafe. */
   free(p);
@@ -351,12 +279,6 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
     return GML_ENOMEM;
   }
   p->lib = lib;
-  pthread_mutex_init(&p->fd_lock, NULL);
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    p->keep_max = rl.rlim_cur > GML_KEEP_FDS_SPARE ? (size_t)(rl.rlim_cur - GML_KEEP_FDS_SPARE) : 0;
-  else
-    p->keep_max = SIZE_MAX;
 #define LOAD_FN(name, params)                                                       \
   p->api.name = (gml_pfn_##name)dlsym(lib, #name);                                  \
   if (!p->api.name) {                                                               \
@@ -415,6 +337,7 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
   be->chunk_size = gml_round_up(GML_CUDA_DEFAULT_CHUNK, be->granularity);
   be->ops = &cuda_ops;
   be->priv = p;
+  gml_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
   snprintf(msg, msglen, "cuda backend: device %d, chunks of %zu bytes", device, be->chunk_size);
   *out = be;
   return 0;

@@ -1,6 +1,9 @@
 /* Framing: round trip with fds, over-long frames, truncation. */
 #include "gmlake.h"
+#include "fdkeep.h"
 #include "wire.h"
+#include <errno.h>
+#include <sys/wait.h>
 #include <check.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -65,11 +68,81 @@ START_TEST(test_rx_limits) {
 }
 END_TEST
 
+/* fdkeep.h: kept fds by key, dups that outlive the kept one, a bound, and a
+ * forked child that holds none of them (it would keep the chunks allocated). */
+static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
+
+START_TEST(test_fdkeep) {
+  gml_fdkeep k;
+  gml_fdkeep_init(&k, 3000);
+  int fds[2500];
+  for (int i = 0; i < 2500; i++) { /* past a few table growths */
+    fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fds[i], 0);
+    ck_assert_int_eq(gml_fdkeep_put(&k, 1000 + (uint64_t)i * 7, fds[i]), 0);
+  }
+  ck_assert_uint_eq(gml_fdkeep_count(&k), 2500);
+  ck_assert_int_ne(gml_fdkeep_put(&k, 0, fds[0]), 0); /* key 0: never */
+  int d = gml_fdkeep_dup(&k, 1000 + 7 * 1234);
+  ck_assert_int_ge(d, 0);
+  ck_assert_int_ne(d, fds[1234]);
+  ck_assert_int_eq(fcntl(d, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  close(d);
+  errno = 0;
+  ck_assert_int_eq(gml_fdkeep_dup(&k, 5), -1);
+  ck_assert_int_eq(errno, ENOENT);
+  for (int i = 0; i < 2500; i += 2) gml_fdkeep_drop(&k, 1000 + (uint64_t)i * 7); /* closes them */
+  ck_assert_uint_eq(gml_fdkeep_count(&k), 1250);
+  for (int i = 0; i < 2500; i++) { /* the rest still found after the backward shifts */
+    ck_assert_int_eq(fd_open(fds[i]), i % 2);
+    if (i % 2) {
+      int e = gml_fdkeep_dup(&k, 1000 + (uint64_t)i * 7);
+      ck_assert_int_ge(e, 0);
+      close(e);
+    }
+  }
+  pid_t pid = fork();
+  if (pid == 0) { /* the child: every kept fd closed, and nothing more is kept */
+    int open_ones = 0;
+    for (int i = 1; i < 2500; i += 2) open_ones += fd_open(fds[i]);
+    int x = open("/dev/null", O_RDONLY);
+    int kept = gml_fdkeep_put(&k, 99, x) == 0;
+    _exit(open_ones == 0 && gml_fdkeep_count(&k) == 0 && !kept ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the forked child still held kept fds");
+  for (int i = 1; i < 2500; i += 2) ck_assert(fd_open(fds[i])); /* the parent keeps them */
+  ck_assert_uint_eq(gml_fdkeep_count(&k), 1250);
+  gml_fdkeep_destroy(&k);
+  for (int i = 1; i < 2500; i += 2) ck_assert(!fd_open(fds[i]));
+}
+END_TEST
+
+/* The bound: past it nothing more is kept (the caller closes), and it says so once. */
+START_TEST(test_fdkeep_bound) {
+  gml_fdkeep k;
+  gml_fdkeep_init(&k, 2);
+  int a = open("/dev/null", O_RDONLY), b = open("/dev/null", O_RDONLY), c = open("/dev/null", O_RDONLY);
+  ck_assert_int_eq(gml_fdkeep_put(&k, 1, a), 0);
+  ck_assert_int_eq(gml_fdkeep_put(&k, 2, b), 0);
+  ck_assert_int_ne(gml_fdkeep_put(&k, 3, c), 0);
+  ck_assert(fd_open(c)); /* not taken */
+  close(c);
+  gml_fdkeep_drop(&k, 1);
+  int e = open("/dev/null", O_RDONLY);
+  ck_assert_int_eq(gml_fdkeep_put(&k, 3, e), 0); /* room again */
+  gml_fdkeep_destroy(&k);
+}
+END_TEST
+
 Suite *wire_suite(void) {
   Suite *s = suite_create("wire");
   TCase *tc = tcase_create("wire");
   tcase_add_test(tc, test_round_trip_with_fds);
   tcase_add_test(tc, test_rx_limits);
+  tcase_add_test(tc, test_fdkeep);
+  tcase_add_test(tc, test_fdkeep_bound);
   suite_add_tcase(s, tc);
   return s;
 }
