@@ -2,38 +2,22 @@
  * serve, wait, reclaim from whom, refuse, quota, optional leases, refill. */
 #include "broker.h"
 #include "gmlake.h"
+#include "lake_fixture.h"
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 
 #define MS 1000000ull
 
-static gml_backend *be;
-static lake lk;
 static broker br;
 static Gmlake__LakeStats counters;
 static size_t cs;
 
 static void setup(void) {
-  char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
+  lake_setup();
   cs = be->chunk_size;
-  lake_init(&lk, be, 10 * cs);
   gmlake__lake_stats__init(&counters);
   broker_init(&br, &lk, &counters, 0, 0);
-}
-static void teardown(void) {
-  lake_destroy(&lk);
-  gml_backend_close(be);
-}
-
-static void add_chunks(int n) {
-  for (int i = 0; i < n; i++) {
-    gml_phys p;
-    int fd;
-    ck_assert_int_eq(be->ops->chunk_create(be, &p, &fd), 0);
-    ck_assert_int_eq(lake_add_created(&lk, p, fd), 0);
-  }
 }
 
 static void client(broker_client *c, uint64_t id, pid_t pid, uint64_t cached_chunks) {
@@ -496,7 +480,7 @@ END_TEST
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, setup, lake_teardown);
   tcase_add_test(tc, test_serve_now);
   tcase_add_test(tc, test_quota);
   tcase_add_test(tc, test_quota_per_process_and_cgroup);

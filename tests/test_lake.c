@@ -1,29 +1,8 @@
 /* Lake bookkeeping: ownership, generations, limit headroom, quotas, trim. */
 #include "lake.h"
 #include "gmlake.h"
+#include "lake_fixture.h"
 #include <check.h>
-
-static gml_backend *be;
-static lake lk;
-
-static void setup(void) {
-  char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
-  lake_init(&lk, be, 10 * be->chunk_size);
-}
-static void teardown(void) {
-  lake_destroy(&lk);
-  gml_backend_close(be);
-}
-
-static void add_chunks(int n) {
-  for (int i = 0; i < n; i++) {
-    gml_phys p;
-    int fd;
-    ck_assert_int_eq(be->ops->chunk_create(be, &p, &fd), 0);
-    ck_assert_int_eq(lake_add_created(&lk, p, fd), 0);
-  }
-}
 
 START_TEST(test_lease_and_ownership) {
   add_chunks(4);
@@ -72,7 +51,7 @@ END_TEST
 Suite *lake_suite(void) {
   Suite *s = suite_create("lake");
   TCase *tc = tcase_create("lake");
-  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_checked_fixture(tc, lake_setup, lake_teardown);
   tcase_add_test(tc, test_lease_and_ownership);
   tcase_add_test(tc, test_park_and_quota);
   suite_add_tcase(s, tc);
