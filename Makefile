@@ -81,13 +81,18 @@ $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_l
                     $(call obj,daemon/lake.c daemon/broker.c daemon/config.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
-$(BUILD)/test_integration: $(call obj,tests/test_integration.c) $(BUILD)/libgmlake-client.a
+# The multi-process suites share tests/harness.c (a daemon, clients, gmlakectl, raw wire);
+# test_lake and test_broker the lake of tests/lake_fixture.h.
+$(call obj,tests/harness.c tests/test_integration.c tests/test_elastic.c tests/test_security.c): tests/harness.h
+$(call obj,tests/test_lake.c tests/test_broker.c): tests/lake_fixture.h
+
+$(BUILD)/test_integration: $(call obj,tests/test_integration.c tests/harness.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
-$(BUILD)/test_elastic: $(call obj,tests/test_elastic.c)
-	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS)
+$(BUILD)/test_elastic: $(call obj,tests/test_elastic.c tests/harness.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
-$(BUILD)/test_security: $(call obj,tests/test_security.c) $(BUILD)/libgmlake-client.a
+$(BUILD)/test_security: $(call obj,tests/test_security.c tests/harness.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) -lnng $(LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a

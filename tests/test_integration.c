@@ -1,185 +1,35 @@
 /* Multi-process integration tests on the host backend: a real gmlaked, real
  * client processes (gml-testclient) and gmlakectl, all started as programs. */
 #include "gmlake.h"
+#include "harness.h"
 #include "util.h"
-#include "wire.h"
 #include <check.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-static char bindir[128], tmpdir[64], sock_path[100], ctl_url[128];
-static pid_t daemon_pid;
-static const char *backend = "host"; /* GMLAKE_TEST_BACKEND=cuda on a GPU machine */
-
-static void msleep(int ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
-
-/* Run gmlakectl with args; its stdout into out. Returns the exit status. */
-static int ctl_quiet;
-static int ctl(char *out, size_t outlen, const char *args) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s/gmlakectl --control %s %s%s", bindir, ctl_url, args, ctl_quiet ? " 2>/dev/null" : "");
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, outlen - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static long long json_num(const char *json, const char *key) {
-  char k[64];
-  snprintf(k, sizeof k, "\"%s\":", key);
-  const char *p = strstr(json, k);
-  return p ? atoll(p + strlen(k)) : -1;
-}
-
-static long long stat_num(const char *key) {
-  char out[4096];
-  if (ctl(out, sizeof out, "stats --json") != 0) return -1;
-  return json_num(out, key);
-}
-
-static const char *daemon_env = ""; /* e.g. "GMLAKE_CHUNK_SIZE=4MiB " */
-
-static void start_daemon(const char *extra) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-test.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-  snprintf(sock_path, sizeof sock_path, "%s/lake.sock", tmpdir);
-  snprintf(ctl_url, sizeof ctl_url, "ipc://%s/lake.ctl", tmpdir);
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
-           daemon_env, bindir, backend, sock_path, ctl_url, extra, tmpdir);
-  daemon_pid = fork();
-  if (daemon_pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  ctl_quiet = 1;
-  for (int i = 0; i < 200; i++) {
-    if (stat_num("chunks_total") >= 0) {
-      ctl_quiet = 0;
-      return;
-    }
-    msleep(25);
-  }
-  ck_abort_msg("daemon did not come up (see %s/daemon.log)", tmpdir);
-}
-
-static int stop_daemon(void) {
-  int st = 0;
-  kill(daemon_pid, SIGTERM);
-  waitpid(daemon_pid, &st, 0);
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "cat %s/daemon.log >&2; rm -rf %s", tmpdir, tmpdir);
-  if (getenv("GMLAKE_TEST_VERBOSE") || !WIFEXITED(st) || WEXITSTATUS(st)) {
-    if (system(cmd)) {}
-  } else {
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd)) {}
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-typedef struct proc {
-  pid_t pid;
-  FILE *in, *out;
-} proc;
-
-static int client_as_uid = -1; /* >= 0: the next client runs as that uid (setpriv; root only) */
-
-static proc client_start(const char *socket) {
-  int to[2], from[2];
-  ck_assert_int_eq(pipe(to), 0);
-  ck_assert_int_eq(pipe(from), 0);
-  proc p;
-  p.pid = fork();
-  if (p.pid == 0) {
-    dup2(to[0], 0);
-    dup2(from[1], 1);
-    close(to[1]), close(from[0]);
-    char path[300];
-    snprintf(path, sizeof path, "%s/gml-testclient", bindir);
-    if (client_as_uid >= 0) {
-      char id[32];
-      snprintf(id, sizeof id, "%d", client_as_uid);
-      execl("/usr/bin/setpriv", "setpriv", "--reuid", id, "--regid", id, "--clear-groups", path, socket, (char *)NULL);
-      _exit(127);
-    }
-    execl(path, path, socket, (char *)NULL);
-    _exit(127);
-  }
-  close(to[0]), close(from[1]);
-  p.in = fdopen(to[1], "w");
-  p.out = fdopen(from[0], "r");
-  setvbuf(p.in, NULL, _IOLBF, 0);
-  return p;
-}
-
-/* Send one command, return its reply line (static buffer). */
-static const char *client_cmd(proc *p, const char *fmt, ...) {
-  static char line[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(p->in, fmt, ap);
-  va_end(ap);
-  fputc('\n', p->in);
-  fflush(p->in);
-  if (!fgets(line, sizeof line, p->out)) return "";
-  line[strcspn(line, "\n")] = 0;
-  return line;
-}
-
-static const char *client_first_line(proc *p) {
-  static char line[256];
-  if (!fgets(line, sizeof line, p->out)) return "";
-  line[strcspn(line, "\n")] = 0;
-  return line;
-}
-
-static int client_finish(proc *p) {
-  fprintf(p->in, "close\n");
-  fclose(p->in);
-  char line[256];
-  while (fgets(line, sizeof line, p->out)) {}
-  fclose(p->out);
-  int st;
-  waitpid(p->pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static void setup(void) {
-  const char *b = getenv("BUILD");
-  snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
-  if (getenv("GMLAKE_TEST_BACKEND")) backend = getenv("GMLAKE_TEST_BACKEND");
-  /* these tests count 2 MiB chunks (the cuda backend's default is 4 MiB) */
-  setenv("GMLAKE_CHUNK_SIZE", "2MiB", 1);
-  daemon_env = "";
+  harness_setup(); /* the tests count 2 MiB chunks (the cuda backend's default is 4 MiB) */
+  if (getenv("GMLAKE_TEST_BACKEND")) backend = getenv("GMLAKE_TEST_BACKEND"); /* cuda on a GPU machine */
 }
 
 /* (b) bytes written through one client's stitched range are read back by
  * another process through the chunks the lake handed it. */
 START_TEST(test_share_between_processes) {
   start_daemon("--limit 64MiB --prefetch 0");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   ck_assert_str_eq(strtok((char *)client_first_line(&a), " "), "ready");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "tag 0 7"), "ok");
   ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 7000 7001 7002");
-  proc b = client_start(sock_path);
+  proc b = client_start();
   client_first_line(&b);
   /* both hold chunks at once */
   ck_assert_str_eq(client_cmd(&b, "alloc %d", 2 << 20), "ok 0");
@@ -201,7 +51,7 @@ START_TEST(test_client_takes_daemon_chunk_size) {
   daemon_env = "GMLAKE_CHUNK_SIZE=4MiB ";
   start_daemon("--limit 64MiB --prefetch 0");
   ck_assert_int_eq(stat_num("chunk_size"), 4 << 20);
-  proc a = client_start(sock_path);
+  proc a = client_start();
   const char *ready = client_first_line(&a);
   ck_assert_msg(strstr(ready, "ready ") == ready && strstr(ready, " 4194304 "), "client said '%s'", ready);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
@@ -217,7 +67,7 @@ END_TEST
 /* gmlakectl clients shows what each client did. */
 START_TEST(test_clients_numbers) {
   start_daemon("--limit 128MiB");
-  proc a = client_start(sock_path), b = client_start(sock_path);
+  proc a = client_start(), b = client_start();
   char ready[256];
   snprintf(ready, sizeof ready, "%s", client_first_line(&a));
   int pid_a = atoi(ready + 6);
@@ -268,20 +118,15 @@ END_TEST
 /* (c) SIGKILL a client holding chunks: all come back. */
 START_TEST(test_sigkill_returns_chunks) {
   start_daemon("--limit 128MiB --prefetch 4MiB");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   client_first_line(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 20 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 3000), "ok 1");
   long long leased = stat_num("chunks_leased");
   ck_assert_int_ge(leased, 11);
   long long total = stat_num("chunks_total");
-  kill(a.pid, SIGKILL);
-  int st;
-  waitpid(a.pid, &st, 0);
-  fclose(a.in), fclose(a.out);
-  long long now = -1;
-  for (int i = 0; i < 200 && (now = stat_num("chunks_leased")) != 0; i++) msleep(25);
-  ck_assert_int_eq(now, 0);
+  client_kill(&a);
+  ck_assert_int_eq(stat_poll("chunks_leased", 0, 200, 25), 0);
   ck_assert_int_eq(stat_num("chunks_parked"), 0);
   ck_assert_int_ge(stat_num("chunks_free"), leased);
   ck_assert_int_ge(stat_num("chunks_total"), total);
@@ -295,7 +140,7 @@ END_TEST
  * shrinks, where another client gets them; SIGKILL returns the rest. */
 START_TEST(test_growable_range) {
   start_daemon("--limit 64MiB --prefetch 0");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   client_first_line(&a);
   char base[64], line[256];
   snprintf(base, sizeof base, "%s", client_cmd(&a, "grow %d", 32 << 20));
@@ -310,9 +155,7 @@ START_TEST(test_growable_range) {
   ck_assert_str_eq(client_cmd(&a, "ginfo"), line);
   for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gread %d", k), k == 0 ? "tag 4000" : k == 1 ? "tag 4001" : "tag 4002");
   /* the daemon knows it from the usage report: gmlakectl stats and clients show it */
-  long long gm = -1;
-  for (int i = 0; i < 40 && (gm = stat_num("growable_mapped")) != 12 << 20; i++) msleep(25);
-  ck_assert_int_eq(gm, 12 << 20);
+  ck_assert_int_eq(stat_poll("growable_mapped", 12 << 20, 40, 25), 12 << 20);
   ck_assert_int_eq(stat_num("growable_unmapped"), 20 << 20);
   char cout[4096];
   ck_assert_int_eq(ctl(cout, sizeof cout, "clients --json"), 0);
@@ -331,7 +174,7 @@ START_TEST(test_growable_range) {
   ck_assert_str_eq(client_cmd(&a, "gread 2"), "unmapped");
   ck_assert_str_eq(client_cmd(&a, "gread 1"), "tag 4001");
   /* another client gets them, with A's bytes still in them */
-  proc b = client_start(sock_path);
+  proc b = client_start();
   client_first_line(&b);
   ck_assert_str_eq(client_cmd(&b, "alloc %d", 10 << 20), "ok 0");
   ck_assert_int_eq(stat_num("chunks_free"), 0);
@@ -341,13 +184,8 @@ START_TEST(test_growable_range) {
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 32 << 20), "ok");
   ck_assert_int_eq(stat_num("chunks_leased"), 16);
   ck_assert_str_eq(client_cmd(&a, "gread 1"), "tag 4001");
-  kill(a.pid, SIGKILL);
-  int st;
-  waitpid(a.pid, &st, 0);
-  fclose(a.in), fclose(a.out);
-  long long now = -1;
-  for (int i = 0; i < 200 && (now = stat_num("chunks_leased")) != 0; i++) msleep(25);
-  ck_assert_int_eq(now, 0);
+  client_kill(&a);
+  ck_assert_int_eq(stat_poll("chunks_leased", 0, 200, 25), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -355,7 +193,7 @@ END_TEST
 /* The lake's limit binds a range too: a map the lake cannot serve whole maps nothing. */
 START_TEST(test_growable_over_limit) {
   start_daemon("--limit 8MiB --prefetch 0");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   client_first_line(&a);
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 64 << 20), " "), "ok");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 6 << 20), "ok");
@@ -374,12 +212,6 @@ static void share_tags(proc *p, int n, int token) {
   for (int k = 0; k < n; k++) ck_assert_str_eq(client_cmd(p, "gtag %d %d", k, token), "ok");
 }
 
-static int client_pid(proc *p) {
-  const char *l = client_first_line(p);
-  ck_assert_msg(!strncmp(l, "ready ", 6), "client said '%s'", l);
-  return atoi(l + 6);
-}
-
 /* gml_share / gml_attach across processes: the chunks move from the
  * publisher's lease to the share (counted once), an attacher reads the same
  * bytes read-only (a write kills the child that tries; the fd cannot be made
@@ -388,9 +220,9 @@ static int client_pid(proc *p) {
  * last mapper's SIGKILL does. */
 START_TEST(test_share_attach) {
   start_daemon("--limit 64MiB --prefetch 0");
-  proc a = client_start(sock_path), b = client_start(sock_path), c = client_start(sock_path);
-  int pid_a = client_pid(&a), pid_b = client_pid(&b);
-  client_pid(&c);
+  proc a = client_start(), b = client_start(), c = client_start();
+  int pid_a = client_ready(&a), pid_b = client_ready(&b);
+  client_ready(&c);
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 16 << 20), " "), "ok");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 8 << 20), "ok");
   share_tags(&a, 3, 5);
@@ -432,13 +264,8 @@ START_TEST(test_share_attach) {
   ck_assert_str_eq(client_cmd(&c, "adetach"), "ok");
   ck_assert_int_eq(stat_num("chunks_shared"), 3);
   /* the last mapper is killed: the chunks go back to the lake */
-  kill(b.pid, SIGKILL);
-  int st;
-  waitpid(b.pid, &st, 0);
-  fclose(b.in), fclose(b.out);
-  long long now = -1;
-  for (int i = 0; i < 200 && (now = stat_num("chunks_shared")) != 0; i++) msleep(25);
-  ck_assert_int_eq(now, 0);
+  client_kill(&b);
+  ck_assert_int_eq(stat_poll("chunks_shared", 0, 200, 25), 0);
   ck_assert_int_eq(stat_num("shares"), 0);
   ck_assert_int_ge(stat_num("chunks_free"), 4);
   /* and they serve a lease again */
@@ -453,8 +280,8 @@ END_TEST
  * under the same hash (a forced collision) is refused and keeps its own. */
 START_TEST(test_dedup) {
   start_daemon("--limit 64MiB --prefetch 0");
-  proc a = client_start(sock_path), b = client_start(sock_path), c = client_start(sock_path);
-  client_pid(&a), client_pid(&b), client_pid(&c);
+  proc a = client_start(), b = client_start(), c = client_start();
+  client_ready(&a), client_ready(&b), client_ready(&c);
   proc *all[3] = {&a, &b, &c};
   for (int i = 0; i < 3; i++) {
     ck_assert_str_eq(strtok((char *)client_cmd(all[i], "grow %d", 8 << 20), " "), "ok");
@@ -494,10 +321,10 @@ START_TEST(test_share_other_user) {
   }
   start_daemon("--limit 64MiB --prefetch 0 --socket-mode 0666");
   ck_assert_int_eq(chmod(tmpdir, 0711), 0);
-  proc a = client_start(sock_path);
-  client_pid(&a);
+  proc a = client_start();
+  client_ready(&a);
   client_as_uid = 65534;
-  proc n = client_start(sock_path);
+  proc n = client_start();
   client_as_uid = -1;
   const char *ready = client_first_line(&n);
   if (strncmp(ready, "ready ", 6)) { /* e.g. the build tree is not readable by nobody */
@@ -511,8 +338,8 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&a, "share mine %d", 2 << 20), "ok");
   const char *r = client_cmd(&n, "attach mine");
   ck_assert_msg(!strncmp(r, "err -14 ", 8), "another user attached: '%s'", r);
-  proc b = client_start(sock_path);
-  client_pid(&b);
+  proc b = client_start();
+  client_ready(&b);
   ck_assert_str_eq(strtok((char *)client_cmd(&b, "grow %d", 8 << 20), " "), "ok");
   ck_assert_str_eq(client_cmd(&b, "gensure %d", 2 << 20), "ok");
   share_tags(&b, 1, 4);
@@ -529,49 +356,6 @@ START_TEST(test_share_other_user) {
 }
 END_TEST
 
-static int raw_connect(void) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
-  int s = socket(AF_UNIX, SOCK_STREAM, 0);
-  ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
-  struct timeval tv = {5, 0};
-  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return s;
-}
-
-/* 1 when the daemon closed the connection (EOF after draining replies). */
-static int closed_by_daemon(int s) {
-  char buf[4096];
-  for (;;) {
-    ssize_t r = recv(s, buf, sizeof buf, 0);
-    if (r == 0) return 1;
-    if (r < 0) return errno == ECONNRESET;
-  }
-}
-
-static void send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds) {
-  uint8_t *f;
-  size_t len;
-  ck_assert_int_eq(gml_wire_encode(env, &f, &len), 0);
-  ck_assert_int_eq(gml_wire_send(s, f, len, fds, nfds), 0);
-  free(f);
-}
-
-static void send_hello(int s) {
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__Hello h = GMLAKE__HELLO__INIT;
-  h.protocol_version = GML_PROTOCOL_VERSION;
-  h.name = "attacker";
-  env.seq = 1;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
-  env.hello = &h;
-  send_env(s, &env, NULL, 0);
-}
-
-/* A process that published (or attached) and closed its connection while it
- * lives on may still map the chunks: the share stays until that process
- * exits (its pidfd says when). Raw protocol, in a child: hello, lease a
- * chunk, share it, close the socket, sleep. */
 START_TEST(test_share_outlives_connection) {
   start_daemon("--limit 64MiB --prefetch 0");
   int ready[2];
@@ -579,15 +363,16 @@ START_TEST(test_share_outlives_connection) {
   pid_t child = fork();
   if (child == 0) {
     int s = raw_connect(), fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    ck_assert_int_ge(s, 0);
     Gmlake__Envelope *in;
-    send_hello(s);
+    ck_assert_int_eq(send_hello(s, "attacker"), 0);
     if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) _exit(2);
     gmlake__envelope__free_unpacked(in, NULL);
     Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
     Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
     lr.count = 1;
     env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE, env.lease = &lr;
-    send_env(s, &env, NULL, 0);
+    ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
     if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS) || in->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY) _exit(3);
     uint64_t id = in->lease_reply->chunk_ids[0];
     gmlake__envelope__free_unpacked(in, NULL);
@@ -596,7 +381,7 @@ START_TEST(test_share_outlives_connection) {
     sr.n_chunk_ids = 1, sr.chunk_ids = &id, sr.size = 4096;
     Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
     env2.seq = 3, env2.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env2.share = &sr;
-    send_env(s, &env2, NULL, 0);
+    ck_assert_int_eq(send_env(s, &env2, NULL, 0), 0);
     if (gml_wire_recv(s, &in, fds + 1, &nfds, GML_MAX_LEASE_CHUNKS - 1) || in->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) _exit(4);
     gmlake__envelope__free_unpacked(in, NULL);
     close(s); /* the connection goes; the process (and the chunk's fd) stay */
@@ -606,18 +391,14 @@ START_TEST(test_share_outlives_connection) {
   char k;
   ck_assert_int_eq(read(ready[0], &k, 1), 1);
   close(ready[0]), close(ready[1]);
-  long long clients = -1;
-  for (int i = 0; i < 100 && (clients = stat_num("clients")) != 0; i++) msleep(20);
-  ck_assert_int_eq(clients, 0);
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);
   msleep(200);
   ck_assert_int_eq(stat_num("chunks_shared"), 1); /* its process lives: kept */
   ck_assert_int_eq(stat_num("shares"), 1);
   kill(child, SIGKILL);
   int st;
   waitpid(child, &st, 0);
-  long long now = -1;
-  for (int i = 0; i < 200 && (now = stat_num("chunks_shared")) != 0; i++) msleep(25);
-  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(stat_poll("chunks_shared", 0, 200, 25), 0);
   ck_assert_int_eq(stat_num("shares"), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -627,32 +408,32 @@ END_TEST
 /* (d) malformed frames close that connection only; others go on. */
 START_TEST(test_malformed_frames) {
   start_daemon("--limit 128MiB");
-  proc good = client_start(sock_path);
+  proc good = client_start();
   client_first_line(&good);
   ck_assert_str_eq(client_cmd(&good, "alloc %d", 4 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&good, "tag 0 42"), "ok");
   int s;
   /* truncated: a length of 100, then 10 bytes and a half-close */
-  s = raw_connect();
+  ck_assert_int_ge(s = raw_connect(), 0);
   uint8_t trunc[14] = {100, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   ck_assert_int_eq(send(s, trunc, sizeof trunc, 0), (ssize_t)sizeof trunc);
   shutdown(s, SHUT_WR);
   ck_assert(closed_by_daemon(s));
   close(s);
   /* oversize length */
-  s = raw_connect();
+  ck_assert_int_ge(s = raw_connect(), 0);
   uint8_t big[4] = {0, 0, 0x10, 0}; /* 1 MiB */
   ck_assert_int_eq(send(s, big, 4, 0), 4);
   ck_assert(closed_by_daemon(s));
   close(s);
   /* garbage body */
-  s = raw_connect();
+  ck_assert_int_ge(s = raw_connect(), 0);
   uint8_t junk[12] = {8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   ck_assert_int_eq(send(s, junk, sizeof junk, 0), (ssize_t)sizeof junk);
   ck_assert(closed_by_daemon(s));
   close(s);
   /* wrong fd count: a hello carrying an fd */
-  s = raw_connect();
+  ck_assert_int_ge(s = raw_connect(), 0);
   int devnull = open("/dev/null", O_RDONLY);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__Hello h = GMLAKE__HELLO__INIT;
@@ -660,13 +441,13 @@ START_TEST(test_malformed_frames) {
   env.seq = 1;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
-  send_env(s, &env, &devnull, 1);
+  ck_assert_int_eq(send_env(s, &env, &devnull, 1), 0);
   close(devnull);
   ck_assert(closed_by_daemon(s));
   close(s);
   /* foreign chunk id: return a chunk this connection never leased */
-  s = raw_connect();
-  send_hello(s);
+  ck_assert_int_ge(s = raw_connect(), 0);
+  ck_assert_int_eq(send_hello(s, "attacker"), 0);
   Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
   uint64_t ids[1] = {(1ull << 32) | 1};
@@ -675,19 +456,19 @@ START_TEST(test_malformed_frames) {
   env2.seq = 2;
   env2.msg_case = GMLAKE__ENVELOPE__MSG_RET;
   env2.ret = &rr;
-  send_env(s, &env2, NULL, 0);
+  ck_assert_int_eq(send_env(s, &env2, NULL, 0), 0);
   ck_assert(closed_by_daemon(s));
   close(s);
   /* a lease count out of range */
-  s = raw_connect();
-  send_hello(s);
+  ck_assert_int_ge(s = raw_connect(), 0);
+  ck_assert_int_eq(send_hello(s, "attacker"), 0);
   Gmlake__Envelope env3 = GMLAKE__ENVELOPE__INIT;
   Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
   lr.count = 100000;
   env3.seq = 2;
   env3.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
   env3.lease = &lr;
-  send_env(s, &env3, NULL, 0);
+  ck_assert_int_eq(send_env(s, &env3, NULL, 0), 0);
   ck_assert(closed_by_daemon(s));
   close(s);
   ck_assert_int_ge(stat_num("protocol_errors"), 6);
@@ -703,7 +484,7 @@ END_TEST
 /* A lease over quota is refused to that client, with its error code. */
 START_TEST(test_quota_and_limit) {
   start_daemon("--limit 32MiB --prefetch 0");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   char ready[256];
   snprintf(ready, sizeof ready, "%s", client_first_line(&a));
   int pid_a = atoi(ready + 6);
@@ -745,7 +526,7 @@ END_TEST
 /* trim gives free chunks back to the driver; a client's idle cache comes back on request. */
 START_TEST(test_trim) {
   start_daemon("--limit 64MiB --prefetch 8MiB");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   char ready[256];
   snprintf(ready, sizeof ready, "%s", client_first_line(&a));
   int pid_a = atoi(ready + 6);
@@ -761,9 +542,7 @@ START_TEST(test_trim) {
   /* the client serves the request at its next operation */
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  long long now = -1;
-  for (int i = 0; i < 100 && (now = stat_num("chunks_leased")) != 0; i++) msleep(20);
-  ck_assert_int_eq(now, 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 2000), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -773,7 +552,7 @@ END_TEST
  * idle cache to give some back, and the waiting lease is served from it. */
 START_TEST(test_reclaim_between_clients) {
   start_daemon("--limit 32MiB --prefetch 0");
-  proc a = client_start(sock_path), b = client_start(sock_path);
+  proc a = client_start(), b = client_start();
   client_first_line(&a);
   client_first_line(&b);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 24 << 20), "ok 0");
@@ -814,13 +593,13 @@ static void headroom_sequence(proc *b) {
 START_TEST(test_optional_headroom_leases) {
   /* an empty-handed lake: A caches 24 MiB, nothing free, prefetch off */
   start_daemon("--limit 40MiB --prefetch 0");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   client_first_line(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 24 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
   setenv("GMLAKE_HEADROOM", "100", 1);
-  proc b = client_start(sock_path);
+  proc b = client_start();
   unsetenv("GMLAKE_HEADROOM");
   client_first_line(&b);
   uint64_t t0 = gml_now_ns();
@@ -842,7 +621,7 @@ START_TEST(test_optional_headroom_leases) {
   start_daemon("--limit 64MiB --prefetch 16MiB");
   msleep(300);
   setenv("GMLAKE_HEADROOM", "100", 1);
-  b = client_start(sock_path);
+  b = client_start();
   unsetenv("GMLAKE_HEADROOM");
   client_first_line(&b);
   headroom_sequence(&b);
@@ -859,13 +638,14 @@ END_TEST
  * its session and chunks stayed, and the loop spun on its readable socket). */
 START_TEST(test_leave_after_failed_send) {
   start_daemon("--limit 8MiB --prefetch 0");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   client_first_line(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 0"); /* the lake is full */
-  proc b = client_start(sock_path); /* before r: it would inherit r's socket */
+  proc b = client_start(); /* before r: it would inherit r's socket */
   client_first_line(&b);
   int r = raw_connect();
-  send_hello(r);
+  ck_assert_int_ge(r, 0);
+  ck_assert_int_eq(send_hello(r, "attacker"), 0);
   char buf[512];
   ck_assert_int_gt(recv(r, buf, sizeof buf, 0), 0); /* the hello reply */
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
@@ -874,16 +654,14 @@ START_TEST(test_leave_after_failed_send) {
   env.seq = 2;
   env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
   env.usage = &u;
-  send_env(r, &env, NULL, 0);
+  ck_assert_int_eq(send_env(r, &env, NULL, 0), 0);
   shutdown(r, SHUT_RD); /* sends to it fail from now on (EPIPE) */
   msleep(50);
   ck_assert_int_eq(stat_num("clients"), 3);
   /* waits for the lake, the daemon asks r for its cache (the send fails), then refuses */
   ck_assert_ptr_nonnull(strstr(client_cmd(&b, "alloc %d", 2 << 20), "err"));
   close(r);
-  long long n = -1;
-  for (int i = 0; i < 40 && (n = stat_num("clients")) != 2; i++) msleep(25);
-  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(stat_poll("clients", 2, 40, 25), 2);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
@@ -894,7 +672,7 @@ END_TEST
 /* Prometheus text, checked by a real parser. */
 START_TEST(test_metrics_parse) {
   start_daemon("--limit 64MiB");
-  proc a = client_start(sock_path);
+  proc a = client_start();
   client_first_line(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");

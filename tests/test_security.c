@@ -4,18 +4,16 @@
  * setuid()s), and gmlakectl as a non-root user. Each test fails on the code
  * before the fix it covers (see the commit that added it). */
 #include "gmlake.h"
+#include "harness.h"
 #include "util.h"
 #include "wire.h"
 #include <check.h>
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netinet/in.h>
-#include <fcntl.h>
 #include <grp.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,83 +26,6 @@
 #include <unistd.h>
 
 #define NOBODY 65534
-static char bindir[128], tmpdir[64], sock_path[100], ctl_url[128];
-static pid_t daemon_pid;
-static const char *daemon_env = "";
-
-static void msleep(int ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
-
-/* gmlakectl with args (as uid when uid >= 0); stdout into out; its exit status. */
-static int ctl_as(int uid, char *out, size_t outlen, const char *args) {
-  char cmd[1024];
-  if (uid >= 0)
-    snprintf(cmd, sizeof cmd, "setpriv --reuid=%d --regid=%d --clear-groups %s/gmlakectl --control %s %s 2>&1", uid, uid,
-             bindir, ctl_url, args);
-  else snprintf(cmd, sizeof cmd, "%s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, args);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, outlen - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-static int ctl(char *out, size_t outlen, const char *args) { return ctl_as(-1, out, outlen, args); }
-
-static long long json_num(const char *json, const char *key) {
-  char k[64];
-  snprintf(k, sizeof k, "\"%s\":", key);
-  const char *p = strstr(json, k);
-  return p ? atoll(p + strlen(k)) : -1;
-}
-
-static long long stat_num(const char *key) {
-  char out[4096];
-  if (ctl(out, sizeof out, "stats --json") != 0) return -1;
-  return json_num(out, key);
-}
-
-/* Poll a stat until it equals want (up to ms); its last value. */
-static long long stat_wait(const char *key, long long want, int ms) {
-  long long v = -1;
-  for (int i = 0; i < ms / 20 && (v = stat_num(key)) != want; i++) msleep(20);
-  return v;
-}
-
-static void start_daemon(const char *extra) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-sec.XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-  chmod(tmpdir, 0755); /* other uids reach the sockets in some tests */
-  snprintf(sock_path, sizeof sock_path, "%s/lake.sock", tmpdir);
-  snprintf(ctl_url, sizeof ctl_url, "ipc://%s/lake.ctl", tmpdir);
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend host --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
-           daemon_env, bindir, sock_path, ctl_url, extra, tmpdir);
-  daemon_pid = fork();
-  if (daemon_pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 200; i++) {
-    if (stat_num("chunks_total") >= 0) return;
-    msleep(25);
-  }
-  ck_abort_msg("daemon did not come up (see %s/daemon.log)", tmpdir);
-}
-
-static int stop_daemon(void) {
-  int st = 0;
-  kill(daemon_pid, SIGTERM);
-  waitpid(daemon_pid, &st, 0);
-  char cmd[1024];
-  if (getenv("GMLAKE_TEST_VERBOSE") || !WIFEXITED(st) || WEXITSTATUS(st))
-    snprintf(cmd, sizeof cmd, "cat %s/daemon.log >&2; rm -rf %s", tmpdir, tmpdir);
-  else snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-  if (system(cmd)) {}
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
 
 /* The daemon's CPU time (user + system), in seconds. */
 static double daemon_cpu(void) {
@@ -145,49 +66,6 @@ static int count_log(const char *needle) {
 
 /* ---------- a raw client on the wire ---------- */
 
-static int raw_connect(void) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
-  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    close(s);
-    return -1;
-  }
-  struct timeval tv = {5, 0};
-  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return s;
-}
-
-/* 1 when the daemon closed the connection (EOF after draining replies). */
-static int closed_by_daemon(int s) {
-  char buf[4096];
-  for (;;) {
-    ssize_t r = recv(s, buf, sizeof buf, 0);
-    if (r == 0) return 1;
-    if (r < 0) return errno == ECONNRESET;
-  }
-}
-
-static int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds) {
-  uint8_t *f;
-  size_t len;
-  ck_assert_int_eq(gml_wire_encode(env, &f, &len), 0);
-  int rc = gml_wire_send(s, f, len, fds, nfds);
-  free(f);
-  return rc;
-}
-
-static void send_hello_named(int s, const char *name) {
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__Hello h = GMLAKE__HELLO__INIT;
-  h.protocol_version = GML_PROTOCOL_VERSION;
-  h.name = (char *)name;
-  env.seq = 1;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
-  env.hello = &h;
-  send_env(s, &env, NULL, 0);
-}
-
 /* The next frame's envelope (NULL on EOF/timeout); fds received into fds. */
 static Gmlake__Envelope *recv_env(int s, int *fds, int *nfds) {
   Gmlake__Envelope *env = NULL;
@@ -201,7 +79,7 @@ static Gmlake__Envelope *recv_env(int s, int *fds, int *nfds) {
 static int raw_session(const char *name) {
   int s = raw_connect();
   if (s < 0) return -1;
-  send_hello_named(s, name);
+  send_hello(s, name);
   Gmlake__Envelope *r = recv_env(s, NULL, NULL);
   int ok = r && r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   if (r) gmlake__envelope__free_unpacked(r, NULL);
@@ -256,10 +134,10 @@ static int lease_now(int s, uint64_t seq, uint32_t count, uint64_t *ids, int *fd
 }
 
 static void setup(void) {
-  const char *b = getenv("BUILD");
-  snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
-  setenv("GMLAKE_CHUNK_SIZE", "2MiB", 1);
-  daemon_env = "";
+  harness_setup();
+  tmpdir_template = "/tmp/gmlake-sec.XXXXXX";
+  tmpdir_mode = 0755; /* other uids reach the sockets in some tests */
+  ctl_quiet = 1;
   signal(SIGPIPE, SIG_IGN);
 }
 
@@ -599,21 +477,6 @@ START_TEST(test_control_authorization) {
 }
 END_TEST
 
-/* Run a shell command; its exit status, its output (stdout+stderr) in out. */
-static int sh(char *out, size_t outlen, const char *fmt, ...) {
-  char cmd[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  size_t n = fread(out, 1, outlen - 1, p);
-  out[n] = 0;
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /* A second daemon on the same control URL or client socket refuses to
  * start, saying why, and leaves the first one's files alone; tcp:// control
  * only with --control-insecure-tcp. */
@@ -918,29 +781,13 @@ START_TEST(test_metrics_http) {
   char extra[128];
   snprintf(extra, sizeof extra, "--limit 32MiB --metrics-listen 127.0.0.1:%d", port);
   start_daemon(extra);
-  int to[2], from[2];
-  ck_assert_int_eq(pipe(to), 0);
-  ck_assert_int_eq(pipe(from), 0);
-  pid_t c = fork();
-  if (c == 0) {
-    dup2(to[0], 0), dup2(from[1], 1);
-    close(to[1]), close(from[0]);
-    char path[300];
-    snprintf(path, sizeof path, "%s/gml-testclient", bindir);
-    execl(path, path, sock_path, (char *)NULL);
-    _exit(127);
-  }
-  close(to[0]), close(from[1]);
-  FILE *in = fdopen(to[1], "w"), *out = fdopen(from[0], "r");
-  setvbuf(in, NULL, _IOLBF, 0);
-  char line[512];
-  ck_assert_ptr_nonnull(fgets(line, sizeof line, out)); /* ready */
+  proc c = client_start();
+  ck_assert_str_ne(client_first_line(&c), ""); /* ready */
   /* 3 MiB live in two 2 MiB chunks (1 MiB free inside), then 4 MiB freed: two whole chunks idle */
   const char *cmds[] = {"alloc 3145728", "alloc 4194304", "free 1", "flush", "flush"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-    fprintf(in, "%s\n", cmds[i]);
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, out));
-    ck_assert_msg(!strncmp(line, "ok", 2), "%s: %s", cmds[i], line);
+    const char *r = client_cmd(&c, "%s", cmds[i]);
+    ck_assert_msg(!strncmp(r, "ok", 2), "%s: %s", cmds[i], r);
   }
   msleep(100);
   char o[8192];
@@ -982,11 +829,7 @@ START_TEST(test_metrics_http) {
                       port),
                    0);
   ck_assert_msg(strstr(o, "404"), "GET /: %s", o);
-  fprintf(in, "close\n");
-  fclose(in);
-  while (fgets(line, sizeof line, out)) {}
-  fclose(out);
-  waitpid(c, NULL, 0);
+  client_finish(&c);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
