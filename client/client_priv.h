@@ -27,6 +27,7 @@ struct gml_growable {
   uint8_t *mapped;
   int shared;      /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
   char key[128];   /* the share's key when shared */
+  int broken;      /* a failed dedup could not put all its own chunks back (share.c): only destroy works */
 };
 
 #define GML_REC_STREAMS 4 /* recorded streams kept per allocation; more: the free waits for the device */

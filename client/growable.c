@@ -76,6 +76,10 @@ static int check_range(gml_growable *g, size_t offset, size_t len) {
     set_error(g->c, "growable range: shared as '%s': read-only, its chunks are the share's", g->key);
     return GML_EINVAL;
   }
+  if (g->broken) {
+    set_error(g->c, "growable range: unusable since a failed dedup could not put its own chunks back: destroy it");
+    return GML_EBACKEND;
+  }
   if (offset % g->cs || len % g->cs || offset > g->size || len > g->size - offset) {
     set_error(g->c, "growable range: offset %zu / length %zu not chunk-aligned or past the end", offset, len);
     return GML_EINVAL;

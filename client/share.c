@@ -83,6 +83,7 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
   pthread_mutex_lock(&c->grow.lock);
   int rc = 0;
   if (g->shared) rc = fail(c, GML_EINVAL, "range already shared as '%s'", g->key);
+  if (g->broken) rc = fail(c, GML_EBACKEND, "share: the range is unusable (a failed rollback): destroy it");
   for (size_t s = 0; s < n && !rc; s++)
     if (!g->mapped[s]) rc = fail(c, GML_EINVAL, "share '%s': chunk %zu of the range is not mapped", key, s);
   if (!rc) rc = gml_grow_unmap_slots(g, n, g->nslots); /* past the content: back to the lake */
@@ -225,51 +226,81 @@ static int same_bytes(gml_client *c, uintptr_t a, uintptr_t b, size_t size) {
   return same;
 }
 
-/* g (own, [0, n) mapped) takes t's chunks (attached, same n) in place; t goes. grow.lock held. */
-static int adopt_in_place(gml_growable *g, gml_growable *t, size_t n) {
-  gml_client *c = g->c;
-  gml_backend *be = c->be;
-  int rc = gml_grow_unmap_slots(g, n, g->nslots);
-  if (rc || (rc = be->ops->synchronize(be))) return rc;
-  gml_phys *own = malloc(n * sizeof *own);
-  uint64_t *own_ids = malloc(n * sizeof *own_ids);
-  if (!own || !own_ids) {
-    free(own), free(own_ids);
-    return GML_ENOMEM;
-  }
-  size_t k = 0; /* own chunks unmapped so far: those go back */
-  for (size_t s = 0; s < n; s++, k++) {
-    own[s] = g->phys[s], own_ids[s] = g->ids[s];
-    /* cuda needs the slot unmapped before another chunk maps there */
-    if ((rc = be->ops->unmap(be, g->base + s * g->cs, g->cs))) break;
-    if ((rc = be->ops->map(be, g->base + s * g->cs, t->phys[s]))) {
-      GML_ERR("dedup: remapping chunk %zu failed: the range has a hole there", s);
-      g->mapped[s] = 0;
-      g->nmapped--;
-      k++;
-      break;
-    }
-    g->phys[s] = t->phys[s], g->ids[s] = t->ids[s];
-  }
-  if (!rc) rc = be->ops->set_access(be, g->base, n * g->cs, GML_ACCESS_READ_ONLY);
-  for (size_t i = 0; i < k; i += GML_MAX_LEASE_CHUNKS) /* our own copies go back to the lake */
-    c->alloc.src.release(c->alloc.src.ctx, GML_MIN(k - i, (size_t)GML_MAX_LEASE_CHUNKS), own + i, own_ids + i);
-  free(own), free(own_ids);
-  __atomic_fetch_sub(&c->grow.mapped, k * g->cs, __ATOMIC_RELAXED);
-  if (rc) GML_ERR("dedup: the backend failed after %zu of %zu chunks: %s", k, n, gml_strerror(rc));
-  g->shared = GML_GROW_ATTACHED; /* t's place among the share's mappers is g's now */
-  snprintf(g->key, sizeof g->key, "%s", t->key);
-  be->ops->unmap(be, t->base, t->size);
-  for (size_t s = k; s < n; s++) be->ops->chunk_release(be, t->phys[s]); /* not adopted (a failure) */
-  c->grow.shared -= (n - k) * g->cs;
-  be->ops->va_free(be, t->base, t->size);
+/* t's range goes without a detach: its place among the share's mappers is g's now. grow.lock held. */
+static void forget_range(gml_growable *t) {
+  gml_client *c = t->c;
+  c->be->ops->unmap(c->be, t->base, t->size);
+  c->be->ops->va_free(c->be, t->base, t->size);
   if (t->prev) t->prev->next = t->next;
   else c->grow.head = t->next;
   if (t->next) t->next->prev = t->prev;
   c->grow.ranges--;
   c->grow.reserved -= t->size;
   free(t->phys), free(t->ids), free(t->mapped), free(t);
-  return rc;
+}
+
+/* g (own, [0, n) mapped) takes t's chunks (attached, same n) in place, all
+ * or nothing: g->phys/ids keep its own chunks until every slot maps t's and
+ * the range is read-only; only then do its own go back to the lake and t
+ * go. A backend error before that puts its own chunks back where they were
+ * (bytes intact, writable) and leaves t to the caller (who destroys it: a
+ * detach). Where even that fails (the backend refuses the map back too),
+ * the slots it failed for stay unmapped, their own chunks go back to the
+ * lake (counted once: no longer the range's), and the range is marked
+ * broken: map/ensure/share/dedup refuse it with an error, a read there
+ * faults (never other bytes), destroy works. Slots past n went back first
+ * (as gml_share does). grow.lock held. */
+static int remap_onto(gml_growable *g, gml_growable *t, size_t n) {
+  gml_client *c = g->c;
+  gml_backend *be = c->be;
+  int rc = gml_grow_unmap_slots(g, n, g->nslots);
+  if (rc || (rc = be->ops->synchronize(be)))
+    return fail(c, rc, "dedup: unmapping past the content failed (%s): nothing remapped", gml_strerror(rc));
+  size_t done = 0; /* slots [0, done) map t's chunks */
+  int hole = 0;    /* slot done maps nothing (its own chunk unmapped, t's map failed) */
+  for (; done < n; done++) {
+    uintptr_t va = g->base + done * g->cs;
+    if ((rc = be->ops->unmap(be, va, g->cs))) break; /* cuda: unmapped before another chunk maps there */
+    if ((rc = be->ops->map(be, va, t->phys[done]))) {
+      hole = 1;
+      break;
+    }
+  }
+  if (!rc && (rc = be->ops->set_access(be, g->base, n * g->cs, GML_ACCESS_READ_ONLY))) done = n; /* all to undo */
+  if (!rc) {
+    for (size_t i = 0; i < n; i += GML_MAX_LEASE_CHUNKS) /* our own copies go back to the lake */
+      c->alloc.src.release(c->alloc.src.ctx, GML_MIN(n - i, (size_t)GML_MAX_LEASE_CHUNKS), g->phys + i, g->ids + i);
+    memcpy(g->phys, t->phys, n * sizeof *g->phys);
+    memcpy(g->ids, t->ids, n * sizeof *g->ids);
+    __atomic_fetch_sub(&c->grow.mapped, n * g->cs, __ATOMIC_RELAXED); /* t's shared bytes are g's now */
+    g->shared = GML_GROW_ATTACHED;
+    snprintf(g->key, sizeof g->key, "%s", t->key);
+    forget_range(t);
+    return 0;
+  }
+  size_t at = done, lost = 0;
+  for (size_t s = 0; s < done + (size_t)hole; s++) { /* roll back: each slot its own chunk again */
+    uintptr_t va = g->base + s * g->cs;
+    int r = s < done ? be->ops->unmap(be, va, g->cs) : 0;
+    if (!r) r = be->ops->map(be, va, g->phys[s]);
+    if (!r) continue;
+    c->alloc.src.release(c->alloc.src.ctx, 1, &g->phys[s], &g->ids[s]);
+    g->mapped[s] = 0;
+    g->nmapped--;
+    __atomic_fetch_sub(&c->grow.mapped, g->cs, __ATOMIC_RELAXED);
+    lost++;
+  }
+  for (size_t s = 0; s < n; s++) /* writable as before (per slot: a hole fails cuda's set_access) */
+    if (g->mapped[s] && be->ops->set_access(be, g->base + s * g->cs, g->cs, 0)) lost += !lost;
+  if (!lost)
+    return fail(c, rc, "dedup: the backend failed remapping chunk %zu of %zu (%s): rolled back, the range keeps its own chunks",
+                at, n, gml_strerror(rc));
+  g->broken = 1;
+  GML_ERR("dedup: the backend failed remapping chunk %zu of %zu and again putting the range's own chunks back", at, n);
+  return fail(c, rc,
+              "dedup: the backend failed remapping chunk %zu of %zu (%s), and putting %zu of the range's own chunks back: "
+              "the range is unusable (those slots unmapped, their chunks back in the lake); destroy it",
+              at, n, gml_strerror(rc), lost);
 }
 
 int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, int *deduped) {
@@ -277,6 +308,7 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
   gml_client *c = g->c;
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
   if (g->shared) return fail(c, GML_EINVAL, "range already shared as '%s'", g->key);
+  if (g->broken) return fail(c, GML_EBACKEND, "dedup: the range is unusable (a failed rollback): destroy it");
   size_t n = (size + g->cs - 1) / g->cs;
   *deduped = 0;
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -307,8 +339,14 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
                       : fail(c, GML_EMISMATCH, "dedup: share '%s' has an equal hash but different bytes: refused", key);
     }
     pthread_mutex_lock(&c->grow.lock);
-    rc = adopt_in_place(g, t, n);
+    rc = remap_onto(g, t, n);
     pthread_mutex_unlock(&c->grow.lock);
+    if (rc) { /* t still maps the share: it goes, and the daemon counts us as its mapper no more */
+      char why[sizeof c->last_error];
+      snprintf(why, sizeof why, "%s", c->last_error);
+      gml_growable_destroy(t);
+      fail(c, rc, "%s", why);
+    }
     gml_flush(c);
     if (!rc) *deduped = 1;
     return rc;

@@ -1,0 +1,276 @@
+/* Failures halfway, on the host backend with a real gmlaked: a dedup whose
+ * remap the backend refuses after some chunks were switched (all or
+ * nothing: the range keeps its own chunks, or is marked unusable where even
+ * the rollback fails). The faults are injected in this process: the
+ * client's backend ops are replaced by a copy whose map fails on cue. */
+#include "client_priv.h"
+#include "gmlake.h"
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB (1024ul * 1024ul)
+
+static char bindir[128], tmpdir[64], sock_path[100], ctl_url[128];
+static pid_t daemon_pid;
+
+static void msleep(int ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* gmlakectl's stdout for args ("" when it fails). */
+static const char *ctl(const char *args) {
+  static char out[8192];
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, args);
+  out[0] = 0;
+  FILE *p = popen(cmd, "r");
+  if (!p) return out;
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  if (pclose(p) != 0) out[0] = 0;
+  return out;
+}
+
+static long long num(const char *json, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *p = strstr(json, k);
+  return p ? atoll(p + strlen(k)) : -1;
+}
+
+typedef struct lake_stats {
+  long long total, free, leased, parked, shared, creating;
+} lake_stats;
+
+/* The daemon's chunk numbers; they must add up (no chunk lost or counted twice in the lake). */
+static lake_stats stats(void) {
+  const char *j = ctl("stats --json");
+  lake_stats s = {num(j, "chunks_total"),  num(j, "chunks_free"),   num(j, "chunks_leased"),
+                  num(j, "chunks_parked"), num(j, "chunks_shared"), num(j, "chunks_creating")};
+  ck_assert_msg(s.total >= 0, "no stats from the daemon");
+  ck_assert_msg(s.total == s.free + s.leased + s.parked + s.shared + s.creating,
+                "stats do not add up: total %lld = free %lld + leased %lld + parked %lld + shared %lld + creating %lld",
+                s.total, s.free, s.leased, s.parked, s.shared, s.creating);
+  return s;
+}
+
+static void daemon_up(const char *extra) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "exec %s/gmlaked --backend host --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
+           bindir, sock_path, ctl_url, extra, tmpdir);
+  daemon_pid = fork();
+  if (daemon_pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 400; i++) {
+    if (ctl("stats --json")[0]) return;
+    msleep(25);
+  }
+  ck_abort_msg("daemon did not come up (see %s/daemon.log)", tmpdir);
+}
+
+static void daemon_down(int sig) {
+  int st;
+  if (daemon_pid <= 0) return;
+  kill(daemon_pid, sig);
+  waitpid(daemon_pid, &st, 0);
+  daemon_pid = 0;
+}
+
+static void setup(void) {
+  const char *b = getenv("BUILD");
+  snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/gmlake-partial.XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  snprintf(sock_path, sizeof sock_path, "%s/lake.sock", tmpdir);
+  snprintf(ctl_url, sizeof ctl_url, "ipc://%s/lake.ctl", tmpdir);
+}
+
+static void teardown(void) {
+  daemon_down(SIGKILL); /* a test that failed halfway */
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "%s%s/daemon.log; rm -rf %s", getenv("GMLAKE_TEST_VERBOSE") ? "cat >&2 " : "true ", tmpdir,
+           tmpdir);
+  if (system(cmd)) {}
+}
+
+static gml_client *open_client(void) {
+  gml_open_opts o = {.backend = "host", .socket_path = sock_path, .mode = GML_MODE_DAEMON};
+  gml_client *c;
+  ck_assert_int_eq(gml_open(&o, &c), 0);
+  return c;
+}
+
+/* ---------- fault injection: a copy of the backend's ops ---------- */
+
+static struct gml_backend_ops faulty;
+static const struct gml_backend_ops *real;
+static uintptr_t fault_lo, fault_hi; /* maps into [lo, hi) are counted */
+static int map_seen, map_fail_at, map_fail_after; /* fail the map_fail_at-th (1-based); and every later one if after */
+
+static int faulty_map(gml_backend *be, uintptr_t va, gml_phys phys) {
+  if (va >= fault_lo && va < fault_hi) {
+    int k = ++map_seen;
+    if (k == map_fail_at || (map_fail_after && k > map_fail_at)) return GML_EBACKEND;
+  }
+  return real->map(be, va, phys);
+}
+
+static void inject(gml_client *c) {
+  real = c->be->ops;
+  faulty = *real;
+  faulty.map = faulty_map;
+  c->be->ops = &faulty;
+}
+
+static void heal(gml_client *c) { c->be->ops = real; }
+
+/* ---------- dedup ---------- */
+
+static void fill(uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 7 + i / 4096);
+}
+
+static int same(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (uint8_t)(i * 7 + i / 4096)) return 0;
+  return 1;
+}
+
+/* The share's mappers (one a connection): the pids listed for key. */
+static int mappers(void) {
+  const char *j = ctl("shares --json"), *p = strstr(j, "\"mapper_pids\":[");
+  if (!p) return -1;
+  p += strlen("\"mapper_pids\":[");
+  if (*p == ']') return 0;
+  int n = 1;
+  for (; *p && *p != ']'; p++) n += *p == ',';
+  return n;
+}
+
+/* A publishes 4 MiB (2 chunks); B has the same bytes in a range of 8 MiB. */
+static void dedup_setup(gml_client **a, gml_client **b, gml_growable **gb, uint8_t **pb) {
+  daemon_up("--limit 64MiB --prefetch 0");
+  *a = open_client(), *b = open_client();
+  gml_growable *ga;
+  gml_growable_info info;
+  int deduped = -1;
+  ck_assert_int_eq(gml_growable_create(*a, 4 * MiB, &ga), 0);
+  ck_assert_int_eq(gml_growable_ensure(ga, 4 * MiB), 0);
+  ck_assert_int_eq(gml_growable_info_get(ga, &info), 0);
+  fill(info.base, 4 * MiB);
+  ck_assert_int_eq(gml_dedup(ga, 4 * MiB, "weights", 7, &deduped), 0);
+  ck_assert_int_eq(deduped, 0); /* published */
+  ck_assert_int_eq(gml_growable_create(*b, 8 * MiB, gb), 0);
+  ck_assert_int_eq(gml_growable_ensure(*gb, 4 * MiB), 0);
+  ck_assert_int_eq(gml_growable_info_get(*gb, &info), 0);
+  *pb = info.base;
+  fill(*pb, 4 * MiB);
+  fault_lo = (uintptr_t)info.base, fault_hi = fault_lo + info.reserved;
+  map_seen = 0;
+  lake_stats s = stats();
+  ck_assert_int_eq(s.shared, 2);
+  ck_assert_int_eq(s.leased, 2);
+  ck_assert_int_eq(mappers(), 1);
+}
+
+/* The backend refuses the second chunk's remap: the first was switched
+ * already. All or nothing: B keeps its own chunks (bytes, writable), the
+ * attach is undone at the daemon, the error is B's to see; then, the
+ * backend well again, the same dedup succeeds. */
+START_TEST(test_dedup_remap_fails_halfway) {
+  gml_client *a, *b;
+  gml_growable *gb;
+  uint8_t *pb;
+  dedup_setup(&a, &b, &gb, &pb);
+  inject(b);
+  map_fail_at = 2, map_fail_after = 0;
+  int deduped = -1;
+  int rc = gml_dedup(gb, 4 * MiB, "weights", 7, &deduped);
+  ck_assert_int_eq(rc, GML_EBACKEND);
+  ck_assert_int_eq(deduped, 0);
+  ck_assert_msg(strstr(gml_last_error(b), "rolled back"), "last error: %s", gml_last_error(b));
+  ck_assert_int_eq(map_seen, 4); /* slot 0 theirs, slot 1 refused, slot 0 ours again, slot 1 ours again */
+  heal(b);
+  ck_assert(same(pb, 4 * MiB));
+  pb[0] ^= 0xff, pb[4 * MiB - 1] ^= 0xff; /* writable (a read-only share chunk would be SIGSEGV) */
+  pb[0] ^= 0xff, pb[4 * MiB - 1] ^= 0xff;
+  gml_stats st;
+  ck_assert_int_eq(gml_stats_get(b, &st), 0);
+  ck_assert_uint_eq(st.growable_mapped, 4 * MiB);
+  ck_assert_uint_eq(st.shared_mapped, 0);
+  ck_assert_int_eq(gml_growable_is_mapped(gb, 0), 1);
+  ck_assert_int_eq(gml_growable_is_mapped(gb, 2 * MiB), 1);
+  lake_stats s = stats();
+  ck_assert_int_eq(s.leased, 2); /* B's own, once */
+  ck_assert_int_eq(s.shared, 2);
+  ck_assert_int_eq(mappers(), 1); /* B's attach was detached */
+  /* and the same dedup now goes through */
+  ck_assert_int_eq(gml_dedup(gb, 4 * MiB, "weights", 7, &deduped), 0);
+  ck_assert_int_eq(deduped, 1);
+  ck_assert(same(pb, 4 * MiB));
+  s = stats();
+  ck_assert_int_eq(s.leased, 0);
+  ck_assert_int_eq(mappers(), 2);
+  ck_assert_int_eq(gml_close(b), 0);
+  ck_assert_int_eq(gml_close(a), 0);
+  s = stats(); /* the share stays while this process lives (it mapped it) */
+  ck_assert_int_eq(s.leased + s.parked, 0);
+  daemon_down(SIGTERM);
+}
+END_TEST
+
+/* The backend refuses the remap and then the map back too: no rollback.
+ * The range is marked unusable (an error says so; ensure refuses it, so no
+ * fresh zeroed chunk fills the hole silently), its own chunks are back in
+ * the lake (counted once), the attach is undone, destroy works. */
+START_TEST(test_dedup_rollback_fails) {
+  gml_client *a, *b;
+  gml_growable *gb;
+  uint8_t *pb;
+  dedup_setup(&a, &b, &gb, &pb);
+  inject(b);
+  map_fail_at = 2, map_fail_after = 1;
+  int deduped = -1;
+  ck_assert_int_eq(gml_dedup(gb, 4 * MiB, "weights", 7, &deduped), GML_EBACKEND);
+  ck_assert_int_eq(deduped, 0);
+  ck_assert_msg(strstr(gml_last_error(b), "unusable"), "last error: %s", gml_last_error(b));
+  heal(b);
+  ck_assert_int_eq(gml_growable_is_mapped(gb, 0), 0);
+  ck_assert_int_eq(gml_growable_is_mapped(gb, 2 * MiB), 0);
+  ck_assert_int_eq(gml_growable_ensure(gb, 4 * MiB), GML_EBACKEND);
+  ck_assert_msg(strstr(gml_last_error(b), "unusable"), "last error: %s", gml_last_error(b));
+  ck_assert_int_eq(gml_dedup(gb, 4 * MiB, "weights", 7, &deduped), GML_EBACKEND);
+  gml_stats st;
+  ck_assert_int_eq(gml_stats_get(b, &st), 0);
+  ck_assert_uint_eq(st.growable_mapped, 0);
+  ck_assert_uint_eq(st.shared_mapped, 0);
+  lake_stats s = stats();
+  ck_assert_int_eq(s.leased, 0); /* B's own chunks went back */
+  ck_assert_int_eq(s.shared, 2);
+  ck_assert_int_eq(mappers(), 1);
+  ck_assert_int_eq(gml_growable_destroy(gb), 0);
+  ck_assert_int_eq(gml_close(b), 0);
+  ck_assert_int_eq(gml_close(a), 0);
+  daemon_down(SIGTERM);
+}
+END_TEST
+
+Suite *partial_suite(void) {
+  Suite *s = suite_create("partial");
+  TCase *tc = tcase_create("failures halfway");
+  tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_dedup_remap_fails_halfway);
+  tcase_add_test(tc, test_dedup_rollback_fails);
+  suite_add_tcase(s, tc);
+  return s;
+}
