@@ -27,6 +27,11 @@
  * it holds (the allocator's and the growable ranges'), an fd each (the
  * backend's chunk_export) in Adopt messages of up to GML_MAX_LEASE_CHUNKS;
  * the new daemon gives them new ids, which replace the old ones in place.
+ * All or nothing: the daemon counts them as ours once our usage report
+ * follows the last batch; a connection that ends before (a batch refused,
+ * an export failed, the socket gone) has its chunks dropped from the new
+ * lake, not parked, and the next attempt offers every chunk again, so none
+ * is counted twice or lost.
  * It holds the allocator's lock, the ranges' lock and conn_lock meanwhile (in
  * that order), so no chunk comes or goes during the hand-over. While the
  * daemon is away, allocations are served from what the process holds and a
@@ -238,7 +243,10 @@ static int adopt_flush(adopt_batch *b) {
   int fds[GML_MAX_LEASE_CHUNKS];
   size_t k = 0;
   for (; k < b->n; k++)
-    if ((b->rc = be->ops->chunk_export(be, b->phys[k], &fds[k]))) break;
+    if ((b->rc = be->ops->chunk_export(be, b->phys[k], &fds[k]))) {
+      GML_ERR("cannot hand chunk %zu over to the new daemon: its export failed: %s", b->total + k, gml_strerror(b->rc));
+      break;
+    }
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
   Gmlake__AdoptRequest ar = GMLAKE__ADOPT_REQUEST__INIT;
   ar.n_old_ids = b->n;
@@ -337,7 +345,11 @@ static int reconnect(gml_client *c) {
     pthread_mutex_lock(&l->mu);
     l->rsock = -1;
     pthread_mutex_unlock(&l->mu);
-    close(s); /* what was handed over stays parked with that connection until we exit */
+    /* The hand-over failed halfway: the daemon drops what this connection
+     * took (it was not complete: daemon/adopt.c), we keep holding and mapping
+     * every chunk, and the next attempt offers them all again (their ids are
+     * only names for the daemon: it gives new ones). */
+    close(s);
   }
   pthread_mutex_unlock(&c->conn_lock);
   pthread_mutex_unlock(&c->grow.lock);

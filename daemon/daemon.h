@@ -13,6 +13,7 @@
  *              carry the broker's decisions out; bounds and timeouts  (broker, creator, conn)
  *   listen.c   accepting, within the connection limits               (session, conn)
  *   shares.c   shared read-only memory: shares, their mappers         (lake, session)
+ *   adopt.c    chunks handed over after a restart, all or nothing     (lake, broker, session)
  *   control.c  the control RPC, handlers in a table                   (broker, session, shares)
  *   ctlsock.c  the control socket on the loop; who may change what   (control, conn)
  *   main.c     start-up, signals, the tick, the creators' callback    (all)

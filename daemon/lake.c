@@ -117,6 +117,18 @@ long lake_adopt(lake *lk, uint64_t owner, uint32_t uid, gml_phys phys, int fd) {
   return (long)idx;
 }
 
+void lake_unadopt(lake *lk, uint32_t idx) {
+  lake_chunk *c = &lk->chunks[idx];
+  if (c->state != CHUNK_LEASED) return;
+  release_chunk(lk, c); /* our imported handle: the client's keeps the memory */
+  c->state = CHUNK_UNUSED;
+  c->owner = 0;
+  c->tainted = 0;
+  lk->unused_stack[lk->nunused++] = idx;
+  lk->leased--;
+  lk->total--;
+}
+
 uint32_t lake_free_of(const lake *lk, uint32_t uid) {
   uint32_t n = 0;
   for (uint32_t j = 0; j < lk->nfree; j++) {

@@ -69,6 +69,9 @@ void lake_give_back(lake *lk, uint32_t idx);             /* leased/parked -> fre
 /* A chunk a client held before the daemon restarted: leased to owner at
  * once (a new id). Returns its index, or GML_ENOMEM. */
 long lake_adopt(lake *lk, uint64_t owner, uint32_t uid, gml_phys phys, int fd);
+/* An adopted chunk leased to its client leaves the lake again (the hand-over
+ * failed: daemon/adopt.c): our handle released, not counted anywhere. */
+void lake_unadopt(lake *lk, uint32_t idx);
 void lake_park(lake *lk, uint32_t idx);                  /* leased -> parked (owner's process lives on) */
 void lake_share(lake *lk, uint32_t idx, uint64_t share_id); /* leased -> shared (give_back frees it) */
 void lake_destroy_chunk(lake *lk, uint32_t idx);         /* free -> released to the driver */

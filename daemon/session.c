@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #endif
 #include "session.h"
+#include "adopt.h"
 #include "conn.h"
 #include "daemon.h"
 #include "shares.h"
@@ -297,54 +298,13 @@ static int check_shares(request *rq) {
 
 static void handle_shares(request *rq) { shares_handle(rq->s, rq->env); }
 
-/* Adopt: after a restart, a client hands over the chunks it holds, one fd
- * each (kept by the receiver since its hello said adopting). */
+/* Adopt: after a restart, a client hands over the chunks it holds (adopt.c). */
 static int check_adopt(request *rq) {
-  if (!rq->s->rx.keep_max) return refuse_msg(rq, "adopt without hello's adopting");
-  return rq->s->rx.nkept < (int)rq->env->adopt->n_old_ids ? refuse_msg(rq, "adopt without its fds") : 0;
+  const char *why = adopt_check(rq->s, rq->env);
+  return why ? refuse_msg(rq, why) : 0;
 }
 
-static void handle_adopt(request *rq) {
-  session *s = rq->s;
-  gmld *d = s->d;
-  uint32_t n = (uint32_t)rq->env->adopt->n_old_ids, done = 0;
-  int fds[GML_MAX_LEASE_CHUNKS];
-  uint64_t ids[GML_MAX_LEASE_CHUNKS];
-  gml_rx_take_fds(&s->rx, (int)n, fds); /* check_adopt: they are there */
-  if (broker_adopt_room(&d->br, &s->bc, n) < n) {
-    for (uint32_t i = 0; i < n; i++) close(fds[i]);
-    send_error(s, rq->env->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
-    return;
-  }
-  for (; done < n; done++) {
-    gml_phys phys;
-    int imp = fcntl(fds[done], F_DUPFD_CLOEXEC, 0); /* the import takes one fd, the lake keeps the other */
-    if (imp < 0 || d->be->ops->chunk_import(d->be, imp, &phys)) break;
-    long idx = lake_adopt(&d->lk, s->bc.id, (uint32_t)s->bc.uid, phys, fds[done]);
-    if (idx < 0) {
-      d->be->ops->chunk_release(d->be, phys);
-      break;
-    }
-    ids[done] = lake_chunk_id(&d->lk, (uint32_t)idx);
-  }
-  broker_adopted(&d->br, &s->bc, done);
-  if (done < n) { /* not a chunk of ours (wrong size, not importable): the client is confused or hostile */
-    for (uint32_t i = done; i < n; i++) close(fds[i]);
-    send_error(s, rq->env->seq, GML_EPROTO, "chunk %u of an adoption cannot be imported", done);
-    s->bc.closing = 1;
-    return;
-  }
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__AdoptReply r = GMLAKE__ADOPT_REPLY__INIT;
-  r.n_chunk_ids = n;
-  r.chunk_ids = ids;
-  env.seq = rq->env->seq;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT_REPLY;
-  env.adopt_reply = &r;
-  session_send(s, &env, NULL, 0);
-  GML_INFO("client %llu (pid %d) handed over %u chunk(s) it held before the restart (%llu now)", (unsigned long long)s->bc.id,
-           (int)s->bc.pid, n, (unsigned long long)s->bc.leased_chunks);
-}
+static void handle_adopt(request *rq) { adopt_handle(rq->s, rq->env); }
 
 /* A new client message: its case in Envelope (proto/gmlake.proto), what it
  * must be on the wire in gml_wire_check_request (common/wire.c: sizes,
@@ -383,6 +343,7 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
   rq.env = env;
   if (!bad && !r) bad = "unexpected message kind";
   if (!bad && r->check && r->check(&rq)) bad = rq.why;
+  if (!bad) adopt_seen(s, env->msg_case);
   if (!bad) r->handle(&rq);
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   if (bad) {
@@ -540,6 +501,7 @@ static void session_close(session *s, const char *why) {
   gmld *d = s->d;
   if (s->fd < 0) return;
   s->bc.closing = 1;
+  adopt_session_closing(s); /* a hand-over not complete: dropped, not parked (the client offers it again) */
   uint64_t held = 0;
   for (uint32_t i = 0; i < d->lk.nslots; i++)
     held += d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id;

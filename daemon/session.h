@@ -18,6 +18,7 @@ typedef struct session {
   int poll_events;
   int pidfd;
   int hello_done;
+  uint64_t adopted;         /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
   int backlog;              /* complete frames wait in rx beyond this turn's read budget */
   uint64_t connect_ns;      /* hello must come within hello_timeout_ms of it */
   uint64_t partial_since_ns;/* a frame started arriving then and is not whole yet (0: none) */

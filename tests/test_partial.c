@@ -1,8 +1,10 @@
 /* Failures halfway, on the host backend with a real gmlaked: a dedup whose
  * remap the backend refuses after some chunks were switched (all or
  * nothing: the range keeps its own chunks, or is marked unusable where even
- * the rollback fails). The faults are injected in this process: the
- * client's backend ops are replaced by a copy whose map fails on cue. */
+ * the rollback fails), and a daemon restart whose hand-over fails after the
+ * new daemon took a first batch (nothing counted twice, nothing lost). The
+ * faults are injected in this process: the client's backend ops are
+ * replaced by a copy whose map or chunk_export fails on cue. */
 #include "client_priv.h"
 #include "gmlake.h"
 #include <check.h>
@@ -115,6 +117,7 @@ static struct gml_backend_ops faulty;
 static const struct gml_backend_ops *real;
 static uintptr_t fault_lo, fault_hi; /* maps into [lo, hi) are counted */
 static int map_seen, map_fail_at, map_fail_after; /* fail the map_fail_at-th (1-based); and every later one if after */
+static int export_seen, export_fail_at;
 
 static int faulty_map(gml_backend *be, uintptr_t va, gml_phys phys) {
   if (va >= fault_lo && va < fault_hi) {
@@ -124,10 +127,16 @@ static int faulty_map(gml_backend *be, uintptr_t va, gml_phys phys) {
   return real->map(be, va, phys);
 }
 
+static int faulty_export(gml_backend *be, gml_phys phys, int *fd) {
+  if (export_fail_at && ++export_seen == export_fail_at) return GML_EBACKEND;
+  return real->chunk_export(be, phys, fd);
+}
+
 static void inject(gml_client *c) {
   real = c->be->ops;
   faulty = *real;
   faulty.map = faulty_map;
+  faulty.chunk_export = faulty_export;
   c->be->ops = &faulty;
 }
 
@@ -264,6 +273,80 @@ START_TEST(test_dedup_rollback_fails) {
 }
 END_TEST
 
+/* ---------- a daemon restart whose hand-over fails halfway ---------- */
+
+#define HELD 150 /* more than one Adopt batch (128) */
+
+static int reconnects(gml_client *c, long long want_leased) {
+  for (int i = 0; i < 600; i++) {
+    if (!__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE) && stats().leased == want_leased) return 1;
+    msleep(10);
+  }
+  return 0;
+}
+
+/* The client holds HELD chunks; the daemon is SIGKILLed and started again;
+ * the first hand-over fails (how: fail_how) after the daemon took the first
+ * batch of 128. Then: nothing of it is parked or counted (the lake adds up,
+ * no chunk twice); the client's memory is intact; the next hand-over gives
+ * the daemon every chunk once, and the client leases and returns again. */
+static void restart_fails_halfway(int fail_how) {
+  daemon_up("--limit 1GiB --prefetch 0");
+  gml_client *c = open_client();
+  void *p;
+  ck_assert_int_eq(gml_alloc(c, HELD * 2 * MiB, 0, &p), 0);
+  fill(p, HELD * 2 * MiB);
+  ck_assert_int_eq(stats().leased, HELD);
+  inject(c);
+  export_seen = 0;
+  export_fail_at = fail_how == 0 ? 140 : 0; /* the second batch's 12th chunk cannot be exported */
+  daemon_down(SIGKILL);
+  /* refused: a daemon whose limit takes the first batch and not the second
+   * (room: 2 x limit + 128 chunks, so 2 MiB of limit takes 130) */
+  daemon_up(fail_how == 0 ? "--limit 1GiB --prefetch 0" : "--limit 2MiB --prefetch 0");
+  if (fail_how == 1) {
+    /* the first hand-over was refused after the daemon took 128; it is
+     * tried again every second (and refused again): whatever the moment,
+     * nothing of it is parked and the lake holds only a hand-over in flight */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "grep -q 'before its hand-over\\|parked until its process exits' %s/daemon.log", tmpdir);
+    int refused = 0;
+    for (int i = 0; i < 500 && !(refused = system(cmd) == 0); i++) msleep(10);
+    ck_assert_msg(refused, "the small daemon never saw the refused client leave");
+    for (int i = 0; i < 20; i++, msleep(50)) {
+      lake_stats s = stats();
+      ck_assert_msg(s.parked == 0 && s.total == s.leased && s.leased <= 128,
+                    "after the refused hand-over: %lld parked, %lld leased, %lld total (held %d)", s.parked, s.leased,
+                    s.total, HELD);
+    }
+    ck_assert(same(p, HELD * 2 * MiB)); /* the client's memory is all there */
+    daemon_down(SIGTERM);
+    daemon_up("--limit 1GiB --prefetch 0"); /* a daemon that takes them all */
+  }
+  ck_assert_msg(reconnects(c, HELD), "the client did not hand its %d chunks over (leased %lld)", HELD, stats().leased);
+  lake_stats s = stats();
+  ck_assert_int_eq(s.total, HELD); /* each chunk once */
+  ck_assert_int_eq(s.parked, 0);
+  if (fail_how == 0) ck_assert_int_ge(export_seen, 140 + HELD); /* the failed hand-over, then a whole one */
+  heal(c);
+  ck_assert(same(p, HELD * 2 * MiB));
+  ck_assert_int_eq(gml_free(c, p), 0);
+  size_t released = 0;
+  ck_assert_int_eq(gml_trim(c, &released), 0); /* they go back under their new ids: the daemon knows each */
+  ck_assert_uint_eq(released, HELD * 2 * MiB);
+  s = stats();
+  ck_assert_int_eq(s.leased, 0);
+  ck_assert_int_eq(s.free, HELD);
+  ck_assert_int_eq(gml_close(c), 0);
+  daemon_down(SIGTERM);
+}
+
+START_TEST(test_restart_export_fails_halfway) { restart_fails_halfway(0); }
+END_TEST
+
+START_TEST(test_restart_batch_refused) { restart_fails_halfway(1); }
+END_TEST
+
 Suite *partial_suite(void) {
   Suite *s = suite_create("partial");
   TCase *tc = tcase_create("failures halfway");
@@ -271,6 +354,8 @@ Suite *partial_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_dedup_remap_fails_halfway);
   tcase_add_test(tc, test_dedup_rollback_fails);
+  tcase_add_test(tc, test_restart_export_fails_halfway);
+  tcase_add_test(tc, test_restart_batch_refused);
   suite_add_tcase(s, tc);
   return s;
 }

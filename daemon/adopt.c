@@ -1,0 +1,95 @@
+/* adopt.c: a client's chunks handed over after a daemon restart (the
+ * client's side is client/link.c). Its hello says `adopting`; Adopt
+ * requests follow, up to GML_MAX_LEASE_CHUNKS chunks each with an fd each
+ * (kept by the receiver), and each chunk is imported into the lake, leased
+ * to that client under a new id.
+ *
+ * The hand-over is one transaction: the chunks adopted on a connection are
+ * provisional until the client sends anything but an Adopt (its usage
+ * report follows at once: then it has every reply and counts the hand-over
+ * done). A connection that ends before that (a batch refused, an export
+ * that failed on the client's side, the connection dropped) had its
+ * hand-over fail: the client goes on holding and mapping every chunk and
+ * offers them all again on its next connection, so what this connection
+ * adopted is dropped from the lake (our imported handle released, the
+ * client's keeps the memory), not parked: parked, it would be counted a
+ * second time by the next hand-over. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "adopt.h"
+#include "daemon.h"
+#include "gmlake.h"
+#include "log.h"
+#include <fcntl.h>
+#include <unistd.h>
+
+const char *adopt_check(const session *s, const Gmlake__Envelope *env) {
+  if (!s->rx.keep_max) return "adopt without hello's adopting";
+  return s->rx.nkept < (int)env->adopt->n_old_ids ? "adopt without its fds" : NULL;
+}
+
+void adopt_handle(session *s, const Gmlake__Envelope *req) {
+  gmld *d = s->d;
+  uint32_t n = (uint32_t)req->adopt->n_old_ids, done = 0;
+  int fds[GML_MAX_LEASE_CHUNKS];
+  uint64_t ids[GML_MAX_LEASE_CHUNKS];
+  gml_rx_take_fds(&s->rx, (int)n, fds); /* adopt_check: they are there */
+  if (broker_adopt_room(&d->br, &s->bc, n) < n) {
+    for (uint32_t i = 0; i < n; i++) close(fds[i]);
+    session_send_error(s, req->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
+    return;
+  }
+  for (; done < n; done++) {
+    gml_phys phys;
+    int imp = fcntl(fds[done], F_DUPFD_CLOEXEC, 0); /* the import takes one fd, the lake keeps the other */
+    if (imp < 0 || d->be->ops->chunk_import(d->be, imp, &phys)) break;
+    long idx = lake_adopt(&d->lk, s->bc.id, (uint32_t)s->bc.uid, phys, fds[done]);
+    if (idx < 0) {
+      d->be->ops->chunk_release(d->be, phys);
+      break;
+    }
+    ids[done] = lake_chunk_id(&d->lk, (uint32_t)idx);
+  }
+  broker_adopted(&d->br, &s->bc, done);
+  s->adopted += done;
+  if (done < n) { /* not a chunk of ours (wrong size, not importable): the client is confused or hostile */
+    for (uint32_t i = done; i < n; i++) close(fds[i]);
+    session_send_error(s, req->seq, GML_EPROTO, "chunk %u of an adoption cannot be imported", done);
+    s->bc.closing = 1;
+    return;
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AdoptReply r = GMLAKE__ADOPT_REPLY__INIT;
+  r.n_chunk_ids = n;
+  r.chunk_ids = ids;
+  env.seq = req->seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT_REPLY;
+  env.adopt_reply = &r;
+  session_send_msg(s, &env, NULL, 0);
+  GML_INFO("client %llu (pid %d) handed over %u chunk(s) it held before the restart (%llu now)", (unsigned long long)s->bc.id,
+           (int)s->bc.pid, n, (unsigned long long)s->bc.leased_chunks);
+}
+
+void adopt_seen(session *s, Gmlake__Envelope__MsgCase kind) {
+  if (kind == GMLAKE__ENVELOPE__MSG_ADOPT || kind == GMLAKE__ENVELOPE__MSG_HELLO || !s->adopted) return;
+  GML_INFO("client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id, (int)s->bc.pid,
+           (unsigned long long)s->adopted);
+  s->adopted = 0;
+}
+
+void adopt_session_closing(session *s) {
+  if (!s->adopted) return;
+  gmld *d = s->d;
+  uint64_t dropped = 0;
+  for (uint32_t i = 0; i < d->lk.nslots; i++) /* nothing but Adopts came: every chunk it holds was adopted here */
+    if (d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id) {
+      lake_unadopt(&d->lk, i);
+      dropped++;
+    }
+  s->bc.leased_chunks -= dropped;
+  s->adopted = 0;
+  GML_WARN("client %llu (pid %d) left before its hand-over was complete: the %llu chunk(s) it handed over are dropped "
+           "from the lake (it keeps them and offers them all again when it reconnects)",
+           (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned long long)dropped);
+}
