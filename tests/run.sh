@@ -105,6 +105,10 @@ for v in $vars; do
   grep -q "^| \`$v\` |" README.md || { echo "README's table of environment variables lacks $v" >&2; exit 1; }
 done
 echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
+echo "== source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
+long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
+[ -z "$long" ] || { echo "over 600 lines (split by concern, see README's layout): $long" >&2; exit 1; }
+echo "  largest: $(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | grep -v ' total$' | sort -n | tail -1)"
 echo "== python/gmlake's pause/resume (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_pause.py  # tests/torch/ must not hide torch
