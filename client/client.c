@@ -165,13 +165,26 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   return got ? got : GML_EBACKEND;
 }
 
+static void daemon_return(gml_client *c, uint64_t *ids, size_t n);
+
 static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids) {
   gml_client *c = ctx;
-  for (size_t i = 0; i < n; i++) c->be->ops->chunk_release(c->be, phys[i]);
+  uint64_t keep[GML_MAX_LEASE_CHUNKS];
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    c->be->ops->chunk_release(c->be, phys[i]);
+    if (ids[i] & GML_ID_PARKED) continue; /* parked at the daemon under our pid: local only (link.c) */
+    if (k == GML_MAX_LEASE_CHUNKS) daemon_return(c, keep, k), k = 0;
+    keep[k++] = ids[i];
+  }
+  if (k) daemon_return(c, keep, k);
+}
+
+static void daemon_return(gml_client *c, uint64_t *ids, size_t n) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
   rr.n_chunk_ids = n;
-  rr.chunk_ids = (uint64_t *)ids;
+  rr.chunk_ids = ids;
   env.msg_case = GMLAKE__ENVELOPE__MSG_RET;
   env.ret = &rr;
   daemon_reply r;
@@ -268,6 +281,7 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   snprintf(backend, blen, "%s", reply->hello_reply->backend);
   *chunk_size = reply->hello_reply->chunk_size;
   c->client_id = reply->hello_reply->client_id;
+  c->daemon_instance = reply->hello_reply->instance;
   free_received(reply, NULL, 0);
   return 0;
 }

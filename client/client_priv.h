@@ -93,6 +93,12 @@ typedef struct gml_grow_state {
   uint64_t shared;          /* bytes of shared chunks mapped (published or attached ranges) */
 } gml_grow_state;
 
+/* A chunk id with this bit: the chunk belongs to a session of this daemon
+ * instance that it closed while we lived on (link.c): it is parked under our
+ * pid there and freed when we exit, so we release it locally only, never
+ * return it by id; a real restart hands it over like any other. */
+#define GML_ID_PARKED (1ull << 63)
+
 struct gml_client {
   gml_allocator alloc;
   gml_backend *be;
@@ -101,6 +107,7 @@ struct gml_client {
   pthread_mutex_t conn_lock;
   uint64_t seq;
   uint64_t client_id;
+  uint64_t daemon_instance;  /* HelloReply.instance of the daemon we connected to first (0: unknown) */
   int daemon_gone;          /* set by link.c's reader (atomic) */
   struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
   uint64_t reclaims_served; /* reclaim requests the keeper served (the usage report says so) */

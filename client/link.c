@@ -31,7 +31,10 @@
  * follows the last batch; a connection that ends before (a batch refused,
  * an export failed, the socket gone) has its chunks dropped from the new
  * lake, not parked, and the next attempt offers every chunk again, so none
- * is counted twice or lost.
+ * is counted twice or lost. Not a restart (the hello reply names the
+ * daemon instance of our first hello: the daemon closed our connection, a
+ * protocol error): it parked our chunks under our pid, so nothing is handed
+ * over; their ids get GML_ID_PARKED and are released locally only.
  * It holds the allocator's lock, the ranges' lock and conn_lock meanwhile (in
  * that order), so no chunk comes or goes during the hand-over. While the
  * daemon is away, allocations are served from what the process holds and a
@@ -200,7 +203,7 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
   return rc;
 }
 
-static int adopt_hello(gml_client *c, int sock) {
+static int adopt_hello(gml_client *c, int sock, int *same) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
   Gmlake__Hello h = GMLAKE__HELLO__INIT;
   char name[64] = "";
@@ -223,6 +226,9 @@ static int adopt_hello(gml_client *c, int sock) {
     rc = GML_EPROTO;
   } else {
     c->client_id = r->hello_reply->client_id;
+    uint64_t inst = r->hello_reply->instance;
+    *same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
+    if (!c->daemon_instance) c->daemon_instance = inst;
   }
   free_msg(r, NULL, 0);
   return rc;
@@ -273,9 +279,15 @@ static void adopt_add(void *ctx, gml_phys phys, uint64_t *id) {
   adopt_batch *b = ctx;
   if (b->rc || !*id) return; /* id 0: not a chunk of the daemon's */
   b->phys[b->n] = phys;
-  b->old[b->n] = *id;
+  b->old[b->n] = *id & ~GML_ID_PARKED;
   b->idp[b->n++] = id;
   if (b->n == GML_MAX_LEASE_CHUNKS) adopt_flush(b);
+}
+
+/* The same daemon closed our connection: it parked our chunks under our pid. */
+static void mark_parked(void *ctx, gml_phys phys, uint64_t *id) {
+  (void)phys;
+  if (*id) *id |= GML_ID_PARKED, ++*(size_t *)ctx;
 }
 
 static int connect_unix(const char *path) {
@@ -311,7 +323,8 @@ static int reconnect(gml_client *c) {
   pthread_mutex_unlock(&l->mu);
   struct timeval tv = {5, 0}; /* a daemon that does not answer is not waited for forever */
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  int rc = adopt_hello(c, s);
+  int same = 0;
+  int rc = adopt_hello(c, s, &same);
   if (rc) {
     pthread_mutex_lock(&l->mu);
     l->rsock = -1;
@@ -324,9 +337,16 @@ static int reconnect(gml_client *c) {
   pthread_mutex_lock(&a->lock);
   pthread_mutex_lock(&c->grow.lock);
   pthread_mutex_lock(&c->conn_lock);
-  for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
-    if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
-  gml_grow_each_chunk(c, adopt_add, &b);
+  size_t parked = 0;
+  if (same) { /* not a restart: keep using them; released locally only (client.c) */
+    for (size_t i = 0; i < a->chunks_used; i++)
+      if (a->chunks[i].list != GML_CL_DEAD) mark_parked(&parked, a->chunks[i].phys, &a->chunks[i].id);
+    gml_grow_each_chunk(c, mark_parked, &parked);
+  } else {
+    for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
+      if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
+    gml_grow_each_chunk(c, adopt_add, &b);
+  }
   rc = adopt_flush(&b);
   if (!rc) {
     tv.tv_sec = 0;
@@ -355,7 +375,11 @@ static int reconnect(gml_client *c) {
   pthread_mutex_unlock(&c->grow.lock);
   pthread_mutex_unlock(&a->lock);
   if (rc) return rc;
-  GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
+  if (same)
+    GML_WARN("reconnected to the daemon at %s (it closed our connection, it did not restart): it keeps the %zu "
+             "chunk(s) we hold parked under our pid until we exit; none handed over again", l->path, parked);
+  else
+    GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
   gml_client_report(c);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -145,6 +146,11 @@ int main(int argc, char **argv) {
   gml_log_set_ident("gmlaked");
   gmld *d = calloc(1, sizeof *d);
   if (!d) return 1;
+  /* this daemon's instance (HelloReply.instance): a client that lost its
+   * connection to it and comes back does not hand its chunks over again */
+  if (getrandom(&d->instance, sizeof d->instance, 0) != (ssize_t)sizeof d->instance)
+    d->instance = gml_now_ns() ^ ((uint64_t)getpid() << 32);
+  if (!d->instance) d->instance = 1;
   gmld_config *c = &d->cfg;
   int rc = config_load(c, argc, argv);
   if (rc) {

@@ -218,6 +218,7 @@ static void handle_hello(request *rq) {
   r.backend = (char *)d->be->name;
   r.device = d->cfg.device;
   r.client_id = s->bc.id;
+  r.instance = d->instance;
   env.seq = rq->env->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;

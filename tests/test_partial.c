@@ -347,6 +347,69 @@ END_TEST
 START_TEST(test_restart_batch_refused) { restart_fails_halfway(1); }
 END_TEST
 
+/* ---------- a running daemon closes a live client's connection ---------- */
+
+#define KEPT 20
+
+/* The client's part, in a child process (its chunks are parked under its
+ * pid, freed when it exits): 0 when all went as it should, else the step
+ * that failed. It holds KEPT chunks, sends the daemon a frame over the
+ * bounds (the daemon closes the connection: a protocol error), reconnects to
+ * the same daemon and must not hand its chunks over again: the lake counts
+ * them once, parked; its bytes stay; it leases and frees again. */
+static int closed_client(void) {
+  gml_client *c = open_client();
+  void *p, *q;
+  if (gml_alloc(c, KEPT * 2 * MiB, 0, &p)) return 2;
+  fill(p, KEPT * 2 * MiB);
+  if (stats().leased != KEPT) return 3;
+  uint8_t bad[4] = {0xff, 0xff, 0xff, 0xff}; /* a frame length over GML_MAX_FRAME */
+  pthread_mutex_lock(&c->conn_lock);
+  ssize_t w = write(c->sock, bad, sizeof bad);
+  pthread_mutex_unlock(&c->conn_lock);
+  if (w != (ssize_t)sizeof bad) return 4;
+  int back = 0;
+  for (int i = 0; i < 600 && !back; i++) { /* the daemon closed it (parked KEPT) and we are connected again */
+    msleep(10);
+    back = c->link && !__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE) && stats().parked == KEPT;
+  }
+  if (!back) return 5;
+  msleep(200); /* a hand-over, were one made, is done by now */
+  lake_stats s = stats();
+  if (s.parked != KEPT || s.leased != 0 || s.total != KEPT) {
+    fprintf(stderr, "after the reconnect: %lld parked, %lld leased, %lld total (held %d)\n", s.parked, s.leased,
+            s.total, KEPT);
+    return 6;
+  }
+  if (!same(p, KEPT * 2 * MiB)) return 7;
+  if (gml_alloc(c, 12 * MiB, 0, &q)) return 8;
+  s = stats();
+  if (s.leased != 6 || s.total != KEPT + 6) return 9; /* new leases, on the new connection */
+  if (gml_free(c, p) || gml_free(c, q)) return 10;
+  size_t released = 0;
+  if (gml_trim(c, &released) || released != (KEPT + 6) * 2 * MiB) return 11; /* the parked ones: released locally */
+  s = stats();
+  if (s.leased != 0 || s.parked != KEPT || s.total != KEPT + 6) return 12;
+  if (gml_close(c)) return 13;
+  return 0;
+}
+
+START_TEST(test_closed_by_running_daemon) {
+  daemon_up("--limit 1GiB --prefetch 0");
+  pid_t pid = fork();
+  if (pid == 0) _exit(closed_client());
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the client failed at step %d (see stderr)", WEXITSTATUS(st));
+  lake_stats s = stats();
+  for (int i = 0; i < 200 && s.parked; i++, msleep(10)) s = stats();
+  ck_assert_int_eq(s.parked, 0); /* the client exited: its parked chunks are back */
+  ck_assert_int_eq(s.leased, 0);
+  ck_assert_int_eq(s.free, s.total);
+  daemon_down(SIGTERM);
+}
+END_TEST
+
 Suite *partial_suite(void) {
   Suite *s = suite_create("partial");
   TCase *tc = tcase_create("failures halfway");
@@ -356,6 +419,7 @@ Suite *partial_suite(void) {
   tcase_add_test(tc, test_dedup_rollback_fails);
   tcase_add_test(tc, test_restart_export_fails_halfway);
   tcase_add_test(tc, test_restart_batch_refused);
+  tcase_add_test(tc, test_closed_by_running_daemon);
   suite_add_tcase(s, tc);
   return s;
 }
