@@ -1,8 +1,9 @@
 #!/bin/bash
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
-#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic]
+#                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
 #                (default: build vmm test lease replay torch shared)
+# ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
@@ -100,6 +101,20 @@ if has replay; then
   sed 's/^/replay cuda: /' "$OUTDIR/replay_cuda.txt" >> "$SUMMARY"
 fi
 
+ext_built=
+need_ext() { # gmlake._C against the installed torch, once per call (every stage that runs PyTorch on the lake)
+  [ -n "$ext_built" ] && return 0
+  if (cd python && MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build.log" 2>&1 ||
+     { say "gmlake._C: build FAILED, trying without IPC:"; grep -E "error" "$OUTDIR/torchext_build.log" | head -20 | tee -a "$SUMMARY"
+       (cd python && GMLAKE_EXT_DEFINES=-DGMLAKE_NO_IPC MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build2.log" 2>&1; }; then
+    say "gmlake._C: built against torch $(python3 -c 'import torch; print(torch.__version__)')"; ext_built=1
+  else
+    say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
+  fi
+}
+case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*)
+  need_ext;; esac
+
 torch_table() { # workload ('' = all), then the environment it runs with
   local w=$1; shift
   env "$@" PYTHONUNBUFFERED=1 OUT="$OUTDIR" BENCH_JSON="torch_${w:-all}.json" python3 bench/torch_bench.py table $w 2>&1 |
@@ -131,17 +146,12 @@ for st in $STAGES; do
 done
 
 if has torchtest; then
-  if (cd python && MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build.log" 2>&1 ||
-     { say "gmlake._C: build FAILED, trying without IPC:"; grep -E "error" "$OUTDIR/torchext_build.log" | head -20 | tee -a "$SUMMARY"
-       (cd python && GMLAKE_EXT_DEFINES=-DGMLAKE_NO_IPC MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build2.log" 2>&1; }; then
-    say "gmlake._C: built against torch $(python3 -c 'import torch; print(torch.__version__)')"
+  if [ -n "$ext_built" ]; then
     PYTHONUNBUFFERED=1 OUT="$OUTDIR" GMLAKE_MODE=embedded python3 bench/torch_snapshot.py > "$OUTDIR/torch_snapshot.txt" 2>&1 &&
       say "memory_viz snapshot of a training: train_snapshot.pickle, memory_summary.txt" ||
       { say "torch_snapshot: FAILED"; tail -20 "$OUTDIR/torch_snapshot.txt"; }
     PYTHONUNBUFFERED=1 timeout 1500 python3 tests/torch/run.py 2>&1 | tee "$OUTDIR/torchtest.txt"
     sed -n '/==== torch on the lake/,$p' "$OUTDIR/torchtest.txt" >> "$SUMMARY"
-  else
-    say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40
   fi
 fi
 
