@@ -22,6 +22,13 @@
 static int host_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
   int mfd = memfd_create("gmlake-chunk", MFD_CLOEXEC);
   if (mfd < 0) return GML_ESYS;
+  /* A memfd is made mode 0777: anyone handed a read-only fd of it (a share's
+   * attacher) could open /proc/self/fd/N again read-write. Only its owner
+   * (the daemon, or this process when embedded) may open it anew. */
+  if (fchmod(mfd, 0600) != 0) {
+    close(mfd);
+    return GML_ESYS;
+  }
   if (ftruncate(mfd, (off_t)be->chunk_size) != 0) {
     close(mfd);
     return errno == ENOSPC ? GML_ENOMEM : GML_ESYS;

@@ -10,6 +10,7 @@
 #include <check.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -834,6 +835,52 @@ START_TEST(test_metrics_http) {
 }
 END_TEST
 
+/* ---------- after issue 13: daemon-restart hand-over, shares ---------- */
+
+/* As nobody, allowed to attach the share "ro": its fds must not become
+ * writable (not by mmap, not by opening /proc/self/fd/N again). */
+static int attach_try_write(void *arg) {
+  (void)arg;
+  int s = raw_session("attacher");
+  if (s < 0) return 2;
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = "ro", a.first = 0, a.count = 1;
+  env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  send_env(s, &env, NULL, 0);
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+  if (!r || r->msg_case != GMLAKE__ENVELOPE__MSG_ATTACH_REPLY || nfds != 1) return 3;
+  gmlake__envelope__free_unpacked(r, NULL);
+  if (mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0) != MAP_FAILED) return 4;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fds[0]);
+  int rw = open(path, O_RDWR);
+  if (rw >= 0) {
+    char *p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+    if (p != MAP_FAILED) p[0] = 'X';
+    return 5;
+  }
+  return 0;
+}
+
+/* Read-only shares stay read-only for an attacher of another uid. */
+START_TEST(test_share_readonly_reopen) {
+  start_daemon("--limit 8MiB --prefetch 0 --socket-mode 0666");
+  proc p = client_start();
+  ck_assert_int_gt(client_ready(&p), 0);
+  ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gmap 0 %d", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gtag 0 4242"), "ok");
+  ck_assert_str_eq(client_cmd(&p, "share ro %d any", 2 << 20), "ok");
+  int rc = as_uid(NOBODY, attach_try_write, NULL);
+  ck_assert_msg(rc == 0, "uid %d made the share writable (%d: 4 mmap, 5 reopened read-write)", NOBODY, rc);
+  ck_assert_str_eq(client_cmd(&p, "gread 0"), "tag 4242000"); /* gtag K T writes T * 1000 + K everywhere */
+  client_finish(&p);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -856,6 +903,7 @@ int main(void) {
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_control_oversize_request);
+  tcase_add_test(tc, test_share_readonly_reopen);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
