@@ -24,6 +24,11 @@ struct gml_backend_ops {
   /* A new shareable fd of a chunk this process holds (created or imported):
    * how another process gets it (gml_ipc_export; a restarted daemon adopting it). The caller closes it. */
   int (*chunk_export)(gml_backend *be, gml_phys phys, int *fd);
+  /* Whether fd is a chunk a process of this uid made with this backend
+   * (GML_EPROTO if not: another file, read-only, another size), and a key
+   * equal for every fd of the same chunk. The daemon asks it of the fds a
+   * client hands over after a restart. NULL: the backend cannot tell (cuda). */
+  int (*chunk_ident)(gml_backend *be, int fd, uint64_t *ident);
   /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
   void (*va_free)(gml_backend *be, uintptr_t va, size_t size);

@@ -55,6 +55,24 @@ static int host_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
   return 0;
 }
 
+/* A chunk is a memfd named gmlake-chunk (its /proc link "/memfd:gmlake-chunk
+ * (deleted)": no file in a directory has that path), owned by this uid, of
+ * the chunk size, open read-write; its inode number names it (all memfds
+ * live on one internal mount). */
+static int host_chunk_ident(gml_backend *be, int fd, uint64_t *ident) {
+  static const char want[] = "/memfd:gmlake-chunk (deleted)";
+  char path[64], link[sizeof want + 1];
+  struct stat st;
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof link);
+  int flags = fcntl(fd, F_GETFL);
+  if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_uid != geteuid() || (size_t)st.st_size != be->chunk_size || flags < 0 || (flags & O_ACCMODE) != O_RDWR)
+    return GML_EPROTO;
+  *ident = (uint64_t)st.st_ino;
+  return 0;
+}
+
 static int host_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
   (void)be;
   int d = fcntl((int)phys, F_DUPFD_CLOEXEC, 0);
@@ -178,7 +196,7 @@ static void host_host_free(gml_backend *be, void *p) {
 static const struct gml_backend_ops host_ops = {
     .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
     .chunk_scrub = host_chunk_scrub,
-    .chunk_export = host_chunk_export,
+    .chunk_export = host_chunk_export, .chunk_ident = host_chunk_ident,
     .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
     .set_access = host_set_access,     .unmap = host_unmap,               .event_record = host_event_record,
     .event_done = host_event_done,     .event_destroy = host_event_destroy, .synchronize = host_synchronize,

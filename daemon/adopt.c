@@ -40,8 +40,20 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
     session_send_error(s, req->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
     return;
   }
+  const char *why = "cannot be imported";
   for (; done < n; done++) {
     gml_phys phys;
+    uint64_t ident = 0;
+    /* only a chunk a daemon (of our uid) made, and none the lake holds already: a client that hands over its own
+     * file (read by it later), or one chunk many times, would have it leased to others or fill the lake */
+    if (d->be->ops->chunk_ident && d->be->ops->chunk_ident(d->be, fds[done], &ident)) {
+      why = "is not a chunk of the lake's (another file, size or owner, or read-only)";
+      break;
+    }
+    if (lake_find_ident(&d->lk, ident) >= 0) {
+      why = "is a chunk the lake holds already";
+      break;
+    }
     int imp = fcntl(fds[done], F_DUPFD_CLOEXEC, 0); /* the import takes one fd, the lake keeps the other */
     if (imp < 0 || d->be->ops->chunk_import(d->be, imp, &phys)) break;
     long idx = lake_adopt(&d->lk, s->bc.id, (uint32_t)s->bc.uid, phys, fds[done]);
@@ -55,8 +67,10 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   s->adopted += done;
   if (done < n) { /* not a chunk of ours (wrong size, not importable): the client is confused or hostile */
     for (uint32_t i = done; i < n; i++) close(fds[i]);
-    session_send_error(s, req->seq, GML_EPROTO, "chunk %u of an adoption cannot be imported", done);
-    s->bc.closing = 1;
+    GML_WARN("client %llu (pid %d, uid %u): chunk %u of its adoption %s: closing it", (unsigned long long)s->bc.id,
+             (int)s->bc.pid, (unsigned)s->bc.uid, done, why);
+    session_send_error(s, req->seq, GML_EPROTO, "chunk %u of an adoption %s", done, why);
+    session_doom(s, "an adoption of what is not a chunk of the lake's");
     return;
   }
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;

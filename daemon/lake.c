@@ -71,10 +71,18 @@ int lake_add_created(lake *lk, gml_phys phys, int fd) {
   c->owner = 0;
   c->tainted = 0;
   c->tenant = 0;
+  c->ident = 0;
+  if (fd >= 0 && lk->be->ops->chunk_ident && lk->be->ops->chunk_ident(lk->be, fd, &c->ident)) c->ident = 0;
   lk->free_stack[lk->nfree++] = idx;
   lk->nfree_clean++;
   lk->total++;
   return 0;
+}
+
+long lake_find_ident(const lake *lk, uint64_t ident) {
+  for (uint32_t i = 0; ident && i < lk->nslots; i++)
+    if (lk->chunks[i].state != CHUNK_UNUSED && lk->chunks[i].ident == ident) return (long)i;
+  return -1;
 }
 
 uint32_t lake_take(lake *lk, uint64_t owner, uint32_t n, uint32_t *idx) {

@@ -19,6 +19,7 @@ typedef struct lake_chunk {
   uint8_t tainted;   /* it has been leased: it may hold tenant's data, and tenant's processes may still reach it */
   uint32_t tenant;   /* the uid it was last leased to (when tainted) */
   uint64_t owner;    /* client id while leased or parked */
+  uint64_t ident;    /* the backend's chunk_ident of fd (0: it cannot tell): no chunk is in the lake twice */
 } lake_chunk;
 
 enum { LAKE_QUOTA_PID = 0, LAKE_QUOTA_UID = 1, LAKE_QUOTA_CGROUP = 2 };
@@ -55,6 +56,8 @@ long lake_owned_index(const lake *lk, uint64_t id, uint64_t owner);
 /* Chunks that may still be created under the limit (creating counted). */
 uint64_t lake_headroom(const lake *lk);
 int lake_add_created(lake *lk, gml_phys phys, int fd);   /* a new free chunk */
+/* Index of a chunk the lake holds whose ident is this (non-zero), else -1. */
+long lake_find_ident(const lake *lk, uint64_t ident);
 /* Take up to n free chunks for owner; fills idx[]; returns how many.
  * lake_take takes any (tests); the daemon uses lake_take_for: only chunks
  * that are clean or were last leased to uid (the trust model: no chunk with

@@ -37,7 +37,7 @@ static void sessions_on_kick(uv_idle_t *t);
  * timeout) is closed at the next turn of the loop, not here: the caller may
  * be another session's handler walking the client list. Nothing is read from
  * or sent to it meanwhile. */
-static void session_doom(session *s, const char *why) {
+void session_doom(session *s, const char *why) {
   if (s->bc.closing || s->fd < 0) return;
   s->bc.closing = 1;
   s->close_why = why;

@@ -3,6 +3,7 @@
  * say hello), clients of another uid (the tests run as root; a child
  * setuid()s), and gmlakectl as a non-root user. Each test fails on the code
  * before the fix it covers (see the commit that added it). */
+#include "backend.h"
 #include "gmlake.h"
 #include "harness.h"
 #include "util.h"
@@ -837,6 +838,104 @@ END_TEST
 
 /* ---------- after issue 13: daemon-restart hand-over, shares ---------- */
 
+/* An adopting connection hands over fd; 1 when the daemon adopted it, 0
+ * when it answered with an error and closed the connection. */
+static int adopt_one(int fd) {
+  int s = raw_connect();
+  if (s < 0) return -1;
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = "adopter";
+  h.adopting = 1;
+  env.seq = 1, env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO, env.hello = &h;
+  send_env(s, &env, NULL, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  if (!r || r->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY) return -2;
+  gmlake__envelope__free_unpacked(r, NULL);
+  Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AdoptRequest a = GMLAKE__ADOPT_REQUEST__INIT;
+  uint64_t old = (1ull << 32) | 7;
+  a.n_old_ids = 1, a.old_ids = &old;
+  env2.seq = 2, env2.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT, env2.adopt = &a;
+  send_env(s, &env2, &fd, 1);
+  r = recv_env(s, NULL, NULL);
+  int adopted = r && r->msg_case == GMLAKE__ENVELOPE__MSG_ADOPT_REPLY;
+  int refused = r && r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR && closed_by_daemon(s);
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  if (adopted) { /* the usage report completes the hand-over: it is ours then */
+    Gmlake__Envelope env3 = GMLAKE__ENVELOPE__INIT;
+    Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+    env3.seq = 3, env3.msg_case = GMLAKE__ENVELOPE__MSG_USAGE, env3.usage = &u;
+    send_env(s, &env3, NULL, 0);
+    msleep(50);
+  }
+  close(s);
+  return adopted ? 1 : refused ? 0 : -3;
+}
+
+/* As nobody: hand over what is not a chunk of the lake's; each must be
+ * refused. Returns 0, or 10 + which one the daemon adopted. */
+static int adopt_foreign(void *arg) {
+  (void)arg;
+  char path[] = "/tmp/gmlake-sec-file.XXXXXX";
+  int file = mkstemp(path); /* a file of its own that it could read again later (after others' data went in) */
+  if (file < 0 || ftruncate(file, 2 << 20)) return 2;
+  unlink(path);
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", file);
+  int ro = open(self, O_RDONLY);
+  int mfd = memfd_create("gmlake-chunk", MFD_CLOEXEC); /* its own memfd, named as the daemon names chunks */
+  if (mfd < 0 || ftruncate(mfd, 2 << 20)) return 3;
+  int small = memfd_create("gmlake-chunk", MFD_CLOEXEC);
+  if (small < 0 || ftruncate(small, 1 << 20)) return 4;
+  int pfd[2];
+  if (pipe(pfd)) return 5;
+  int cands[] = {file, mfd, small, pfd[0], ro};
+  for (int i = 0; i < 5; i++)
+    if (adopt_one(cands[i]) != 0) return 10 + i;
+  /* a chunk the lake holds (leased to this very process): the lake would count it twice, and lease it twice */
+  int s = raw_session("holder");
+  uint64_t id;
+  int fd;
+  if (s < 0 || lease_now(s, 2, 1, &id, &fd) != 1) return 6;
+  if (adopt_one(fd) != 0) return 15;
+  close(s);
+  return 0;
+}
+
+/* A client's Adopt hands over only the lake's chunks (a memfd the daemon's
+ * uid made, of the chunk size, read-write), none the lake holds already. */
+START_TEST(test_adopt_only_lake_chunks) {
+  start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
+  ck_assert_int_eq(as_uid(NOBODY, adopt_foreign, NULL), 0);
+  ck_assert_int_le(stat_num("chunks_total"), 1); /* the one it leased, nothing adopted */
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0); /* each refused connection closed (not left spinning the loop) */
+  ck_assert_int_ge(count_log("of its adoption"), 6);
+  /* a real chunk of a dead daemon's (held by a client: made by this uid, not in the new lake) is adopted */
+  ck_assert_int_eq(stop_daemon(), 0);
+  start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
+  gml_backend *be;
+  char msg[256];
+  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
+  gml_phys ph;
+  int fd;
+  ck_assert_int_eq(be->ops->chunk_create(be, &ph, &fd), 0);
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  int ro = open(self, O_RDONLY); /* as a share's attacher holds it: read-only */
+  ck_assert_int_ge(ro, 0);
+  ck_assert_int_eq(adopt_one(ro), 0);
+  close(ro);
+  ck_assert_int_eq(adopt_one(fd), 1);
+  ck_assert_int_eq(stat_num("chunks_total"), 1);
+  close(fd);
+  be->ops->chunk_release(be, ph);
+  gml_backend_close(be);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* As nobody, allowed to attach the share "ro": its fds must not become
  * writable (not by mmap, not by opening /proc/self/fd/N again). */
 static int attach_try_write(void *arg) {
@@ -903,6 +1002,7 @@ int main(void) {
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_control_oversize_request);
+  tcase_add_test(tc, test_adopt_only_lake_chunks);
   tcase_add_test(tc, test_share_readonly_reopen);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
