@@ -57,6 +57,7 @@ static int malloc_map_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t
   if (!rc) return 0;
   gml_slots_unclaim(a, first, last);
   gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+  if (rc == GML_EAGAIN) return rc; /* would lease (GML_ALLOC_NO_GROW): not an out-of-memory */
   format_oom(a, size, rc);
   a->ooms++;
   return rc == GML_EQUOTA || rc == GML_EDAEMON || rc == GML_EBACKEND ? rc : GML_ENOMEM;
@@ -91,29 +92,34 @@ static int malloc_untracked_slow(gml_allocator *a, gml_region *r, gml_block *b, 
 }
 
 int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr) {
+  return gml_alloc_malloc_ex(a, size, stream, 0, ptr);
+}
+
+int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr) {
   if (!size || size > (a->va_size >> 1)) return malloc_bad_size_slow(a, size);
   size_t rsize = gml_round_up(size, GML_ALIGN), bsize = gml_policy_block_size(a, rsize);
   pthread_mutex_lock(&a->lock);
   a->tick++;
   gml_region *r = region_for(a, bsize);
-  int borrowed;
-  gml_block *b = gml_policy_place(a, r, pool_index(a, r, stream, 1), rsize, stream, &borrowed);
+  gml_block *b = gml_policy_place(a, r, pool_index(a, r, stream, 1), rsize, stream);
   if (!b) {
     int rc = malloc_no_fit_slow(a, r, size);
     pthread_mutex_unlock(&a->lock);
     return rc;
   }
   gml_pool_del(r, b);
-  /* Claim the slots first, so that stitching cannot take their chunks. A
-   * borrowed block is taken whole; whole-slot guards are not claimed. */
+  /* Claim the slots first, so that stitching cannot take their chunks;
+   * whole-slot guards are not claimed. */
   uintptr_t lo, hi;
-  if (borrowed) lo = b->addr, hi = b->addr + b->size;
-  else claim_window(a, b->addr, bsize, rsize, &lo, &hi);
+  claim_window(a, b->addr, bsize, rsize, &lo, &hi);
   uint32_t first = slot_of(a, lo), last = slot_of(a, hi - 1);
   size_t need = 0;
   for (uint32_t s = first; s <= last; s++) need += (size_t)slot_claim(a, s, stream);
   int stole = 0, rc;
-  if (need && (rc = malloc_map_slow(a, r, b, size, first, last, need, stream, &stole))) {
+  a->no_grow = flags & GML_ALLOC_NO_GROW;
+  rc = need ? malloc_map_slow(a, r, b, size, first, last, need, stream, &stole) : 0;
+  a->no_grow = 0;
+  if (rc) {
     pthread_mutex_unlock(&a->lock);
     GML_DEBUG("%s", a->last_error);
     return rc;
@@ -125,16 +131,16 @@ int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **pt
     pthread_mutex_unlock(&a->lock);
     return rc;
   }
-  if (!borrowed && b->size - bsize >= GML_ALIGN) {
+  if (b->size - bsize >= GML_ALIGN) {
     gml_block *rest = gml_block_split(a, b, bsize);
     if (rest) gml_pool_add(r, b->pool, rest);
   }
-  if (!a->guard) b->usable = b->size; /* all of it: a split's rest under 512 B, or a borrowed block */
+  if (!a->guard) b->usable = b->size; /* all of it: a split's rest under 512 B */
   if (b->has_event) {
     a->be->ops->event_destroy(a->be, b->event);
     b->has_event = 0;
   }
-  a->borrows += borrowed || (b->lent && b->lender != stream);
+  a->borrows += b->lent && b->lender != stream;
   b->lent = 0;
   b->is_free = 0;
   b->stream = stream;
@@ -191,6 +197,7 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
   b->has_event = 0;
   b->lent = 0;
+  b->free_tick = a->tick;
   b = gml_block_coalesce(a, r, b);
   gml_pool_add(r, b->pool, b);
   pthread_mutex_unlock(&a->lock);

@@ -34,12 +34,19 @@
  * other layouts needed and never settled.)
  *
  * Streams: a block freed on stream S serves S at once; other streams get it
- * once an event says S has passed the free (harvest), or, borrowing, at once
- * with a wait for that event put on the borrowing stream (whole blocks, at
- * most borrow_ratio times the request, at most borrow_max waits pending). A
- * chunk freed on S is likewise ready for S, for any stream once a fence
- * passed, for a stream made to wait for S; else the device is waited for.
- * That holds for a block joining a slot another stream's block holds, too.
+ * once an event says S has passed the free (harvest). A chunk freed on S is
+ * likewise ready for S, for any stream once a fence passed, for a stream
+ * made to wait for S; else the device is synchronized. That holds for a
+ * block joining a slot another stream's block holds, too. Borrowing (off by
+ * default) replaces waiting on the CPU by waits on the device: a chunk freed
+ * on S that T needs costs T a wait for S's event instead of a synchronize;
+ * when T's best fit would need driver calls and S's pool holds a block of at
+ * most borrow_ratio times the request that would not, T waits for S and
+ * takes every block S freed so far into its own pool (split as usual); at
+ * most borrow_max such waits pending. The client layer (streams.c) adds
+ * frees that wait for recorded streams (record_stream): rather than lease
+ * more, the block's stream is made to wait for those uses and the block is
+ * freed at once.
  *
  * Guard mode (guard.c): every block is whole guard grains (host: a page;
  * cuda: a chunk), its pointer placed so its usable bytes end where a guard
@@ -56,7 +63,7 @@
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
-#define GML_DEFAULT_BORROW 0         /* off: on the H100 (run45) two streams took 2.5x the maps and 1% more memory with it */
+#define GML_DEFAULT_BORROW 0         /* off until the GPU measures its time cost (README, cross-stream borrowing) */
 #define GML_DEFAULT_BORROW_RATIO 1.5
 #define GML_DEFAULT_BORROW_MAX 8
 #define GML_BORROW_MAX_CAP 64        /* the most borrows waiting on a lender at once */
@@ -70,7 +77,7 @@ typedef struct gml_alloc_config {
   size_t guard_grain;  /* bytes per guard; 0: the finest the backend can make */
   int guard_bt;        /* guard mode: keep each allocation's backtrace for the fault report */
   int borrow;          /* cross-stream borrowing (gml_alloc_set_borrow) */
-  double borrow_ratio; /* a borrowed block is at most this times the request (it is never split) */
+  double borrow_ratio; /* a stream waits for another for a block of at most this times the request */
   int borrow_max;      /* the most borrows waiting on a lender's event at once */
 } gml_alloc_config;
 #define GML_ALLOC_CONFIG_DEFAULT \
@@ -183,8 +190,8 @@ typedef struct gml_allocator {
   int guard_bt;           /* record each allocation's backtrace */
   /* cross-stream borrowing (policy.c decides, slots.c orders the streams) */
   int borrow;             /* take blocks freed on other streams, with a wait if need be */
-  double borrow_ratio;    /* a borrowed block is at most this times the request */
-  int borrow_max;         /* the most borrows whose lender may not be done, at once */
+  double borrow_ratio;    /* a stream waits for another for a block of at most this times the request */
+  int borrow_max;         /* the most waits whose lender may not be done, at once */
   int borrow_nev;
   uintptr_t borrow_ev[GML_BORROW_MAX_CAP]; /* their lenders' events */
   uint64_t borrows, borrow_waits;
@@ -192,6 +199,7 @@ typedef struct gml_allocator {
    * everything streams_seen[j] enqueued up to that tick (a wait put it there) */
   uint64_t ordered[GML_MAX_STREAMS][GML_MAX_STREAMS];
   int any_ordered;
+  int no_grow;            /* this malloc fails with GML_EAGAIN rather than lease (gml_alloc_malloc_ex) */
   char last_error[256];
 } gml_allocator;
 
@@ -199,6 +207,11 @@ typedef struct gml_allocator {
 int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg);
 void gml_alloc_destroy(gml_allocator *a); /* unmaps and releases everything */
 int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr);
+/* With GML_ALLOC_NO_GROW: GML_EAGAIN (nothing changed) where the request
+ * would need chunks leased from the source (borrowing, streams.c, first
+ * frees memory that waits for other streams, then asks again). */
+#define GML_ALLOC_NO_GROW 1
+int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr);
 int gml_alloc_free(gml_allocator *a, void *ptr);
 /* Size of a live block (0 if ptr is not one). */
 size_t gml_alloc_size_of(gml_allocator *a, void *ptr);
@@ -225,8 +238,8 @@ int gml_alloc_check(gml_allocator *a);
  * GML_GUARD_BOTH (anything else: off); grain 0 = the finest the backend can
  * guard, else a multiple of it that divides the chunk size. */
 int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain);
-/* Cross-stream borrowing: on/off, the most a borrowed block may exceed the
- * request (ratio >= 1), the most borrows waiting on a lender at once. */
+/* Cross-stream borrowing: on/off, the most a block waited for may exceed
+ * the request (ratio >= 1), the most waits on a lender pending at once. */
 void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits);
 /* gml_block_of / gml_block_list (gmlake.h) on the allocator (guard.c). */
 int gml_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info);

@@ -33,8 +33,9 @@ struct gml_block {
   uint8_t has_event;
   uint8_t paused;           /* live block whose slots were let go (pause.c): GML_PAUSED_* */
   uint32_t pause_tag;       /* a->tag when it was allocated (gml_set_tag) */
-  uint8_t lent;             /* free: moved from a stream's pool to the shared one (harvest) */
+  uint8_t lent;             /* free: moved from another stream's pool (harvest, borrowing) */
   gml_stream lender;        /* ... from which stream's (GML_STREAM_MIXED: several) */
+  uint64_t free_tick;       /* free: a->tick of its (latest) free */
   uintptr_t ptr;            /* live: what malloc returned (guard mode: past the block's start) */
   size_t req, usable;       /* live: bytes asked for; bytes from ptr it may use */
   uint64_t seq, alloc_ns;   /* live: allocation number; when (guard mode only) */
@@ -224,6 +225,10 @@ GML_HIDDEN int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t r
 /* ... or would it find every slot's chunk in place, usable once `stream`
  * waits for stream index j (borrowing)? */
 GML_HIDDEN int gml_window_ready_after_wait(gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j);
+/* Borrowing: the free blocks of other streams' pools in region r that
+ * `stream` is ordered after (freed before a wait made it wait for their
+ * stream) join its pool pi; returns how many moved. */
+GML_HIDDEN int gml_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream stream);
 /* Make `stream` wait for everything stream index j enqueued so far (an
  * event on j, a wait on `stream`); 0, or nonzero if the backend cannot
  * (a stream being captured): the caller does not borrow. */

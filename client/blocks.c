@@ -109,8 +109,10 @@ void gml_pool_del(gml_region *r, gml_block *b) {
 
 /* ---------- blocks in regions ---------- */
 
-/* Merged free blocks: the result was lent if either was, by one stream or several. */
+/* Merged free blocks: the result was lent if either was, by one stream or
+ * several, and was freed when the later of them was. */
 static inline void merge_lender(gml_block *into, const gml_block *from) {
+  if (from->free_tick > into->free_tick) into->free_tick = from->free_tick;
   if (!from->lent) return;
   into->lender = into->lent && into->lender != from->lender ? GML_STREAM_MIXED : from->lender;
   into->lent = 1;
@@ -154,7 +156,7 @@ gml_block *gml_block_split(gml_allocator *a, gml_block *b, size_t at) {
   n->is_free = 1;
   n->stream = b->stream;
   n->pool = b->pool;
-  n->lent = b->lent, n->lender = b->lender;
+  n->lent = b->lent, n->lender = b->lender, n->free_tick = b->free_tick;
   n->prev = b;
   n->next = b->next;
   if (b->next) b->next->prev = n;

@@ -168,6 +168,12 @@ void gml_rec_free(gml_client *c, gml_rec *r, uint64_t tag);
 /* streams.c: frees that wait for recorded streams. wait: block until all are done. */
 int gml_streams_defer(gml_client *c, gml_rec *r);
 void gml_streams_poll(gml_client *c, int wait);
+/* Borrowing: does a free wait for streams that used the block? Then
+ * gml_streams_borrow makes the block's own stream wait for those uses on
+ * the device (no CPU wait) and releases such frees, oldest first, until
+ * `size` bytes are back; returns the bytes released. */
+int gml_streams_lendable(gml_client *c);
+size_t gml_streams_borrow(gml_client *c, size_t size);
 
 /* pools.c */
 int32_t gml_pools_route(gml_client *c, gml_stream stream); /* pool an allocation on stream goes to, -1: none */

@@ -11,7 +11,7 @@
 
 /* ---------- placement with several streams ---------- */
 
-static gml_block *borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, int *borrowed);
+static int borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream);
 
 static inline int fit_needs_calls(gml_allocator *a, gml_block *b, size_t bsize, size_t rsize, gml_stream stream) {
   uintptr_t lo, hi;
@@ -21,32 +21,34 @@ static inline int fit_needs_calls(gml_allocator *a, gml_block *b, size_t bsize, 
 
 /* Other streams' free blocks whose work is done join the shared pool when
  * none fits, or when the fit would need driver calls; if it still would,
- * borrow. */
-gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_block *b,
-                                 int *borrowed) {
+ * borrowing takes the blocks of streams this one already waits for, then
+ * makes it wait for one more. */
+gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_block *b) {
   size_t bsize = gml_policy_block_size(a, rsize);
   int multi = a->nstreams_seen > 1;
   if ((!b || (multi && fit_needs_calls(a, b, bsize, rsize, stream))) && gml_harvest_streams_slow(a, r)) b = find_fit(r, pi, bsize);
-  if (multi && a->borrow && !a->guard && (!b || fit_needs_calls(a, b, bsize, rsize, stream))) {
-    gml_block *c = borrow_slow(a, r, pi, rsize, stream, borrowed);
-    if (c) b = c;
+  if (!multi || !a->borrow || a->guard || (b && !fit_needs_calls(a, b, bsize, rsize, stream))) return b;
+  if (a->any_ordered && gml_take_ordered_slow(a, r, pi, stream)) {
+    b = find_fit(r, pi, bsize);
+    if (b && !fit_needs_calls(a, b, bsize, rsize, stream)) return b;
   }
-  return b;
+  return borrow_slow(a, r, pi, rsize, stream) ? find_fit(r, pi, bsize) : b;
 }
 
 /* Cross-stream borrowing: nothing of this stream's, nor free of pending
  * work, fits without driver calls, and no other stream has passed a
- * fitting free yet (harvest): borrow, whole, the smallest block freed on
- * another stream that is at most borrow_ratio times the request and whose
- * slots hold their chunks, making `stream` wait for the lender's event
- * (everything the lender enqueued so far, its last use included, runs
- * first). Whole, because its rest would still be the lender's to wait for;
- * at most borrow_max waits pending, because each one ties the streams
- * together. Not in guard mode (its block sizes differ). With borrowing off
- * such a request maps or stitches chunks, waiting for the device (a fence,
- * or a synchronize) where they were freed on another stream. */
-static gml_block *borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, int *borrowed) {
-  if (gml_borrows_pending(a) >= a->borrow_max || stream_index(a, stream) < 0) return NULL;
+ * fitting free yet (harvest). If another stream's pool holds a block of at
+ * most borrow_ratio times the request whose slots hold their chunks,
+ * `stream` waits for that stream's event (everything it enqueued so far,
+ * its last use of every block it freed included, runs first), and every
+ * block that stream freed so far joins this stream's pool: they are
+ * ordered before its work now, and best fit (splitting as usual) picks
+ * among them. At most borrow_max waits pending, because each one ties the
+ * streams together; not in guard mode (its block sizes differ). With
+ * borrowing off such a request maps or stitches chunks, waiting for the
+ * device (a fence, or a synchronize) where another stream freed them. */
+static int borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream) {
+  if (pi <= 0 || gml_borrows_pending(a) >= a->borrow_max || stream_index(a, stream) < 0) return 0;
   double cap = (double)rsize * a->borrow_ratio;
   gml_block *best = NULL;
   int best_j = -1;
@@ -57,15 +59,14 @@ static gml_block *borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rs
     gml_block *cand[8];
     gml_treap_collect_ge(p->root, rsize, cand, &n, 8); /* smallest first */
     for (int i = 0; i < n && (double)cand[i]->size <= cap && (!best || cand[i]->size < best->size); i++) {
-      if (gml_window_ready_after_wait(a, cand[i]->addr, cand[i]->size, stream, j)) {
+      if (gml_window_ready_after_wait(a, cand[i]->addr, rsize, stream, j)) {
         best = cand[i], best_j = j;
         break;
       }
     }
   }
-  if (!best || gml_order_after_slow(a, stream, best_j)) return NULL;
-  *borrowed = 1;
-  return best;
+  if (!best || gml_order_after_slow(a, stream, best_j)) return 0;
+  return gml_take_ordered_slow(a, r, pi, stream);
 }
 
 /* ---------- headroom ---------- */

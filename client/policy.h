@@ -33,9 +33,7 @@
  * gml_policy_place: the free block of region r that serves a request of
  * rsize bytes (a multiple of GML_ALIGN) on `stream`, whose own pool is
  * r->pools[pi]; NULL if none (the virtual range is exhausted). The block
- * stays in its pool; the caller takes it out and splits off the rest,
- * unless *borrowed: then it was freed on another stream, `stream` now waits
- * for that one, and the caller takes it whole. */
+ * stays in its pool; the caller takes it out and splits off the rest. */
 static inline gml_block *find_fit(gml_region *r, int pi, size_t size) {
   gml_block *b = pi > 0 ? treap_best_fit(r->pools[pi].root, size) : NULL;
   gml_block *c = treap_best_fit(r->pools[0].root, size);
@@ -56,19 +54,16 @@ static inline uintptr_t gml_policy_guard_ptr(gml_allocator *a, uintptr_t addr, s
 }
 
 /* Several streams, or no fit: harvest, borrow (policy.c). */
-GML_HIDDEN gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_block *b,
-                                            int *borrowed);
+GML_HIDDEN gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_block *b);
 
 /* Always the best fit (smallest, then lowest address) of the stream's own
  * pool and the shared one, whatever its slots map: placement that depends
  * only on sizes and order lays a repeated step out as before, so its slots
  * find their chunks again (BENCHMARKS.md, session 4). */
-static inline gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream,
-                                          int *borrowed) {
+static inline gml_block *gml_policy_place(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream) {
   gml_block *b = find_fit(r, pi, gml_policy_block_size(a, rsize));
-  *borrowed = 0;
   if (b && a->nstreams_seen < 2) return b;
-  return gml_policy_place_slow(a, r, pi, rsize, stream, b, borrowed);
+  return gml_policy_place_slow(a, r, pi, rsize, stream, b);
 }
 
 /* A request must map `need` slots and at least `need` chunks are free:

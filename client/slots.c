@@ -97,6 +97,21 @@ static int device_past(gml_allocator *a, uint64_t tick) {
   return 0;
 }
 
+/* Chunk ci, free but maybe still used by the stream that freed it, is to
+ * serve `stream`: a fence past its free is enough; else, borrowing, a wait
+ * on `stream` for that stream's work so far (the device orders them, the
+ * CPU runs on); else a device synchronize. Fewer synchronizations, never
+ * more chunks: the chunk is the one borrowing off would take. */
+static int chunk_wait(gml_allocator *a, int32_t ci, gml_stream stream) {
+  const gml_pchunk *c = &a->chunks[ci];
+  if (chunk_ready_for(a, ci, stream)) return 0;
+  if (!a->no_device_waits) gml_fence_update(a);
+  if (c->free_tick < a->safe_tick) return 0;
+  int j = a->borrow && !a->no_device_waits && c->free_stream != GML_STREAM_MIXED ? stream_index(a, c->free_stream) : -1;
+  if (j >= 0 && gml_borrows_pending(a) < a->borrow_max && !gml_order_after_slow(a, stream, j)) return 0;
+  return device_past(a, c->free_tick);
+}
+
 /* ---------- chunks from and back to the source ---------- */
 
 static int chunks_reserve(gml_allocator *a, size_t more) {
@@ -167,12 +182,12 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
   for (uint32_t s = first; s <= last; s++) {
     int32_t ci = a->slot_chunk[s];
     if (ci >= 0 && a->chunks[ci].owner == (int32_t)s) { /* joined a used slot: ready for this stream? (slot_claim) */
-      int rc = chunk_ready_for(a, ci, stream) ? 0 : device_past(a, a->chunks[ci].free_tick);
+      int rc = chunk_wait(a, ci, stream);
       if (rc) return rc;
       continue;
     }
     if (ci >= 0 && a->chunks[ci].owner < 0) { /* free here, not ready for this stream yet */
-      int rc = device_past(a, a->chunks[ci].free_tick);
+      int rc = chunk_wait(a, ci, stream);
       if (rc) return rc;
       chunk_own(a, ci, s);
       continue;
@@ -181,6 +196,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
   }
   if (!need) return 0;
   while (free_chunks(a) < need) {
+    if (a->no_grow) return GML_EAGAIN;
     int rc = gml_lease_chunks_slow(a, need - free_chunks(a), 0);
     if (rc) return rc;
   }
@@ -195,7 +211,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
       }
       int32_t ci = gml_policy_chunk_for_slot(a, s, stream);
       int cached = a->chunks[ci].list == GML_CL_CACHED;
-      if (cached && !chunk_ready_for(a, ci, stream) && (rc = device_past(a, a->chunks[ci].free_tick))) return rc;
+      if (cached && (rc = chunk_wait(a, ci, stream))) return rc;
       if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
       chunk_own(a, ci, s);
       slot_link(a, s, ci);
@@ -322,8 +338,38 @@ int gml_order_after_slow(gml_allocator *a, gml_stream stream, int j) {
     a->borrow_waits++;
   }
   if (a->ordered[i][j] < a->tick) a->ordered[i][j] = a->tick;
+  for (int k = 0; k < a->nstreams_seen; k++) /* j's own waits so far come with it */
+    if (k != i && a->ordered[j][k] > a->ordered[i][k]) a->ordered[i][k] = a->ordered[j][k];
   a->any_ordered = 1;
   return 0;
+}
+
+int gml_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream stream) {
+  int i = stream_index(a, stream), moved = 0;
+  if (i < 0 || pi <= 0) return 0;
+  for (int pj = 1; pj <= GML_MAX_STREAMS; pj++) {
+    gml_pool *p = &r->pools[pj];
+    int j, k = 0;
+    if (pj == pi || !p->used || !p->count || (j = stream_index(a, p->stream)) < 0 || !a->ordered[i][j]) continue;
+    gml_block **list = malloc(p->count * sizeof *list); /* collect first: moving changes the tree */
+    if (!list) return moved;
+    gml_treap_collect_ge(p->root, 0, list, &k, (int)p->count);
+    for (int n = 0; n < k; n++) {
+      gml_block *b = list[n];
+      if (b->free_tick > a->ordered[i][j]) continue; /* freed after the wait */
+      if (b->has_event) a->be->ops->event_destroy(a->be, b->event); /* recorded on j: the next harvest records on `stream` */
+      b->has_event = 0;
+      gml_pool_del(r, b);
+      b->stream = stream;
+      b->lent = 1, b->lender = p->stream;
+      b->free_tick = a->tick; /* `stream`'s from now: a stream ordered after it up to an earlier tick is not after j */
+      b->pool = (uint8_t)pi;
+      gml_pool_add(r, pi, gml_block_coalesce(a, r, b));
+      moved++;
+    }
+    free(list);
+  }
+  return moved;
 }
 
 /* ---------- guard mode ---------- */

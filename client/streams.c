@@ -4,7 +4,9 @@
  * event is done (polled at each allocation and free; waited for before an
  * out-of-memory, at a trim and at close). While a private pool captures a
  * graph no event may be recorded or queried, so such frees wait unrecorded
- * until the capture ends, as PyTorch's own allocator does. */
+ * until the capture ends, as PyTorch's own allocator does. With borrowing,
+ * a request that would otherwise lease more memory takes such frees of its
+ * own stream first, with waits on the device (gml_streams_borrow). */
 #include "client_priv.h"
 #include "log.h"
 #include <stdlib.h>
@@ -91,4 +93,44 @@ void gml_streams_poll(gml_client *c, int wait) {
     pending_unlink(c, r);
     gml_rec_release(c, r);
   }
+}
+
+int gml_streams_lendable(gml_client *c) {
+  for (gml_rec *r = c->pending; r; r = r->lnext)
+    if (r->pool < 0) return 1;
+  return 0;
+}
+
+/* Oldest first. A freed block goes back to the pool of the stream it was
+ * allocated on, which may reuse it at once: so that stream is the one made
+ * to wait for the uses (its work enqueued from now on runs after them).
+ * Another stream, the requester too, gets the memory from there by the
+ * allocator's own rules (an event on the block's stream, recorded later,
+ * covers these waits). Every wait is for an event recorded earlier: no
+ * cycle, no deadlock. */
+size_t gml_streams_borrow(gml_client *c, size_t size) {
+  gml_rec *r = c->pending;
+  size_t got = 0;
+  if (!r || c->ncapturing || !c->be->ops->stream_wait_event) return 0;
+  while (r->lnext) r = r->lnext;
+  for (gml_rec *p; r && got < size; r = p) {
+    p = r->lprev;
+    if (r->pool >= 0 || record_events(c, r)) continue;
+    int ok = 1, waits = 0;
+    for (int i = 0; ok && i < r->nevents; i++) {
+      if (c->be->ops->event_done(c->be, r->events[i]) == 1) continue;
+      if (c->be->ops->stream_wait_event(c->be, r->stream, r->events[i])) ok = 0; /* a stream being captured */
+      else waits++;
+    }
+    pthread_mutex_lock(&c->alloc.lock);
+    c->alloc.borrow_waits += (uint64_t)waits;
+    c->alloc.borrows += ok;
+    pthread_mutex_unlock(&c->alloc.lock);
+    if (!ok) continue;
+    got += r->size;
+    destroy_events(c, r);
+    pending_unlink(c, r);
+    gml_rec_release(c, r);
+  }
+  return got;
 }

@@ -148,7 +148,13 @@ static void format_oom(gml_client *c, size_t size) {
 
 static int alloc_with_retry(gml_client *c, size_t size, gml_stream stream, void **p) {
   c->lake_error[0] = 0;
-  int rc = gml_alloc_malloc(&c->alloc, size, stream, p);
+  int rc = GML_EAGAIN;
+  /* borrowing: rather than lease more, release frees that wait for other
+   * streams, with waits on the device (streams.c) */
+  if (c->alloc.borrow && c->pending && !c->ncapturing && gml_streams_lendable(c) &&
+      (rc = gml_alloc_malloc_ex(&c->alloc, size, stream, GML_ALLOC_NO_GROW, p)) == GML_EAGAIN)
+    gml_streams_borrow(c, size);
+  if (rc == GML_EAGAIN) rc = gml_alloc_malloc(&c->alloc, size, stream, p);
   if (rc != GML_ENOMEM && rc != GML_EQUOTA) return rc;
   /* what the native allocator does before an OOM: wait for the frees that
    * wait for streams, give cached memory back, try again */

@@ -7,7 +7,7 @@
  * borrower's own stream, or waited for on the borrower's stream. The same
  * run with stream_wait_event dropped (a mutant that "forgets" the wait)
  * must be caught. */
-#include "alloc.h"
+#include "client_priv.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,27 +163,37 @@ START_TEST(test_borrow_with_wait) {
 }
 END_TEST
 
-/* Limits: a block much larger than asked is not borrowed (it would not be
- * split); no more waits outstanding than the count allows; a borrowed block
- * is handed out whole. */
+/* Limits and what a borrow takes: a stream whose only candidate is much
+ * larger than asked does not wait for it; once a stream waits for another,
+ * every block that one freed so far joins its pool and best fit splits them
+ * as usual (the rest serves it later with no further wait); no more waits
+ * outstanding than the count allows. */
 START_TEST(test_borrow_limits) {
   gml_alloc_set_borrow(&A, 1, 1.5, 1);
   A.headroom_pct = 1000; /* fresh chunks rather than a synchronize for busy ones: keeps stream 1 busy */
   void *big = balloc(20 * MiB, 1), *sep = balloc(2 * MiB, 1), *x = balloc(6 * MiB, 1), *y = balloc(8 * MiB, 1);
   gml_host_fake_launch(be, 1);
   gml_alloc_free(&A, big);
-  void *p = balloc(6 * MiB, 2); /* 20 MiB > 1.5 x 6 MiB: not borrowed */
+  void *p = balloc(6 * MiB, 2); /* 20 MiB > 1.5 x 6 MiB: no wait for it */
   ck_assert((char *)p >= (char *)big + 20 * MiB);
   gml_stats st;
   gml_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 0);
   gml_alloc_free(&A, x), gml_alloc_free(&A, y); /* coalesced: one free block of 14 MiB */
   gml_host_fake_launch(be, 1);
-  void *q = balloc(10 * MiB, 3); /* 14 <= 1.5 x 10: borrowed, whole */
+  void *q = balloc(10 * MiB, 3); /* 14 <= 1.5 x 10: stream 3 waits for stream 1, and splits the block */
   ck_assert_ptr_eq(q, x);
-  ck_assert_uint_eq(gml_alloc_size_of(&A, q), 14 * MiB);
+  ck_assert_uint_eq(gml_alloc_size_of(&A, q), 10 * MiB);
   gml_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
+  uint64_t maps = A.maps;
+  void *q2 = balloc(4 * MiB, 3), *q3 = balloc(20 * MiB, 3); /* the rest, and stream 1's other block: no more waits, no maps */
+  ck_assert_ptr_eq(q2, (char *)x + 10 * MiB);
+  ck_assert_ptr_eq(q3, big);
+  ck_assert_uint_eq(A.maps, maps);
+  gml_alloc_stats(&A, &st);
+  ck_assert_uint_eq(st.borrow_waits, 1);
+  ck_assert_uint_eq(st.borrows, 3);
   gml_alloc_free(&A, p);
   gml_host_fake_launch(be, 2);
   void *r = balloc(6 * MiB, 4); /* stream 1 not done: one wait outstanding already, no second */
@@ -191,7 +201,7 @@ START_TEST(test_borrow_limits) {
   gml_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
   ck_assert_int_eq(gml_alloc_check(&A), 0);
-  gml_alloc_free(&A, q), gml_alloc_free(&A, r), gml_alloc_free(&A, sep);
+  gml_alloc_free(&A, q), gml_alloc_free(&A, q2), gml_alloc_free(&A, q3), gml_alloc_free(&A, r), gml_alloc_free(&A, sep);
 }
 END_TEST
 
@@ -341,6 +351,129 @@ START_TEST(test_borrow_mutant_without_wait_is_caught) {
 }
 END_TEST
 
+/* ---------- a side stream whose frees wait for the compute stream ----------
+ * Through gml_open (embedded, host backend, fake events): a side stream D
+ * fills each layer's weights into a fresh buffer, the compute stream C waits
+ * for it, uses it (record_stream) and the buffer is freed at once, as FSDP
+ * does with gathered parameters; C also keeps each layer's activation until
+ * its backward. The device lags the CPU (C completes one unit every third
+ * CPU operation; the step ends with a synchronize, loss.item()), so the
+ * weights' frees wait for C. Borrowing off, D leases new memory for every
+ * layer; on, it makes D wait for C's use of an older buffer and takes it. */
+static gml_client *BC;
+enum { SIDE_C = 1, SIDE_D = 2, SIDE_LAYERS = 8 };
+#define SIDE_W (8 * MiB)
+#define SIDE_ACT (4 * MiB)
+
+static void csetup(void) {
+  gml_open_opts o = {0};
+  o.backend = "host";
+  o.mode = GML_MODE_EMBEDDED;
+  ck_assert_int_eq(gml_open(&o, &BC), 0);
+  be = BC->be;
+  ck_assert_int_eq(gml_host_fake_events(be), 0);
+  fake_ops = be->ops;
+  wrapped = *be->ops;
+  wrapped.map = w_map, wrapped.unmap = w_unmap, wrapped.stream_wait_event = w_wait;
+  be->ops = &wrapped;
+  va_base = BC->alloc.va_base;
+  nslots_tracked = BC->alloc.va_size / be->chunk_size;
+  slot_phys = calloc(nslots_tracked, sizeof *slot_phys);
+  drop_waits = 0;
+}
+
+static void cteardown(void) {
+  ck_assert_int_eq(gml_alloc_check(&BC->alloc), 0);
+  be->ops = fake_ops;
+  gml_close(BC);
+  free(slot_phys);
+  slot_phys = NULL;
+  free(uses), uses = NULL, cap_uses = 0, nuses = 0;
+}
+
+static void *side_alloc(size_t n, gml_stream s, size_t *bad) {
+  void *p = NULL;
+  int rc = gml_alloc(BC, n, s, &p);
+  ck_assert_msg(rc == 0, "alloc %zu: %s", n, gml_last_error(BC));
+  chk_ctx c = {s, 0, 0};
+  for_pieces((uintptr_t)p, n, piece_check, &c);
+  *bad += c.bad != 0;
+  return p;
+}
+
+static void side_use(void *p, size_t n, gml_stream s, uint64_t pos) {
+  chk_ctx c = {s, 0, pos};
+  for_pieces((uintptr_t)p, n, piece_record, &c);
+}
+
+static void side_tick(uint64_t *ops) {
+  if (++*ops % 3 == 0) gml_host_fake_progress(be, SIDE_C, 1);
+  gml_host_fake_progress(be, SIDE_D, 4);
+}
+
+/* Returns the allocations handed out before an earlier use of their bytes was ordered before them. */
+static size_t side_run(int borrow, int steps, gml_stats *st) {
+  size_t bad = 0;
+  uint64_t ops = 0;
+  gml_alloc_set_borrow(&BC->alloc, borrow, 1.5, 8);
+  for (int step = 0; step < steps; step++) {
+    void *act[SIDE_LAYERS];
+    for (int l = 0; l < SIDE_LAYERS; l++) {
+      void *w = side_alloc(SIDE_W, SIDE_D, &bad);
+      uint64_t filled = gml_host_fake_launch(be, SIDE_D);
+      uintptr_t ev; /* C waits for the weights (wait_stream) */
+      ck_assert_int_eq(fake_ops->event_record(be, SIDE_D, &ev), 0);
+      ck_assert_int_eq(fake_ops->stream_wait_event(be, SIDE_C, ev), 0);
+      fake_ops->event_destroy(be, ev);
+      ck_assert_int_eq(gml_record_stream(BC, w, SIDE_C), 0);
+      act[l] = side_alloc(SIDE_ACT, SIDE_C, &bad);
+      uint64_t used = gml_host_fake_launch(be, SIDE_C);
+      side_use(w, SIDE_W, SIDE_D, filled);
+      side_use(w, SIDE_W, SIDE_C, used);
+      ck_assert_int_eq(gml_free(BC, w), 0);
+      side_tick(&ops);
+    }
+    for (int l = SIDE_LAYERS - 1; l >= 0; l--) {
+      side_use(act[l], SIDE_ACT, SIDE_C, gml_host_fake_launch(be, SIDE_C));
+      ck_assert_int_eq(gml_free(BC, act[l]), 0);
+      side_tick(&ops);
+    }
+    ck_assert_int_eq(be->ops->synchronize(be), 0);
+    nuses = 0; /* all done */
+  }
+  ck_assert_int_eq(gml_stats_get(BC, st), 0);
+  return bad;
+}
+
+START_TEST(test_borrow_side_stream_off_grows) {
+  gml_stats st;
+  ck_assert_uint_eq(side_run(0, 6, &st), 0);
+  printf("side stream (borrowing off): peak reserved %.0f MiB, peak allocated %.0f MiB, %llu maps, %llu syncs\n",
+         st.peak_reserved / (double)MiB, st.peak_allocated / (double)MiB, (unsigned long long)st.maps, (unsigned long long)st.syncs);
+  ck_assert_uint_eq(st.borrow_waits, 0);
+  ck_assert_uint_ge(st.peak_reserved, SIDE_LAYERS * (SIDE_ACT + SIDE_W) / 2); /* frees pile up behind the compute stream */
+}
+END_TEST
+
+START_TEST(test_borrow_side_stream_on_does_not_grow) {
+  gml_stats st;
+  size_t bad = side_run(1, 6, &st);
+  printf("side stream (borrowing on): peak reserved %.0f MiB, peak allocated %.0f MiB, %llu maps, %llu syncs, %llu borrows, %llu waits\n",
+         st.peak_reserved / (double)MiB, st.peak_allocated / (double)MiB, (unsigned long long)st.maps, (unsigned long long)st.syncs,
+         (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits);
+  ck_assert_msg(bad == 0, "%zu allocations handed out before an earlier use of their bytes was ordered before them", bad);
+  ck_assert_uint_gt(st.borrow_waits, 0);
+  ck_assert_uint_le(st.peak_reserved, SIDE_LAYERS * SIDE_ACT + 3 * SIDE_W); /* a buffer or two in flight, not one per layer */
+}
+END_TEST
+
+START_TEST(test_borrow_side_stream_mutant_is_caught) {
+  drop_waits = 1;
+  gml_stats st;
+  ck_assert_uint_gt(side_run(1, 6, &st), 0);
+}
+END_TEST
+
 Suite *borrow_suite(void) {
   Suite *s = suite_create("borrow");
   TCase *tc = tcase_create("borrow");
@@ -353,5 +486,12 @@ Suite *borrow_suite(void) {
   tcase_add_test(tc, test_borrow_randomized_off);
   tcase_add_test(tc, test_borrow_mutant_without_wait_is_caught);
   suite_add_tcase(s, tc);
+  TCase *side = tcase_create("side_stream");
+  tcase_set_timeout(side, 120);
+  tcase_add_checked_fixture(side, csetup, cteardown);
+  tcase_add_test(side, test_borrow_side_stream_off_grows);
+  tcase_add_test(side, test_borrow_side_stream_on_does_not_grow);
+  tcase_add_test(side, test_borrow_side_stream_mutant_is_caught);
+  suite_add_tcase(s, side);
   return s;
 }
