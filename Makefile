@@ -45,7 +45,7 @@ BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libg
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
 TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient
 
-.PHONY: all clean test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
+.PHONY: all borrow-model clean test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
 
 $(GEN): proto/gmlake.proto
@@ -97,6 +97,11 @@ $(BUILD)/test_security: $(call obj,tests/test_security.c tests/harness.c) $(BUIL
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
+
+# bench/borrow_model.c: bench/borrow.py's two replicas on the host, borrowing off and on (not in `all`).
+borrow-model: $(BUILD)/borrow-model
+$(BUILD)/borrow-model: $(call obj,bench/borrow_model.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 # Fuzz targets (tests/fuzz/): built with clang and libFuzzer into build-fuzz/.
 FUZZ_TARGETS := fuzz_frame fuzz_control fuzz_reply

@@ -1,18 +1,27 @@
-"""Cross-stream borrowing on the GPU: two model replicas training on two streams in one process.
+"""Cross-stream borrowing on the GPU, two workloads, each config in its own process:
 
-  python3 bench/borrow.py run CONFIG MODE     one run (MODE: two = the replicas' steps on two
-                                              streams, enqueued alternately; single = the same
-                                              steps one after the other on one stream)
-  python3 bench/borrow.py table               every config, each in its own process
+  replicas  two model replicas training on two streams in one process (GLake's Wavelet test):
+            replica k's step on stream k, enqueued one after the other, a synchronize per step
+  side      compute plus a side stream with bursts: a 24-layer MLP whose weights are kept packed
+            (bf16) and unpacked (fp32, 64 MiB a layer) on a side stream just before their layer, as
+            FSDP gathers parameters; the compute stream waits for the side stream, uses the weights
+            (record_stream) and frees them at once. The CPU runs a whole step ahead of the GPU, so
+            every layer's free waits for the compute stream when the side stream asks again
+
+  python3 bench/borrow.py run WORKLOAD CONFIG MODE   one run (MODE: two = on two streams as above;
+                                                     single = the same work on one stream)
+  python3 bench/borrow.py table [WORKLOAD...]        every config and mode (default: both workloads)
 
 CONFIG: default (PyTorch's allocator) | gmlake (GMLAKE_BORROW as set) | gmlake_borrow_off |
-        gmlake_borrow_on. The replicas take turns at large and small batches, so one frees
-memory while the other grows: with borrowing a stream takes the other's freed blocks (with an
-event wait when the other has not passed the free yet) instead of syncing the device or
-mapping chunks; PyTorch keeps each stream's blocks to itself. Deterministic algorithms, so
-the losses and a parameter checksum must be identical, bit for bit, in every config and mode:
-a block handed to a stream before the other stream finished with it would corrupt them.
-Prints 'BORROW {json}' per run and a table.
+gmlake_borrow_on. With borrowing off, a free that waits for another stream (record_stream) holds
+its memory until that stream passes it, so the side stream leases more for every layer (as
+PyTorch's allocator does); with borrowing on, the lake makes the side stream wait for the compute
+stream on the device instead and reuses the memory. Between the replicas, the lake without
+borrowing already reuses the other stream's chunks after a fence or a device synchronize;
+borrowing replaces those synchronizes by waits on the device. Deterministic algorithms, so the
+outputs (losses, checksums) must be identical, bit for bit, in every config and mode: memory
+handed to a stream before the other stream finished with it would corrupt them.
+Prints 'BORROW {json}' per run, a table per workload and a BORROW_SUMMARY line per workload.
 """
 import json, os, subprocess, sys, time
 
@@ -20,9 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIGS = ["default", "gmlake_borrow_off", "gmlake_borrow_on"]
 STEPS = int(os.environ.get("GMLAKE_BORROW_STEPS", "24"))
+SIDE_STEPS = int(os.environ.get("GMLAKE_BORROW_SIDE_STEPS", "12"))
+WORKLOADS = ["replicas", "side"]
 
 
-def run(config, mode):
+def setup(config):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if config.startswith("gmlake"):
         if config.endswith("_off"):
@@ -38,6 +49,21 @@ def run(config, mode):
     torch.backends.cuda.enable_mem_efficient_sdp(False)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+def memory(config, torch):
+    if config.startswith("gmlake"):
+        import gmlake
+        st = gmlake.stats()
+        return {k: st.get(k) for k in ("peak_reserved", "peak_allocated", "borrows", "borrow_waits", "syncs", "maps",
+                                       "unmaps", "mapped_allocs")}
+    st = torch.cuda.memory_stats()
+    return dict(peak_reserved=st["reserved_bytes.all.peak"], peak_allocated=st["allocated_bytes.all.peak"])
+
+
+def run_replicas(config, mode):
+    torch = setup(config)
     dev = "cuda"
 
     def replica(seed):
@@ -79,55 +105,92 @@ def run(config, mode):
         for k in (0, 1):
             losses[k].append(out[k].item())
     checksum = [float(sum(p.double().sum().item() for p in m.parameters())) for m, _ in reps]
-    res = dict(config=config, mode=mode, steps=STEPS, ms_per_step=round(sorted(times)[len(times) // 2], 2),
+    res = dict(workload="replicas", config=config, mode=mode, steps=STEPS,
+               ms_per_step=round(sorted(times)[len(times) // 2], 2),
                losses=[[float.hex(x) for x in l[-3:]] for l in losses], checksum=[float.hex(c) for c in checksum])
-    if config.startswith("gmlake"):
-        import gmlake
-        st = gmlake.stats()
-        res.update({k: st.get(k) for k in ("peak_reserved", "peak_allocated", "borrows", "borrow_waits", "syncs", "maps",
-                                           "unmaps", "mapped_allocs")})
-    else:
-        st = torch.cuda.memory_stats()
-        res.update(peak_reserved=st["reserved_bytes.all.peak"], peak_allocated=st["allocated_bytes.all.peak"])
+    res.update(memory(config, torch))
     print("BORROW " + json.dumps(res), flush=True)
 
 
-def table():
-    rows = []
-    for mode in ("single", "two"):
-        for c in CONFIGS:
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "run", c, mode], env=env,
-                               capture_output=True, text=True)
-            r = next((json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("BORROW ")), None)
-            if not r:
-                r = dict(config=c, mode=mode, error=(p.stderr or p.stdout)[-800:])
-            print(json.dumps(r), flush=True)
-            rows.append(r)
-    ref = next((r for r in rows if r["config"] == "default" and r["mode"] == "single" and "error" not in r), None)
-    print("\n%-18s %-6s %10s %10s %9s %8s %6s %6s %6s  %s" % ("config", "mode", "peak_resv", "peak_alloc", "ms/step",
-                                                             "borrows", "waits", "syncs", "maps", "results vs single-stream default"))
+def run_side(config, mode):
+    torch = setup(config)
+    dev = "cuda"
+    layers, width, batch = 24, 4096, 4096
+    g = torch.Generator(device=dev).manual_seed(7)
+    packed = [(torch.randn(width, width, device=dev, generator=g) / width ** 0.5).to(torch.bfloat16) for _ in range(layers)]
+    compute = torch.cuda.current_stream()
+    side = torch.cuda.Stream() if mode == "two" else compute
+    torch.cuda.synchronize()
+    outs, times = [], []
+    for i in range(SIDE_STEPS):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        x = torch.randn(batch, width, device=dev, generator=torch.Generator(device=dev).manual_seed(100 + i))
+        for l in range(layers):
+            with torch.cuda.stream(side):  # the burst: this layer's weights, unpacked
+                w = packed[l].to(torch.float32)
+            compute.wait_stream(side)
+            if side is not compute:
+                w.record_stream(compute)
+            x = torch.tanh(x @ w)
+            del w  # freed at once: on two streams the free waits for the compute stream
+        outs.append(x.double().sum().item())  # the step's only synchronization: the CPU ran a step ahead
+        if i >= 2:
+            times.append((time.perf_counter() - t) * 1e3)
+    res = dict(workload="side", config=config, mode=mode, steps=SIDE_STEPS,
+               ms_per_step=round(sorted(times)[len(times) // 2], 2), losses=[float.hex(o) for o in outs[-3:]],
+               checksum=[float.hex(sum(outs))])
+    res.update(memory(config, torch))
+    print("BORROW " + json.dumps(res), flush=True)
+
+
+def table(workloads):
+    for wl in workloads:
+        rows = []
+        for mode in ("single", "two"):
+            for c in CONFIGS:
+                env = dict(os.environ, PYTHONUNBUFFERED="1")
+                p = subprocess.run([sys.executable, os.path.abspath(__file__), "run", wl, c, mode], env=env,
+                                   capture_output=True, text=True)
+                r = next((json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("BORROW ")), None)
+                if not r:
+                    r = dict(workload=wl, config=c, mode=mode, error=(p.stderr or p.stdout)[-800:])
+                print(json.dumps(r), flush=True)
+                rows.append(r)
+        print_table(wl, rows)
+
+
+def print_table(wl, rows):
+    ok = [r for r in rows if "error" not in r]
+    ref = next((r for r in ok if r["config"] == "default" and r["mode"] == "single"), None)
+    same = lambda r: ref is not None and r["losses"] == ref["losses"] and r["checksum"] == ref["checksum"]
+    print("\n%-9s %-18s %-6s %10s %10s %9s %8s %6s %6s %6s  %s" % (
+        "workload", "config", "mode", "peak_resv", "peak_alloc", "ms/step", "borrows", "waits", "syncs", "maps",
+        "results vs single-stream default"))
     for r in rows:
         if "error" in r:
-            print("%-18s %-6s ERROR %s" % (r["config"], r["mode"], r["error"][-300:].replace("\n", " | ")))
+            print("%-9s %-18s %-6s ERROR %s" % (wl, r["config"], r["mode"], r["error"][-300:].replace("\n", " | ")))
             continue
-        same = ref and r["losses"] == ref["losses"] and r["checksum"] == ref["checksum"]
-        print("%-18s %-6s %9.2fG %9.2fG %9.1f %8s %6s %6s %6s  %s" % (
-            r["config"], r["mode"], r["peak_reserved"] / 2**30, r["peak_allocated"] / 2**30, r["ms_per_step"],
+        print("%-9s %-18s %-6s %9.2fG %9.2fG %9.1f %8s %6s %6s %6s  %s" % (
+            wl, r["config"], r["mode"], r["peak_reserved"] / 2**30, r["peak_allocated"] / 2**30, r["ms_per_step"],
             r.get("borrows", "-"), r.get("borrow_waits", "-"), r.get("syncs", "-"), r.get("maps", "-"),
-            "identical" if same else "DIFFERENT"))
-    two = {r["config"]: r for r in rows if r["mode"] == "two" and "error" not in r}
+            "identical" if same(r) else "DIFFERENT"))
+    two = {r["config"]: r for r in ok if r["mode"] == "two"}
     if all(c in two for c in CONFIGS):
-        on, off, d = (two[c]["peak_reserved"] for c in ("gmlake_borrow_on", "gmlake_borrow_off", "default"))
-        print("BORROW_SUMMARY two streams: peak reserved on %.2f GiB, off %.2f GiB, PyTorch default %.2f GiB; "
-              "on < off: %s, on < default: %s; all results identical to single-stream: %s" % (
-                  on / 2**30, off / 2**30, d / 2**30, on < off, on < d,
-                  all(r["losses"] == ref["losses"] and r["checksum"] == ref["checksum"] for r in rows if "error" not in r)
-                  if ref else "no reference"))
+        on, off, d = (two[c] for c in ("gmlake_borrow_on", "gmlake_borrow_off", "default"))
+        print("BORROW_SUMMARY %s, two streams: peak reserved on %.2f GiB, off %.2f GiB, PyTorch default %.2f GiB; "
+              "on < off: %s, on < default: %s; ms/step on %.1f, off %.1f, default %.1f; "
+              "all results identical to single-stream: %s" % (
+                  wl, on["peak_reserved"] / 2**30, off["peak_reserved"] / 2**30, d["peak_reserved"] / 2**30,
+                  on["peak_reserved"] < off["peak_reserved"], on["peak_reserved"] < d["peak_reserved"],
+                  on["ms_per_step"], off["ms_per_step"], d["ms_per_step"],
+                  len(ok) == len(rows) and all(same(r) for r in ok)), flush=True)
+    else:
+        print("BORROW_SUMMARY %s: incomplete (a run failed)" % wl, flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "run":
-        run(sys.argv[2], sys.argv[3])
+        {"replicas": run_replicas, "side": run_side}[sys.argv[2]](sys.argv[3], sys.argv[4])
     else:
-        table()
+        table(sys.argv[2:] or WORKLOADS)

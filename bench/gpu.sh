@@ -24,8 +24,9 @@
 #         named with gmlake.block_of and with tools/gmlake-sanitizer-blocks
 # guardcost:W  guard mode's cost on training W: peak reserved and ms/step, default /
 #         gmlake_embedded / gmlake_embedded+GMLAKE_GUARD=1 interleaved
-# borrow: cross-stream borrowing (issue 16): two replicas training on two streams (bench/borrow.py),
-#         peak reserved with borrowing on / off / PyTorch default, results against one stream
+# borrow: cross-stream borrowing (issue 16), bench/borrow.py: two replicas training on two streams,
+#         and compute plus a side stream unpacking each layer's weights (record_stream); peak reserved
+#         and ms/step with borrowing on / off / PyTorch default, results against one stream
 # shareweights: bench/share_weights.py: four processes serving one 1.1B Llama-shaped model with
 #          its weights unshared, shared by name (gmlake.share/attach) and deduplicated (gmlake.dedup)
 # torchtest: builds gmlake._C against the installed torch, runs tests/torch (issue 11's points,
@@ -200,7 +201,7 @@ fi
 
 if has borrow; then
   PYTHONUNBUFFERED=1 timeout 580 python3 bench/borrow.py table 2>&1 | tee "$OUTDIR/borrow.txt"
-  sed -n '/^config/,$p' "$OUTDIR/borrow.txt" >> "$SUMMARY"
+  grep -E '^(workload |replicas |side |BORROW_SUMMARY)' "$OUTDIR/borrow.txt" >> "$SUMMARY"
 fi
 
 if has shareweights; then
