@@ -57,7 +57,10 @@ static int malloc_map_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t
   if (!rc) return 0;
   gml_slots_unclaim(a, first, last);
   gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
-  if (rc == GML_EAGAIN) return rc; /* would lease (GML_ALLOC_NO_GROW): not an out-of-memory */
+  if (rc == GML_EAGAIN) { /* would lease (GML_ALLOC_NO_GROW): not an out-of-memory; asked again */
+    a->mapped_allocs--;
+    return rc;
+  }
   format_oom(a, size, rc);
   a->ooms++;
   return rc == GML_EQUOTA || rc == GML_EDAEMON || rc == GML_EBACKEND ? rc : GML_ENOMEM;

@@ -474,6 +474,94 @@ START_TEST(test_borrow_side_stream_mutant_is_caught) {
 }
 END_TEST
 
+/* The randomized run through gml_open: 4 streams, and a block may be used
+ * on other streams than its own (gml_record_stream and a unit of work
+ * there), so its free waits for them. Every allocation is checked against
+ * every earlier use of its bytes, by address and by chunk. */
+typedef struct clive {
+  void *p;
+  size_t n;
+  gml_stream s;
+  int nuse;
+  gml_stream use_s[5]; /* its own stream, up to 3 others, its last use */
+  uint64_t use_pos[5];
+} clive;
+
+static size_t client_random_run(int borrow, uint64_t seed, int steps, gml_stats *st) {
+  enum { N = 200, NSTREAMS = 4 };
+  static const size_t sizes[] = {512 << 10, 1 * MiB, 3 * MiB, 6 * MiB, 6 * MiB + 512, 12 * MiB, 5 * MiB};
+  static clive live[N];
+  size_t nlive = 0, bad = 0;
+  uint64_t rng = seed;
+  gml_alloc_set_borrow(&BC->alloc, borrow, 1.5, 8);
+  BC->alloc.headroom_pct = 0; /* no fresh chunks beyond need: memory waiting for other streams is what there is */
+  for (int step = 0; step < steps; step++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t r = (uint32_t)(rng >> 33);
+    gml_stream s = 1 + (r >> 4) % NSTREAMS;
+    if (r % 100 < 40 && nlive < N) {
+      void *p = side_alloc(sizes[(r >> 8) % (sizeof sizes / sizeof sizes[0])], s, &bad);
+      clive *l = &live[nlive++];
+      memset(l, 0, sizeof *l);
+      l->p = p, l->n = gml_alloc_size_of(&BC->alloc, p), l->s = s;
+      l->use_s[l->nuse] = s, l->use_pos[l->nuse++] = gml_host_fake_launch(be, s);
+    } else if (r % 100 < 60 && nlive) { /* used on another stream too */
+      clive *l = &live[(r >> 8) % nlive];
+      if (l->nuse < 4 && s != l->s) {
+        ck_assert_int_eq(gml_record_stream(BC, l->p, s), 0);
+        l->use_s[l->nuse] = s, l->use_pos[l->nuse++] = gml_host_fake_launch(be, s);
+      }
+    } else if (r % 100 < 92 && nlive) {
+      size_t i = (r >> 8) % nlive;
+      clive *l = &live[i];
+      l->use_s[l->nuse] = l->s, l->use_pos[l->nuse++] = gml_host_fake_launch(be, l->s); /* its last use on its stream */
+      for (int k = 0; k < l->nuse; k++) side_use(l->p, l->n, l->use_s[k], l->use_pos[k]);
+      ck_assert_int_eq(gml_free(BC, l->p), 0);
+      *l = live[--nlive];
+    } else {
+      gml_host_fake_progress(be, s, (r >> 12) % 4);
+    }
+    if (step % 500 == 499) {
+      ck_assert_msg(gml_alloc_check(&BC->alloc) == 0, "%s", BC->alloc.last_error);
+      size_t k = 0; /* forget uses that are done */
+      for (size_t i = 0; i < nuses; i++)
+        if (!gml_host_fake_ordered(be, uses[i].stream, uses[i].pos, 999)) uses[k++] = uses[i];
+      nuses = k;
+    }
+  }
+  for (size_t i = 0; i < nlive; i++) gml_free(BC, live[i].p);
+  ck_assert_int_eq(gml_stats_get(BC, st), 0);
+  return bad;
+}
+
+START_TEST(test_borrow_client_randomized) {
+  gml_stats st;
+  size_t bad = client_random_run(1, 4242, 12000, &st);
+  printf("borrow randomized run with record_stream (borrowing on): %llu borrows, %llu waits, %llu syncs, %llu maps, "
+         "peak reserved %.0f MiB\n", (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits,
+         (unsigned long long)st.syncs, (unsigned long long)st.maps, st.peak_reserved / (double)MiB);
+  ck_assert_msg(bad == 0, "%zu allocations handed out before an earlier use of their bytes was ordered before them", bad);
+  ck_assert_uint_gt(st.borrow_waits, 50);
+}
+END_TEST
+
+START_TEST(test_borrow_client_randomized_off) {
+  gml_stats st;
+  size_t bad = client_random_run(0, 4242, 12000, &st);
+  printf("borrow randomized run with record_stream (borrowing off): %llu syncs, %llu maps, peak reserved %.0f MiB\n",
+         (unsigned long long)st.syncs, (unsigned long long)st.maps, st.peak_reserved / (double)MiB);
+  ck_assert_msg(bad == 0, "%zu allocations handed out unordered with borrowing off", bad);
+  ck_assert_uint_eq(st.borrow_waits, 0);
+}
+END_TEST
+
+START_TEST(test_borrow_client_randomized_mutant_is_caught) {
+  drop_waits = 1;
+  gml_stats st;
+  ck_assert_uint_gt(client_random_run(1, 4242, 12000, &st), 0);
+}
+END_TEST
+
 Suite *borrow_suite(void) {
   Suite *s = suite_create("borrow");
   TCase *tc = tcase_create("borrow");
@@ -492,6 +580,9 @@ Suite *borrow_suite(void) {
   tcase_add_test(side, test_borrow_side_stream_off_grows);
   tcase_add_test(side, test_borrow_side_stream_on_does_not_grow);
   tcase_add_test(side, test_borrow_side_stream_mutant_is_caught);
+  tcase_add_test(side, test_borrow_client_randomized);
+  tcase_add_test(side, test_borrow_client_randomized_off);
+  tcase_add_test(side, test_borrow_client_randomized_mutant_is_caught);
   suite_add_tcase(s, side);
   return s;
 }
