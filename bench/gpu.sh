@@ -27,6 +27,7 @@
 # borrow: cross-stream borrowing (issue 16), bench/borrow.py: two replicas training on two streams,
 #         and compute plus a side stream unpacking each layer's weights (record_stream); peak reserved
 #         and ms/step with borrowing on / off / PyTorch default, results against one stream
+#         (GMLAKE_BORROW_WORKLOADS=side or =replicas: one of them)
 # shareweights: bench/share_weights.py: four processes serving one 1.1B Llama-shaped model with
 #          its weights unshared, shared by name (gmlake.share/attach) and deduplicated (gmlake.dedup)
 # torchtest: builds gmlake._C against the installed torch, runs tests/torch (issue 11's points,
@@ -200,7 +201,7 @@ if case " $STAGES " in *" guard "*) true;; *) false;; esac; then
 fi
 
 if has borrow; then
-  PYTHONUNBUFFERED=1 timeout 580 python3 bench/borrow.py table 2>&1 | tee "$OUTDIR/borrow.txt"
+  PYTHONUNBUFFERED=1 timeout 580 python3 bench/borrow.py table ${GMLAKE_BORROW_WORKLOADS:-} 2>&1 | tee "$OUTDIR/borrow.txt"
   grep -E '^(workload |replicas |side |BORROW_SUMMARY)' "$OUTDIR/borrow.txt" >> "$SUMMARY"
 fi
 
