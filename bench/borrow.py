@@ -5,8 +5,10 @@
   side      compute plus a side stream with bursts: a 24-layer MLP whose weights are kept packed
             (bf16) and unpacked (fp32, 64 MiB a layer) on a side stream just before their layer, as
             FSDP gathers parameters; the compute stream waits for the side stream, uses the weights
-            (record_stream) and frees them at once. The CPU runs a whole step ahead of the GPU, so
-            every layer's free waits for the compute stream when the side stream asks again
+            (record_stream) and frees them at once, keeping each layer's output until the step's
+            end (as a forward keeps activations for its backward). The CPU runs a whole step ahead
+            of the GPU, so every layer's free waits for the compute stream when the side stream
+            asks again (tests/test_borrow.c's side-stream test is this workload on the host)
 
   python3 bench/borrow.py run WORKLOAD CONFIG MODE   one run (MODE: two = on two streams as above;
                                                      single = the same work on one stream)
@@ -126,15 +128,18 @@ def run_side(config, mode):
         torch.cuda.synchronize()
         t = time.perf_counter()
         x = torch.randn(batch, width, device=dev, generator=torch.Generator(device=dev).manual_seed(100 + i))
+        acts = []  # every layer's output, kept as a training forward keeps them for its backward
         for l in range(layers):
             with torch.cuda.stream(side):  # the burst: this layer's weights, unpacked
                 w = packed[l].to(torch.float32)
             compute.wait_stream(side)
             if side is not compute:
                 w.record_stream(compute)
-            x = torch.tanh(x @ w)
+            x = (x @ w).tanh_()  # in place: the compute stream frees nothing before the step's end
+            acts.append(x)
             del w  # freed at once: on two streams the free waits for the compute stream
         outs.append(x.double().sum().item())  # the step's only synchronization: the CPU ran a step ahead
+        del acts, x
         if i >= 2:
             times.append((time.perf_counter() - t) * 1e3)
     res = dict(workload="side", config=config, mode=mode, steps=SIDE_STEPS,
