@@ -50,6 +50,7 @@ struct share {
   pid_t publisher_pid;
   uid_t uid;
   int allow_any;
+  int foreign;     /* fds went to a process of another uid: it may keep them past its detach */
   uint32_t allow[SHARE_UIDS_MAX];
   size_t nallow;
   double since;
@@ -81,6 +82,10 @@ static void share_destroy(share *sh) {
   gmld *d = sh->d;
   for (uint32_t i = 0; i < sh->n; i++) {
     lake_give_back(&d->lk, sh->idx[i]);
+    if (sh->foreign) { /* an attacher of another uid may still map it: never leased again (the trust model) */
+      lake_destroy_chunk(&d->lk, sh->idx[i]);
+      d->counters.chunks_remade++;
+    }
     if (sh->ro_fds && sh->ro_fds[i] >= 0) close(sh->ro_fds[i]);
   }
   for (share **pp = &d->shares; *pp; pp = &(*pp)->next)
@@ -256,6 +261,7 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   }
   uint64_t ids[GML_MAX_LEASE_CHUNKS];
   int fds[GML_MAX_LEASE_CHUNKS];
+  sh->foreign |= r->count && s->bc.uid != sh->uid;
   for (uint32_t i = 0; i < r->count; i++) {
     uint32_t k = sh->idx[r->first + i];
     ids[i] = lake_chunk_id(&d->lk, k);

@@ -980,6 +980,81 @@ START_TEST(test_share_readonly_reopen) {
 }
 END_TEST
 
+/* As nobody: attach "w", detach at once but keep its fd mapped; tell the
+ * parent; when told, send back the first word the chunk holds then. */
+static int attach_detach_keep(void *arg) {
+  int *pipes = arg; /* to parent, from parent */
+  int s = raw_session("keeps-after-detach");
+  if (s < 0) return 2;
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = "w", a.first = 0, a.count = 1;
+  env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  send_env(s, &env, NULL, 0);
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+  if (!r || r->msg_case != GMLAKE__ENVELOPE__MSG_ATTACH_REPLY || nfds != 1) return 3;
+  gmlake__envelope__free_unpacked(r, NULL);
+  Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
+  Gmlake__DetachRequest dq = GMLAKE__DETACH_REQUEST__INIT;
+  dq.key = "w";
+  env2.seq = 3, env2.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env2.detach = &dq;
+  send_env(s, &env2, NULL, 0);
+  r = recv_env(s, NULL, NULL);
+  if (!r || r->msg_case != GMLAKE__ENVELOPE__MSG_DETACH_REPLY) return 4;
+  gmlake__envelope__free_unpacked(r, NULL);
+  volatile uint64_t *m = mmap(NULL, 2 << 20, PROT_READ, MAP_SHARED, fds[0], 0);
+  if (m == MAP_FAILED) return 5;
+  char c;
+  if (write(pipes[0], "a", 1) != 1 || read(pipes[1], &c, 1) != 1) return 6;
+  uint64_t v = m[0];
+  if (write(pipes[0], &v, sizeof v) != sizeof v) return 7;
+  return 0;
+}
+
+/* An attacher of another uid that detached may still map the share's
+ * chunks: when the share ends they are released, never leased again (here
+ * the publisher's next chunk would have been that one, with its new bytes
+ * visible to the attacher). */
+START_TEST(test_detached_share_not_reused) {
+  start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
+  proc p = client_start();
+  ck_assert_int_gt(client_ready(&p), 0);
+  ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gmap 0 %d", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gtag 0 1"), "ok");
+  ck_assert_str_eq(client_cmd(&p, "share w %d any", 2 << 20), "ok");
+  int to_parent[2], to_child[2];
+  ck_assert_int_eq(pipe(to_parent), 0);
+  ck_assert_int_eq(pipe(to_child), 0);
+  pid_t a = fork();
+  if (a == 0) {
+    int ends[2] = {to_parent[1], to_child[0]};
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(99);
+    _exit(attach_detach_keep(ends));
+  }
+  char c;
+  ck_assert_int_eq(read(to_parent[0], &c, 1), 1);
+  ck_assert_str_eq(client_cmd(&p, "gdestroy"), "ok"); /* the last mapper the daemon knows of: the share ends */
+  ck_assert_int_eq(stat_wait("shares", 0, 2000), 0);
+  ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gmap 0 %d", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gtag 0 77"), "ok");
+  ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+  uint64_t seen = 0;
+  ck_assert_int_eq(read(to_parent[0], &seen, sizeof seen), (ssize_t)sizeof seen);
+  int st;
+  ck_assert_int_eq(waitpid(a, &st, 0), a);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_assert_msg(seen != 77000, "uid %d read the publisher's new bytes through a share it had detached", NOBODY);
+  ck_assert_uint_eq(seen, 1000); /* the share's bytes, which it was allowed to read */
+  ck_assert_int_ge(stat_num("chunks_remade"), 1);
+  client_finish(&p);
+  for (int i = 0; i < 2; i++) close(to_parent[i]), close(to_child[i]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -1004,6 +1079,7 @@ int main(void) {
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
   tcase_add_test(tc, test_share_readonly_reopen);
+  tcase_add_test(tc, test_detached_share_not_reused);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
