@@ -281,6 +281,16 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
     if (s >= 0) close(s);
     return GML_ESYS;
   }
+  /* the exporter may be gone and another user's process bound its name (abstract names are listed in
+   * /proc/net/unix): only a process of ours is asked, and its fds mapped */
+  struct ucred cr;
+  socklen_t cl = sizeof cr;
+  if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != geteuid()) {
+    snprintf(c->last_error, sizeof c->last_error, "ipc: the process answering for %d runs as another user (uid %u): refused",
+             w.pid, (unsigned)cr.uid);
+    close(s);
+    return GML_EPERM;
+  }
   ipc_reply rep;
   int rc = io_full(s, &w.token, sizeof w.token, 1);
   if (!rc) rc = io_full(s, &rep, sizeof rep, 0);

@@ -433,7 +433,9 @@ typedef struct gml_ipc_handle {
 GML_API int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out);
 /* The device a handle's memory is on, or GML_EINVAL if it is no handle. */
 GML_API int gml_ipc_device(const gml_ipc_handle *h);
-/* Map the exported allocation into this process: *ptr and *size (rounded). */
+/* Map the exported allocation into this process: *ptr and *size (rounded).
+ * GML_EPERM: what answers for the exporter runs as another user (the exporter
+ * gone, its socket's name taken by another process): nothing is mapped. */
 GML_API int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *size);
 /* Unmap what gml_ipc_open mapped at ptr. */
 GML_API int gml_ipc_close(gml_client *c, void *ptr);

@@ -8,6 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -360,6 +366,71 @@ START_TEST(test_ipc_between_processes) {
 }
 END_TEST
 
+/* The exporter is gone and a process of another user bound its socket's
+ * name (abstract names are public in /proc/net/unix): the receiver must not
+ * map what that process sends. Needs root (the squatter setuid()s). */
+START_TEST(test_ipc_refuses_other_uid) {
+  if (geteuid() != 0) return;
+  int hp[2], ready[2];
+  ck_assert_int_eq(pipe(hp), 0);
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t ex = fork();
+  if (ex == 0) { /* the exporter: exports, hands the handle over, exits */
+    gml_open_opts o = {0};
+    o.backend = "host";
+    o.mode = GML_MODE_EMBEDDED;
+    gml_client *e;
+    void *p;
+    gml_ipc_handle h;
+    if (gml_open(&o, &e) || gml_alloc(e, 4096, 0, &p) || gml_ipc_export(e, p, &h)) _exit(1);
+    _exit(write(hp[1], &h, sizeof h) == sizeof h ? 0 : 2);
+  }
+  gml_ipc_handle h;
+  ck_assert_int_eq(read(hp[0], &h, sizeof h), (ssize_t)sizeof h);
+  int st;
+  ck_assert_int_eq(waitpid(ex, &st, 0), ex);
+  int32_t pid;
+  uint64_t nonce;
+  memcpy(&pid, h.bytes + 8, sizeof pid); /* the handle: magic, version, pid, device, nonce, ... */
+  memcpy(&nonce, h.bytes + 16, sizeof nonce);
+  pid_t sq = fork();
+  if (sq == 0) { /* the squatter: nobody, serves a memfd of its own under the exporter's name */
+    if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) _exit(99);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)pid, (unsigned long long)nonce);
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (bind(ls, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) || listen(ls, 1))
+      _exit(3);
+    if (write(ready[1], "r", 1) != 1) _exit(4);
+    int c = accept(ls, NULL, NULL);
+    uint64_t token;
+    if (c < 0 || read(c, &token, sizeof token) != sizeof token) _exit(0); /* refused before asking: fine */
+    struct { int32_t status; uint32_t n; uint64_t offset, size, chunk_size; } rep = {0, 1, 0, 4096, 2 * MiB};
+    int mfd = memfd_create("squat", 0);
+    if (ftruncate(mfd, 2 * MiB) || write(c, &rep, sizeof rep) != sizeof rep) _exit(5);
+    char byte = 0, cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
+    sendmsg(c, &m, 0);
+    char b;
+    (void)!read(c, &b, 1); /* until the receiver is done */
+    _exit(0);
+  }
+  char r;
+  ck_assert_int_eq(read(ready[0], &r, 1), 1);
+  void *q = NULL;
+  size_t sz = 0;
+  int rc = gml_ipc_open(C, &h, &q, &sz);
+  ck_assert_msg(rc == GML_EPERM, "mapped what a process of another user sent (rc %d, %zu bytes)", rc, sz);
+  kill(sq, SIGKILL);
+  waitpid(sq, NULL, 0);
+  for (int i = 0; i < 2; i++) close(hp[i]), close(ready[i]);
+}
+END_TEST
+
 /* ---------- pool checkpoints (cudagraph trees) ---------- */
 
 static int has_ptr(void *const *v, size_t n, const void *p) {
@@ -533,6 +604,7 @@ Suite *layer_suite(void) {
   tcase_add_test(tc, test_trace_ring);
   tcase_add_test(tc, test_device_clients);
   tcase_add_test(tc, test_ipc_between_processes);
+  tcase_add_test(tc, test_ipc_refuses_other_uid);
   suite_add_tcase(s, tc);
   return s;
 }
