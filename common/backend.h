@@ -17,10 +17,6 @@ struct gml_backend_ops {
   /* Import a chunk from a shareable fd; takes ownership of fd. */
   int (*chunk_import)(gml_backend *be, int fd, gml_phys *phys);
   void (*chunk_release)(gml_backend *be, gml_phys phys);
-  /* Overwrite a chunk's content with zeros (the daemon, before a chunk goes
-   * to another uid). NULL: not offered; the daemon releases the chunk and
-   * makes a new one instead (cuda: see README, "Trust model"). */
-  int (*chunk_scrub)(gml_backend *be, gml_phys phys);
   /* A new shareable fd of a chunk this process holds (created or imported):
    * how another process gets it (gml_ipc_export; a restarted daemon adopting it). The caller closes it. */
   int (*chunk_export)(gml_backend *be, gml_phys phys, int *fd);

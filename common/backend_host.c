@@ -86,16 +86,6 @@ static void host_chunk_release(gml_backend *be, gml_phys phys) {
   close((int)phys);
 }
 
-/* Punching the whole file out frees its pages: it reads as zeros after,
- * without the daemon mapping or writing 2 MiB. */
-static int host_chunk_scrub(gml_backend *be, gml_phys phys) {
-  if (fallocate((int)phys, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)be->chunk_size) != 0) {
-    GML_WARN("scrubbing a chunk: %s", strerror(errno));
-    return GML_ESYS;
-  }
-  return 0;
-}
-
 static int host_va_reserve(gml_backend *be, size_t size, uintptr_t *va) {
   /* Over-reserve by one chunk, then trim, to get a chunk-aligned start. */
   size_t cs = be->chunk_size;
@@ -195,7 +185,6 @@ static void host_host_free(gml_backend *be, void *p) {
 
 static const struct gml_backend_ops host_ops = {
     .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
-    .chunk_scrub = host_chunk_scrub,
     .chunk_export = host_chunk_export, .chunk_ident = host_chunk_ident,
     .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
     .set_access = host_set_access,     .unmap = host_unmap,               .event_record = host_event_record,

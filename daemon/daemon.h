@@ -8,7 +8,7 @@
  *   creator.c  a worker pool that makes N chunks and hands them back  (backend only)
  *   config.c   settings: one option table for the file, flags, --help
  *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
- *   trust.c    the trust model's answers: a uid's processes, scrubbing (lake, backend)
+ *   trust.c    the trust model's answers: none (a chunk for another uid is made anew)
  *   session.c  client sockets: decode, validate and dispatch by table,
  *              carry the broker's decisions out; bounds and timeouts  (broker, creator, conn)
  *   listen.c   accepting, within the connection limits               (session, conn)

@@ -694,6 +694,82 @@ START_TEST(test_other_uid_reads_zeros) {
 }
 END_TEST
 
+/* As nobody: lease a chunk, fill it, hand its fd over *(int *)arg (a
+ * socket), return the chunk and exit. */
+static int fill_pass_return_exit(void *arg) {
+  int to = *(int *)arg;
+  int s = raw_session("uid-a-passes");
+  uint64_t id;
+  int fd;
+  ino_t ino;
+  uint8_t *p = s >= 0 ? lease_map(s, 2, &id, &fd, &ino) : NULL;
+  if (!p) return 1;
+  memset(p, 0xAB, 2 << 20);
+  char byte = 0, cbuf[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {&byte, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  if (sendmsg(to, &m, 0) != 1) return 2;
+  send_return(s, 3, &id, 1);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  if (!r) return 3;
+  gmlake__envelope__free_unpacked(r, NULL);
+  return 0;
+}
+
+/* uid A hands a chunk's fd to a process of a third uid (a second account,
+ * a user namespace's subuid) and every process of A exits. The chunk goes
+ * to uid B: B's bytes must not reach that holder (a chunk for another uid
+ * is made anew; scrubbing it once A had no process left was not enough). */
+START_TEST(test_passed_fd_holder_reads_nothing) {
+  start_daemon("--limit 2MiB --prefetch 0 --socket-mode 0666"); /* one chunk: B gets A's or a new one */
+  int sp[2], rep[2], go[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  ck_assert_int_eq(pipe(rep), 0);
+  ck_assert_int_eq(pipe(go), 0);
+  pid_t h = fork();
+  if (h == 0) { /* the holder: uid 65533, never a client */
+    if (setgroups(0, NULL) || setgid(65533) || setuid(65533)) _exit(99);
+    char byte, cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+    if (recvmsg(sp[1], &m, 0) != 1 || !CMSG_FIRSTHDR(&m)) _exit(2);
+    int fd;
+    memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
+    volatile uint8_t *p = mmap(NULL, 2 << 20, PROT_READ, MAP_SHARED, fd, 0);
+    char c;
+    if (p == MAP_FAILED || read(go[0], &c, 1) != 1) _exit(3);
+    uint8_t seen = p[0];
+    _exit(write(rep[1], &seen, 1) == 1 ? 0 : 4);
+  }
+  ck_assert_int_eq(as_uid(NOBODY, fill_pass_return_exit, &sp[0]), 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 2000), 0);
+  int s = raw_session("uid-b");
+  ck_assert_int_ge(s, 0);
+  uint64_t id;
+  int fd;
+  ino_t ino;
+  uint8_t *p = lease_map(s, 2, &id, &fd, &ino);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_msg(all_zero(p, 2 << 20), "uid 0 read uid %d's bytes: %#x", NOBODY, p[0]);
+  memset(p, 0x5A, 2 << 20);
+  ck_assert_int_eq(write(go[1], "g", 1), 1);
+  uint8_t seen = 0;
+  ck_assert_int_eq(read(rep[0], &seen, 1), 1);
+  ck_assert_msg(seen != 0x5A, "uid 65533, handed uid %d's chunk, read what uid 0 wrote after", NOBODY);
+  ck_assert_uint_eq(seen, 0xAB);
+  ck_assert_int_eq(stat_num("chunks_remade"), 1);
+  waitpid(h, NULL, 0);
+  munmap(p, 2 << 20);
+  close(fd);
+  close(s);
+  for (int i = 0; i < 2; i++) close(sp[i]), close(rep[i]), close(go[i]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* As nobody: lease a chunk, fill it, return it but keep it mapped (as a
  * client that dup'ed the fd, or a forked child, would); tell the parent its
  * inode; when told, write into it again; then wait to be killed. */
@@ -1063,6 +1139,7 @@ int main(void) {
   tcase_add_test(tc, test_queued_fd_owned);
   tcase_add_test(tc, test_other_uid_reads_zeros);
   tcase_add_test(tc, test_reachable_chunk_not_leased);
+  tcase_add_test(tc, test_passed_fd_holder_reads_nothing);
   tcase_add_test(tc, test_half_closed_client);
   tcase_add_test(tc, test_send_queue_bound);
   tcase_add_test(tc, test_idle_and_partial_timeouts);
