@@ -104,7 +104,7 @@ $(BUILD)/borrow-model: $(call obj,bench/borrow_model.c) $(BUILD)/libgmlake-clien
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 # Fuzz targets (tests/fuzz/): built with clang and libFuzzer into build-fuzz/.
-FUZZ_TARGETS := fuzz_frame fuzz_control fuzz_reply
+FUZZ_TARGETS := fuzz_frame fuzz_control fuzz_reply fuzz_session
 FUZZ_CC ?= clang
 $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
@@ -112,6 +112,10 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/session.c daemon/shares.c daemon/lake.c daemon/adopt.c \
                           daemon/broker.c daemon/conn.c daemon/ctlsock.c daemon/listen.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
+
+$(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c daemon/shares.c daemon/lake.c daemon/adopt.c \
+                          daemon/broker.c daemon/conn.c daemon/listen.c) $(COMMON_OBJ)
+	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)

@@ -67,6 +67,77 @@ static void usage(buf *o, uint64_t seq) {
   frame(o, &e);
 }
 
+/* what a session does past the wire checks (fuzz_session: first byte's bit 0 sends fds with the
+ * first piece; the lake's chunks are (1 << 32) | 1..8, a lease takes the highest free first) */
+static void hello_adopting(buf *o, uint64_t seq) {
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = "python3";
+  h.adopting = 1;
+  e.seq = seq, e.msg_case = GMLAKE__ENVELOPE__MSG_HELLO, e.hello = &h;
+  frame(o, &e);
+}
+static void ret_ids(buf *o, uint64_t seq, uint64_t *ids, size_t n) {
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ReturnRequest r = GMLAKE__RETURN_REQUEST__INIT;
+  r.n_chunk_ids = n, r.chunk_ids = ids;
+  e.seq = seq, e.msg_case = GMLAKE__ENVELOPE__MSG_RET, e.ret = &r;
+  frame(o, &e);
+}
+static void share(buf *o, uint64_t seq, const char *key, uint64_t *ids, size_t n, int any) {
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  uint32_t allow[2] = {1001, 1002};
+  q.key = (char *)key, q.n_chunk_ids = n, q.chunk_ids = ids, q.size = (uint64_t)n * (2 << 20) - 7;
+  q.content_hash.data = (uint8_t *)"0123456789abcdef", q.content_hash.len = 16;
+  q.meta.data = (uint8_t *)"layout", q.meta.len = 6;
+  q.allow_uids = allow, q.n_allow_uids = 2, q.allow_any_uid = any;
+  e.seq = seq, e.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, e.share = &q;
+  frame(o, &e);
+}
+static void attach(buf *o, uint64_t seq, const char *key, int by_hash, uint32_t first, uint32_t count) {
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = by_hash ? "" : (char *)key;
+  if (by_hash) a.content_hash.data = (uint8_t *)"0123456789abcdef", a.content_hash.len = 16;
+  a.first = first, a.count = count;
+  e.seq = seq, e.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, e.attach = &a;
+  frame(o, &e);
+}
+static void detach(buf *o, uint64_t seq, const char *key) {
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__DetachRequest q = GMLAKE__DETACH_REQUEST__INIT;
+  q.key = (char *)key;
+  e.seq = seq, e.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, e.detach = &q;
+  frame(o, &e);
+}
+static void adopt(buf *o, uint64_t seq, size_t n) {
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AdoptRequest a = GMLAKE__ADOPT_REQUEST__INIT;
+  uint64_t old[3] = {7ull << 32 | 3, 7ull << 32 | 9, 7ull << 32 | 11};
+  a.n_old_ids = n, a.old_ids = old;
+  e.seq = seq, e.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT, e.adopt = &a;
+  frame(o, &e);
+}
+
+static void sessions(void) {
+  const char *t = "fuzz_session";
+  uint64_t c8 = 1ull << 32 | 8, c7 = 1ull << 32 | 7, c6 = 1ull << 32 | 6, two[2] = {c8, c7}, three[3] = {c8, c7, c6};
+  buf o;
+  o.n = 0, put(&o, "\x00", 1), hello(&o, 1), lease(&o, 2, 2, 0), usage(&o, 3), ret_ids(&o, 4, two, 2), save(t, "lease_return", &o);
+  o.n = 0, put(&o, "\x10", 1), hello(&o, 1), lease(&o, 2, 3, 0), share(&o, 3, "weights", three, 3, 0), attach(&o, 4, "weights", 0, 0, 0),
+  attach(&o, 5, "weights", 0, 0, 3), attach(&o, 6, NULL, 1, 1, 2), detach(&o, 7, "weights"), detach(&o, 8, "weights"), save(t, "share", &o);
+  o.n = 0, put(&o, "\x20", 1), hello(&o, 1), lease(&o, 2, 2, 0), share(&o, 3, "open", two, 2, 1), share(&o, 4, "open", two, 2, 1),
+  ret_ids(&o, 5, two, 1), attach(&o, 6, "nothing", 0, 0, 1), save(t, "share_twice", &o);
+  o.n = 0, put(&o, "\x01", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), usage(&o, 3), lease(&o, 4, 1, 0), adopt(&o, 5, 2),
+  save(t, "adopt", &o);
+  o.n = 0, put(&o, "\x01", 1), hello_adopting(&o, 1), adopt(&o, 2, 3), usage(&o, 3), save(t, "adopt_three", &o);
+  o.n = 0, put(&o, "\x03", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), adopt(&o, 3, 2), usage(&o, 4), save(t, "adopt_refused", &o);
+  o.n = 0, put(&o, "\x00", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), save(t, "adopt_no_fds", &o);
+  o.n = 0, put(&o, "\x01", 1), hello(&o, 1), adopt(&o, 2, 3), save(t, "adopt_no_hello", &o);
+}
+
 static void frames(void) {
   const char *t = "fuzz_frame";
   buf o;
@@ -168,6 +239,7 @@ static void replies(void) {
 int main(int argc, char **argv) {
   root = argc > 1 ? argv[1] : "tests/fuzz/corpus";
   frames();
+  sessions();
   control();
   replies();
   return 0;
