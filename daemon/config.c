@@ -104,7 +104,7 @@ void config_usage(FILE *f) {
     const config_option *o = &options[i];
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-    fprintf(f, "  %-22s", left);
+    fprintf(f, "  %-22s%s", left, strlen(left) < 22 ? "" : "\n                        "); /* a long one: its help below */
     for (const char *h = o->help; *h; h++) {
       if (h[0] == '%' && h[1] == 'D') fputs(o->def ? o->def : "none", f), h++;
       else fputc(*h, f);

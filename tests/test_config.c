@@ -130,6 +130,8 @@ START_TEST(test_usage_from_table) {
       "  --socket-mode OCTAL   permissions of the socket (default 0660)\n",
       "  --limit BYTES|PCT%    the most the lake holds (default 90% of the device; host: 50% of RAM)\n",
       "  --foreground          stay in the foreground (always true; kept for scripts)\n",
+      /* a name longer than the column: its help on the next line, not run into it */
+      "  --max-clients-per-uid N\n                        connections of one user, at most (default 256)\n",
   };
   for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
     ck_assert_msg(strstr(text, lines[i]) != NULL, "--help lacks: %s", lines[i]);

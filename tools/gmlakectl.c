@@ -314,7 +314,7 @@ static void usage(FILE *f) {
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
     char left[64];
     snprintf(left, sizeof left, "%s%s", commands[i].name, commands[i].args_help);
-    fprintf(f, "  %-26s%s\n", left, commands[i].help);
+    fprintf(f, "  %-26s%s%s\n", left, strlen(left) < 26 ? "" : "\n                            ", commands[i].help);
   }
 }
 
