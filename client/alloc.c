@@ -291,6 +291,11 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->borrows = a->borrows;
   st->borrow_waits = a->borrow_waits;
   st->lease_calls = a->lease_calls;
+  st->lease_wait_ns = __atomic_load_n(&a->lease_wait_ns, __ATOMIC_RELAXED);
+  st->import_ns = __atomic_load_n(&a->import_ns, __ATOMIC_RELAXED);
+  st->chunks_streamed = __atomic_load_n(&a->chunks_streamed, __ATOMIC_RELAXED);
+  st->map_call_ns = a->map_call_ns;
+  st->access_ns = a->access_ns;
   size_t nl = a->lease_calls < GML_ARRAY_LEN(a->lease_ns) ? a->lease_calls : GML_ARRAY_LEN(a->lease_ns);
   if (nl) {
     uint64_t tmp[GML_ARRAY_LEN(a->lease_ns)];

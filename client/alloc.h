@@ -83,6 +83,7 @@ typedef struct gml_alloc_config {
 #define GML_ALLOC_CONFIG_DEFAULT \
   {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX}
 
+#define GML_LEASE_MAX 65536 /* the most chunks the allocator asks its source for in one call */
 typedef struct gml_chunk_source {
   void *ctx;
   /* Obtain up to n chunks; returns how many (>0) or a GML_E* code.
@@ -184,6 +185,12 @@ typedef struct gml_allocator {
   int no_device_waits;
   uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
   uint64_t lease_calls;
+  /* where the slow path's time goes (gml_stats): the source adds the first
+   * two (atomically: the growable ranges lease under their own lock) */
+  uint64_t lease_wait_ns;  /* waiting for the daemon's lease replies (not importing) */
+  uint64_t import_ns;      /* importing leased chunks (the backend's chunk_import) */
+  uint64_t map_call_ns, access_ns; /* of map_ns: the backend's map and set-access calls */
+  uint64_t chunks_streamed; /* chunks that came by streamed leases (the source adds them) */
   /* guard mode (guard.c) */
   int guard;              /* 0 off, GML_GUARD_END or GML_GUARD_BOTH */
   size_t guard_grain;     /* bytes per guard: a page (backend protect) or the chunk (an unmapped slot) */

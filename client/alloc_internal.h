@@ -207,7 +207,8 @@ static inline int slot_claim(gml_allocator *a, uint32_t s, gml_stream stream) {
 GML_HIDDEN void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last);
 /* Unmap slot s (no live block touches it, nor will the device again). */
 GML_HIDDEN int gml_slot_unmap(gml_allocator *a, uint32_t s);
-/* New chunks from the source onto the fresh list (optional: headroom). */
+/* New chunks from the source onto the fresh list (optional: headroom), up
+ * to GML_LEASE_MAX in one call (the source may give fewer). */
 GML_HIDDEN int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional);
 /* Back every slot of [first, last] that has no chunk of its own (policy.h
  * picks which); on failure every slot is consistent, the caller unclaims. */

@@ -121,19 +121,11 @@ static int daemon_request(gml_client *c, Gmlake__Envelope *env, daemon_reply *r)
   return rc;
 }
 
-static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
-  gml_client *c = ctx;
-  if (n > GML_MAX_LEASE_CHUNKS) n = GML_MAX_LEASE_CHUNKS;
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
-  lr.count = (uint64_t)n;
-  lr.optional = optional != 0;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
-  env.lease = &lr;
-  daemon_reply r;
-  int rc = daemon_request(c, &env, &r);
-  if (rc) return rc;
-  Gmlake__Envelope *reply = r.env;
+/* The chunks of one lease reply imported into phys/ids from *got on (at
+ * most max in all); the reply and its fds freed. 0, or what was wrong. */
+static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max, gml_phys *phys, uint64_t *ids, size_t *got) {
+  Gmlake__Envelope *reply = r->env;
+  int rc = 0;
   if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
     rc = reply->error->code < 0 && reply->error->code >= GML_ECLOSED ? reply->error->code : GML_ENOMEM;
     if (!optional) { /* an optional lease refused is no error of the caller's */
@@ -141,28 +133,71 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
       snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
       GML_INFO("%s", c->last_error);
     }
-    free_received(reply, r.fds, r.nfds);
-    return rc;
-  }
-  if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY || reply->lease_reply->n_chunk_ids != (size_t)r.nfds ||
-      r.nfds == 0 || (size_t)r.nfds > n) {
-    GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, r.nfds);
-    free_received(reply, r.fds, r.nfds);
-    return GML_EPROTO;
-  }
-  int got = 0;
-  for (int i = 0; i < r.nfds; i++) {
-    int irc = c->be->ops->chunk_import(c->be, r.fds[i], &phys[got]);
-    r.fds[i] = -1; /* the import took it, whatever its result */
-    if (irc) {
-      GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(irc));
-      continue; /* its id stays leased to us until we disconnect; nothing leaks */
+  } else if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY || reply->lease_reply->n_chunk_ids != (size_t)r->nfds ||
+             r->nfds == 0 || (size_t)r->nfds > max - *got) {
+    GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, r->nfds);
+    rc = GML_EPROTO;
+  } else {
+    uint64_t t0 = gml_now_ns();
+    for (int i = 0; i < r->nfds; i++) {
+      int irc = c->be->ops->chunk_import(c->be, r->fds[i], &phys[*got]);
+      r->fds[i] = -1; /* the import took it, whatever its result */
+      if (irc) {
+        GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(irc));
+        continue; /* its id stays leased to us until we disconnect; nothing leaks */
+      }
+      ids[(*got)++] = reply->lease_reply->chunk_ids[i];
     }
-    ids[got++] = reply->lease_reply->chunk_ids[i];
+    __atomic_fetch_add(&c->alloc.import_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
+    c->lake_error[0] = 0;
   }
-  c->lake_error[0] = 0;
-  free_received(reply, r.fds, r.nfds);
-  return got ? got : GML_EBACKEND;
+  free_received(reply, r->fds, r->nfds);
+  return rc;
+}
+
+/* n chunks, or fewer. Up to GML_MAX_LEASE_CHUNKS: one request, one reply.
+ * More (a daemon that streams): one streamed request for up to max_stream,
+ * whose replies the link's reader queues while the chunks of the one before
+ * are imported here, so the daemon's work and the imports overlap. A
+ * stream the daemon ends with a refusal after some chunks: those are
+ * returned, and the next call returns the refusal at once (the allocator
+ * calls again for the rest), not a second wait for the same shortage. */
+static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
+  gml_client *c = ctx;
+  pthread_mutex_lock(&c->conn_lock);
+  int refused = optional ? 0 : c->lease_refused;
+  if (refused) {
+    c->lease_refused = 0;
+    pthread_mutex_unlock(&c->conn_lock);
+    return refused;
+  }
+  int streamed = !optional && n > GML_MAX_LEASE_CHUNKS && c->max_stream && c->link;
+  if (n > (streamed ? c->max_stream : GML_MAX_LEASE_CHUNKS)) n = streamed ? c->max_stream : GML_MAX_LEASE_CHUNKS;
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
+  lr.count = (uint64_t)n;
+  lr.optional = optional != 0;
+  lr.streamed = streamed;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
+  env.lease = &lr;
+  daemon_reply r = {.env = NULL};
+  size_t got = 0;
+  uint64_t waited = 0, t0 = gml_now_ns();
+  int rc = streamed ? gml_link_send(c, &env, 1) : conn_call(c, &env, 1, &r.env, r.fds, &r.nfds);
+  if (!rc && streamed) rc = gml_link_next(c, &r.env, r.fds, &r.nfds);
+  while (!rc) {
+    waited += gml_now_ns() - t0;
+    uint64_t left = r.env->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? r.env->lease_reply->left : 0;
+    if ((rc = import_reply(c, &r, optional, n, phys, ids, &got)) || !streamed || !left) break;
+    t0 = gml_now_ns();
+    rc = gml_link_next(c, &r.env, r.fds, &r.nfds);
+  }
+  if (streamed) gml_link_end(c);
+  if (got && rc) c->lease_refused = rc; /* partly served: these chunks now, the refusal next */
+  pthread_mutex_unlock(&c->conn_lock);
+  __atomic_fetch_add(&c->alloc.lease_wait_ns, waited, __ATOMIC_RELAXED);
+  if (streamed) __atomic_fetch_add(&c->alloc.chunks_streamed, got, __ATOMIC_RELAXED);
+  return got ? (int)got : rc ? rc : GML_EBACKEND;
 }
 
 static void daemon_return(gml_client *c, uint64_t *ids, size_t n);
@@ -282,6 +317,7 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   *chunk_size = reply->hello_reply->chunk_size;
   c->client_id = reply->hello_reply->client_id;
   c->daemon_instance = reply->hello_reply->instance;
+  c->max_stream = GML_MIN(reply->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX);
   free_received(reply, NULL, 0);
   return 0;
 }
@@ -468,6 +504,8 @@ int gml_read(gml_client *c, void *dst, const void *src, size_t n) {
   if (!c || !dst || !src) return GML_EINVAL;
   return c->be->ops->read(c->be, (uintptr_t)src, dst, n);
 }
+
+void gml_client_test_nostream(gml_client *c) { c->max_stream = 0; }
 
 int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
   if (c->mode != GML_MODE_DAEMON) return GML_EDAEMON;

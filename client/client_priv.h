@@ -108,6 +108,8 @@ struct gml_client {
   uint64_t seq;
   uint64_t client_id;
   uint64_t daemon_instance;  /* HelloReply.instance of the daemon we connected to first (0: unknown) */
+  uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none) */
+  int lease_refused;         /* a streamed lease ended with this refusal: the next acquire returns it at once */
   int daemon_gone;          /* set by link.c's reader (atomic) */
   struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
   uint64_t reclaims_served; /* reclaim requests the keeper served (the usage report says so) */
@@ -141,6 +143,16 @@ void gml_link_stop(gml_client *c);
 /* Send env (its seq set here); with want_reply, wait for the reply the reader
  * routes back. conn_lock held. GML_EDAEMON when the connection is gone. */
 int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds);
+/* The same in steps, for a request with several replies (a streamed lease):
+ * send (with want_reply its replies are queued by the reader from now on),
+ * take the next reply (waiting; GML_EDAEMON once the connection went and
+ * nothing is queued), end (what is still queued is dropped). conn_lock held
+ * throughout. */
+int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply);
+int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
+void gml_link_end(gml_client *c);
+/* client.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams nothing. */
+void gml_client_test_nostream(gml_client *c);
 /* client.c: send the allocator's numbers to the daemon now. */
 void gml_client_report(gml_client *c);
 

@@ -5,8 +5,11 @@
  *
  *   reader  owns the receiving end of the socket. A reply goes to the one
  *           caller waiting for it (conn_lock lets one request be in flight:
- *           the caller registers its seq before sending); a request of the
- *           daemon (reclaim) goes to the keeper. It never takes the
+ *           the caller registers its seq before sending), into a queue: a
+ *           streamed lease has many replies, and the reader takes the next
+ *           ones off the socket while the caller imports the chunks of the
+ *           last (the daemon's sends and the imports overlap); a request of
+ *           the daemon (reclaim) goes to the keeper. It never takes the
  *           allocator's lock, so it can always deliver the reply that a
  *           caller holding that lock waits for.
  *   keeper  serves the daemon's requests: a reclaim gives back the free
@@ -70,10 +73,9 @@ struct gml_link {
   int reader_on, keeper_on;
   int stop;                /* gml_link_stop: the keeper ends */
   int gone;                /* the reader saw the connection end */
-  uint64_t wait_seq;       /* the request whose reply a caller waits for (0: none) */
-  int have_reply;
-  Gmlake__Envelope *reply;
-  int fds[GML_MAX_LEASE_CHUNKS], nfds;
+  uint64_t wait_seq;       /* the request whose replies a caller waits for (0: none) */
+  struct link_msg *head, *tail; /* its replies, not taken yet */
+  int lost;                /* one of them could not be queued (no memory): the call fails */
   uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
   uint64_t reclaims_got;   /* reclaim requests received */
   char path[256];          /* the daemon's socket, to reconnect to ("": never) */
@@ -81,9 +83,27 @@ struct gml_link {
   uint64_t reconnects;
 };
 
+typedef struct link_msg { /* a reply the reader received, with its fds */
+  struct link_msg *next;
+  Gmlake__Envelope *env;
+  int nfds;
+  int fds[];
+} link_msg;
+
 static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   for (int i = 0; i < nfds; i++) close(fds[i]);
+}
+
+/* The replies nobody will take (l->mu held). */
+static void drop_queue(gml_link *l) {
+  while (l->head) {
+    link_msg *m = l->head;
+    l->head = m->next;
+    free_msg(m->env, m->fds, m->nfds);
+    free(m);
+  }
+  l->tail = NULL;
 }
 
 static void *reader_main(void *arg) {
@@ -112,11 +132,18 @@ static void *reader_main(void *arg) {
         GML_WARN("unexpected message %d from the daemon", (int)in->msg_case);
       }
       free_msg(in, fds, nfds);
-    } else if (in->seq == l->wait_seq && !l->have_reply) {
-      l->reply = in;
-      memcpy(l->fds, fds, sizeof(int) * (size_t)nfds);
-      l->nfds = nfds;
-      l->have_reply = 1;
+    } else if (in->seq == l->wait_seq) {
+      link_msg *m = malloc(sizeof *m + sizeof(int) * (size_t)nfds);
+      if (m) {
+        *m = (link_msg){.env = in, .nfds = nfds};
+        memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
+        if (l->tail) l->tail->next = m;
+        else l->head = m;
+        l->tail = m;
+      } else {
+        l->lost = 1;
+        free_msg(in, fds, nfds);
+      }
       pthread_cond_broadcast(&l->cv);
     } else {
       /* nobody waits for it (its caller gave up: the connection went) */
@@ -127,7 +154,34 @@ static void *reader_main(void *arg) {
   }
 }
 
-int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  gml_link *l = c->link;
+  pthread_mutex_lock(&l->mu);
+  while (!l->head && !l->gone && !l->lost) pthread_cond_wait(&l->cv, &l->mu);
+  link_msg *m = l->head; /* what came before the connection went is still taken */
+  int rc = m ? 0 : l->lost ? GML_ENOMEM : GML_EDAEMON;
+  if (m) {
+    l->head = m->next;
+    if (!l->head) l->tail = NULL;
+    *reply = m->env;
+    memcpy(fds, m->fds, sizeof(int) * (size_t)m->nfds);
+    *nfds = m->nfds;
+    free(m);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
+void gml_link_end(gml_client *c) {
+  gml_link *l = c->link;
+  pthread_mutex_lock(&l->mu);
+  l->wait_seq = 0;
+  l->lost = 0;
+  drop_queue(l);
+  pthread_mutex_unlock(&l->mu);
+}
+
+int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply) {
   gml_link *l = c->link;
   if (__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE)) return GML_EDAEMON;
   env->seq = ++c->seq;
@@ -138,25 +192,21 @@ int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__
   if (want_reply) {
     pthread_mutex_lock(&l->mu);
     l->wait_seq = env->seq; /* before the send: the reply may come before we wait */
-    l->have_reply = 0;
+    l->lost = 0;
+    drop_queue(l);
     pthread_mutex_unlock(&l->mu);
   }
   rc = gml_wire_send(c->sock, frame, len, NULL, 0);
   free(frame);
-  if (!want_reply) return rc ? GML_EDAEMON : 0;
-  pthread_mutex_lock(&l->mu);
-  while (!rc && !l->have_reply && !l->gone) pthread_cond_wait(&l->cv, &l->mu);
-  if (!rc && l->have_reply) {
-    *reply = l->reply;
-    memcpy(fds, l->fds, sizeof(int) * (size_t)l->nfds);
-    *nfds = l->nfds;
-  } else {
-    rc = GML_EDAEMON;
-  }
-  l->wait_seq = 0;
-  l->have_reply = 0;
-  l->reply = NULL;
-  pthread_mutex_unlock(&l->mu);
+  if (rc && want_reply) gml_link_end(c);
+  return rc ? GML_EDAEMON : 0;
+}
+
+int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  int rc = gml_link_send(c, env, want_reply);
+  if (rc || !want_reply) return rc;
+  rc = gml_link_next(c, reply, fds, nfds);
+  gml_link_end(c);
   return rc;
 }
 
@@ -229,6 +279,7 @@ static int adopt_hello(gml_client *c, int sock, int *same) {
     uint64_t inst = r->hello_reply->instance;
     *same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
     if (!c->daemon_instance) c->daemon_instance = inst;
+    c->max_stream = GML_MIN(r->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
   }
   free_msg(r, NULL, 0);
   return rc;
@@ -463,7 +514,7 @@ void gml_link_stop(gml_client *c) {
     shutdown(c->sock, SHUT_RDWR); /* the reader's recv ends */
     pthread_join(l->reader, NULL);
   }
-  if (l->have_reply) free_msg(l->reply, l->fds, l->nfds);
+  drop_queue(l);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->mu);
   free(l);

@@ -124,16 +124,29 @@ static int chunks_reserve(gml_allocator *a, size_t more) {
   return 0;
 }
 
+/* Up to want chunks in one call to the source (the daemon streams a large
+ * lease: one request, its replies imported as they come). */
 int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
   if (a->limit_bytes && reserved_bytes(a) + want * a->cs > a->limit_bytes) return GML_ENOMEM;
-  if (want > 128) want = 128;
+  if (want > GML_LEASE_MAX) want = GML_LEASE_MAX;
   if (chunks_reserve(a, want)) return GML_ENOMEM;
-  gml_phys phys[128];
-  uint64_t ids[128];
+  gml_phys phys_few[128], *phys = phys_few;
+  uint64_t ids_few[128], *ids = ids_few;
+  if (want > 128) {
+    phys = malloc(want * sizeof *phys);
+    ids = malloc(want * sizeof *ids);
+    if (!phys || !ids) {
+      free(phys), free(ids);
+      return GML_ENOMEM;
+    }
+  }
   uint64_t t0 = gml_now_ns();
   int got = a->src.acquire(a->src.ctx, want, optional, phys, ids);
   a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
-  if (got <= 0) return got < 0 ? got : GML_ENOMEM;
+  if (got <= 0) {
+    if (phys != phys_few) free(phys), free(ids);
+    return got < 0 ? got : GML_ENOMEM;
+  }
   for (int i = 0; i < got; i++) {
     int32_t ci;
     if (a->dead >= 0) {
@@ -151,6 +164,7 @@ int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
     a->held++;
   }
   a->chunks_acquired += (uint64_t)got;
+  if (phys != phys_few) free(phys), free(ids);
   return 0;
 }
 
@@ -212,7 +226,10 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
       int32_t ci = gml_policy_chunk_for_slot(a, s, stream);
       int cached = a->chunks[ci].list == GML_CL_CACHED;
       if (cached && (rc = chunk_wait(a, ci, stream))) return rc;
-      if ((rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys))) return rc;
+      uint64_t t0 = gml_now_ns();
+      rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
+      a->map_call_ns += gml_now_ns() - t0;
+      if (rc) return rc;
       chunk_own(a, ci, s);
       slot_link(a, s, ci);
       a->maps++;
@@ -221,7 +238,9 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
       if (run_start == UINT32_MAX) run_start = s;
     }
     if (!mapped_now && run_start != UINT32_MAX) {
+      uint64_t t0 = gml_now_ns();
       int rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs, 0);
+      a->access_ns += gml_now_ns() - t0;
       if (rc) { /* take the run's new mappings back: no slot may keep an inaccessible one */
         for (uint32_t k = run_start; k < s; k++) {
           int32_t ci = a->slot_chunk[k];

@@ -134,4 +134,9 @@ int gml_host_fake_ordered(gml_backend *be, uintptr_t from, uint64_t pos, uintptr
 /* Work enqueued on `stream` so far, and the waits inserted on any stream. */
 uint64_t gml_host_fake_position(gml_backend *be, uintptr_t stream);
 uint64_t gml_host_fake_waits(gml_backend *be);
+/* Tests only (gml-testclient's `cost`): the host backend of this process
+ * spends the CPU time a driver would, spinning (a 50 us sleep is a timer's
+ * slack): import_ns per chunk imported, unmap_ns per chunk unmapped,
+ * access_ns per chunk given access. All 0 (the default): no cost. */
+void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_ns);
 #endif

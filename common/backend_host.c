@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "gmlake.h"
 #include "log.h"
+#include "util.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,22 @@ static int host_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
   return 0;
 }
 
+static uint64_t cost_import_ns, cost_unmap_ns, cost_access_ns; /* gml_host_test_costs */
+
+void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_ns) {
+  __atomic_store_n(&cost_import_ns, import_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&cost_unmap_ns, unmap_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&cost_access_ns, access_ns, __ATOMIC_RELAXED);
+}
+
+static void spin_cost(const uint64_t *cost, uint64_t times) {
+  uint64_t ns = __atomic_load_n(cost, __ATOMIC_RELAXED) * times;
+  for (uint64_t t0 = ns ? gml_now_ns() : 0; ns && gml_now_ns() - t0 < ns;) {
+  }
+}
+
 static int host_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
+  spin_cost(&cost_import_ns, 1);
   struct stat st;
   if (fstat(fd, &st) != 0 || (size_t)st.st_size != be->chunk_size) {
     close(fd);
@@ -115,7 +131,7 @@ static int host_map(gml_backend *be, uintptr_t va, gml_phys phys) {
 }
 
 static int host_set_access(gml_backend *be, uintptr_t va, size_t size, int flags) {
-  (void)be;
+  spin_cost(&cost_access_ns, size / be->chunk_size);
   /* mapped read-write already (read-only from a read-only fd); only narrowing is asked for */
   if ((flags & GML_ACCESS_READ_ONLY) && mprotect((void *)va, size, PROT_READ) != 0) {
     GML_ERR("host set_access read-only at %#lx: %s", (unsigned long)va, strerror(errno));
@@ -125,7 +141,7 @@ static int host_set_access(gml_backend *be, uintptr_t va, size_t size, int flags
 }
 
 static int host_unmap(gml_backend *be, uintptr_t va, size_t size) {
-  (void)be;
+  spin_cost(&cost_unmap_ns, size / be->chunk_size);
   /* Replace with a fresh PROT_NONE reservation: the range stays ours. */
   void *p = mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? GML_EBACKEND : 0;

@@ -147,7 +147,9 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) 
   switch (env->msg_case) {
   case GMLAKE__ENVELOPE__MSG_HELLO: return hello_done ? "second hello" : NULL;
   case GMLAKE__ENVELOPE__MSG_LEASE:
-    return env->lease->count < 1 || env->lease->count > GML_MAX_LEASE_CHUNKS ? "lease count out of range" : NULL;
+    if (env->lease->streamed && env->lease->optional) return "an optional lease streamed";
+    return env->lease->count < 1 || env->lease->count > (env->lease->streamed ? GML_MAX_STREAM_LEASE : GML_MAX_LEASE_CHUNKS)
+               ? "lease count out of range" : NULL;
   case GMLAKE__ENVELOPE__MSG_RET:
     return env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS ? "return count out of range" : NULL;
   case GMLAKE__ENVELOPE__MSG_USAGE: return NULL;

@@ -10,6 +10,9 @@
 #define GML_PROTOCOL_VERSION 1
 #define GML_MAX_FRAME (64 * 1024)   /* larger lengths close the connection */
 #define GML_MAX_LEASE_CHUNKS 128    /* chunk ids (and fds) per message */
+/* The most chunks one streamed lease asks (LeaseRequest.streamed): 256 GiB of
+ * 4 MiB chunks; the daemon says its own bound in HelloReply.max_stream. */
+#define GML_MAX_STREAM_LEASE 65536
 /* Upper bounds (microseconds) of LakeStats.lease_latency_bucket: the lease
  * latency histogram (Prometheus gmlake_lease_duration_seconds). */
 #define GML_LEASE_LAT_BOUNDS_US {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000}
@@ -31,7 +34,8 @@ int gml_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int max
 
 /* The checks every request from a client passes before the daemon acts on
  * it, whatever its state: a sequence number, hello first and only once, a
- * kind a client may send, chunk counts within 1..GML_MAX_LEASE_CHUNKS.
+ * kind a client may send, chunk counts within 1..GML_MAX_LEASE_CHUNKS (a
+ * streamed lease: 1..GML_MAX_STREAM_LEASE).
  * Returns NULL, or what is wrong (the daemon closes that client). */
 const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done);
 

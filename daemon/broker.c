@@ -34,7 +34,7 @@ static void decision_start(broker_decision *d, const broker_client *c) {
   d->verdict = BROKER_NONE;
   d->seq = c->lease.seq;
   d->count = c->lease.count;
-  d->n = 0;
+  d->n = d->left = 0;
   d->code = 0;
   d->why[0] = d->message[0] = 0;
   d->reclaim_bytes = 0;
@@ -70,13 +70,15 @@ static void make_room(broker *b, const broker_client *c, uint32_t want) {
   }
 }
 
-/* Serve c's lease from the free chunks it may have, all or part of it. */
+/* Serve c's lease from the free chunks it may have, all or part of it (a
+ * streamed lease: up to BROKER_MAX_LEASE of what it still wants; it stays
+ * pending until all went out). */
 static int serve(broker *b, broker_client *c, broker_decision *d) {
   if (!c->lease.pending || !b->lk->nfree) return 0;
   /* the quota again: another connection of the process (or user) may have leased meanwhile */
   uint64_t room = broker_quota_room(b, c, NULL, NULL, 0);
   if (!room) return 0;
-  uint32_t want = (uint32_t)GML_MIN((uint64_t)c->lease.count, room);
+  uint32_t want = (uint32_t)GML_MIN(GML_MIN((uint64_t)c->lease.count, room), BROKER_MAX_LEASE);
   uint32_t n = lake_take_for(b->lk, c->id, c->uid, want, d->idx);
   if (!n) {
     make_room(b, c, want);
@@ -87,6 +89,13 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
   d->n = n;
   d->since_ns = c->lease.since_ns;
   c->leased_chunks += d->n;
+  c->lease.count -= n;
+  if (c->lease.streamed && c->lease.count) {
+    d->left = c->lease.count;
+    c->lease.progressed = 1;
+    c->lease.served_since_ask += n;
+    return 1;
+  }
   c->lease.pending = 0;
   c->lease.reclaim_asked = 0;
   b->counters->lease_count++;
@@ -132,9 +141,11 @@ static size_t holders(const broker *b, holder *h, size_t max) {
  * out-of-memory error carries to the client (and PyTorch's OOM message). */
 static void lake_picture(const broker *b, const broker_client *asker, char *out, size_t len) {
   const lake *lk = b->lk;
-  char s1[32], s2[32], s3[32], s4[32], s5[32];
-  size_t o = (size_t)snprintf(out, len, "asked %s; the lake holds %s of limit %s (%s free, %s parked); held by:",
-                              gml_format_bytes((uint64_t)asker->lease.count * lk->cs, s1, sizeof s1),
+  char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32], sent[64] = "";
+  if (asker->lease.asked > asker->lease.count) /* a streamed lease, partly served */
+    snprintf(sent, sizeof sent, " (%s of it sent)", gml_format_bytes((uint64_t)(asker->lease.asked - asker->lease.count) * lk->cs, s6, sizeof s6));
+  size_t o = (size_t)snprintf(out, len, "asked %s%s; the lake holds %s of limit %s (%s free, %s parked); held by:",
+                              gml_format_bytes((uint64_t)asker->lease.asked * lk->cs, s1, sizeof s1), sent,
                               gml_format_bytes(lk->total * lk->cs, s2, sizeof s2), gml_format_bytes(lk->limit_bytes, s3, sizeof s3),
                               gml_format_bytes((uint64_t)lk->nfree * lk->cs, s4, sizeof s4),
                               gml_format_bytes(lk->parked * lk->cs, s5, sizeof s5));
@@ -217,8 +228,8 @@ uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *qu
   return room;
 }
 
-void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
-                  broker_decision *d) {
+static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, int streamed,
+                        uint64_t now_ns, broker_decision *d) {
   b->prefetch_suspended = 0; /* demand is back */
   uint64_t quota;
   char who[160];
@@ -226,6 +237,8 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
   c->lease = (broker_request){.pending = 1,
                             .seq = seq,
                             .count = count > allowed ? (uint32_t)allowed : count,
+                            .asked = count > allowed ? (uint32_t)allowed : count,
+                            .streamed = streamed,
                             .since_ns = now_ns,
                             .deadline_ns = now_ns + b->lease_wait_ns};
   decision_start(d, c);
@@ -249,6 +262,15 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
   if (!serve(b, c, d)) d->verdict = BROKER_WAIT;
 }
 
+void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
+                  broker_decision *d) {
+  lease_start(b, c, seq, count, optional, 0, now_ns, d);
+}
+
+void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns, broker_decision *d) {
+  lease_start(b, c, seq, GML_MIN(count, BROKER_MAX_STREAM), 0, 1, now_ns, d);
+}
+
 static int can_give_back(const broker *b, const broker_client *asker, const broker_client *o) {
   uint64_t cs = b->lk->cs;
   return o != asker && !o->closing && (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->growable_mapped + cs);
@@ -266,10 +288,40 @@ static int all_answered(const broker *b, const broker_client *c) {
   return 1;
 }
 
+/* Ask the others for idle cache for c's lease (they get the request from
+ * the session: broker_reclaim_targets). A plain lease asks for
+ * BROKER_RECLAIM_AHEAD leases' worth; a streamed one for all it needs
+ * beyond what is free and what can still be created, at once. Returns 0
+ * when there is nobody to ask. */
+static int ask_reclaim(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
+  const lake *lk = b->lk;
+  uint64_t bytes = (uint64_t)c->lease.count * lk->cs * BROKER_RECLAIM_AHEAD;
+  if (c->lease.streamed) {
+    uint64_t coming = (uint64_t)lk->nfree + lk->creating + lake_headroom(lk);
+    if (c->lease.count <= coming) return 1; /* nothing to ask yet */
+    bytes = (c->lease.count - coming) * lk->cs;
+  }
+  c->lease.reclaim_asked = 1;
+  c->lease.asked_ns = now_ns;
+  c->lease.served_since_ask = 0;
+  for (broker_client *o = b->clients; o; o = o->next) /* the session asks them (broker_reclaim_targets) */
+    if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns, o->reclaims_sent++;
+  if (!broker_reclaim_targets(b, c, NULL, 0)) return 0;
+  d->reclaim_bytes = bytes;
+  return 1;
+}
+
 void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
   decision_start(d, c);
   if (!c->lease.pending || c->closing) return;
-  if (serve(b, c, d)) return;
+  if (c->lease.progressed) { /* a streamed lease got chunks: its wait starts again */
+    c->lease.progressed = 0;
+    c->lease.deadline_ns = now_ns + b->lease_wait_ns;
+  }
+  if (serve(b, c, d)) { /* a streamed lease may want more than is free or coming: ask now */
+    if (c->lease.pending && !c->lease.reclaim_asked) ask_reclaim(b, c, now_ns, d);
+    return;
+  }
   uint64_t quota;
   char who[160];
   if (!broker_quota_room(b, c, &quota, who, sizeof who)) { /* another connection of its process or user took the rest */
@@ -281,21 +333,18 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
   d->verdict = BROKER_WAIT;
   int nothing_coming = b->lk->creating == 0 && lake_headroom(b->lk) == 0;
   if (nothing_coming && c->lease.reclaim_asked && b->lk->parked == 0 && all_answered(b, c)) {
-    refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full and no other client had idle cache to give back");
-    return;
-  }
-  if (nothing_coming && !c->lease.reclaim_asked) {
-    c->lease.reclaim_asked = 1;
-    c->lease.asked_ns = now_ns;
-    for (broker_client *o = b->clients; o; o = o->next) /* the session asks them (broker_reclaim_targets) */
-      if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns, o->reclaims_sent++;
-    if (broker_reclaim_targets(b, c, NULL, 0)) {
-      d->reclaim_bytes = (uint64_t)c->lease.count * b->lk->cs * BROKER_RECLAIM_AHEAD;
-    } else if (b->lk->parked == 0) {
-      /* nobody holds idle cache to give back: say so now rather than wait */
-      refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
+    if (!c->lease.served_since_ask) {
+      refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full and no other client had idle cache to give back");
       return;
     }
+    c->lease.reclaim_asked = 0; /* a streamed lease got what they gave: ask again for the rest */
+  }
+  /* a streamed lease asks at once for what creating cannot cover; a plain one once nothing else can come */
+  if ((nothing_coming || c->lease.streamed) && !c->lease.reclaim_asked && !ask_reclaim(b, c, now_ns, d) &&
+      nothing_coming && b->lk->parked == 0) {
+    /* nobody holds idle cache to give back: say so now rather than wait */
+    refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
+    return;
   }
   if (now_ns >= c->lease.deadline_ns) refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
 }

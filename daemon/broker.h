@@ -21,7 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define BROKER_MAX_LEASE 128          /* chunks one lease may ask for (the wire's limit) */
+#define BROKER_MAX_LEASE 128          /* chunks one lease may ask for (the wire's limit), and one reply carries */
+#define BROKER_MAX_STREAM GML_MAX_STREAM_LEASE /* chunks one streamed lease may ask for (HelloReply.max_stream) */
 #define BROKER_LEASE_WAIT_MS 3000     /* a lease waits this long for reclaimed chunks (--lease-wait) */
 #define BROKER_RECLAIM_AHEAD 16       /* a reclaim asks for this many leases' worth: a large allocation
                                        * comes as a run of leases of at most BROKER_MAX_LEASE chunks, and
@@ -32,10 +33,14 @@
 typedef struct broker_request { /* a client's lease request in flight (at most one) */
   int pending;
   uint64_t seq;                /* the request's seq, echoed by the answer */
-  uint32_t count;              /* chunks wanted, after the quota */
+  uint32_t count;              /* chunks wanted, after the quota (streamed: still to send) */
+  uint32_t asked;              /* chunks wanted in all, after the quota */
+  int streamed;                /* served in replies of up to BROKER_MAX_LEASE as chunks come free */
+  int progressed;              /* streamed: chunks went out since the last review (its wait starts again) */
   uint64_t since_ns, deadline_ns;
   int reclaim_asked;           /* other clients were asked for idle cache for it */
   uint64_t asked_ns;           /* ... when */
+  uint32_t served_since_ask;   /* streamed: chunks sent since they were asked */
 } broker_request;
 
 /* A client as the broker sees it: who it is, what it holds and reported.
@@ -111,6 +116,7 @@ typedef struct broker_decision {
   uint64_t seq;                /* of the lease answered */
   uint32_t count;              /* chunks the lease asked for (after the quota) */
   uint32_t n;                  /* BROKER_SERVE: chunks served (may be fewer than count) */
+  uint32_t left;               /* BROKER_SERVE of a streamed lease: chunks still to come (0: its last reply) */
   uint32_t idx[BROKER_MAX_LEASE];
   uint64_t since_ns;           /* BROKER_SERVE: when the lease was asked (its latency) */
   int code;                    /* BROKER_REFUSE / BROKER_DECLINE: a GML_E* code */
@@ -145,6 +151,14 @@ uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *qu
  * with broker_review after ordering chunks with broker_refill). */
 void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
                   broker_decision *d);
+/* A streamed lease: count (1..BROKER_MAX_STREAM) chunks, served in decisions
+ * of up to BROKER_MAX_LEASE (d->left says how many are still to come; the
+ * lease stays pending until then), each as soon as chunks are free: call
+ * broker_serve_free again while it returns 1. Its wait bound counts from
+ * the last chunks sent, and the other clients are asked at once for the
+ * idle cache it needs beyond what is free and what can still be created,
+ * all of it in one request each. */
+void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns, broker_decision *d);
 /* Look again at c's waiting lease (the loop's tick, after a lease): serve it
  * from free chunks; when no chunk can come any more (nothing being created, the
  * lake at its limit) ask the others for idle cache once, or refuse when nobody

@@ -9,8 +9,11 @@
  *   config.c   settings: one option table for the file, flags, --help
  *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
  *   trust.c    the trust model's answers: none (a chunk for another uid is made anew)
- *   session.c  client sockets: decode, validate and dispatch by table,
- *              carry the broker's decisions out; bounds and timeouts  (broker, creator, conn)
+ *   session.c  client sockets: decode, validate and dispatch by table;
+ *              bounds and timeouts                                   (broker, creator, conn)
+ *   grant.c    the broker's lease decisions carried out on a session:
+ *              chunks sent (streamed leases reply after reply), refusals,
+ *              reclaim requests                                      (broker, session)
  *   listen.c   accepting, within the connection limits               (session, conn)
  *   shares.c   shared read-only memory: shares, their mappers         (lake, session)
  *   adopt.c    chunks handed over after a restart, all or nothing     (lake, broker, session)

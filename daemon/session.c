@@ -89,7 +89,7 @@ static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...)
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send(s, env, fds, nfds); }
 
 void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) {
-  char msg[256];
+  char msg[1024]; /* an out-of-memory refusal carries the lake-wide picture */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -106,77 +106,15 @@ void session_send_reclaim(session *s, uint64_t bytes) {
   session_send(s, &env, NULL, 0);
 }
 
-/* ---------- carrying out the broker's decisions ---------- */
-
-/* Ask the clients the broker names (most idle cache first) for idle cache. */
-static void ask_reclaim(gmld *d, const broker_client *asker, uint64_t bytes) {
-  broker_client *few[32], **who = few;
-  size_t n = broker_reclaim_targets(&d->br, asker, few, GML_ARRAY_LEN(few));
-  if (n > GML_ARRAY_LEN(few)) {
-    if ((who = malloc(n * sizeof *who))) broker_reclaim_targets(&d->br, asker, who, n);
-    else who = few, n = GML_ARRAY_LEN(few); /* out of memory: the most idle ones */
-  }
-  for (size_t i = 0; i < n; i++) {
-    session_send_reclaim(session_of(who[i]), bytes);
-    GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
-             (unsigned long long)bytes);
-  }
-  if (who != few) free(who);
-}
-
-static void send_chunks(session *s, const broker_decision *dec) {
-  gmld *d = s->d;
-  uint64_t ids[BROKER_MAX_LEASE];
-  int fds[BROKER_MAX_LEASE];
-  for (uint32_t i = 0; i < dec->n; i++) {
-    ids[i] = lake_chunk_id(&d->lk, dec->idx[i]);
-    fds[i] = d->lk.chunks[dec->idx[i]].fd;
-  }
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__LeaseReply lr = GMLAKE__LEASE_REPLY__INIT;
-  lr.n_chunk_ids = dec->n;
-  lr.chunk_ids = ids;
-  env.seq = dec->seq;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE_REPLY;
-  env.lease_reply = &lr;
-  session_send(s, &env, fds, (int)dec->n);
-  broker_record_latency(&d->br, gml_now_ns() - dec->since_ns);
-}
-
-/* Reclaim requests first, then s's answer (nothing while its lease waits). */
-static void carry_out(session *s, const broker_decision *dec) {
-  if (dec->reclaim_bytes) ask_reclaim(s->d, &s->bc, dec->reclaim_bytes);
-  switch (dec->verdict) {
-  case BROKER_SERVE: send_chunks(s, dec); break;
-  case BROKER_REFUSE:
-    GML_WARN("lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
-             (int)s->bc.pid, dec->why);
-    send_error(s, dec->seq, dec->code, "%s", dec->message);
-    break;
-  case BROKER_DECLINE: send_error(s, dec->seq, dec->code, "%s", dec->message); break;
-  case BROKER_NONE:
-  case BROKER_WAIT: break;
-  }
-}
-
-void sessions_serve_pending(gmld *d) {
-  broker_decision dec;
-  for (broker_client *c = d->br.clients; c && d->lk.nfree; c = c->next)
-    if (broker_serve_free(&d->br, c, &dec)) carry_out(session_of(c), &dec);
-}
-
 void sessions_tick(gmld *d) {
   uint64_t now = gml_now_ns();
-  broker_decision dec;
   for (broker_client *c = d->br.clients; c; c = c->next) {
     session *s = session_of(c);
     if (!s->hello_done && now - s->connect_ns > (uint64_t)d->cfg.hello_timeout_ms * 1000000ull)
       session_doom(s, "no hello within hello-timeout-ms");
     if (s->partial_since_ns && now - s->partial_since_ns > (uint64_t)d->cfg.frame_timeout_ms * 1000000ull)
       session_doom(s, "a partial frame not completed within frame-timeout-ms");
-    if (c->closing) continue;
-    broker_review(&d->br, c, now, &dec);
-    carry_out(session_of(c), &dec);
+    if (!c->closing) grant_review(s, now);
   }
 }
 
@@ -219,6 +157,7 @@ static void handle_hello(request *rq) {
   r.device = d->cfg.device;
   r.client_id = s->bc.id;
   r.instance = d->instance;
+  r.max_stream = BROKER_MAX_STREAM;
   env.seq = rq->env->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;
@@ -231,14 +170,9 @@ static int check_lease(request *rq) {
   return rq->s->bc.lease.pending ? refuse_msg(rq, "a second lease while one is in flight") : 0;
 }
 
-static void handle_lease(request *rq) {
-  session *s = rq->s;
-  gmld *d = s->d;
-  broker_decision dec;
-  broker_lease(&d->br, &s->bc, rq->env->seq, rq->env->lease->count, rq->env->lease->optional, gml_now_ns(), &dec);
-  carry_out(s, &dec);
-  daemon_refill(d);
-  if (dec.verdict == BROKER_WAIT) sessions_tick(d); /* may ask others to reclaim */
+static void handle_lease(request *rq) { /* decided by the broker, carried out by grant.c */
+  const Gmlake__LeaseRequest *lr = rq->env->lease;
+  grant_lease(rq->s, rq->env->seq, (uint32_t)lr->count, lr->optional, lr->streamed);
 }
 
 /* Every id must be a chunk the client holds, each once. */
@@ -423,7 +357,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
     session_close(s, uv_strerror(status));
     return;
   }
-  if (events & UV_WRITABLE) tx_flush(s);
+  if (events & UV_WRITABLE) tx_flush(s), grant_more(s);
   if ((events & UV_READABLE) && !s->bc.closing) session_read(s);
   if (s->fd >= 0) session_update_poll(s);
 }

@@ -39,7 +39,12 @@ int sessions_listen(struct gmld *d);          /* the client socket */
 int listen_start(struct gmld *d);             /* listen.c */
 void sessions_stop_listening(struct gmld *d); /* listen.c */
 void sessions_close_all(struct gmld *d);
-void sessions_serve_pending(struct gmld *d); /* after chunks became free */
+void sessions_serve_pending(struct gmld *d); /* after chunks became free (grant.c) */
+/* grant.c: the broker's lease decisions carried out: a lease asked (the
+ * tick reviews it while it waits), the tick's review of s's lease. */
+void grant_lease(session *s, uint64_t seq, uint32_t count, int optional, int streamed);
+void grant_review(session *s, uint64_t now_ns);
+void grant_more(session *s); /* s's send queue drained: its streamed lease gets what is free */
 void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines; timeouts */
 void session_send_reclaim(session *s, uint64_t bytes);
 /* For the other message handlers (shares.c): a reply with its fds, an error reply. */

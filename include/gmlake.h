@@ -118,6 +118,14 @@ typedef struct gml_stats {
   uint64_t borrows;         /* allocations served by a block freed on another stream */
   uint64_t borrow_waits;    /* of those, the ones that made their stream wait for the other's event */
   uint64_t shared_mapped;     /* bytes of shared read-only chunks mapped (gml_share/attach/dedup) */
+  /* Where new chunks' time goes (the allocator's and the growable ranges'
+   * leases): lease_wait_ns + import_ns is the time in chunk requests; map_ns
+   * holds them and the mapping, of which map_call_ns and access_ns: */
+  uint64_t lease_wait_ns;     /* waiting for the daemon's lease replies (daemon mode) */
+  uint64_t import_ns;         /* importing the chunks they carried (the driver's import) */
+  uint64_t map_call_ns;       /* the backend's map calls */
+  uint64_t access_ns;         /* the backend's set-access calls */
+  uint64_t chunks_streamed;   /* chunks that came by streamed leases (one request, many replies) */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");

@@ -477,6 +477,138 @@ START_TEST(test_set_limit) {
 }
 END_TEST
 
+/* A streamed lease (one request for more than one reply holds): served in
+ * replies of up to BROKER_MAX_LEASE chunks, each saying how many are still
+ * to come; pending until the last; counted as one lease. */
+START_TEST(test_streamed_lease_in_replies) {
+  lk.limit_bytes = 300 * cs;
+  add_chunks(300);
+  broker_client a;
+  client(&a, 1, 101, 0);
+  broker_decision d;
+  broker_lease_streamed(&br, &a, 7, 290, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.seq, 7);
+  ck_assert_uint_eq(d.n, BROKER_MAX_LEASE);
+  ck_assert_uint_eq(d.left, 290 - BROKER_MAX_LEASE);
+  ck_assert_int_eq(a.lease.pending, 1);
+  ck_assert_int_eq(broker_serve_free(&br, &a, &d), 1);
+  ck_assert_uint_eq(d.n, BROKER_MAX_LEASE);
+  ck_assert_uint_eq(d.left, 290 - 2 * BROKER_MAX_LEASE);
+  ck_assert_int_eq(broker_serve_free(&br, &a, &d), 1);
+  ck_assert_uint_eq(d.n, 290 - 2 * BROKER_MAX_LEASE);
+  ck_assert_uint_eq(d.left, 0);
+  ck_assert_int_eq(a.lease.pending, 0);
+  ck_assert_uint_eq(a.leased_chunks, 290);
+  ck_assert_uint_eq(counters.lease_count, 1);
+  ck_assert_int_eq(broker_serve_free(&br, &a, &d), 0); /* nothing pending */
+  /* a plain lease never stays pending after a partial serve: the client asks again */
+  broker_lease(&br, &a, 8, 20, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 10);
+  ck_assert_uint_eq(d.left, 0);
+  ck_assert_int_eq(a.lease.pending, 0);
+}
+END_TEST
+
+/* A streamed lease asks the others at once, in one request each, for all it
+ * needs beyond what is free and what can still be created (the old way: a
+ * plain lease's worth times BROKER_RECLAIM_AHEAD, and only once nothing could
+ * be created any more: 4 rounds for 40 GiB on the H100); what comes back
+ * and what is created serve it as it lands. */
+START_TEST(test_streamed_lease_asks_the_whole_shortfall) {
+  lk.limit_bytes = 300 * cs;
+  broker_client holder, asker;
+  client(&holder, 1, 101, 0);
+  add_chunks(250);
+  broker_decision d;
+  broker_lease_streamed(&br, &holder, 1, 250, 0, &d);
+  while (holder.lease.pending) ck_assert_int_eq(broker_serve_free(&br, &holder, &d), 1);
+  holder.cached = 250 * cs; /* it freed everything and idles */
+  add_chunks(20);
+  client(&asker, 2, 102, 0);
+  broker_lease_streamed(&br, &asker, 5, 280, 10 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE); /* the 20 free ones at once */
+  ck_assert_uint_eq(d.n, 20);
+  ck_assert_uint_eq(d.left, 260);
+  ck_assert_uint_eq(broker_refill(&br, 10 * MS), 30); /* the limit leaves room for 30 new ones */
+  broker_review(&br, &asker, 10 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, (260 - 30) * cs); /* all of what creating cannot cover */
+  ck_assert_uint_eq(holder.reclaims_sent, 1);
+  broker_review(&br, &asker, 11 * MS, &d);
+  ck_assert_uint_eq(d.reclaim_bytes, 0); /* asked once */
+  uint32_t back[128];
+  for (uint32_t i = 0; i < 128; i++) back[i] = i;
+  broker_returned(&br, &holder, back, 128);
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
+  ck_assert_uint_eq(d.n, 128);
+  ck_assert_uint_eq(d.left, 132);
+  for (uint32_t i = 0; i < 102; i++) back[i] = 128 + i;
+  broker_returned(&br, &holder, back, 102);
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
+  ck_assert_uint_eq(d.left, 30);
+  lk.creating = 0; /* the creators' 30 land */
+  add_chunks(30);
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
+  ck_assert_uint_eq(d.n, 30);
+  ck_assert_uint_eq(d.left, 0);
+  ck_assert_int_eq(asker.lease.pending, 0);
+  ck_assert_uint_eq(asker.leased_chunks, 280);
+  ck_assert_uint_eq(holder.reclaims_sent, 1);
+}
+END_TEST
+
+/* A streamed lease's wait bound counts from the last chunks it got; once
+ * everyone asked has answered, it asks again if they gave something, and is
+ * refused (with what it asked and what it got) when nobody has more. */
+START_TEST(test_streamed_lease_wait_and_refusal) {
+  broker_client holder, asker;
+  client(&holder, 1, 101, 10);
+  fill_lake(&holder);
+  client(&asker, 2, 102, 0);
+  broker_decision d;
+  broker_lease_streamed(&br, &asker, 3, 200, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_review(&br, &asker, 1 * MS, &d);
+  ck_assert_uint_eq(d.reclaim_bytes, 200 * cs);
+  uint32_t back[4] = {0, 1, 2, 3};
+  broker_returned(&br, &holder, back, 4);
+  ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
+  ck_assert_uint_eq(d.left, 196);
+  /* chunks came just before the deadline: the wait starts again */
+  uint64_t t = BROKER_LEASE_WAIT_MS * MS - 1 * MS;
+  broker_review(&br, &asker, t, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS + 1 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  /* the holder answered, having given those 4 (the rest was still in use on
+   * its streams): asked again for the rest */
+  broker_reported(&br, &holder, holder.reclaims_sent);
+  holder.cached = 6 * cs;
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS + 2 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(d.reclaim_bytes, 196 * cs);
+  ck_assert_uint_eq(holder.reclaims_sent, 2);
+  /* it answers again, giving nothing: refused now, with what was asked and what was sent */
+  broker_reported(&br, &holder, holder.reclaims_sent);
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS + 3 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_str_eq(d.why, "out of memory: the lake is full and no other client had idle cache to give back");
+  ck_assert_int_eq(d.code, GML_ENOMEM);
+  ck_assert_msg(strstr(d.message, "asked 400.00 MiB (8.00 MiB of it sent); the lake holds"), "%s", d.message);
+  ck_assert_int_eq(asker.lease.pending, 0);
+  ck_assert_uint_eq(asker.leased_chunks, 4); /* what it got stays its own */
+  /* the same without progress nor an answer: refused at its deadline */
+  broker_lease_streamed(&br, &asker, 4, 200, 10000 * MS, &d);
+  broker_review(&br, &asker, 10001 * MS, &d);
+  ck_assert_uint_eq(d.reclaim_bytes, 200 * cs);
+  broker_review(&br, &asker, 10000 * MS + BROKER_LEASE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_msg(strstr(d.message, "asked 400.00 MiB; the lake holds"), "%s", d.message);
+}
+END_TEST
+
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
@@ -496,6 +628,9 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_refill_after_trim_and_preallocation);
   tcase_add_test(tc, test_set_limit);
   tcase_add_test(tc, test_trust_between_uids);
+  tcase_add_test(tc, test_streamed_lease_in_replies);
+  tcase_add_test(tc, test_streamed_lease_asks_the_whole_shortfall);
+  tcase_add_test(tc, test_streamed_lease_wait_and_refusal);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -142,6 +142,51 @@ START_TEST(test_pause_resume_across_clients) {
 }
 END_TEST
 
+/* The idle-hog case of the GPU (A caches 40 GiB and idles, B asks 40 GiB of
+ * a 60 GiB lake), scaled down, with B's library spending a driver's import
+ * time per chunk (200 us, the host backend's test cost): B's allocation is
+ * one streamed lease; the daemon asks A at once, in one request, for what
+ * creating new chunks cannot cover, and A gives exactly that; B imports a
+ * reply's chunks while the next ones come, so its time is the imports' and
+ * little else. */
+START_TEST(test_idle_hog_streamed) {
+  start_daemon("--limit 640MiB --prefetch 0");
+  proc a = client_start(), b = client_start();
+  int pid_a = client_ready(&a);
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  ck_assert_str_eq(client_cmd(&b, "cost 200 0 0"), "ok");
+  double t0 = now_ms();
+  const char *r = client_cmd(&b, "alloc %d", 512 << 20); /* 256 chunks: 64 new ones under the limit, 192 of A's */
+  double dt = now_ms() - t0;
+  ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
+  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us;
+  r = client_cmd(&b, "timing");
+  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu",
+                          &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us), 7);
+  printf("  idle hog, 256 chunks at 200 us an import: B served in %.1f ms: waited for the daemon %.1f ms, imported %.1f ms, "
+         "mapped %.1f ms (%llu request(s), %llu chunks streamed)\n", dt, wait_us / 1e3, import_us / 1e3,
+         (map_us - wait_us - import_us) / 1e3, calls, streamed);
+  ck_assert_uint_eq(calls, 1);
+  ck_assert_uint_eq(streamed, 256);
+  ck_assert_uint_ge(import_us, 256 * 200);
+  ck_assert_msg(wait_us * 2 < import_us, "B waited %llu us for replies beside %llu us of imports", wait_us, import_us);
+  /* one reclaim request, for exactly what creating could not cover; A keeps the rest */
+  char out[256];
+  sh(out, sizeof out, "grep -c 'asked client' %s/daemon.log", tmpdir);
+  ck_assert_int_eq(atoi(out), 1);
+  sh(out, sizeof out, "grep -c 'for %d bytes of idle cache' %s/daemon.log", 192 * (2 << 20), tmpdir);
+  ck_assert_int_eq(atoi(out), 1);
+  ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 64 << 21);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A uid: quota counts all the user's processes together. */
 START_TEST(test_uid_quota_over_two_processes) {
   start_daemon("--limit 64MiB --prefetch 0");
@@ -265,6 +310,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, harness_setup, NULL);
   tcase_add_test(tc, test_idle_client_gives_back);
   tcase_add_test(tc, test_full_lake_message);
+  tcase_add_test(tc, test_idle_hog_streamed);
   tcase_add_test(tc, test_pause_resume_across_clients);
   tcase_add_test(tc, test_uid_quota_over_two_processes);
   tcase_add_test(tc, test_process_quota_over_connections);

@@ -4,6 +4,8 @@
  * and on one growable range: grow MAX | gmap OFF LEN | gunmap OFF LEN | gensure N | gshrink N |
  *   gtag K TOKEN (chunk k of the range) | gread K | ginfo | gdestroy
  * pause and tags: settag T | pause FLAGS TAG [PATH] | resume | addr I (the block's address)
+ * the lease path: cost IMPORT_US UNMAP_US ACCESS_US (the host backend spends a driver's time per chunk) |
+ *   nostream (leases of up to 128 chunks, one reply each) | timing (where new chunks' time went)
  * more connections of this process: conns N SIZE (N more clients, each allocates SIZE; kept until close)
  * shared memory: share KEY SIZE [any] | dedup SIZE HASHTEXT | attach KEY | aread K | adetach |
  *   gwrite K / awrite K (a child process writes to chunk k of the range / the attached one:
@@ -51,6 +53,10 @@ static const char *child_write(volatile char *p) {
 }
 
 #define MAXB 4096
+
+/* The library's test hooks (hidden in the shared library; this links the static one). */
+void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_ns);
+void gml_client_test_nostream(gml_client *c);
 
 int main(int argc, char **argv) {
   if (argc < 2) {
@@ -140,6 +146,21 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < a && p; i++)
         if (p[i]) gml_free(c, p[i]);
       free(p);
+    } else if (!strcmp(cmd, "cost")) {
+      unsigned long long imp = 0, unm = 0, acc = 0;
+      sscanf(line, "%*s %llu %llu %llu", &imp, &unm, &acc);
+      gml_host_test_costs(imp * 1000, unm * 1000, acc * 1000);
+      printf("ok\n");
+    } else if (!strcmp(cmd, "nostream")) {
+      gml_client_test_nostream(c);
+      printf("ok\n");
+    } else if (!strcmp(cmd, "timing")) {
+      gml_stats_get(c, &st);
+      printf("timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu\n",
+             (unsigned long long)st.lease_calls, (unsigned long long)st.chunks_streamed,
+             (unsigned long long)st.lease_wait_ns / 1000, (unsigned long long)st.import_ns / 1000,
+             (unsigned long long)st.map_ns / 1000, (unsigned long long)st.map_call_ns / 1000,
+             (unsigned long long)st.access_ns / 1000);
     } else if (!strcmp(cmd, "flush")) {
       rc = gml_flush(c);
       printf(rc ? "err %d\n" : "ok\n", rc);

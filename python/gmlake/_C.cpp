@@ -565,6 +565,7 @@ py::object stats(int device) {
   F(lease_calls); F(lease_p50_ns); F(lease_p99_ns); F(fragmentation); F(chunk_size); F(access_calls);
   F(mapped_allocs); F(headroom_leased); F(map_ns); F(malloc_ns); F(version); F(growable_ranges); F(growable_mapped);
   F(growable_unmapped); F(paused_bytes); F(paused_saved); F(borrows); F(borrow_waits); F(shared_mapped);
+  F(lease_wait_ns); F(import_ns); F(map_call_ns); F(access_ns); F(chunks_streamed);
 #undef F
   d["backend"] = s.backend ? std::string(s.backend) : std::string("?");
   d["mode"] = s.mode == GML_MODE_DAEMON ? "daemon" : s.mode == GML_MODE_EMBEDDED ? "embedded" : "?";

@@ -48,7 +48,9 @@ class _Stats(ctypes.Structure):
         ("growable_ranges", ctypes.c_uint64), ("growable_mapped", ctypes.c_uint64),
         ("growable_unmapped", ctypes.c_uint64),
         ("paused_bytes", ctypes.c_uint64), ("paused_saved", ctypes.c_uint64),
-        ("borrows", ctypes.c_uint64), ("borrow_waits", ctypes.c_uint64), ("shared_mapped", ctypes.c_uint64)]
+        ("borrows", ctypes.c_uint64), ("borrow_waits", ctypes.c_uint64), ("shared_mapped", ctypes.c_uint64),
+        ("lease_wait_ns", ctypes.c_uint64), ("import_ns", ctypes.c_uint64), ("map_call_ns", ctypes.c_uint64),
+        ("access_ns", ctypes.c_uint64), ("chunks_streamed", ctypes.c_uint64)]
 
 
 class _BlockInfo(ctypes.Structure):

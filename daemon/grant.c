@@ -1,0 +1,114 @@
+/* grant.c: the broker's lease decisions (broker.c) carried out on a
+ * session: chunks sent with their fds, refusals, reclaim requests to the
+ * clients the broker names. A streamed lease gets reply after reply while
+ * chunks are free (each carries how many are still to come), and the rest
+ * as chunks come back or are created (sessions_serve_pending). Nothing is
+ * decided here. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "daemon.h"
+#include "session.h"
+#include "gmlake.h"
+#include "log.h"
+#include "util.h"
+#include <stdlib.h>
+
+/* A streamed lease's replies wait in its send queue only up to this many
+ * bytes (~16 replies, 2,048 fds duplicated for it): the rest is sent as the
+ * client reads (grant_more), so a client that does not read holds neither
+ * the daemon's fds nor its memory. */
+#define GRANT_QUEUE_MAX (32 * 1024)
+
+/* Ask the clients the broker names (most idle cache first) for idle cache. */
+static void ask_reclaim(gmld *d, const broker_client *asker, uint64_t bytes) {
+  broker_client *few[32], **who = few;
+  size_t n = broker_reclaim_targets(&d->br, asker, few, GML_ARRAY_LEN(few));
+  if (n > GML_ARRAY_LEN(few)) {
+    if ((who = malloc(n * sizeof *who))) broker_reclaim_targets(&d->br, asker, who, n);
+    else who = few, n = GML_ARRAY_LEN(few); /* out of memory: the most idle ones */
+  }
+  for (size_t i = 0; i < n; i++) {
+    session_send_reclaim(session_of(who[i]), bytes);
+    GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
+             (unsigned long long)bytes);
+  }
+  if (who != few) free(who);
+}
+
+static void send_chunks(session *s, const broker_decision *dec) {
+  gmld *d = s->d;
+  uint64_t ids[BROKER_MAX_LEASE];
+  int fds[BROKER_MAX_LEASE];
+  for (uint32_t i = 0; i < dec->n; i++) {
+    ids[i] = lake_chunk_id(&d->lk, dec->idx[i]);
+    fds[i] = d->lk.chunks[dec->idx[i]].fd;
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__LeaseReply lr = GMLAKE__LEASE_REPLY__INIT;
+  lr.n_chunk_ids = dec->n;
+  lr.chunk_ids = ids;
+  lr.left = dec->left;
+  env.seq = dec->seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE_REPLY;
+  env.lease_reply = &lr;
+  session_send_msg(s, &env, fds, (int)dec->n);
+  if (dec->left) return; /* a streamed lease's latency is its last reply's */
+  uint64_t ns = gml_now_ns() - dec->since_ns;
+  broker_record_latency(&d->br, ns);
+  if (s->bc.lease.asked > BROKER_MAX_LEASE) /* a streamed lease: one line for the operator (and the GPU bench) */
+    GML_INFO("streamed lease of %u chunk(s) to client %llu (pid %d) served in %.1f ms", s->bc.lease.asked,
+             (unsigned long long)s->bc.id, (int)s->bc.pid, (double)ns / 1e6);
+}
+
+/* A streamed lease: every free chunk it may have now, reply after reply,
+ * while its send queue has room. */
+static void serve_stream(session *s) {
+  broker_decision more;
+  while (s->bc.lease.pending && s->bc.lease.streamed && s->txq.bytes < GRANT_QUEUE_MAX &&
+         broker_serve_free(&s->d->br, &s->bc, &more))
+    send_chunks(s, &more);
+}
+
+void grant_more(session *s) { serve_stream(s); }
+
+/* Reclaim requests first, then s's answer (nothing while its lease waits). */
+static void carry_out(session *s, const broker_decision *dec) {
+  if (dec->reclaim_bytes) ask_reclaim(s->d, &s->bc, dec->reclaim_bytes);
+  switch (dec->verdict) {
+  case BROKER_SERVE:
+    send_chunks(s, dec);
+    serve_stream(s);
+    break;
+  case BROKER_REFUSE:
+    GML_WARN("lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
+             (int)s->bc.pid, dec->why);
+    session_send_error(s, dec->seq, dec->code, "%s", dec->message);
+    break;
+  case BROKER_DECLINE: session_send_error(s, dec->seq, dec->code, "%s", dec->message); break;
+  case BROKER_NONE:
+  case BROKER_WAIT: break;
+  }
+}
+
+void grant_lease(session *s, uint64_t seq, uint32_t count, int optional, int streamed) {
+  gmld *d = s->d;
+  broker_decision dec;
+  if (streamed) broker_lease_streamed(&d->br, &s->bc, seq, count, gml_now_ns(), &dec);
+  else broker_lease(&d->br, &s->bc, seq, count, optional, gml_now_ns(), &dec);
+  carry_out(s, &dec);
+  daemon_refill(d);
+  if (s->bc.lease.pending) sessions_tick(d); /* may ask others to reclaim */
+}
+
+void grant_review(session *s, uint64_t now_ns) {
+  broker_decision dec;
+  broker_review(&s->d->br, &s->bc, now_ns, &dec);
+  carry_out(s, &dec);
+}
+
+void sessions_serve_pending(gmld *d) {
+  broker_decision dec;
+  for (broker_client *c = d->br.clients; c && d->lk.nfree; c = c->next)
+    if (broker_serve_free(&d->br, c, &dec)) carry_out(session_of(c), &dec);
+}
