@@ -2,11 +2,14 @@
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
 #                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
+#                [overlap]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
+# overlap: whether one thread's imports and another's map + set-access run at once (bench/vmm_overlap.c:
+#         what a client could gain by mapping a streamed lease's chunks while it imports the next)
 # stall:  whether VMM calls slow the GPU work running beside them (bench/vmm_stall.py)
 # test:   the multi-process integration tests with the daemon on the cuda backend
 # lease:  chunk lease latency through the daemon, chunks pre-created (cuda and host)
@@ -72,6 +75,13 @@ fi
 
 if has stall; then
   PYTHONUNBUFFERED=1 python3 bench/vmm_stall.py 2>&1 | tee -a "$SUMMARY"
+fi
+
+if has overlap; then
+  if cc -std=gnu11 -O2 -Icommon bench/vmm_overlap.c -o "$BUILD/vmm_overlap" -ldl -pthread > "$OUTDIR/overlap.txt" 2>&1; then
+    "$BUILD/vmm_overlap" >> "$OUTDIR/overlap.txt" 2>&1
+  fi
+  cat "$OUTDIR/overlap.txt" | tee -a "$SUMMARY"
 fi
 
 if has test; then
@@ -178,9 +188,7 @@ if has lake; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/lake_bench.py --backend cuda --torch \
     --unit 1GiB --seconds 8 --build "$BUILD" 2>&1 | tee "$OUTDIR/lake_bench.txt" | grep -E '^lake bench' | tee -a "$SUMMARY"
 fi
-if has elastic; then  # needs gmlake._C: built here (a no-op when torchtest built it in this call)
-  (cd python && MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build_elastic.log" 2>&1 ||
-    say "gmlake._C: build FAILED for elastic: $(grep -m3 -E 'error' "$OUTDIR/torchext_build_elastic.log")"
+if has elastic; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/elastic.py --build "$BUILD" ${ELASTIC_ARGS:-} 2>&1 |
     tee "$OUTDIR/elastic.txt" | grep -E '^elastic' | tee -a "$SUMMARY"
 fi
