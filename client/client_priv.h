@@ -26,7 +26,7 @@ struct gml_growable {
   uint64_t *ids;
   uint8_t *mapped;
   int shared;      /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
-  char key[128];   /* the share's key when shared */
+  char key[144];   /* the share's key when shared (NAME@UID for another user's) */
   int broken;      /* a failed dedup could not put all its own chunks back (share.c): only destroy works */
 };
 

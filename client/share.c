@@ -324,7 +324,7 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
       return rc;
     }
     if (rc) return rc;
-    char key[128];
+    char key[144]; /* NAME@UID when another user published it */
     snprintf(key, sizeof key, "%s", r->attach_reply->key);
     uint64_t their = r->attach_reply->size;
     gmlake__envelope__free_unpacked(r, NULL);

@@ -12,6 +12,7 @@
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,16 +58,42 @@ struct share {
   mapper *mappers;
 };
 
-static share *find_key(gmld *d, const char *key) {
+/* Keys are per user: uid's share of that name. */
+static share *find_key(gmld *d, const char *key, uid_t uid) {
   for (share *sh = d->shares; sh; sh = sh->next)
-    if (!strcmp(sh->key, key)) return sh;
+    if (sh->uid == uid && !strcmp(sh->key, key)) return sh;
   return NULL;
 }
 
-static share *find_hash(gmld *d, const uint8_t *h, size_t n) {
-  for (share *sh = d->shares; sh; sh = sh->next)
-    if (n && sh->hash_len == n && !memcmp(sh->hash, h, n)) return sh;
-  return NULL;
+/* A key as a client of uid names it: its own user's share of that name,
+ * else, for "NAME@UID", user UID's share NAME. A plain name never finds
+ * another user's share: a user who published it first (to feed its weights
+ * to a victim's attachers, or to take the name) gets nobody's attach. */
+static share *find_named(gmld *d, const char *key, uid_t uid) {
+  share *sh = find_key(d, key, uid);
+  const char *at = strrchr(key, '@');
+  if (sh || !at || at == key || (size_t)(at - key) > SHARE_KEY_MAX) return sh;
+  char name[SHARE_KEY_MAX + 1], *end;
+  if (at[1] < '0' || at[1] > '9') return NULL;
+  errno = 0;
+  unsigned long owner = strtoul(at + 1, &end, 10);
+  if (*end || errno || owner > UINT32_MAX) return NULL;
+  memcpy(name, key, (size_t)(at - key));
+  name[at - key] = 0;
+  return find_key(d, name, (uid_t)owner);
+}
+
+static int allowed(const share *sh, uid_t uid);
+
+/* A share with this content hash: uid's own first, else one uid may attach (publish: uid's only). */
+static share *find_hash(gmld *d, const uint8_t *h, size_t n, uid_t uid, int own_only) {
+  share *other = NULL;
+  for (share *sh = d->shares; sh && n; sh = sh->next)
+    if (sh->hash_len == n && !memcmp(sh->hash, h, n)) {
+      if (sh->uid == uid) return sh;
+      if (!other && !own_only && allowed(sh, uid)) other = sh;
+    }
+  return other;
 }
 
 static int allowed(const share *sh, uid_t uid) {
@@ -190,8 +217,8 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
     return;
   }
   int code = 0;
-  if (find_key(d, r->key)) code = GML_EEXIST;
-  else if (r->content_hash.len && find_hash(d, r->content_hash.data, r->content_hash.len)) code = GML_EEXIST;
+  if (find_key(d, r->key, s->bc.uid)) code = GML_EEXIST;
+  else if (r->content_hash.len && find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid, 1)) code = GML_EEXIST;
   share *sh = code ? NULL : calloc(1, sizeof *sh);
   int *ro = NULL;
   if (!code && sh && !strcmp(d->be->name, "host") && (ro = malloc(n * sizeof *ro))) {
@@ -244,7 +271,8 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
 
 static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest *r) {
   gmld *d = s->d;
-  share *sh = r->key && *r->key ? find_key(d, r->key) : find_hash(d, r->content_hash.data, r->content_hash.len);
+  share *sh = r->key && *r->key ? find_named(d, r->key, s->bc.uid)
+                                 : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid, 0);
   if (!sh) {
     session_send_error(s, seq, GML_ENOENT, "no share %s", r->key && *r->key ? r->key : "with that content hash");
     return;
@@ -273,7 +301,9 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   }
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__AttachReply rep = GMLAKE__ATTACH_REPLY__INIT;
-  rep.key = sh->key;
+  char named[SHARE_KEY_MAX + 16]; /* how this client names it: NAME@UID for another user's */
+  snprintf(named, sizeof named, sh->uid == s->bc.uid ? "%s" : "%s@%u", sh->key, (unsigned)sh->uid);
+  rep.key = named;
   rep.size = sh->size;
   rep.nchunks = sh->n;
   rep.content_hash.data = sh->hash;
@@ -290,7 +320,7 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
 }
 
 static void handle_detach(session *s, uint64_t seq, const Gmlake__DetachRequest *r) {
-  share *sh = r->key ? find_key(s->d, r->key) : NULL;
+  share *sh = r->key ? find_named(s->d, r->key, s->bc.uid) : NULL;
   mapper *m = sh ? mapper_of(sh, s->bc.id) : NULL;
   if (!m) {
     session_send_error(s, seq, GML_ENOENT, "this client maps no share '%s'", r->key ? r->key : "");

@@ -272,9 +272,12 @@ typedef struct gml_share_opts {
 } gml_share_opts;
 /* Publish [0, size) of g: those chunks must be mapped; chunks past them are
  * unmapped and given back first. g becomes read-only. opts may be NULL.
- * GML_EEXIST: the key (or the hash) is taken. */
+ * GML_EEXIST: this user has a share of that key (or hash) already. */
 GML_API int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *opts);
 /* Map the share `key` read-only into a new range (*out; its info's base).
+ * Keys are per user: "NAME" is this user's share; "NAME@UID" is user UID's
+ * (another user's share is never found by its plain name, so one who
+ * published a name first cannot feed another user's attachers).
  * *size: the published size; meta/meta_len (in: capacity, out: length) may be NULL.
  * GML_ENOENT: no such share; GML_EPERM: not allowed. */
 GML_API int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len);

@@ -313,7 +313,9 @@ END_TEST
 
 /* Only the publisher's uid may attach, unless it allows others: a process
  * of another user is refused, then let in by a share that allows any uid
- * (and still cannot write). Needs root (to run a client as nobody). */
+ * (and still cannot write). Keys are per user: another user's share is
+ * named NAME@UID, and a user who publishes a name first does not feed the
+ * attachers of another user who use it. Needs root (to run a client as nobody). */
 START_TEST(test_share_other_user) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
     fprintf(stderr, "test_share_other_user: skipped (needs root and setpriv)\n");
@@ -336,7 +338,7 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
   share_tags(&a, 1, 3);
   ck_assert_str_eq(client_cmd(&a, "share mine %d", 2 << 20), "ok");
-  const char *r = client_cmd(&n, "attach mine");
+  const char *r = client_cmd(&n, "attach mine@0"); /* root's 'mine' */
   ck_assert_msg(!strncmp(r, "err -14 ", 8), "another user attached: '%s'", r);
   proc b = client_start();
   client_ready(&b);
@@ -344,12 +346,21 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&b, "gensure %d", 2 << 20), "ok");
   share_tags(&b, 1, 4);
   ck_assert_str_eq(client_cmd(&b, "share open %d any", 2 << 20), "ok");
-  ck_assert_str_eq(client_cmd(&n, "attach open"), "ok 2097152");
+  /* keys are per user: a plain name is one's own; another user's share is named NAME@UID */
+  ck_assert_msg(!strncmp(client_cmd(&n, "attach open"), "err -13 ", 8), "a plain key found another user's share");
+  ck_assert_str_eq(client_cmd(&n, "attach open@0"), "ok 2097152");
   ck_assert_str_eq(client_cmd(&n, "aread 0"), "tag 4000");
   ck_assert_str_eq(client_cmd(&n, "awrite 0"), strcmp(backend, "host") ? "fault" : "fault protected");
+  /* nobody publishes its own 'mine' (allowing everyone): root's processes still attach root's */
+  ck_assert_str_eq(strtok((char *)client_cmd(&n, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&n, "gensure %d", 2 << 20), "ok");
+  share_tags(&n, 1, 9);
+  ck_assert_str_eq(client_cmd(&n, "share mine %d any", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&b, "attach mine"), "ok 2097152");
+  ck_assert_msg(!strcmp(client_cmd(&b, "aread 0"), "tag 3000"), "root attached another user's 'mine'");
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
-  ck_assert_int_eq(stat_num("chunks_shared"), 1); /* nobody still maps 'open' */
+  ck_assert_int_eq(stat_num("chunks_shared"), 2); /* nobody still maps 'open' and its own 'mine' */
   ck_assert_int_eq(client_finish(&n), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 0);
   ck_assert_int_eq(stop_daemon(), 0);

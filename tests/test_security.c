@@ -1020,7 +1020,7 @@ static int attach_try_write(void *arg) {
   if (s < 0) return 2;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
-  a.key = "ro", a.first = 0, a.count = 1;
+  a.key = "ro@0", a.first = 0, a.count = 1; /* root's share 'ro' */
   env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
   send_env(s, &env, NULL, 0);
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
@@ -1064,7 +1064,7 @@ static int attach_detach_keep(void *arg) {
   if (s < 0) return 2;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
-  a.key = "w", a.first = 0, a.count = 1;
+  a.key = "w@0", a.first = 0, a.count = 1; /* root's share 'w' */
   env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
   send_env(s, &env, NULL, 0);
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
@@ -1073,7 +1073,7 @@ static int attach_detach_keep(void *arg) {
   gmlake__envelope__free_unpacked(r, NULL);
   Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
   Gmlake__DetachRequest dq = GMLAKE__DETACH_REQUEST__INIT;
-  dq.key = "w";
+  dq.key = "w@0";
   env2.seq = 3, env2.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env2.detach = &dq;
   send_env(s, &env2, NULL, 0);
   r = recv_env(s, NULL, NULL);

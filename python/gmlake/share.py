@@ -18,7 +18,8 @@ backend), so this is for inference. The daemon counts the chunks once and keeps
 them while any process maps them (`gmlakectl shares` lists who); they go back
 after the last process detached or exited. Only processes of the publisher's uid
 may attach unless share(..., allow_uids=[...]) or allow_any_uid=True says
-otherwise. The old parameter memory is freed as far as PyTorch lets go of it
+otherwise. Keys are per user: attach(model, "llama-1b") finds only this user's
+share; another user's is named "llama-1b@UID" (the publisher's uid). The old parameter memory is freed as far as PyTorch lets go of it
 (torch.cuda.empty_cache() returns its cache).
 """
 import ctypes
