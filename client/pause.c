@@ -107,8 +107,14 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
   if (p->flags & GML_PAUSE_DISCARD || !total) return 0;
   if (p->flags & GML_PAUSE_FILE) {
     snprintf(p->path, sizeof p->path, "%s", path);
-    p->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (p->fd < 0) return fail(c, GML_ESYS, "pause: cannot create %s", path);
+    /* a new file only: one that exists (another user may have made it, mode 0666, in a directory both
+     * may write) or a symlink would get the content where someone else reads it */
+    p->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (p->fd < 0) {
+      char why[sizeof p->path + 64];
+      snprintf(why, sizeof why, "%s: %s", path, strerror(errno));
+      return fail(c, GML_ESYS, "pause: cannot create %s (a pause file must be new)", why);
+    }
     p->host_size = GML_MIN(total, (size_t)PAUSE_BOUNCE);
   } else {
     p->host_size = total;

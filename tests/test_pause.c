@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static gml_client *open_embedded(void) {
@@ -86,6 +87,20 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   char path[64];
   snprintf(path, sizeof path, "/tmp/gmlake-pause-%d", (int)getpid());
   ck_assert_int_eq(gml_pause(c, GML_PAUSE_FILE, 7), GML_EINVAL); /* a file needs a path */
+  /* a file that exists (another user's, made for the content to land in) or a symlink: refused, untouched */
+  char link[80];
+  snprintf(link, sizeof link, "%s.link", path);
+  FILE *pre = fopen(path, "w");
+  ck_assert_ptr_nonnull(pre);
+  fclose(pre);
+  ck_assert_int_eq(symlink(path, link), 0);
+  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, path), GML_ESYS);
+  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, link), GML_ESYS);
+  struct stat pst;
+  ck_assert_int_eq(stat(path, &pst), 0);
+  ck_assert_int_eq(pst.st_size, 0);
+  ck_assert_int_eq(unlink(link), 0);
+  ck_assert_int_eq(unlink(path), 0);
   ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, path), 0);
   ck_assert_int_eq(access(path, F_OK), 0);
   ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
