@@ -200,7 +200,12 @@ static int covers(const lake_quota *q, const broker_client *o) {
   switch (q->by_uid) {
   case LAKE_QUOTA_PID: return q->key == (uint32_t)o->pid;
   case LAKE_QUOTA_UID: return q->key == (uint32_t)o->uid;
-  case LAKE_QUOTA_CGROUP: return o->cgroup[0] && !strcmp(q->cgroup, o->cgroup);
+  case LAKE_QUOTA_CGROUP: { /* the cgroup and those below it: a process that may make cgroups (a delegated
+                              * subtree: a container, a user's own systemd manager) moving into a child stays in */
+    size_t n = strlen(q->cgroup);
+    return o->cgroup[0] && n && !strncmp(q->cgroup, o->cgroup, n) &&
+           (!o->cgroup[n] || o->cgroup[n] == '/' || q->cgroup[n - 1] == '/');
+  }
   }
   return 0;
 }

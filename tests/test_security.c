@@ -1163,6 +1163,57 @@ START_TEST(test_share_duplicate_ids) {
 }
 END_TEST
 
+/* The child: moves itself into cgroup dir arg, then as a client leases
+ * 2 chunks (its quota) and one more; 0 when the third was refused. */
+static int lease_in_cgroup(void *arg) {
+  char procs[256];
+  snprintf(procs, sizeof procs, "%s/cgroup.procs", (const char *)arg);
+  FILE *f = fopen(procs, "w");
+  if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f)) return 2;
+  int s = raw_session("in-a-child-cgroup");
+  uint64_t ids[2];
+  int fds[2];
+  if (s < 0 || lease_now(s, 2, 2, ids, fds) != 2) return 3;
+  send_lease(s, 3, 1, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  int refused = r && r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR && r->error->code == GML_EQUOTA;
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  return refused ? 0 : 4;
+}
+
+/* A cgroup's quota covers the cgroups below it: a process that makes a
+ * child cgroup and moves into it (a container or a user's delegated
+ * subtree may) stays under its quota. Needs root and a writable cgroup2. */
+START_TEST(test_cgroup_quota_covers_children) {
+  const char *roots[] = {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"};
+  char top[200] = "", inner[256];
+  for (int i = 0; i < 2 && !top[0]; i++) {
+    char probe[200];
+    snprintf(probe, sizeof probe, "%s/cgroup.procs", roots[i]);
+    if (geteuid() == 0 && access(probe, W_OK) == 0) {
+      snprintf(top, sizeof top, "%s/gmlake-test-%d", roots[i], (int)getpid());
+      if (mkdir(top, 0755) != 0) top[0] = 0;
+    }
+  }
+  if (!top[0]) {
+    printf("  (no writable cgroup2 here: cgroup quota of a child cgroup not checked)\n");
+    return;
+  }
+  snprintf(inner, sizeof inner, "%s/inner", top);
+  ck_assert_int_eq(mkdir(inner, 0755), 0);
+  start_daemon("--limit 16MiB --prefetch 8MiB");
+  ck_assert_int_eq(stat_wait("chunks_free", 4, 3000), 4); /* a lease of 2 is served whole */
+  char args[300], out[1024];
+  snprintf(args, sizeof args, "quota cgroup:%s 4MiB", strrchr(top, '/')); /* the v2 path: /gmlake-test-PID */
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  int rc = as_uid(0, lease_in_cgroup, inner);
+  int stopped = stop_daemon(), gone = rmdir(inner) == 0 && rmdir(top) == 0; /* before any assertion: no cgroup left */
+  ck_assert_msg(rc == 0, "a client in a child cgroup escaped its parent's quota (%d)", rc);
+  ck_assert_int_eq(stopped, 0);
+  ck_assert(gone);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -1190,6 +1241,7 @@ int main(void) {
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_share_duplicate_ids);
+  tcase_add_test(tc, test_cgroup_quota_covers_children);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
