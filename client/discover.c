@@ -6,6 +6,7 @@
 #include "discover.h"
 #include "options.h"
 #include <errno.h>
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,14 @@ static int connect_verified(const char *path, uid_t owner, char *why, size_t len
     return -1;
   }
   if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    snprintf(why, len, "%s", strerror(errno));
+    int e = errno;
+    struct stat st;
+    struct group gr, *g = NULL;
+    char gbuf[1024];
+    if (e == EACCES && stat(path, &st) == 0) getgrgid_r(st.st_gid, &gr, gbuf, sizeof gbuf, &g);
+    if (g) /* the daemon is there; this login is not in its socket's group (a member added since logs in again) */
+      snprintf(why, len, "%s: only its owner and group %s may use it; `id` lists this login's groups", strerror(EACCES), g->gr_name);
+    else snprintf(why, len, "%s", strerror(e));
     close(s);
     return -1;
   }

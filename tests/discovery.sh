@@ -103,6 +103,18 @@ if [ "$(id -u)" = 0 ]; then
   echo close | GMLAKE_SOCKET="$p/root/b.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >/dev/null 2>"$p/err" && fail "used a daemon running as uid $nobody behind a root socket"
   grep -q "runs as uid $nobody, neither root nor the socket's owner (0)" "$p/err" || fail "unclear error: $(cat "$p/err")"
   echo "  a root-owned socket served by uid $nobody: refused after SO_PEERCRED"
+  # 6b. a user outside the socket's group (a new member who has not logged in again): the error says so
+  chmod 711 "$p"
+  fake "$p/root/c.sock" "$p/c.log"
+  chmod 660 "$p/root/c.sock" && chgrp 0 "$p/root/c.sock"
+  if echo close | setpriv --reuid="$nobody" --regid="$nobody" --clear-groups env GMLAKE_SOCKET="$p/root/c.sock" GMLAKE_MODE=daemon \
+       "$TC" "default:$DEV" >"$p/out" 2>"$p/err"; then fail "uid $nobody used a socket of mode 0660"; fi
+  if grep -q "^ready\|not found\|denied.*gml-testclient" "$p/err" "$p/out"; then
+    echo "  (uid $nobody cannot run the test client here: the group hint not checked)"
+  else
+    grep -q "only its owner and group $(getent group 0 | cut -d: -f1) may use it" "$p/err" || fail "no group hint: $(cat "$p/err")"
+    echo "  uid $nobody outside the socket's group: $(grep -m1 "no daemon" "$p/err" | sed 's/^.*\] //' | cut -c1-150)..."
+  fi
   # 7. a daemon that may not write /run/gmlake and has no XDG_RUNTIME_DIR does not fall back to /tmp
   if [ ! -e /run/gmlake ] || [ "$(stat -c %a /run/gmlake)" != 777 ]; then
     if env -u XDG_RUNTIME_DIR timeout 10 setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$(pwd)/$BUILD/gmlaked" --backend host \
