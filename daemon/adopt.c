@@ -85,11 +85,23 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
            (int)s->bc.pid, n, (unsigned long long)s->bc.leased_chunks);
 }
 
-void adopt_seen(session *s, Gmlake__Envelope__MsgCase kind) {
-  if (kind == GMLAKE__ENVELOPE__MSG_ADOPT || kind == GMLAKE__ENVELOPE__MSG_HELLO || !s->adopted) return;
+const char *adopt_seen(session *s, const Gmlake__Envelope *env) {
+  if (env->msg_case == GMLAKE__ENVELOPE__MSG_HELLO) {
+    if (!env->hello->adopting) return NULL;
+    /* an adopting connection keeps up to GML_MAX_LEASE_CHUNKS fds until its Adopt: bounded per user, or one
+     * user's connections (max-clients-per-uid of them) would hold the daemon's fd limit (20,000 here: 158 did) */
+    int n = 0;
+    for (broker_client *c = s->d->br.clients; c; c = c->next) n += c->uid == s->bc.uid && session_of(c)->rx.keep_max;
+    return n >= ADOPT_HANDOVERS_PER_UID ? "too many hand-overs of this user at once (it may try again)" : NULL;
+  }
+  if (env->msg_case == GMLAKE__ENVELOPE__MSG_ADOPT) return NULL;
+  if (s->rx.nkept) return "file descriptors with a message other than an Adopt";
+  s->rx.keep_max = 0; /* the hand-over is over: no more fds from it */
+  if (!s->adopted) return NULL;
   GML_INFO("client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id, (int)s->bc.pid,
            (unsigned long long)s->adopted);
   s->adopted = 0;
+  return NULL;
 }
 
 void adopt_session_closing(session *s) {

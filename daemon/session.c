@@ -278,7 +278,7 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
   rq.env = env;
   if (!bad && !r) bad = "unexpected message kind";
   if (!bad && r->check && r->check(&rq)) bad = rq.why;
-  if (!bad) adopt_seen(s, env->msg_case);
+  if (!bad) bad = adopt_seen(s, env);
   if (!bad) r->handle(&rq);
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   if (bad) {

@@ -914,9 +914,9 @@ END_TEST
 
 /* ---------- after issue 13: daemon-restart hand-over, shares ---------- */
 
-/* An adopting connection hands over fd; 1 when the daemon adopted it, 0
- * when it answered with an error and closed the connection. */
-static int adopt_one(int fd) {
+/* A connection that says hello as a client after a restart (adopting): the
+ * socket, or -1 when it got no hello reply (closed: it is then closed here). */
+static int adopting_session(void) {
   int s = raw_connect();
   if (s < 0) return -1;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
@@ -927,8 +927,25 @@ static int adopt_one(int fd) {
   env.seq = 1, env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO, env.hello = &h;
   send_env(s, &env, NULL, 0);
   Gmlake__Envelope *r = recv_env(s, NULL, NULL);
-  if (!r || r->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY) return -2;
-  gmlake__envelope__free_unpacked(r, NULL);
+  int ok = r && r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  if (!ok) close(s);
+  return ok ? s : -1;
+}
+
+static void send_usage(int s, uint64_t seq, const int *fds, int nfds) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE, env.usage = &u;
+  send_env(s, &env, fds, nfds);
+}
+
+/* An adopting connection hands over fd; 1 when the daemon adopted it, 0
+ * when it answered with an error and closed the connection. */
+static int adopt_one(int fd) {
+  int s = adopting_session();
+  if (s < 0) return -2;
+  Gmlake__Envelope *r;
   Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
   Gmlake__AdoptRequest a = GMLAKE__ADOPT_REQUEST__INIT;
   uint64_t old = (1ull << 32) | 7;
@@ -940,10 +957,7 @@ static int adopt_one(int fd) {
   int refused = r && r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR && closed_by_daemon(s);
   if (r) gmlake__envelope__free_unpacked(r, NULL);
   if (adopted) { /* the usage report completes the hand-over: it is ours then */
-    Gmlake__Envelope env3 = GMLAKE__ENVELOPE__INIT;
-    Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
-    env3.seq = 3, env3.msg_case = GMLAKE__ENVELOPE__MSG_USAGE, env3.usage = &u;
-    send_env(s, &env3, NULL, 0);
+    send_usage(s, 3, NULL, 0);
     msleep(50);
   }
   close(s);
@@ -1214,6 +1228,36 @@ START_TEST(test_cgroup_quota_covers_children) {
 }
 END_TEST
 
+/* The fds an adopting connection sends wait in the daemon for its Adopt: a
+ * client may send them with nothing else, and one user's connections may
+ * hold only so many hand-overs at once (before: 158 connections of one user,
+ * 128 fds each, held 19,907 of the daemon's 20,000 fds). */
+START_TEST(test_adopting_fds_bounded) {
+  start_daemon("--limit 4MiB --prefetch 0");
+  int nul[4];
+  for (int i = 0; i < 4; i++) nul[i] = open("/dev/null", O_RDONLY);
+  int s = adopting_session();
+  ck_assert_int_ge(s, 0);
+  send_usage(s, 2, nul, 4); /* fds, and no Adopt: closed */
+  ck_assert(closed_by_daemon(s));
+  close(s);
+  int many[16];
+  for (int i = 0; i < 16; i++) ck_assert_msg((many[i] = adopting_session()) >= 0, "hand-over %d refused", i);
+  ck_assert_int_eq(adopting_session(), -1); /* the 17th of this user at once */
+  ck_assert_int_ge(count_log("too many hand-overs of this user at once"), 1);
+  send_usage(many[0], 2, NULL, 0); /* its hand-over is over (it had nothing to hand over) */
+  msleep(50);
+  int again = adopting_session();
+  ck_assert_int_ge(again, 0);
+  send_usage(many[0], 3, nul, 1); /* after its hand-over: no fds at all */
+  ck_assert(closed_by_daemon(many[0]));
+  close(again);
+  for (int i = 0; i < 16; i++) close(many[i]);
+  for (int i = 0; i < 4; i++) close(nul[i]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -1238,6 +1282,7 @@ int main(void) {
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
+  tcase_add_test(tc, test_adopting_fds_bounded);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_share_duplicate_ids);
