@@ -100,7 +100,7 @@ static int model(int borrow, int steps, int lag) {
   m.lag = lag;
   gml_alloc_config cfg = GML_ALLOC_CONFIG_DEFAULT;
   cfg.borrow = borrow;
-  if (gml_alloc_init(&m.a, be, (gml_chunk_source){NULL, acquire, release}, 128ul << 30, &cfg)) return -1;
+  if (gml_alloc_init(&m.a, be, (gml_chunk_source){NULL, acquire, release, NULL}, 128ul << 30, &cfg)) return -1;
   for (int r = 0; r < 2; r++) m.live[r] = calloc(max_id + 1, sizeof(void *));
   int first = nmarks > 2 ? 2 : 0, rc = 0; /* the steps after the first two (warm-up) */
   for (int r = 0; r < 2 && !rc; r++) /* each replica's model, optimizer state and first steps */

@@ -320,6 +320,7 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->va_size = gml_round_up(va_size, 8 * a->cs);
   a->rng = 0x2545F4914F6CDD1Dull;
   a->timing = cfg->timing;
+  a->stream_map = cfg->stream_map;
   a->headroom_pct = cfg->headroom_pct;
   gml_alloc_set_borrow(a, cfg->borrow, cfg->borrow_ratio, cfg->borrow_max);
   a->dead = -1;

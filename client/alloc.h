@@ -79,9 +79,10 @@ typedef struct gml_alloc_config {
   int borrow;          /* cross-stream borrowing (gml_alloc_set_borrow) */
   double borrow_ratio; /* a stream waits for another for a block of at most this times the request */
   int borrow_max;      /* the most borrows waiting on a lender's event at once */
+  int stream_map;      /* map a large lease's chunks as they come (src.acquire_stream), GMLAKE_STREAM_MAP */
 } gml_alloc_config;
 #define GML_ALLOC_CONFIG_DEFAULT \
-  {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX}
+  {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0}
 
 #define GML_LEASE_MAX 65536 /* the most chunks the allocator asks its source for in one call */
 typedef struct gml_chunk_source {
@@ -91,6 +92,11 @@ typedef struct gml_chunk_source {
   int (*acquire)(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids);
   /* Give chunks back (already unmapped). */
   void (*release)(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids);
+  /* Optional (NULL: none): up to n needed chunks handed to got() batch by
+   * batch as they come, the rest still on its way (the caller maps them
+   * meanwhile); returns how many in all (>0) or a GML_E* code. */
+  int (*acquire_stream)(void *ctx, size_t n, void (*got)(void *arg, const gml_phys *phys, const uint64_t *ids, size_t k),
+                        void *arg);
 } gml_chunk_source;
 
 typedef struct gml_block gml_block;
@@ -191,6 +197,7 @@ typedef struct gml_allocator {
   uint64_t import_ns;      /* importing leased chunks (the backend's chunk_import) */
   uint64_t map_call_ns, access_ns; /* of map_ns: the backend's map and set-access calls */
   uint64_t chunks_streamed; /* chunks that came by streamed leases (the source adds them) */
+  int stream_map;          /* config: a large lease mapped as it comes (slots.c) */
   /* guard mode (guard.c) */
   int guard;              /* 0 off, GML_GUARD_END or GML_GUARD_BOTH */
   size_t guard_grain;     /* bytes per guard: a page (backend protect) or the chunk (an unmapped slot) */

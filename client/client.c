@@ -155,15 +155,19 @@ static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max
   return rc;
 }
 
+typedef void (*stream_got_fn)(void *arg, const gml_phys *phys, const uint64_t *ids, size_t k);
+
 /* n chunks, or fewer. Up to GML_MAX_LEASE_CHUNKS: one request, one reply.
  * More (a daemon that streams): one streamed request for up to max_stream,
  * whose replies the link's reader queues while the chunks of the one before
- * are imported here, so the daemon's work and the imports overlap. A
+ * are imported here, so the daemon's work and the imports overlap; with
+ * got (GMLAKE_STREAM_MAP), the reader imports them too and each batch goes
+ * to got() here, so the caller maps a batch while the next is imported. A
  * stream the daemon ends with a refusal after some chunks: those are
  * returned, and the next call returns the refusal at once (the allocator
  * calls again for the rest), not a second wait for the same shortage. */
-static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
-  gml_client *c = ctx;
+static int daemon_lease(gml_client *c, size_t n, int optional, gml_phys *phys, uint64_t *ids, stream_got_fn got_fn,
+                        void *arg) {
   pthread_mutex_lock(&c->conn_lock);
   int refused = optional ? 0 : c->lease_refused;
   if (refused) {
@@ -173,6 +177,7 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   }
   int streamed = !optional && n > GML_MAX_LEASE_CHUNKS && c->max_stream && c->link;
   if (n > (streamed ? c->max_stream : GML_MAX_LEASE_CHUNKS)) n = streamed ? c->max_stream : GML_MAX_LEASE_CHUNKS;
+  if (!streamed) got_fn = NULL;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
   lr.count = (uint64_t)n;
@@ -181,16 +186,26 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE;
   env.lease = &lr;
   daemon_reply r = {.env = NULL};
-  size_t got = 0;
+  gml_phys bp[GML_MAX_LEASE_CHUNKS]; /* a batch the reader imported (got_fn) */
+  uint64_t bi[GML_MAX_LEASE_CHUNKS];
+  size_t got = 0, k = 0;
   uint64_t waited = 0, t0 = gml_now_ns();
-  int rc = streamed ? gml_link_send(c, &env, 1) : conn_call(c, &env, 1, &r.env, r.fds, &r.nfds);
-  if (!rc && streamed) rc = gml_link_next(c, &r.env, r.fds, &r.nfds);
+  int rc = streamed ? gml_link_send(c, &env, 1, got_fn != NULL) : conn_call(c, &env, 1, &r.env, r.fds, &r.nfds);
+  if (!rc && streamed) rc = gml_link_next_chunks(c, &r.env, r.fds, &r.nfds, bp, bi, &k);
   while (!rc) {
     waited += gml_now_ns() - t0;
     uint64_t left = r.env->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? r.env->lease_reply->left : 0;
-    if ((rc = import_reply(c, &r, optional, n, phys, ids, &got)) || !streamed || !left) break;
+    if (got_fn && r.env->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY && !r.nfds && k <= n - got) {
+      if (k) got_fn(arg, bp, bi, k);
+      got += k;
+      c->lake_error[0] = 0;
+      free_received(r.env, r.fds, r.nfds);
+    } else if ((rc = import_reply(c, &r, optional, n, phys, ids, &got))) {
+      break;
+    }
+    if (!streamed || !left) break;
     t0 = gml_now_ns();
-    rc = gml_link_next(c, &r.env, r.fds, &r.nfds);
+    rc = gml_link_next_chunks(c, &r.env, r.fds, &r.nfds, bp, bi, &k);
   }
   if (streamed) gml_link_end(c);
   if (got && rc) c->lease_refused = rc; /* partly served: these chunks now, the refusal next */
@@ -198,6 +213,22 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
   __atomic_fetch_add(&c->alloc.lease_wait_ns, waited, __ATOMIC_RELAXED);
   if (streamed) __atomic_fetch_add(&c->alloc.chunks_streamed, got, __ATOMIC_RELAXED);
   return got ? (int)got : rc ? rc : GML_EBACKEND;
+}
+
+static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
+  return daemon_lease(ctx, n, optional, phys, ids, NULL, NULL);
+}
+
+/* src.acquire_stream (GMLAKE_STREAM_MAP): only through a daemon that
+ * streams; else one plain acquire handed over whole. */
+static int daemon_acquire_stream(void *ctx, size_t n, stream_got_fn got_fn, void *arg) {
+  gml_client *c = ctx;
+  if (c->max_stream && c->link && n > GML_MAX_LEASE_CHUNKS) return daemon_lease(c, n, 0, NULL, NULL, got_fn, arg);
+  gml_phys phys[GML_MAX_LEASE_CHUNKS];
+  uint64_t ids[GML_MAX_LEASE_CHUNKS];
+  int got = daemon_lease(c, GML_MIN(n, (size_t)GML_MAX_LEASE_CHUNKS), 0, phys, ids, NULL, NULL);
+  if (got > 0) got_fn(arg, phys, ids, (size_t)got);
+  return got;
 }
 
 static void daemon_return(gml_client *c, uint64_t *ids, size_t n);
@@ -349,6 +380,7 @@ static void open_options(const gml_open_opts *o, gml_options *opt) {
 void gml_alloc_config_from_options(const gml_options *opt, gml_alloc_config *cfg) {
   *cfg = (gml_alloc_config)GML_ALLOC_CONFIG_DEFAULT;
   cfg->timing = opt->timing;
+  cfg->stream_map = opt->stream_map;
   const char *hr = opt->headroom;
   if (hr && *hr) {
     char *end;
@@ -422,7 +454,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       GML_ERR("daemon at %s: %s: %s", path, gml_strerror(rc), c->last_error);
       goto fail;
     }
-    src = (gml_chunk_source){c, daemon_acquire, daemon_release};
+    src = (gml_chunk_source){c, daemon_acquire, daemon_release, daemon_acquire_stream};
     GML_INFO("connected to the daemon at %s (client %llu, %s)", path, (unsigned long long)c->client_id, msg);
   } else if (opt.mode == GML_MODE_DAEMON) {
     GML_ERR("no daemon at %s; GMLAKE_MODE=daemon: not running embedded", why);
@@ -434,7 +466,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       GML_ERR("%s", msg);
       goto fail;
     }
-    src = (gml_chunk_source){c, embedded_acquire, embedded_release};
+    src = (gml_chunk_source){c, embedded_acquire, embedded_release, NULL};
     if (opt.mode == GML_MODE_EMBEDDED) GML_INFO("embedded mode (asked for); %s", msg);
     else GML_WARN("no daemon at %s; running embedded (%s)", why, msg);
   }

@@ -148,8 +148,13 @@ int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__
  * take the next reply (waiting; GML_EDAEMON once the connection went and
  * nothing is queued), end (what is still queued is dropped). conn_lock held
  * throughout. */
-int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply);
+int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int import);
 int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
+/* With import set at the send, the reader imports each lease reply's chunks
+ * itself: gml_link_next_chunks gives them (phys/ids, up to
+ * GML_MAX_LEASE_CHUNKS), the fds already taken. */
+int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
+                         size_t *nchunks);
 void gml_link_end(gml_client *c);
 /* client.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams nothing. */
 void gml_client_test_nostream(gml_client *c);

@@ -74,6 +74,7 @@ struct gml_link {
   int stop;                /* gml_link_stop: the keeper ends */
   int gone;                /* the reader saw the connection end */
   uint64_t wait_seq;       /* the request whose replies a caller waits for (0: none) */
+  uint64_t import_seq;     /* ... whose lease replies the reader imports itself (GMLAKE_STREAM_MAP) */
   struct link_msg *head, *tail; /* its replies, not taken yet */
   int lost;                /* one of them could not be queued (no memory): the call fails */
   uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
@@ -83,9 +84,12 @@ struct gml_link {
   uint64_t reconnects;
 };
 
-typedef struct link_msg { /* a reply the reader received, with its fds */
+typedef struct link_msg { /* a reply the reader received, with its fds (or the chunks it imported from them) */
   struct link_msg *next;
   Gmlake__Envelope *env;
+  size_t nchunks;          /* imported by the reader: phys[i] of chunk ids[i] */
+  gml_phys phys[GML_MAX_LEASE_CHUNKS];
+  uint64_t ids[GML_MAX_LEASE_CHUNKS];
   int nfds;
   int fds[];
 } link_msg;
@@ -95,13 +99,26 @@ static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
   for (int i = 0; i < nfds; i++) close(fds[i]);
 }
 
+/* A lease reply's chunks imported on the reader's thread, while the caller
+ * maps the last batch (the fds are taken, whatever the result). */
+static void import_msg(gml_client *c, link_msg *m) {
+  uint64_t t0 = gml_now_ns();
+  for (int i = 0; i < m->nfds; i++) {
+    int rc = c->be->ops->chunk_import(c->be, m->fds[i], &m->phys[m->nchunks]);
+    if (rc) GML_ERR("importing chunk %llu failed: %s", (unsigned long long)m->env->lease_reply->chunk_ids[i], gml_strerror(rc));
+    else m->ids[m->nchunks++] = m->env->lease_reply->chunk_ids[i];
+  }
+  m->nfds = 0;
+  __atomic_fetch_add(&c->alloc.import_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
+}
+
 /* The replies nobody will take (l->mu held). */
 static void drop_queue(gml_link *l) {
   while (l->head) {
     link_msg *m = l->head;
     l->head = m->next;
     free_msg(m->env, m->fds, m->nfds);
-    free(m);
+    free(m); /* chunks it imported stay leased to us until we disconnect, unused (a caller that gave up) */
   }
   l->tail = NULL;
 }
@@ -135,11 +152,22 @@ static void *reader_main(void *arg) {
     } else if (in->seq == l->wait_seq) {
       link_msg *m = malloc(sizeof *m + sizeof(int) * (size_t)nfds);
       if (m) {
-        *m = (link_msg){.env = in, .nfds = nfds};
+        m->next = NULL, m->env = in, m->nchunks = 0, m->nfds = nfds;
         memcpy(m->fds, fds, sizeof(int) * (size_t)nfds);
-        if (l->tail) l->tail->next = m;
-        else l->head = m;
-        l->tail = m;
+        if (in->seq == l->import_seq && in->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY &&
+            in->lease_reply->n_chunk_ids == (size_t)nfds) {
+          pthread_mutex_unlock(&l->mu); /* the caller goes on with the last batch meanwhile */
+          import_msg(c, m);
+          pthread_mutex_lock(&l->mu);
+        }
+        if (in->seq != l->wait_seq) { /* its caller gave up meanwhile */
+          free_msg(in, m->fds, m->nfds);
+          free(m);
+        } else {
+          if (l->tail) l->tail->next = m;
+          else l->head = m;
+          l->tail = m;
+        }
       } else {
         l->lost = 1;
         free_msg(in, fds, nfds);
@@ -154,7 +182,8 @@ static void *reader_main(void *arg) {
   }
 }
 
-int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) {
+int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
+                         size_t *nchunks) {
   gml_link *l = c->link;
   pthread_mutex_lock(&l->mu);
   while (!l->head && !l->gone && !l->lost) pthread_cond_wait(&l->cv, &l->mu);
@@ -166,22 +195,31 @@ int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) 
     *reply = m->env;
     memcpy(fds, m->fds, sizeof(int) * (size_t)m->nfds);
     *nfds = m->nfds;
+    if (nchunks) {
+      memcpy(phys, m->phys, sizeof *phys * m->nchunks);
+      memcpy(ids, m->ids, sizeof *ids * m->nchunks);
+      *nchunks = m->nchunks;
+    }
     free(m);
   }
   pthread_mutex_unlock(&l->mu);
   return rc;
 }
 
+int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  return gml_link_next_chunks(c, reply, fds, nfds, NULL, NULL, NULL);
+}
+
 void gml_link_end(gml_client *c) {
   gml_link *l = c->link;
   pthread_mutex_lock(&l->mu);
-  l->wait_seq = 0;
+  l->wait_seq = l->import_seq = 0;
   l->lost = 0;
   drop_queue(l);
   pthread_mutex_unlock(&l->mu);
 }
 
-int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply) {
+int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int import) {
   gml_link *l = c->link;
   if (__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE)) return GML_EDAEMON;
   env->seq = ++c->seq;
@@ -192,6 +230,7 @@ int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply) {
   if (want_reply) {
     pthread_mutex_lock(&l->mu);
     l->wait_seq = env->seq; /* before the send: the reply may come before we wait */
+    l->import_seq = import ? env->seq : 0;
     l->lost = 0;
     drop_queue(l);
     pthread_mutex_unlock(&l->mu);
@@ -203,7 +242,7 @@ int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply) {
 }
 
 int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
-  int rc = gml_link_send(c, env, want_reply);
+  int rc = gml_link_send(c, env, want_reply, 0);
   if (rc || !want_reply) return rc;
   rc = gml_link_next(c, reply, fds, nfds);
   gml_link_end(c);

@@ -124,6 +124,27 @@ static int chunks_reserve(gml_allocator *a, size_t more) {
   return 0;
 }
 
+/* got chunks from the source onto the fresh list (room reserved before). */
+static void chunks_add(gml_allocator *a, const gml_phys *phys, const uint64_t *ids, size_t got) {
+  for (size_t i = 0; i < got; i++) {
+    int32_t ci;
+    if (a->dead >= 0) {
+      ci = a->dead;
+      a->dead = a->chunks[ci].lnext;
+    } else {
+      ci = (int32_t)a->chunks_used++;
+    }
+    gml_pchunk *c = &a->chunks[ci];
+    memset(c, 0, sizeof *c);
+    c->phys = phys[i];
+    c->id = ids[i];
+    c->owner = c->maps_head = -1;
+    clist_push(a, GML_CL_FRESH, ci);
+    a->held++;
+  }
+  a->chunks_acquired += (uint64_t)got;
+}
+
 /* Up to want chunks in one call to the source (the daemon streams a large
  * lease: one request, its replies imported as they come). */
 int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
@@ -143,29 +164,9 @@ int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
   uint64_t t0 = gml_now_ns();
   int got = a->src.acquire(a->src.ctx, want, optional, phys, ids);
   a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
-  if (got <= 0) {
-    if (phys != phys_few) free(phys), free(ids);
-    return got < 0 ? got : GML_ENOMEM;
-  }
-  for (int i = 0; i < got; i++) {
-    int32_t ci;
-    if (a->dead >= 0) {
-      ci = a->dead;
-      a->dead = a->chunks[ci].lnext;
-    } else {
-      ci = (int32_t)a->chunks_used++;
-    }
-    gml_pchunk *c = &a->chunks[ci];
-    memset(c, 0, sizeof *c);
-    c->phys = phys[i];
-    c->id = ids[i];
-    c->owner = c->maps_head = -1;
-    clist_push(a, GML_CL_FRESH, ci);
-    a->held++;
-  }
-  a->chunks_acquired += (uint64_t)got;
+  if (got > 0) chunks_add(a, phys, ids, (size_t)got);
   if (phys != phys_few) free(phys), free(ids);
-  return 0;
+  return got > 0 ? 0 : got < 0 ? got : GML_ENOMEM;
 }
 
 int gml_chunk_give_back(gml_allocator *a, int32_t ci) {
@@ -183,6 +184,78 @@ int gml_chunk_give_back(gml_allocator *a, int32_t ci) {
 }
 
 /* ---------- mapping slots ---------- */
+
+/* Access for the new mappings of slots [from, to); on failure they are
+ * taken back (no slot may keep an inaccessible mapping) and it says why. */
+static int access_run(gml_allocator *a, uint32_t from, uint32_t to) {
+  uint64_t t0 = gml_now_ns();
+  int rc = a->be->ops->set_access(a->be, slot_addr(a, from), (size_t)(to - from) * a->cs, 0);
+  a->access_ns += gml_now_ns() - t0;
+  if (!rc) {
+    a->access_calls++;
+    return 0;
+  }
+  for (uint32_t k = from; k < to; k++) {
+    int32_t ci = a->slot_chunk[k];
+    if (gml_slot_unmap(a, k)) continue;
+    a->chunks[ci].owner = -1;
+    clist_push(a, a->chunks[ci].nmaps ? GML_CL_CACHED : GML_CL_FRESH, ci);
+  }
+  return rc;
+}
+
+/* A streamed lease mapped as it comes (GMLAKE_STREAM_MAP): each batch of
+ * fresh chunks goes to the next slots of the range that map nothing, while
+ * the source brings (and imports) the next batch on its own thread. */
+typedef struct stream_map {
+  gml_allocator *a;
+  uint32_t s, last; /* the next slot to look at, the range's last */
+  int rc;
+} stream_map;
+
+static void stream_got(void *arg, const gml_phys *phys, const uint64_t *ids, size_t k) {
+  stream_map *m = arg;
+  gml_allocator *a = m->a;
+  chunks_add(a, phys, ids, k);
+  uint32_t run = UINT32_MAX, s = m->s;
+  for (; !m->rc && s <= m->last && a->lists[GML_CL_FRESH].count; s++) {
+    if (a->slot_chunk[s] >= 0) { /* its own chunk, or another slot's mapped here: the main loop's */
+      if (run != UINT32_MAX) m->rc = access_run(a, run, s), run = UINT32_MAX;
+      continue;
+    }
+    int32_t ci = a->lists[GML_CL_FRESH].head;
+    uint64_t t0 = gml_now_ns();
+    int rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
+    a->map_call_ns += gml_now_ns() - t0;
+    if (rc) {
+      m->rc = rc;
+      break;
+    }
+    chunk_own(a, ci, s);
+    slot_link(a, s, ci);
+    a->maps++;
+    if (run == UINT32_MAX) run = s;
+  }
+  if (run != UINT32_MAX) {
+    int rc = access_run(a, run, s);
+    if (!m->rc) m->rc = rc;
+  }
+  m->s = s;
+}
+
+/* need slots of [first, last] map nothing and no chunk is free: lease them
+ * streamed, mapping as they come. What is left unmapped (fewer came, a slot
+ * mapped another's chunk) the main loop does. */
+static int map_streamed(gml_allocator *a, uint32_t first, uint32_t last, size_t need) {
+  if (a->limit_bytes && reserved_bytes(a) + need * a->cs > a->limit_bytes) return GML_ENOMEM;
+  if (need > GML_LEASE_MAX) need = GML_LEASE_MAX;
+  if (chunks_reserve(a, need)) return GML_ENOMEM;
+  stream_map m = {a, first, last, 0};
+  uint64_t t0 = gml_now_ns();
+  int got = a->src.acquire_stream(a->src.ctx, need, stream_got, &m);
+  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
+  return m.rc ? m.rc : got < 0 ? got : 0;
+}
 
 /* Give chunks to every slot of [first, last] that has none of its own: a
  * free chunk mapped there already (waiting for the device if another stream
@@ -209,6 +282,13 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
     need++;
   }
   if (!need) return 0;
+  if (a->stream_map && a->src.acquire_stream && !a->no_grow && need > 128 && !free_chunks(a)) {
+    int rc = map_streamed(a, first, last, need);
+    if (rc) return rc;
+    need = 0;
+    for (uint32_t s = first; s <= last; s++) need += a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s;
+    if (!need) return 0;
+  }
   while (free_chunks(a) < need) {
     if (a->no_grow) return GML_EAGAIN;
     int rc = gml_lease_chunks_slow(a, need - free_chunks(a), 0);
@@ -238,19 +318,8 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
       if (run_start == UINT32_MAX) run_start = s;
     }
     if (!mapped_now && run_start != UINT32_MAX) {
-      uint64_t t0 = gml_now_ns();
-      int rc = a->be->ops->set_access(a->be, slot_addr(a, run_start), (size_t)(s - run_start) * a->cs, 0);
-      a->access_ns += gml_now_ns() - t0;
-      if (rc) { /* take the run's new mappings back: no slot may keep an inaccessible one */
-        for (uint32_t k = run_start; k < s; k++) {
-          int32_t ci = a->slot_chunk[k];
-          if (gml_slot_unmap(a, k)) continue;
-          a->chunks[ci].owner = -1;
-          clist_push(a, a->chunks[ci].nmaps ? GML_CL_CACHED : GML_CL_FRESH, ci);
-        }
-        return rc;
-      }
-      a->access_calls++;
+      int rc = access_run(a, run_start, s);
+      if (rc) return rc;
       run_start = UINT32_MAX;
     }
   }

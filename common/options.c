@@ -31,6 +31,8 @@ void gml_options_from_env(gml_options *o) {
   if (!o->libcuda) o->libcuda = gml_env_default(GML_ENV_LIBCUDA);
   const char *t = gml_env(GML_ENV_TIMING);
   o->timing = t && atoi(t) > 0;
+  const char *sm = gml_env(GML_ENV_STREAM_MAP);
+  o->stream_map = sm && atoi(sm) > 0;
   o->headroom = gml_env(GML_ENV_HEADROOM);
   o->guard = gml_env(GML_ENV_GUARD);
   o->guard_grain = gml_env(GML_ENV_GUARD_GRAIN);

@@ -36,6 +36,10 @@
   X(LIBCUDA, "GMLAKE_LIBCUDA", "path", "libcuda.so.1", "library, gmlaked", "the CUDA driver library to dlopen")  \
   X(TIMING, "GMLAKE_TIMING", "0, 1", "0", "library",                                                              \
     "1: sum the time spent in every allocation (gml_stats.malloc_ns)")                                           \
+  X(STREAM_MAP, "GMLAKE_STREAM_MAP", "0, 1", "0", "library",                                                    \
+    "1: a large allocation through a daemon that streams has its chunks imported by the library's reader "      \
+    "thread as the replies come and mapped by the allocating thread meanwhile (two threads making driver "     \
+    "calls at once); 0: imported, then mapped, on the allocating thread")                                      \
   X(HEADROOM, "GMLAKE_HEADROOM", "percent", "2", "library",                                                      \
     "fresh chunks leased beyond need, percent of the peak allocated, so a remap takes a chunk no other layout "   \
     "uses; 0 turns it off")                                                                                      \
@@ -98,6 +102,7 @@ typedef struct gml_options {
   const char *chunk_size; /* GMLAKE_CHUNK_SIZE */
   const char *libcuda;    /* GMLAKE_LIBCUDA, else "libcuda.so.1" */
   int timing;             /* GMLAKE_TIMING > 0 */
+  int stream_map;         /* GMLAKE_STREAM_MAP > 0 */
   const char *headroom;   /* GMLAKE_HEADROOM */
   const char *guard, *guard_grain, *guard_backtrace; /* GMLAKE_GUARD, _GRAIN, _BACKTRACE */
   const char *borrow, *borrow_ratio, *borrow_max;    /* GMLAKE_BORROW, _RATIO, _MAX */

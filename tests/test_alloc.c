@@ -43,7 +43,7 @@ static void setup(void) {
   ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
   memset(&src, 0, sizeof src);
   src.be = be;
-  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30, NULL), 0);
+  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL), 0);
 }
 
 static void teardown(void) {
@@ -280,7 +280,7 @@ START_TEST(test_headroom_setting) {
     gml_options_from_env(&opt); /* read once at gml_open; the allocator reads no environment */
     gml_alloc_config cfg;
     gml_alloc_config_from_options(&opt, &cfg);
-    ck_assert_int_eq(gml_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release}, 1ul << 30, &cfg), 0);
+    ck_assert_int_eq(gml_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 1ul << 30, &cfg), 0);
     ck_assert_msg(a2.headroom_pct == cases[i].want, "GMLAKE_HEADROOM=%s gave %g", cases[i].env, a2.headroom_pct);
     gml_alloc_destroy(&a2);
   }
@@ -298,7 +298,7 @@ START_TEST(test_randomized_against_model) {
   if (_i == 1) {
     gml_alloc_destroy(&A);
     ck_assert_int_eq(gml_backend_set_chunk_size(be, 4 * MiB), 0);
-    ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release}, 8ul << 30, NULL), 0);
+    ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL), 0);
   }
   src.limit = (400 * MiB) / be->chunk_size; /* 400 MiB: some requests fail, and must fail cleanly */
   for (int step = 0; step < 30000; step++) {

@@ -83,7 +83,7 @@ static void bsetup(void) {
   drop_waits = 0;
   memset(&src, 0, sizeof src);
   src.be = be;
-  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, b_acquire, b_release}, 8ul << 30, NULL), 0);
+  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, b_acquire, b_release, NULL}, 8ul << 30, NULL), 0);
   gml_alloc_set_borrow(&A, 1, 1.5, 8);
 }
 

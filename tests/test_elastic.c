@@ -163,10 +163,13 @@ START_TEST(test_idle_hog_streamed) {
   const char *r = client_cmd(&b, "alloc %d", 512 << 20); /* 256 chunks: 64 new ones under the limit, 192 of A's */
   double dt = now_ms() - t0;
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
-  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us;
+  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us, maps, unmaps;
   r = client_cmd(&b, "timing");
-  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu",
-                          &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us), 7);
+  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
+                          "maps %llu unmaps %llu", &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us, &maps,
+                          &unmaps), 9);
+  ck_assert_uint_eq(maps, 256); /* each slot mapped once, nothing mapped again */
+  ck_assert_uint_eq(unmaps, 0);
   printf("  idle hog, 256 chunks at 200 us an import: B served in %.1f ms: waited for the daemon %.1f ms, imported %.1f ms, "
          "mapped %.1f ms (%llu request(s), %llu chunks streamed)\n", dt, wait_us / 1e3, import_us / 1e3,
          (map_us - wait_us - import_us) / 1e3, calls, streamed);
@@ -183,6 +186,51 @@ START_TEST(test_idle_hog_streamed) {
   ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 64 << 21);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* GMLAKE_STREAM_MAP=1: the library's reader imports each reply's chunks and
+ * the allocating thread maps them meanwhile. The allocation is the same:
+ * every chunk-sized piece is its own chunk (a tag written to each reads
+ * back), one request, nothing left leased after. */
+START_TEST(test_idle_hog_stream_map) {
+  start_daemon("--limit 640MiB --prefetch 0");
+  proc a = client_start(), b = client_start_env("GMLAKE_STREAM_MAP=1");
+  client_ready(&a);
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  ck_assert_str_eq(client_cmd(&b, "cost 100 0 50"), "ok");
+  double t0 = now_ms();
+  const char *r = client_cmd(&b, "alloc %d", 512 << 20);
+  double dt = now_ms() - t0;
+  ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
+  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us, maps, unmaps;
+  r = client_cmd(&b, "timing");
+  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
+                          "maps %llu unmaps %llu", &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us, &maps,
+                          &unmaps), 9);
+  ck_assert_uint_eq(maps, 256); /* each slot mapped once, nothing mapped again */
+  ck_assert_uint_eq(unmaps, 0);
+  printf("  idle hog, mapped as it comes (GMLAKE_STREAM_MAP=1; 100 us an import, 50 us a set-access): %.1f ms; imports %.1f ms "
+         "on the reader, map + set-access %.1f ms, the allocating thread waited %.1f ms\n", dt, import_us / 1e3,
+         (mapcall_us + access_us) / 1e3, wait_us / 1e3);
+  ck_assert_uint_eq(calls, 1);
+  ck_assert_uint_eq(streamed, 256);
+  ck_assert_uint_ge(import_us, 256 * 100);
+  ck_assert_uint_ge(access_us, 256 * 50);
+  /* the imports were the reader's: the allocating thread waited for them */
+  ck_assert_msg(wait_us * 2 >= import_us, "waited %llu us beside %llu us of imports on the reader", wait_us, import_us);
+  ck_assert_str_eq(client_cmd(&b, "tag 0 7"), "ok");
+  char want[4096] = "tags";
+  for (int k = 0; k < 256; k++) snprintf(want + strlen(want), sizeof want - strlen(want), " %d", 7000 + k);
+  ck_assert_str_eq(client_cmd(&b, "readtags 0"), want);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -311,6 +359,7 @@ int main(void) {
   tcase_add_test(tc, test_idle_client_gives_back);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);
+  tcase_add_test(tc, test_idle_hog_stream_map);
   tcase_add_test(tc, test_pause_resume_across_clients);
   tcase_add_test(tc, test_uid_quota_over_two_processes);
   tcase_add_test(tc, test_process_quota_over_connections);

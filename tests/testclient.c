@@ -156,11 +156,12 @@ int main(int argc, char **argv) {
       printf("ok\n");
     } else if (!strcmp(cmd, "timing")) {
       gml_stats_get(c, &st);
-      printf("timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu\n",
+      printf("timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
+             "maps %llu unmaps %llu\n",
              (unsigned long long)st.lease_calls, (unsigned long long)st.chunks_streamed,
              (unsigned long long)st.lease_wait_ns / 1000, (unsigned long long)st.import_ns / 1000,
              (unsigned long long)st.map_ns / 1000, (unsigned long long)st.map_call_ns / 1000,
-             (unsigned long long)st.access_ns / 1000);
+             (unsigned long long)st.access_ns / 1000, (unsigned long long)st.maps, (unsigned long long)st.unmaps);
     } else if (!strcmp(cmd, "flush")) {
       rc = gml_flush(c);
       printf(rc ? "err %d\n" : "ok\n", rc);
