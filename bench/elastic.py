@@ -122,7 +122,8 @@ def start_daemon(a, tmp):
     sock, url = os.path.join(tmp, "lake.sock"), "ipc://%s/lake.ctl" % tmp
     log = open(os.path.join(tmp, "daemon.log"), "w")
     daemon = subprocess.Popen([os.path.join(a.build, "gmlaked"), "--backend", "cuda", "--socket", sock, "--control", url,
-                               "--limit", a.limit, "--log-level", "info"], stderr=log)
+                               "--limit", a.limit, "--log-level", "info"] +
+                              (["--preallocate", a.preallocate] if a.preallocate else []), stderr=log)
     for _ in range(400):
         if subprocess.run([os.path.join(a.build, "gmlakectl"), "--control", url, "stats"], capture_output=True).returncode == 0:
             break
@@ -166,9 +167,9 @@ def idle_hog(a, env, hog, run_no, variant=""):
         if "idle cache" in l or "streamed lease" in l or "refused" in l:
             print("%s: daemon: %s" % (tag, l))
     ok = got["ok"] and got["seconds"] <= 1.0
-    print("%s: A cached %.1f GiB and sat idle; B asked %.1f GiB of a %s lake: %s in %.3f s; A holds %.1f GiB "
+    print("%s: A cached %.1f GiB and sat idle; B asked %.1f GiB of a %s lake%s: %s in %.3f s; A holds %.1f GiB "
           "after: %s%s" % (tag, (before["reserved"] - before["allocated"]) / GiB, hog / GiB, a.limit,
-                           "got it" if got["ok"] else "refused", got["seconds"], after["reserved"] / GiB,
+                           " (%s created at start)" % a.preallocate if a.preallocate else "", "got it" if got["ok"] else "refused", got["seconds"], after["reserved"] / GiB,
                            "PASS" if ok else "FAIL", "" if got["ok"] else " (" + got["error"] + ")"))
     if not ok:
         print("\n".join(lines[-40:]))
@@ -180,6 +181,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hog", default="40GiB")
     ap.add_argument("--limit", default="60GiB")
+    ap.add_argument("--preallocate", default="", help="the daemon creates this much at start (gmlaked --preallocate)")
     ap.add_argument("--hog-runs", type=int, default=3, help="idle-hog runs, a fresh daemon each")
     ap.add_argument("--stream-map-runs", type=int, default=2, help="then idle-hog runs with GMLAKE_STREAM_MAP=1")
     ap.add_argument("--steps", type=int, default=20)
