@@ -67,10 +67,14 @@ assert b and b["ptr"] == ps[1] and b["size"] == (5 << 20) + 1536 and b["past_end
 assert b["where_name"].startswith("in the guard"), b
 assert gmlake.block_of(ps[2] + 1010, device=0)["where"] == 1  # within the 512-byte alignment
 assert gmlake.dump_blocks(sys.argv[1] + "/blocks.json", device=0) == 3
-open(sys.argv[1] + "/cs.log", "w").write("========= Invalid __global__ write of size 4 bytes\\n=========     Address %#x is out of bounds\\n" % (ps[1] + (5 << 20) + 1536))
+open(sys.argv[1] + "/cs.log", "w").write("========= Invalid __global__ write of size 4 bytes\\n=========     at k+0x70\\n=========     Address %#x is out of bounds\\n" % (ps[1] + (5 << 20) + 1536))
+open(sys.argv[1] + "/cs2.log", "w").write("========= Invalid __global__ write of size 4 bytes\\n=========     at k+0x70\\n=========     Access at %#x is out of bounds\\n" % (ps[1] + (5 << 20) + 1536))
 print("  block_of: %#x is %d bytes past the end of allocation #%d (%d bytes at %#x), %s" % (ps[1] + (5 << 20) + 1536, b["past_end"], b["seq"], b["size"], b["ptr"], b["where_name"]))' "$d"
 python3 tools/gmlake-sanitizer-blocks "$d/cs.log" "$d/blocks.json" | tee "$d/out" | sed 's/^/  tool: /'
 grep -q "allocation #2 .* of 5244416 bytes.*0 bytes past the end" "$d/out"
+python3 tools/gmlake-sanitizer-blocks "$d/cs2.log" "$d/blocks.json" | tee "$d/out2" | sed 's/^/  tool (newer report format): /'
+grep -q "allocation #2 .* of 5244416 bytes.*0 bytes past the end" "$d/out2"
+[ "$(wc -l < "$d/out2")" = 1 ]  # the pc offset is not taken for an address
 rm -rf "$d"
 fi
 echo "== exported symbols of libgmlake-client.so = the functions include/gmlake.h marks GML_API"
