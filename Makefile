@@ -33,7 +33,7 @@ COMMON_SRC := common/options.c common/log.c common/util.c common/fdkeep.c common
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c
-CLIENT_SRC += client/link.c client/reclaim.c client/pause.c
+CLIENT_SRC += client/link.c client/reclaim.c client/pause.c client/snapshot.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -77,7 +77,7 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \
-                      tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c) \
+                      tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c) \
                     $(call obj,daemon/lake.c daemon/broker.c daemon/config.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 

@@ -392,7 +392,7 @@ void gml_alloc_destroy(gml_allocator *a) {
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
   for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
   free(a->slot_chunk), free(a->slot_use), free(a->slot_anext), free(a->slot_aprev), free(a->slot_idle_tick);
-  free(a->slot_stream), free(a->chunks);
+  free(a->slot_stream), free(a->chunks), free(a->seg_ev);
   free(a->live.keys), free(a->live.vals);
   while (a->spare) {
     gml_block *n = a->spare->next;

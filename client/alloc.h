@@ -129,6 +129,11 @@ typedef struct gml_pchunk {
   int32_t lprev, lnext;  /* links in its free list (or the dead stack) */
   gml_stream free_stream; /* stream that used it last (GML_STREAM_MIXED: several) */
   uint64_t free_tick;     /* a->tick when it became free */
+  /* The slot that stands for it in snapshots (gml_segments), so each held
+   * chunk is shown once, at one address: its owner; when free, the slot that
+   * stood for it while it still maps it, else another slot mapping it; -1
+   * when mapped nowhere. Every change is a segment event (gml_chunk_show). */
+  int32_t shown_at;
 } gml_pchunk;
 
 typedef struct gml_clist {
@@ -214,6 +219,14 @@ typedef struct gml_allocator {
   uint64_t ordered[GML_MAX_STREAMS][GML_MAX_STREAMS];
   int any_ordered;
   int no_grow;            /* this malloc fails with GML_EAGAIN rather than lease (gml_alloc_malloc_ex) */
+  /* snapshot segment events (gml_chunk_show), while the client's history is
+   * on: a slot's address, | 1 when it starts standing for a chunk
+   * (segment_map), else it stops (segment_unmap); the client moves them into
+   * its history (gml_trace_segments) */
+  int seg_log;
+  uintptr_t *seg_ev;
+  size_t seg_ev_n, seg_ev_cap;
+  uint64_t seg_ev_lost; /* no memory to record them: snapshots may not replay */
   char last_error[256];
 } gml_allocator;
 

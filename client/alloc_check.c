@@ -82,6 +82,11 @@ int gml_alloc_check(gml_allocator *a) {
       n++;
     }
     CHECK(n == c->nmaps, "chunk %zu: %u maps listed, %u counted", i, n, c->nmaps);
+    /* snapshots show each chunk once: at its owner, else at a slot mapping it */
+    CHECK(c->owner >= 0 ? c->shown_at == c->owner : (c->shown_at >= 0) == (c->nmaps > 0), "chunk %zu (owner %d, maps %u) shown at %d",
+          i, c->owner, c->nmaps, c->shown_at);
+    CHECK(c->shown_at < 0 || a->slot_chunk[c->shown_at] == (int32_t)i, "chunk %zu shown at slot %d, which maps %d", i, c->shown_at,
+          c->shown_at >= 0 ? a->slot_chunk[c->shown_at] : -1);
     if (c->owner >= 0) {
       owned++;
       CHECK(c->list == GML_CL_OWNED, "owned chunk %zu is on a free list", i);

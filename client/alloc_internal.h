@@ -157,10 +157,15 @@ static inline int stream_index(gml_allocator *a, gml_stream s) {
  * (borrowing) after the free? */
 GML_HIDDEN int gml_chunk_ordered_slow(gml_allocator *a, const gml_pchunk *c, gml_stream stream);
 
-/* Free chunk ci becomes owned by slot s. */
+/* Chunk ci (mapped there, or mapped nowhere: s = -1) is shown at slot s in
+ * snapshots from now on (gml_pchunk.shown_at; slots.c). */
+GML_HIDDEN void gml_chunk_show(gml_allocator *a, int32_t ci, int32_t s);
+
+/* Free chunk ci becomes owned by slot s (which maps it). */
 static inline void chunk_own(gml_allocator *a, int32_t ci, uint32_t s) {
   clist_unlink(a, ci);
   a->chunks[ci].owner = (int32_t)s;
+  if (a->chunks[ci].shown_at != (int32_t)s) gml_chunk_show(a, ci, (int32_t)s);
 }
 
 /* Slot s goes untouched: its chunk becomes free (and stays mapped there). */

@@ -173,6 +173,11 @@ int gml_recmap_put(gml_recmap *m, gml_rec *r);
 gml_rec *gml_recmap_get(gml_recmap *m, uintptr_t ptr, int remove);
 void gml_recmap_destroy(gml_recmap *m);
 void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+/* gml_trace_add without first moving the allocator's segment events in (snapshot.c's) */
+void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+/* snapshot.c: the allocator's segment events into the history; the log on or off */
+void gml_trace_segments(gml_client *c);
+void gml_trace_segments_enable(gml_client *c, int on);
 void gml_track_destroy(gml_client *c);
 /* The allocation of rec r is done with (no stream uses it any more): back to its pool or the allocator. */
 void gml_rec_release(gml_client *c, gml_rec *r);

@@ -41,11 +41,38 @@ int gml_slot_unmap(gml_allocator *a, uint32_t s) {
   a->slot_chunk[s] = -1;
   a->slot_anext[s] = a->slot_aprev[s] = -1;
   a->unmaps++;
+  if (c->shown_at == (int32_t)s) gml_chunk_show(a, ci, c->maps_head); /* another slot mapping it, or none */
   if (c->list == GML_CL_CACHED && !c->nmaps) {
     clist_unlink(a, ci);
     clist_push(a, GML_CL_FRESH, ci);
   }
   return 0;
+}
+
+static void seg_event(gml_allocator *a, uintptr_t ev) {
+  if (a->seg_ev_n == a->seg_ev_cap) {
+    size_t ncap = a->seg_ev_cap ? a->seg_ev_cap * 2 : 256;
+    uintptr_t *n = realloc(a->seg_ev, ncap * sizeof *n);
+    if (!n) {
+      a->seg_ev_lost++;
+      return;
+    }
+    a->seg_ev = n;
+    a->seg_ev_cap = ncap;
+  }
+  a->seg_ev[a->seg_ev_n++] = ev;
+}
+
+/* Where a snapshot shows chunk ci moves from one slot to another (or from
+ * or to nowhere): an unmap of the old slot, a map of the new one, as
+ * memory_viz replays them (the driver calls may have happened earlier: a
+ * free chunk stays mapped in every slot it was mapped at). */
+void gml_chunk_show(gml_allocator *a, int32_t ci, int32_t s) {
+  gml_pchunk *c = &a->chunks[ci];
+  if (c->shown_at == s) return;
+  if (a->seg_log && c->shown_at >= 0) seg_event(a, slot_addr(a, (uint32_t)c->shown_at));
+  if (a->seg_log && s >= 0) seg_event(a, slot_addr(a, (uint32_t)s) | 1);
+  c->shown_at = s;
 }
 
 void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
@@ -138,7 +165,7 @@ static void chunks_add(gml_allocator *a, const gml_phys *phys, const uint64_t *i
     memset(c, 0, sizeof *c);
     c->phys = phys[i];
     c->id = ids[i];
-    c->owner = c->maps_head = -1;
+    c->owner = c->maps_head = c->shown_at = -1;
     clist_push(a, GML_CL_FRESH, ci);
     a->held++;
   }

@@ -80,6 +80,12 @@ static inline void stat_dec(gml_stat *s, int64_t v) {
 }
 
 void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
+  if (!c->trace.cap) return;
+  gml_trace_segments(c); /* the segment changes before it come first */
+  gml_trace_put(c, action, addr, size, stream, pool, tag);
+}
+
+void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
   gml_trace_ring *t = &c->trace;
   if (!t->cap) return;
   gml_trace_entry *e = &t->e[(t->head + t->count) % t->cap];
@@ -99,6 +105,7 @@ int gml_trace_enable(gml_client *c, size_t capacity) {
   c->trace.e = e;
   c->trace.cap = capacity;
   c->trace.head = c->trace.count = 0;
+  gml_trace_segments_enable(c, capacity > 0);
   pthread_mutex_unlock(&c->track_lock);
   return 0;
 }
@@ -107,6 +114,7 @@ int gml_trace_read(gml_client *c, gml_trace_entry *out, size_t cap, size_t *n) {
   if (!c || (cap && !out) || !n) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
   gml_trace_ring *t = &c->trace;
+  if (t->cap) gml_trace_segments(c);
   size_t k = GML_MIN(cap, t->count);
   for (size_t i = 0; i < k; i++) out[i] = t->e[(t->head + i) % t->cap];
   *n = k;
@@ -114,11 +122,9 @@ int gml_trace_read(gml_client *c, gml_trace_entry *out, size_t cap, size_t *n) {
   return 0;
 }
 
-/* Chunks leased or given back since `before` (counts of the allocator) go in the history. */
-static void trace_chunks(gml_client *c, uint64_t acquired_before, uint64_t released_before) {
-  uint64_t acq = c->alloc.chunks_acquired - acquired_before, rel = c->alloc.chunks_released - released_before;
-  if (acq) gml_trace_add(c, GML_TRACE_SEGMENT_MAP, 0, acq * c->alloc.cs, 0, -1, 0);
-  if (rel) gml_trace_add(c, GML_TRACE_SEGMENT_UNMAP, 0, rel * c->alloc.cs, 0, -1, 0);
+/* The peak reserved, after chunks may have been leased. (The history's
+ * segment events come from the allocator: gml_trace_segments.) */
+static void note_reserved(gml_client *c) {
   uint64_t reserved = (uint64_t)c->alloc.held * c->alloc.cs;
   if (reserved > c->ctr.reserved_peak) c->ctr.reserved_peak = reserved;
 }
@@ -200,7 +206,6 @@ int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, vo
   int32_t pool = c->ncapturing ? gml_pools_route(c, stream) : -1;
   gml_rec *r = pool >= 0 ? gml_pools_take(c, pool, size, stream) : NULL;
   if (!r) {
-    uint64_t acq = c->alloc.chunks_acquired, rel = c->alloc.chunks_released;
     void *p = NULL;
     r = calloc(1, sizeof *r);
     if (!r) {
@@ -208,7 +213,7 @@ int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, vo
       goto out;
     }
     rc = alloc_with_retry(c, size, stream, &p);
-    trace_chunks(c, acq, rel);
+    note_reserved(c);
     if (rc) {
       free(r);
       if (c->ctr.ooms == 0 || !strstr(c->last_error, "out of memory"))
@@ -298,11 +303,10 @@ int gml_free(gml_client *c, void *ptr) { return gml_free_ex(c, ptr, 0); }
 int gml_trim(gml_client *c, size_t *released_bytes) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  uint64_t acq = c->alloc.chunks_acquired, rel = c->alloc.chunks_released;
   gml_streams_poll(c, 1);
   gml_pools_trim(c);
   size_t n = gml_alloc_release_idle(&c->alloc, 0);
-  trace_chunks(c, acq, rel);
+  note_reserved(c);
   if (released_bytes) *released_bytes = n;
   gml_client_housekeeping(c, 1);
   pthread_mutex_unlock(&c->track_lock);

@@ -372,8 +372,8 @@ enum gml_trace_action {
   GML_TRACE_ALLOC = 0,
   GML_TRACE_FREE_REQUESTED = 1,
   GML_TRACE_FREE_COMPLETED = 2, /* later than the request when recorded streams had to pass it */
-  GML_TRACE_SEGMENT_MAP = 3,    /* chunks leased (addr 0: not mapped anywhere yet) */
-  GML_TRACE_SEGMENT_UNMAP = 4,  /* chunks given back */
+  GML_TRACE_SEGMENT_MAP = 3,    /* [addr, addr+size) starts showing chunks (gml_segments) */
+  GML_TRACE_SEGMENT_UNMAP = 4,  /* [addr, addr+size) stops showing them */
   GML_TRACE_OOM = 5,            /* size: asked; addr: device free bytes */
 };
 typedef struct gml_trace_entry {
@@ -402,6 +402,35 @@ typedef struct gml_alloc_info {
 } gml_alloc_info;
 /* Up to cap of them into out, sorted by address; *n is how many there are. */
 GML_API int gml_allocations(gml_client *c, gml_alloc_info *out, size_t cap, size_t *n);
+
+/* Segments, for snapshots (PyTorch's memory_viz). Each physical chunk the
+ * client holds is shown once, at one chunk-sized slot of the virtual range:
+ * the slot whose live blocks use it, else (a free chunk) a slot that maps it;
+ * a chunk mapped nowhere (leased ahead, or every mapping dropped) is shown
+ * nowhere. A segment is a run of adjacent slots that show their chunks (one
+ * region: small or large blocks), so the segments' sizes add up to the held
+ * memory (gml_mem_stats reserved_bytes) less the chunks mapped nowhere. Its
+ * blocks cover it in address order: the tracked allocations of
+ * gml_allocations (allocated, free pending, a private pool's free block; one
+ * crossing the segment's end is cut there) and free space between them
+ * (GML_BLOCK_FREE, pool {0, 0}, requested 0, stream 0). Blocks of paused
+ * allocations (gml_pause) lie in no segment and are left out.
+ * The history (gml_trace_enable) records where the shown slots change:
+ * GML_TRACE_SEGMENT_MAP / _UNMAP of the range (runs of adjacent slots joined),
+ * recorded before the allocation that needed them; replayed backwards from
+ * these segments they never leave an event's block outside a segment.
+ * Up to seg_cap segments into segs and block_cap blocks into blocks; *nsegs
+ * and *nblocks are how many there are (larger than the caps: call again with
+ * more room). *trace_seq (may be NULL): the seq of the last history entry
+ * these segments include; later entries of gml_trace_read happened after. */
+typedef struct gml_segment_info {
+  uintptr_t addr;
+  size_t size;
+  int large;      /* in the large-block region (requests of 1 MiB and more) */
+  size_t nblocks; /* its blocks: the next nblocks of the block array */
+} gml_segment_info;
+GML_API int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *nsegs, gml_alloc_info *blocks,
+                         size_t block_cap, size_t *nblocks, uint64_t *trace_seq);
 
 /* Checkpoints of a pool (PyTorch's cudagraph trees: getCheckpointState /
  * setCheckpointPoolState). gml_pool_checkpoint records which allocations of

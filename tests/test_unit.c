@@ -15,6 +15,7 @@ Suite *guard_suite(void);
 Suite *borrow_suite(void);
 Suite *layer_suite(void);
 Suite *partial_suite(void);
+Suite *snapshot_suite(void);
 
 int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
@@ -29,6 +30,7 @@ int main(void) {
   srunner_add_suite(sr, borrow_suite());
   srunner_add_suite(sr, layer_suite());
   srunner_add_suite(sr, partial_suite());
+  srunner_add_suite(sr, snapshot_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
