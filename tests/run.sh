@@ -98,6 +98,10 @@ for py in python3 /usr/bin/python3; do
   fi
 done
 fi
+echo "== a memory_viz snapshot built from the C API (ctypes, host backend), replayed by tools/memviz_check.py"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+  GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_snapshot.py
+fi
 echo "== environment: read only through common/options.c, and every variable of its table in README"
 if grep -rn 'getenv *(' client daemon common tools | grep -v '^common/options\.c:'; then
   echo "getenv outside common/options.c (read through gml_env / gml_options, add the variable to GML_ENV_VARS)" >&2
