@@ -25,6 +25,14 @@ for step in range(6):
     opt.zero_grad(set_to_none=True)
 torch.cuda.synchronize()
 torch.cuda.memory._dump_snapshot(os.path.join(out, "train_snapshot.pickle"))
+# what memory_viz will meet replaying it (tools/memviz_check.py), and its reserved against PyTorch's
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import memviz_check  # noqa: E402
+
+snap_stats = {}
+problems = memviz_check.check(torch.cuda.memory._snapshot(), stats=snap_stats)
+print("memviz_check:", snap_stats, "memory_reserved:", torch.cuda.memory_reserved(),
+      "problems: %d" % len(problems), *problems[:10], sep="\n  ")
 s = torch.cuda.memory_summary()
 with open(os.path.join(out, "memory_summary.txt"), "w") as f:
     f.write(s)

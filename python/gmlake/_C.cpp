@@ -122,6 +122,29 @@ class GmlakeAllocator : public CUDAAllocator {
     return v;
   }
 
+  // gml_segments: the segments a snapshot shows (held chunks, each once, at
+  // the slot that stands for it) with their blocks, free space included, and
+  // the seq of the last history entry they include
+  struct Segments {
+    std::vector<gml_segment_info> segs;
+    std::vector<gml_alloc_info> blocks;
+    uint64_t seq = 0;
+  };
+  static Segments segments(gml_client* c) {
+    Segments s;
+    size_t ns = 0, nb = 0;
+    for (;;) {
+      if (gml_segments(c, s.segs.data(), s.segs.size(), &ns, s.blocks.data(), s.blocks.size(), &nb, &s.seq))
+        return Segments{};
+      if (ns <= s.segs.size() && nb <= s.blocks.size()) break;
+      s.segs.resize(ns + 16);
+      s.blocks.resize(nb + 256);
+    }
+    s.segs.resize(ns);
+    s.blocks.resize(nb);
+    return s;
+  }
+
   static std::vector<gml_trace_entry> trace(gml_client* c) {
     std::vector<gml_trace_entry> v(1 << 16);
     size_t n = 0;
@@ -282,35 +305,45 @@ class GmlakeAllocator : public CUDAAllocator {
     for (int d = 0; d < kMaxDevices; d++) {
       gml_client* c = gml_device_client_if_open(d);
       if (!c) continue;
-      // segments: runs of blocks that touch each other (the allocations
-      // the client tracks); each block is one of them
-      SegmentInfo* seg = nullptr;
-      uintptr_t end = 0;
-      for (auto& b : blocks(c)) {
-        if (!all && (b.pool.a != mempool_id.first || b.pool.b != mempool_id.second)) continue;
-        if (!seg || b.addr != end || seg->is_large != (b.size >= (1u << 20))) {
-          out.segments.emplace_back();
-          seg = &out.segments.back();
-          seg->device = static_cast<c10::DeviceIndex>(d);
-          seg->address = b.addr;
-          seg->stream = reinterpret_cast<void*>(b.stream);
-          seg->is_large = b.size >= (1u << 20);
-          seg->owner_private_pool_id = {b.pool.a, b.pool.b};
+      // segments: where the held chunks are shown (gml_segments, gmlake.h),
+      // their blocks covering them: allocations, pending frees, free space
+      Segments sg = segments(c);
+      size_t k = 0;
+      for (auto& g : sg.segs) {
+        const gml_alloc_info* first = sg.blocks.data() + k;
+        k += g.nblocks;
+        bool mine = all;
+        c10::MempoolId_t pool{0, 0};
+        for (size_t i = 0; i < g.nblocks; i++) {
+          if (!first[i].pool.a && !first[i].pool.b) continue;
+          pool = {first[i].pool.a, first[i].pool.b};
+          if (first[i].pool.a == mempool_id.first && first[i].pool.b == mempool_id.second) mine = true;
         }
-        BlockInfo bi;
-        bi.size = b.size;
-        bi.requested_size = b.requested;
-        bi.allocated = b.state == GML_BLOCK_ALLOCATED;
-        bi.active = b.state != GML_BLOCK_FREE;
-        bi.context_when_allocated = context(b.tag);
-        seg->total_size += b.size;
-        if (bi.allocated) seg->allocated_size += b.size, seg->requested_size += b.requested;
-        if (bi.active) seg->active_size += b.size;
-        seg->blocks.push_back(std::move(bi));
-        end = b.addr + b.size;
+        if (!mine) continue;
+        out.segments.emplace_back();
+        SegmentInfo& seg = out.segments.back();
+        seg.device = static_cast<c10::DeviceIndex>(d);
+        seg.address = g.addr;
+        seg.total_size = g.size;
+        seg.stream = nullptr;  // shared by every stream
+        seg.is_large = g.large != 0;
+        seg.owner_private_pool_id = pool;
+        for (size_t i = 0; i < g.nblocks; i++) {
+          const gml_alloc_info& b = first[i];
+          BlockInfo bi;
+          bi.size = b.size;
+          bi.requested_size = b.requested;
+          bi.allocated = b.state == GML_BLOCK_ALLOCATED;
+          bi.active = b.state == GML_BLOCK_ALLOCATED || b.state == GML_BLOCK_PENDING_FREE;
+          bi.context_when_allocated = context(b.tag);
+          if (bi.allocated) seg.allocated_size += b.size, seg.requested_size += b.requested;
+          if (bi.active) seg.active_size += b.size;
+          seg.blocks.push_back(std::move(bi));
+        }
       }
       if (!include_traces || d >= static_cast<int>(out.device_traces.size())) continue;
       for (auto& t : trace(c)) {
+        if (t.seq > sg.seq) break;  // after the segments were read
         static const TraceEntry::Action kAction[] = {TraceEntry::ALLOC, TraceEntry::FREE_REQUESTED,
                                                      TraceEntry::FREE_COMPLETED, TraceEntry::SEGMENT_MAP,
                                                      TraceEntry::SEGMENT_UNMAP, TraceEntry::OOM};

@@ -64,7 +64,8 @@ def test_snapshot(mode):
         alloc_frames = [f["name"] for e in tr if e["action"] == "alloc" for f in e.get("frames", [])]
         live = sum(b["size"] for seg in s["segments"] for b in seg["blocks"] if b["state"] == "active_allocated")
         result(actions=sorted({e["action"] for e in tr}), make_in_stack="make" in alloc_frames, live=live,
-               allocated=torch.cuda.memory_allocated(), nseg=len(s["segments"]))
+               allocated=torch.cuda.memory_allocated(), nseg=len(s["segments"]),
+               shown=sum(seg["total_size"] for seg in s["segments"]), reserved=torch.cuda.memory_reserved())
     """, args=[path])
     for a in ("alloc", "free_requested", "free_completed", "segment_map", "segment_unmap"):
         assert a in r["actions"], r["actions"]
@@ -73,6 +74,13 @@ def test_snapshot(mode):
     with open(path, "rb") as f:
         snap = pickle.load(f)
     assert "segments" in snap and "device_traces" in snap
+    # memory_viz's reserved: after empty_cache every held chunk is mapped, each shown once
+    assert r["shown"] == r["reserved"], r
+    # memory_viz's Allocator State History replays back to event 0 (tools/memviz_check.py)
+    sys.path.insert(0, os.path.join(lake.REPO, "tools"))
+    import memviz_check
+    problems = memviz_check.check(snap)
+    assert not problems, problems[:10]
 
 
 # 3. streams: record_stream is honoured
