@@ -7,7 +7,8 @@ free space 'inactive'), device_traces from gml_trace_read up to the
 segments' trace_seq. A random run of allocations (small and large), frees
 and trims; then the checker must find nothing, and must find the two faults
 of the old format (only live blocks in the segments; segment events at
-address 0) when they are put back."""
+address 0) when they are put back. SNAPSHOT_OUT=FILE: also write the
+snapshot of the random run there (a pickle, as _dump_snapshot writes)."""
 import ctypes
 import os
 import pickle
@@ -99,6 +100,9 @@ for step in range(1200):
     if step % 301 == 300:
         assert lib.gml_trim(c, None) == 0
 s = snapshot(c)
+if os.environ.get("SNAPSHOT_OUT"):  # to open it in memory_viz (bench/memviz_render.sh)
+    with open(os.environ["SNAPSHOT_OUT"], "wb") as f:
+        pickle.dump(s, f)
 stats = {}
 problems = memviz_check.check(s, stats=stats)
 assert not problems, problems[:10]
