@@ -106,6 +106,8 @@ static int collect(gml_allocator *a, struct gml_pause *p, size_t *total) {
 static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const char *path) {
   if (p->flags & GML_PAUSE_DISCARD || !total) return 0;
   if (p->flags & GML_PAUSE_FILE) {
+    if (strlen(path) >= sizeof p->path) /* cut short, resume would remove another file */
+      return fail(c, GML_EINVAL, "pause: a path of at most %s bytes", "255");
     snprintf(p->path, sizeof p->path, "%s", path);
     /* a new file only: one that exists (another user may have made it, mode 0666, in a directory both
      * may write) or a symlink would get the content where someone else reads it */

@@ -226,7 +226,7 @@ GML_API int gml_growable_destroy(gml_growable *g);
  * pointer stays valid. gml_pause synchronizes the device, copies the content
  * of the live allocations (all of them, or with tag != 0 those allocated
  * while gml_set_tag(c, tag) was in force) to host memory (page-locked on
- * cuda) or, with gml_pause_file, to a file at path (created new, 0600: a path
+ * cuda) or, with gml_pause_file, to a file at path (at most 255 bytes; created new, 0600: a path
  * that exists, a symlink too, is GML_ESYS, as another user could have put it
  * there to read the content; removed at
  * resume), and returns their chunks, with all idle cache, to the lake; the

@@ -100,6 +100,25 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   ck_assert_int_eq(stat(path, &pst), 0);
   ck_assert_int_eq(pst.st_size, 0);
   ck_assert_int_eq(unlink(link), 0);
+  /* a path too long to be kept whole: refused (resume removed the path cut short: another file) */
+  char dir[300], longp[420], cut[300];
+  snprintf(dir, sizeof dir, "%s.d", path);
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  size_t dl = strlen(dir);
+  memset(dir + dl, 'a', 200), dir[dl] = '/', dir[dl + 200] = 0; /* PATH.d/aaa...: one component of 199 */
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  snprintf(longp, sizeof longp, "%s/%0100d", dir, 0); /* over 255 bytes, each component under */
+  snprintf(cut, sizeof cut, "%.255s", longp);
+  FILE *victim = fopen(cut, "w"); /* where the path cut at 255 bytes lands */
+  ck_assert_ptr_nonnull(victim);
+  fclose(victim);
+  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, longp), GML_EINVAL);
+  ck_assert_int_eq(access(cut, F_OK), 0);
+  ck_assert_int_ne(access(longp, F_OK), 0);
+  ck_assert_int_eq(unlink(cut), 0);
+  ck_assert_int_eq(rmdir(dir), 0);
+  dir[dl] = 0;
+  ck_assert_int_eq(rmdir(dir), 0);
   ck_assert_int_eq(unlink(path), 0);
   ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, path), 0);
   ck_assert_int_eq(access(path, F_OK), 0);
