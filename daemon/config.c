@@ -285,7 +285,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
     }
     char err[256];
     if (apply_setting(c, options[idx].name, optarg ? optarg : "", err, sizeof err)) {
-      fprintf(stderr, "gmlaked: --%s\n", err);
+      fprintf(stderr, "gmlaked: %s (option --%s)\n", err, options[idx].name);
       return GML_EINVAL;
     }
   }

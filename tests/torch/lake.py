@@ -62,17 +62,31 @@ class Daemon:
         self.proc = subprocess.Popen(
             [os.path.join(BUILD, "gmlaked"), "--backend", "cuda", "--socket", self.sock, "--control", self.ctl,
              "--log-level", "warn"] + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
-        for _ in range(200):
+        t0, self.last_ctl = time.time(), None
+        while time.time() - t0 < 30:
             if os.path.exists(self.sock) and self.ctlstats() is not None:
+                if time.time() - t0 > 2:
+                    print("gmlaked came up after %.1f s" % (time.time() - t0), file=sys.stderr, flush=True)
                 return
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        raise RuntimeError("gmlaked did not come up: " + open(self.log.name).read())
+        # say what was seen: run53 (H100) failed here with an empty log and nothing more to go on
+        r, status = self.last_ctl, self.proc.poll()
+        if status is None:
+            self.proc.kill()
+            self.proc.wait()
+        raise RuntimeError("gmlaked did not come up in %.1f s: exit status %s, socket %s, last `gmlakectl stats --json`: %s; "
+                           "its log: %s" % (time.time() - t0, "running (killed now)" if status is None else status,
+                                           "exists" if os.path.exists(self.sock) else "missing",
+                                           "not run" if r is None else "rc %d, stdout %r, stderr %r" % (
+                                               r.returncode, r.stdout[:200], r.stderr[-500:]),
+                                           open(self.log.name).read()[-3000:]))
 
     def ctlstats(self):
         r = subprocess.run([os.path.join(BUILD, "gmlakectl"), "--control", self.ctl, "stats", "--json"],
                            capture_output=True, text=True)
+        self.last_ctl = r
         return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
 
     def stop(self):
