@@ -105,10 +105,12 @@ if [ "$(id -u)" = 0 ]; then
   echo "  a root-owned socket served by uid $nobody: refused after SO_PEERCRED"
   # 6b. a user outside the socket's group (a new member who has not logged in again): the error says so
   chmod 711 "$p"
+  # uid nobody runs copies of the programs: the checkout may lie where nobody may not look (/root, mode 700)
+  mkdir -m 755 "$p/bin" && cp "$TC" "$(pwd)/$BUILD/gmlaked" "$p/bin/" && chmod 755 "$p/bin/"*
   fake "$p/root/c.sock" "$p/c.log"
   chmod 660 "$p/root/c.sock" && chgrp 0 "$p/root/c.sock"
   if echo close | setpriv --reuid="$nobody" --regid="$nobody" --clear-groups env GMLAKE_SOCKET="$p/root/c.sock" GMLAKE_MODE=daemon \
-       "$TC" "default:$DEV" >"$p/out" 2>"$p/err"; then fail "uid $nobody used a socket of mode 0660"; fi
+       "$p/bin/gml-testclient" "default:$DEV" >"$p/out" 2>"$p/err"; then fail "uid $nobody used a socket of mode 0660"; fi
   if grep -q "^ready\|not found\|denied.*gml-testclient" "$p/err" "$p/out"; then
     echo "  (uid $nobody cannot run the test client here: the group hint not checked)"
   else
@@ -117,7 +119,7 @@ if [ "$(id -u)" = 0 ]; then
   fi
   # 7. a daemon that may not write /run/gmlake and has no XDG_RUNTIME_DIR does not fall back to /tmp
   if [ ! -e /run/gmlake ] || [ "$(stat -c %a /run/gmlake)" != 777 ]; then
-    if env -u XDG_RUNTIME_DIR timeout 10 setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$(pwd)/$BUILD/gmlaked" --backend host \
+    if env -u XDG_RUNTIME_DIR timeout 10 setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host \
          >"$p/out" 2>&1; then fail "gmlaked without /run/gmlake or XDG_RUNTIME_DIR started"; fi
     grep -q "XDG_RUNTIME_DIR is unset: give --socket" "$p/out" || fail "unclear error: $(cat "$p/out")"
     echo "  gmlaked as uid $nobody without XDG_RUNTIME_DIR: refuses to start (no socket in /tmp)"
