@@ -231,6 +231,18 @@ static int access_run(gml_allocator *a, uint32_t from, uint32_t to) {
   return rc;
 }
 
+/* Map chunk ci at slot s and make it the slot's own (the map call timed). */
+static int map_chunk(gml_allocator *a, uint32_t s, int32_t ci) {
+  uint64_t t0 = gml_now_ns();
+  int rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
+  a->map_call_ns += gml_now_ns() - t0;
+  if (rc) return rc;
+  chunk_own(a, ci, s);
+  slot_link(a, s, ci);
+  a->maps++;
+  return 0;
+}
+
 /* A streamed lease mapped as it comes (GMLAKE_STREAM_MAP): each batch of
  * fresh chunks goes to the next slots of the range that map nothing, while
  * the source brings (and imports) the next batch on its own thread. */
@@ -250,17 +262,11 @@ static void stream_got(void *arg, const gml_phys *phys, const uint64_t *ids, siz
       if (run != UINT32_MAX) m->rc = access_run(a, run, s), run = UINT32_MAX;
       continue;
     }
-    int32_t ci = a->lists[GML_CL_FRESH].head;
-    uint64_t t0 = gml_now_ns();
-    int rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
-    a->map_call_ns += gml_now_ns() - t0;
+    int rc = map_chunk(a, s, a->lists[GML_CL_FRESH].head);
     if (rc) {
       m->rc = rc;
       break;
     }
-    chunk_own(a, ci, s);
-    slot_link(a, s, ci);
-    a->maps++;
     if (run == UINT32_MAX) run = s;
   }
   if (run != UINT32_MAX) {
@@ -332,14 +338,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
       }
       int32_t ci = gml_policy_chunk_for_slot(a, s, stream);
       int cached = a->chunks[ci].list == GML_CL_CACHED;
-      if (cached && (rc = chunk_wait(a, ci, stream))) return rc;
-      uint64_t t0 = gml_now_ns();
-      rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
-      a->map_call_ns += gml_now_ns() - t0;
-      if (rc) return rc;
-      chunk_own(a, ci, s);
-      slot_link(a, s, ci);
-      a->maps++;
+      if ((cached && (rc = chunk_wait(a, ci, stream))) || (rc = map_chunk(a, s, ci))) return rc;
       *stole |= cached;
       mapped_now = 1;
       if (run_start == UINT32_MAX) run_start = s;
