@@ -260,33 +260,62 @@ static void daemon_return(gml_client *c, uint64_t *ids, size_t n) {
   }
 }
 
-void gml_client_report(gml_client *c) {
+static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   gml_stats st;
   gml_alloc_stats(&c->alloc, &st);
   gml_grow_stats(c, &st);
   gml_pause_stats(c, &st);
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
-  u.paused = st.paused_bytes;
-  u.reclaims_served = __atomic_load_n(&c->reclaims_served, __ATOMIC_RELAXED);
-  u.paused_saved = st.paused_saved;
-  u.growable_mapped = st.growable_mapped;
-  u.growable_unmapped = st.growable_unmapped;
-  u.allocated = st.allocated;
-  u.cached = st.cached;
-  u.stitched = st.stitched;
-  u.largest_free = st.largest_free;
+  u->paused = st.paused_bytes;
+  u->reclaims_served = __atomic_load_n(&c->reclaims_served, __ATOMIC_RELAXED);
+  u->paused_saved = st.paused_saved;
+  u->growable_mapped = st.growable_mapped;
+  u->growable_unmapped = st.growable_unmapped;
+  u->allocated = st.allocated;
+  u->cached = st.cached;
+  u->stitched = st.stitched;
+  u->largest_free = st.largest_free;
   /* the allocator's free bytes, split: whole free chunks (gml_alloc_stats'
    * largest_free: any shape can be stitched from them) are idle cache the
    * lake can reclaim; the rest of cached sits in chunks partly in use */
-  u.idle_bytes = st.largest_free < st.cached ? st.largest_free : st.cached;
-  u.fragment_bytes = st.cached - u.idle_bytes;
-  u.alloc_count = st.alloc_count;
+  u->idle_bytes = st.largest_free < st.cached ? st.largest_free : st.cached;
+  u->fragment_bytes = st.cached - u->idle_bytes;
+  u->alloc_count = st.alloc_count;
+}
+
+/* the report's numbers as one array, to see whether any changed */
+static void usage_key(const Gmlake__UsageReport *u, uint64_t k[11]) {
+  uint64_t v[11] = {u->paused, u->reclaims_served, u->paused_saved, u->growable_mapped, u->growable_unmapped, u->allocated,
+                    u->cached, u->stitched, u->largest_free, u->alloc_count, u->fragment_bytes};
+  memcpy(k, v, sizeof v);
+}
+
+/* under conn_lock */
+static void usage_send(gml_client *c, Gmlake__UsageReport *u) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
-  env.usage = &u;
-  pthread_mutex_lock(&c->conn_lock);
+  env.usage = u;
   conn_call(c, &env, 0, NULL, NULL, NULL); /* the daemon's requests are the reader thread's (link.c) */
+  usage_key(u, c->last_usage);
   c->last_report_ns = gml_now_ns();
+}
+
+void gml_client_report(gml_client *c) {
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  usage_fill(c, &u);
+  pthread_mutex_lock(&c->conn_lock);
+  usage_send(c, &u);
+  pthread_mutex_unlock(&c->conn_lock);
+}
+
+void gml_client_report_changed(gml_client *c) {
+  if (gml_now_ns() - c->last_report_ns < REPORT_INTERVAL_NS) return;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  usage_fill(c, &u);
+  uint64_t k[11];
+  usage_key(&u, k);
+  if (!memcmp(k, c->last_usage, sizeof k)) return;
+  if (pthread_mutex_trylock(&c->conn_lock)) return; /* a lease or return under way: it is the next round's */
+  usage_send(c, &u);
   pthread_mutex_unlock(&c->conn_lock);
 }
 

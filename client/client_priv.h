@@ -116,6 +116,7 @@ struct gml_client {
   struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
+  uint64_t last_usage[11];  /* the numbers of the last usage report (gml_client_report_changed skips an unchanged one) */
   uint32_t ops_since_check;
   gml_grow_state grow;
   char last_error[1400];
@@ -160,6 +161,11 @@ void gml_link_end(gml_client *c);
 void gml_client_test_nostream(gml_client *c);
 /* client.c: send the allocator's numbers to the daemon now. */
 void gml_client_report(gml_client *c);
+/* From the keeper thread every REPORT_INTERVAL_NS: a report only where the
+ * numbers changed since the last one and no other thread is talking to the
+ * daemon, so `gmlakectl clients` is never more than that behind an idle
+ * process. */
+void gml_client_report_changed(gml_client *c);
 
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
 void gml_pause_stats(gml_client *c, gml_stats *st);

@@ -505,7 +505,18 @@ static void *keeper_main(void *arg) {
       backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
       continue;
     }
-    pthread_cond_wait(&l->cv, &l->mu);
+    /* connected and nothing asked: keep the daemon's picture of us current
+     * (an idle process's last operations are reported within ~0.1 s, not at
+     * its 256th next one) */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)REPORT_INTERVAL_NS;
+    while (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
+      pthread_mutex_unlock(&l->mu);
+      gml_client_report_changed(c);
+      pthread_mutex_lock(&l->mu);
+    }
   }
   pthread_mutex_unlock(&l->mu);
   return NULL;
