@@ -11,6 +11,7 @@
  *   quota    set/clear a quota of a process (all its connections), a user or a cgroup */
 #include "control.h"
 #include "daemon.h"
+#include "pidquota.h"
 #include "session.h"
 #include "shares.h"
 #include "gmlake.h"
@@ -198,10 +199,22 @@ static void ctl_set_quota(ctl_call *k) {
     else GML_INFO("quota of cgroup %s set to %llu bytes", q->cgroup, (unsigned long long)q->bytes);
     return;
   }
+  if (q && !q->by_uid && q->bytes) {
+    int rc = pidquota_watch(k->d, (pid_t)q->pid);
+    if (rc) {
+      static char why[160]; /* the reply is packed after this returns */
+      snprintf(why, sizeof why, rc == GML_ENOENT ? "no process %d: a pid quota holds for a living process (uid: or cgroup: "
+                                                   "for one not started yet)" : "cannot watch process %d",
+               (int)q->pid);
+      fail(k, rc == GML_ENOENT ? GML_ENOENT : GML_ESYS, why);
+      return;
+    }
+  }
   if (!q || lake_set_quota(&k->d->lk, q->by_uid, q->by_uid ? q->uid : (uint32_t)q->pid, q->bytes)) {
     fail(k, GML_EINVAL, "bad quota");
     return;
   }
+  if (!q->by_uid && !q->bytes) pidquota_unwatch(k->d, (pid_t)q->pid);
   GML_INFO("quota of %s %u set to %llu bytes", q->by_uid ? "uid" : "pid", q->by_uid ? q->uid : (unsigned)q->pid,
            (unsigned long long)q->bytes);
 }

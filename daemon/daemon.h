@@ -71,6 +71,7 @@ typedef struct gmld {
   uint64_t status_ns;
   uv_timer_t tick;
   parked_owner *parked;
+  struct pid_watch *pid_watches; /* the processes that have a pid quota (pidquota.c) */
   struct share *shares;     /* published read-only memory (shares.c) */
   uint64_t next_share_id;
   uint64_t next_client_id;

@@ -7,6 +7,7 @@
 #endif
 #include "control.h"
 #include "daemon.h"
+#include "pidquota.h"
 #include "session.h"
 #include "gmlake.h"
 #include "log.h"
@@ -88,6 +89,10 @@ static void apply_quotas(gmld *d) {
   d->lk.nquotas = 0;
   for (int i = 0; i < d->cfg.nquotas; i++) {
     const config_quota *q = &d->cfg.quotas[i];
+    if (!q->by_uid && q->bytes && pidquota_watch(d, (pid_t)q->key)) {
+      GML_WARN("quota of pid %u not set: no such process (a pid quota holds for a living process)", q->key);
+      continue;
+    }
     lake_set_quota(&d->lk, q->by_uid, q->key, q->bytes);
   }
 }

@@ -13,6 +13,7 @@
 #include "adopt.h"
 #include "conn.h"
 #include "daemon.h"
+#include "pidquota.h"
 #include "shares.h"
 #include "gmlake.h"
 #include "log.h"
@@ -531,4 +532,5 @@ void sessions_close_all(gmld *d) {
     uv_close((uv_handle_t *)&p->poll, parked_free);
   }
   shares_close_all(d); /* what processes that left still mapped */
+  pidquota_close_all(d);
 }

@@ -295,6 +295,37 @@ END_TEST
 
 /* N connections of one process share its quota; so do chunks parked by a
  * connection it closed; the cgroup is shown and can carry a quota. */
+/* A pid quota is the process's: refused for a pid no process has, dropped
+ * when its process exits (the pid, reused, binds nobody: before, a later
+ * process of another user with that pid inherited it). */
+START_TEST(test_pid_quota_ends_with_process) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start();
+  int pid_a = client_ready(&a);
+  char args[320], out[8192];
+  snprintf(args, sizeof args, "quota %d 10MiB", pid_a);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_int_eq(client_num(pid_a, "quota_bytes"), 10 << 20);
+  ck_assert_int_eq(client_finish(&a), 0);
+  char log[512];
+  long long t0 = (long long)now_ms();
+  do {
+    sh(log, sizeof log, "grep -c 'process %d exited: its quota of %d bytes is dropped' %s/daemon.log", pid_a, 10 << 20, tmpdir);
+  } while (atoi(log) != 1 && now_ms() - t0 < 3000 && !usleep(10000));
+  ck_assert_msg(atoi(log) == 1, "no line saying process %d's quota was dropped", pid_a);
+  /* a pid that no process has: refused, with why */
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, NULL, 0);
+  snprintf(args, sizeof args, "quota %d 10MiB 2>&1", (int)dead);
+  ck_assert_int_ne(ctl(out, sizeof out, args), 0);
+  ck_assert_msg(strstr(out, "no process") && strstr(out, "uid: or cgroup:"), "%s", out);
+  snprintf(args, sizeof args, "quota %d 0", (int)dead); /* clearing is always fine */
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 START_TEST(test_process_quota_over_connections) {
   start_daemon("--limit 64MiB --prefetch 0");
   proc a = client_start();
@@ -391,6 +422,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, harness_setup, NULL);
   tcase_add_test(tc, test_idle_client_gives_back);
   tcase_add_test(tc, test_idle_client_numbers_current);
+  tcase_add_test(tc, test_pid_quota_ends_with_process);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);
   tcase_add_test(tc, test_idle_hog_stream_map);
