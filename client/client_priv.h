@@ -28,7 +28,27 @@ struct gml_growable {
   int shared;      /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
   char key[144];   /* the share's key when shared (NAME@UID for another user's) */
   int broken;      /* a failed dedup could not put all its own chunks back (share.c): only destroy works */
+  /* what the publisher asked (share.c), to publish again to a restarted daemon */
+  struct gml_share_opts_kept {
+    size_t size;
+    uint8_t hash[64];
+    size_t hash_len;
+    uint8_t *meta;
+    size_t meta_len;
+    uint32_t *allow;
+    size_t n_allow;
+    int any;
+  } pub;
+  int lost;        /* GML_SHARE_*: where the share stands with a daemon that restarted (share.c) */
 };
+/* A shared range after a daemon restart (link.c hands its chunks over, share.c
+ * restores): PUBLISH, its chunks were adopted and it is to be published again;
+ * REGISTER, attached: to be counted a mapper again once its share is back;
+ * OWNED, its publication failed: its chunks are plainly leased to us. */
+enum { GML_SHARE_OK = 0, GML_SHARE_PUBLISH = 1, GML_SHARE_REGISTER = 2, GML_SHARE_OWNED = 3, GML_SHARE_ORPHAN = 4 };
+/* ORPHAN: attached, but its share did not come back (its publisher gone, or
+ * another content under its key): we map it on, the daemon does not count it. */
+#define GML_SHARE_REGISTER_FOR_NS (60 * 1000000000ull) /* how long an attached range waits for its share to come back */
 
 #define GML_REC_STREAMS 4 /* recorded streams kept per allocation; more: the free waits for the device */
 
@@ -91,6 +111,9 @@ typedef struct gml_grow_state {
   uint64_t mapped;          /* bytes of chunks mapped into them */
   uint64_t chunks_leased, chunks_returned; /* over the client's life */
   uint64_t shared;          /* bytes of shared chunks mapped (published or attached ranges) */
+  int lost_shares;          /* ranges whose share a restarted daemon does not know yet (GML_SHARE_*) */
+  uint64_t restore_ns;      /* the last attempt to restore them */
+  uint64_t lost_since_ns;   /* when the last hand-over marked them */
 } gml_grow_state;
 
 /* A chunk id with this bit: the chunk belongs to a session of this daemon
@@ -224,6 +247,15 @@ void gml_grow_stats(gml_client *c, gml_stats *st);
 int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1);
 /* share.c: a shared range's chunks at close or destroy: unmapped, released, detached. grow.lock held. */
 int gml_share_release_range(gml_growable *g);
+/* After a hand-over to a restarted daemon (link.c): published ranges marked
+ * GML_SHARE_PUBLISH are published again, attached ones registered as mappers
+ * once their share is back (retried by the keeper thread, at most once a
+ * second, while any is left). Takes grow.lock. */
+void gml_share_restore(gml_client *c);
+/* link.c, reconnecting to a restarted daemon (grow.lock held): every chunk of
+ * a published range to fn (handed over with the rest, then published again),
+ * and every shared range marked for restore. */
+void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx);
 /* client.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS). */
 struct Gmlake__Envelope;
 int gml_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);

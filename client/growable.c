@@ -285,6 +285,7 @@ static int destroy_locked(gml_growable *g) {
   if (g->next) g->next->prev = g->prev;
   c->grow.ranges--;
   c->grow.reserved -= g->size;
+  free(g->pub.meta), free(g->pub.allow);
   free(g->phys), free(g->ids), free(g->mapped), free(g);
   return 0;
 }

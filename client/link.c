@@ -436,6 +436,7 @@ static int reconnect(gml_client *c) {
     for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
       if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
     gml_grow_each_chunk(c, adopt_add, &b);
+    gml_share_handover(c, adopt_add, &b); /* published ranges' chunks too: published again after */
   }
   rc = adopt_flush(&b);
   if (!rc) {
@@ -471,6 +472,7 @@ static int reconnect(gml_client *c) {
   else
     GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
   gml_client_report(c);
+  if (!same && __atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED)) gml_share_restore(c);
   return 0;
 }
 
@@ -515,6 +517,9 @@ static void *keeper_main(void *arg) {
     if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
       pthread_mutex_unlock(&l->mu);
       gml_client_report_changed(c);
+      /* attached ranges wait for their publishers to publish again after a restart */
+      if (__atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED) && gml_now_ns() - c->grow.restore_ns > 1000000000ull)
+        gml_share_restore(c);
       pthread_mutex_lock(&l->mu);
     }
   }

@@ -58,21 +58,62 @@ static void send_detach(gml_client *c, const char *key) {
   }
 }
 
+static void pub_forget(gml_growable *g) {
+  free(g->pub.meta), free(g->pub.allow);
+  memset(&g->pub, 0, sizeof g->pub);
+}
+
+static void set_lost(gml_growable *g, int lost) {
+  int was = g->lost == GML_SHARE_PUBLISH || g->lost == GML_SHARE_REGISTER;
+  int now = lost == GML_SHARE_PUBLISH || lost == GML_SHARE_REGISTER;
+  g->c->grow.lost_shares += now - was;
+  g->lost = lost;
+}
+
 int gml_share_release_range(gml_growable *g) {
   gml_client *c = g->c;
   gml_backend *be = c->be;
+  /* adopted by a restarted daemon and not (yet) published again: leased to us, returned like our own */
+  int ours = g->lost == GML_SHARE_OWNED || g->lost == GML_SHARE_PUBLISH;
   if (g->nmapped && be->ops->synchronize(be)) GML_WARN("share '%s': synchronize failed before unmapping", g->key);
   for (size_t s = 0; s < g->nslots; s++) {
     if (!g->mapped[s]) continue;
     if (be->ops->unmap(be, g->base + s * g->cs, g->cs)) return GML_EBACKEND;
-    be->ops->chunk_release(be, g->phys[s]); /* the share's: not returned, only our handle goes */
+    if (ours) c->alloc.src.release(c->alloc.src.ctx, 1, &g->phys[s], &g->ids[s]);
+    else be->ops->chunk_release(be, g->phys[s]); /* the share's: not returned, only our handle goes */
     g->mapped[s] = 0;
     g->nmapped--;
     c->grow.shared -= g->cs;
   }
-  send_detach(c, g->key);
+  if (g->lost == GML_SHARE_OK) send_detach(c, g->key); /* else the daemon does not count us its mapper */
+  set_lost(g, GML_SHARE_OK);
+  pub_forget(g);
   g->shared = GML_GROW_OWN;
   return 0;
+}
+
+/* The ShareRequest of n chunks of g (g->ids) as g->pub says; grow.lock held. */
+static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, const char *what) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = (char *)key;
+  q.n_chunk_ids = n;
+  q.chunk_ids = g->ids;
+  q.size = g->pub.size;
+  q.content_hash.data = g->pub.hash, q.content_hash.len = g->pub.hash_len;
+  q.meta.data = g->pub.meta, q.meta.len = g->pub.meta_len;
+  q.allow_uids = g->pub.allow, q.n_allow_uids = g->pub.n_allow;
+  q.allow_any_uid = g->pub.any != 0;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE;
+  env.share = &q;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds;
+  int rc = call(c, &env, &r, fds, &nfds, what);
+  if (!rc) {
+    close_fds(fds, nfds);
+    if (r->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) rc = fail(c, GML_EPROTO, "%s: unexpected reply", what);
+    gmlake__envelope__free_unpacked(r, NULL);
+  }
+  return rc;
 }
 
 int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *o) {
@@ -91,27 +132,24 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
     pthread_mutex_unlock(&c->grow.lock);
     return rc;
   }
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r;
-  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
-  q.key = (char *)key;
-  q.n_chunk_ids = n;
-  q.chunk_ids = g->ids;
-  q.size = size;
-  if (o) {
-    q.content_hash.data = (uint8_t *)o->hash, q.content_hash.len = o->hash ? o->hash_len : 0;
-    q.meta.data = (uint8_t *)o->meta, q.meta.len = o->meta ? o->meta_len : 0;
-    q.allow_uids = (uint32_t *)o->allow_uids, q.n_allow_uids = o->allow_uids ? o->n_allow_uids : 0;
-    q.allow_any_uid = o->allow_any_uid != 0;
+  /* kept: a restarted daemon is asked the same (gml_share_restore) */
+  pub_forget(g);
+  g->pub.size = size;
+  if (o && o->hash && o->hash_len) {
+    if (o->hash_len > sizeof g->pub.hash) rc = fail(c, GML_EINVAL, "share '%s': a hash of more than 64 bytes", key);
+    else memcpy(g->pub.hash, o->hash, g->pub.hash_len = o->hash_len);
   }
-  env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE;
-  env.share = &q;
-  int fds[GML_MAX_LEASE_CHUNKS], nfds;
-  rc = call(c, &env, &r, fds, &nfds, "share");
-  if (!rc) {
-    close_fds(fds, nfds);
-    if (r->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) rc = fail(c, GML_EPROTO, "share: unexpected reply");
-    gmlake__envelope__free_unpacked(r, NULL);
+  if (!rc && o && o->meta && o->meta_len) {
+    if (!(g->pub.meta = malloc(o->meta_len))) rc = GML_ENOMEM;
+    else memcpy(g->pub.meta, o->meta, g->pub.meta_len = o->meta_len);
   }
+  if (!rc && o && o->allow_uids && o->n_allow_uids) {
+    if (!(g->pub.allow = malloc(o->n_allow_uids * sizeof *g->pub.allow))) rc = GML_ENOMEM;
+    else memcpy(g->pub.allow, o->allow_uids, (g->pub.n_allow = o->n_allow_uids) * sizeof *g->pub.allow);
+  }
+  g->pub.any = o && o->allow_any_uid;
+  if (!rc) rc = publish(c, g, n, key, "share");
+  if (rc) pub_forget(g);
   if (!rc) {
     g->shared = GML_GROW_PUBLISHED;
     snprintf(g->key, sizeof g->key, "%s", key);
@@ -352,4 +390,73 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
     return rc;
   }
   return fail(c, GML_EEXIST, "dedup: publishing and finding the hash both failed");
+}
+
+/* ---------- a daemon restart: shares handed over and restored ---------- */
+
+void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx) {
+  for (gml_growable *g = c->grow.head; g; g = g->next) {
+    if (g->shared == GML_GROW_ATTACHED) {
+      if (g->lost != GML_SHARE_ORPHAN) set_lost(g, GML_SHARE_REGISTER);
+      continue;
+    }
+    if (g->shared != GML_GROW_PUBLISHED) continue;
+    /* the new daemon knows nothing of the share: its chunks are handed over as
+     * ours, then published again (or, published again in vain, kept as ours) */
+    for (size_t k = 0; k < g->nslots; k++)
+      if (g->mapped[k]) fn(ctx, g->phys[k], &g->ids[k]);
+    if (g->lost != GML_SHARE_OWNED) set_lost(g, GML_SHARE_PUBLISH);
+  }
+  c->grow.lost_since_ns = gml_now_ns();
+}
+
+/* Count us a mapper of g's share again: the share under its key must be the
+ * same size and chunks as what we map. 0: done; GML_ENOENT: not back yet. */
+static int reregister(gml_client *c, gml_growable *g) {
+  Gmlake__Envelope *r;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds;
+  int rc = attach_call(c, g->key, NULL, 0, 0, 0, &r, fds, &nfds);
+  if (rc) return rc;
+  uint32_t n = r->attach_reply->nchunks;
+  uint64_t sz = r->attach_reply->size;
+  gmlake__envelope__free_unpacked(r, NULL);
+  size_t ours = 0;
+  while (ours < g->nslots && g->mapped[ours]) ours++;
+  if (n != ours || n != g->nmapped) return fail(c, GML_EMISMATCH, "share '%s' came back with %u chunks, we map %zu", g->key, n, ours);
+  for (uint32_t first = 0; first < n && !rc;) { /* taking its chunks makes us a mapper; we keep our own mappings */
+    uint32_t k = GML_MIN(n - first, (uint32_t)GML_MAX_LEASE_CHUNKS);
+    if ((rc = attach_call(c, g->key, NULL, 0, first, k, &r, fds, &nfds))) break;
+    if (r->attach_reply->nchunks != n || r->attach_reply->size != sz) rc = fail(c, GML_EPROTO, "attach: the share changed");
+    close_fds(fds, nfds);
+    gmlake__envelope__free_unpacked(r, NULL);
+    first += k;
+  }
+  return rc;
+}
+
+void gml_share_restore(gml_client *c) {
+  pthread_mutex_lock(&c->grow.lock);
+  c->grow.restore_ns = gml_now_ns();
+  int waited_long = c->grow.restore_ns - c->grow.lost_since_ns > GML_SHARE_REGISTER_FOR_NS;
+  for (gml_growable *g = c->grow.head; g && c->grow.lost_shares; g = g->next) {
+    if (g->lost == GML_SHARE_PUBLISH) {
+      size_t n = (g->pub.size + g->cs - 1) / g->cs;
+      int rc = publish(c, g, n, g->key, "share again");
+      if (rc) GML_WARN("share '%s' not published again to the restarted daemon: %s; we keep it, as our own memory", g->key,
+                       c->last_error);
+      else GML_INFO("share '%s' published again to the restarted daemon", g->key);
+      set_lost(g, rc ? GML_SHARE_OWNED : GML_SHARE_OK);
+    } else if (g->lost == GML_SHARE_REGISTER) {
+      int rc = reregister(c, g);
+      if (!rc) {
+        GML_INFO("share '%s': counted its mapper again by the restarted daemon", g->key);
+        set_lost(g, GML_SHARE_OK);
+      } else if ((rc != GML_ENOENT && rc != GML_EDAEMON) || waited_long) {
+        GML_WARN("share '%s' is not back in the restarted daemon as we map it (%s): we map it on; the lake does not "
+                 "count it", g->key, rc == GML_ENOENT ? "its publisher did not publish it again" : c->last_error);
+        set_lost(g, GML_SHARE_ORPHAN);
+      }
+    }
+  }
+  pthread_mutex_unlock(&c->grow.lock);
 }

@@ -62,6 +62,67 @@ static long long client_num(int pid, const char *key) {
   return at && end && at < end ? v : -1;
 }
 
+/* Shares survive a daemon restart: the publisher hands the share's chunks
+ * over with the rest and publishes them again (same key, size, hash and
+ * permissions), an attacher is counted a mapper again once the share is
+ * back, a new process attaches the same bytes, and every chunk is counted
+ * once. Before, the restarted daemon knew no share: attach failed, the
+ * publisher could not publish again and the mapped chunks went uncounted. */
+START_TEST(test_daemon_restart_keeps_shares) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(), b = client_start();
+  int pid_a = client_ready(&a), pid_b = client_ready(&b);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 16 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 6 << 20), "ok");
+  for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gtag %d 5", k), "ok");
+  ck_assert_str_eq(client_cmd(&a, "share weights %d", (5 << 20) + 7), "ok");
+  ck_assert_str_eq(client_cmd(&b, "attach weights"), "ok 5242887");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0"); /* and plain memory beside it */
+  ck_assert_int_eq(stat_num("chunks_shared"), 3);
+  kill(daemon_pid, SIGKILL);
+  int st;
+  waitpid(daemon_pid, &st, 0);
+  launch_daemon();
+  ck_assert_int_eq(stat_wait("shares", 1, 4000), 1);
+  ck_assert_int_eq(stat_wait("chunks_shared", 3, 4000), 3);
+  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2);
+  ck_assert_int_eq(stat_num("chunks_total"), 5); /* each chunk once: 3 shared, 2 leased */
+  /* B is a mapper again (it retries each second until the publisher is back) */
+  char out[4096], want[64];
+  snprintf(want, sizeof want, "\"mapper_pids\":[");
+  int found = 0;
+  for (int i = 0; i < 300 && !found; i++) {
+    ctl(out, sizeof out, "shares --json");
+    char *m = strstr(out, want);
+    char pb[16];
+    snprintf(pb, sizeof pb, "%d", pid_b);
+    found = m && strstr(m, pb) != NULL;
+    if (!found) usleep(10000);
+  }
+  ck_assert_msg(found, "pid %d not among the mappers after the restart: %s", pid_b, out);
+  snprintf(want, sizeof want, "\"publisher_pid\":%d", pid_a);
+  ck_assert_msg(strstr(out, want), "%s", out);
+  ck_assert_msg(strstr(out, "\"key\":\"weights\",\"size\":5242887,\"chunks\":3"), "%s", out);
+  /* a new process attaches the same bytes; the publisher's range is still its share */
+  proc c = client_start();
+  client_ready(&c);
+  ck_assert_str_eq(client_cmd(&c, "attach weights"), "ok 5242887");
+  ck_assert_str_eq(client_cmd(&c, "aread 1"), "tag 5001");
+  ck_assert_str_eq(client_cmd(&b, "aread 2"), "tag 5002");
+  ck_assert_str_eq(client_cmd(&a, "share again %d", 2 << 20), "err -3 range already shared as 'weights'");
+  /* everyone leaves: nothing left over, no complaint */
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_str_eq(client_cmd(&b, "adetach"), "ok");
+  ck_assert_int_eq(stat_num("chunks_shared"), 3); /* C maps it */
+  ck_assert_int_eq(client_finish(&c), 0);
+  ck_assert_int_eq(stat_wait("chunks_shared", 0, 4000), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stat_num("protocol_errors"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A client that allocates and then makes no call (a notebook between cells)
  * is shown as it is within a fraction of a second: the library's keeper
  * thread reports what changed; before, the numbers waited for the 256th
@@ -423,6 +484,7 @@ int main(void) {
   tcase_add_test(tc, test_idle_client_gives_back);
   tcase_add_test(tc, test_idle_client_numbers_current);
   tcase_add_test(tc, test_pid_quota_ends_with_process);
+  tcase_add_test(tc, test_daemon_restart_keeps_shares);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);
   tcase_add_test(tc, test_idle_hog_stream_map);
