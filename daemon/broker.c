@@ -179,21 +179,27 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
   b->counters->leases_refused++;
 }
 
-void broker_park(broker *b, broker_client *c) {
+
+static void list_push(broker_client **head, broker_client *c) {
   c->closing = 1;
   c->lease.pending = 0;
   c->prev = NULL;
-  c->next = b->parked;
-  if (b->parked) b->parked->prev = c;
-  b->parked = c;
+  c->next = *head;
+  if (*head) (*head)->prev = c;
+  *head = c;
 }
 
-void broker_unpark(broker *b, broker_client *c) {
+static void list_drop(broker_client **head, broker_client *c) {
   if (c->prev) c->prev->next = c->next;
-  else b->parked = c->next;
+  else *head = c->next;
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
 }
+
+void broker_park(broker *b, broker_client *c) { list_push(&b->parked, c); }
+void broker_unpark(broker *b, broker_client *c) { list_drop(&b->parked, c); }
+void broker_publish(broker *b, broker_client *c) { list_push(&b->published, c); }
+void broker_unpublish(broker *b, broker_client *c) { list_drop(&b->published, c); }
 
 /* Does quota q cover client o? */
 static int covers(const lake_quota *q, const broker_client *o) {
@@ -216,9 +222,10 @@ uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *qu
   for (size_t i = 0; i < b->lk->nquotas; i++) {
     const lake_quota *q = &b->lk->quotas[i];
     if (!covers(q, c)) continue;
-    uint64_t held = 0; /* every connection and parked chunk the quota covers */
-    for (int l = 0; l < 2; l++)
-      for (const broker_client *o = l ? b->parked : b->clients; o; o = o->next)
+    uint64_t held = 0; /* every connection, parked chunk and published share the quota covers */
+    const broker_client *lists[3] = {b->clients, b->parked, b->published};
+    for (int l = 0; l < 3; l++)
+      for (const broker_client *o = lists[l]; o; o = o->next)
         if (covers(q, o)) held += o->leased_chunks;
     uint64_t max = q->bytes / b->lk->cs, r = max > held ? max - held : 0;
     if (r < room || (quota && !*quota)) {

@@ -87,6 +87,11 @@ typedef struct broker {
    * may still map them), and still count in its process's, user's and
    * cgroup's quotas until broker_unpark. */
   broker_client *parked;
+  /* Published shares, each as its publisher (pid, uid, cgroup) holding the
+   * share's chunks: they count in those quotas for as long as the share lives
+   * (a publisher that shared its leased chunks and leased again, over and
+   * over, took the whole lake past its quota). */
+  broker_client *published;
   /* settings */
   uint64_t lease_wait_ns;
   uint64_t prefetch_chunks;    /* kept free ahead of demand */
@@ -137,8 +142,13 @@ void broker_remove_client(broker *b, broker_client *c);
  * the caller keeps c's memory until broker_unpark. */
 void broker_park(broker *b, broker_client *c);
 void broker_unpark(broker *b, broker_client *c);
+/* A share is published: c (a copy of its publisher, on no list,
+ * leased_chunks = the share's chunks) counts in its quotas until
+ * broker_unpublish. */
+void broker_publish(broker *b, broker_client *c);
+void broker_unpublish(broker *b, broker_client *c);
 
-/* Quotas count per process (all its connections and parked chunks), per
+/* Quotas count per process (all its connections, parked chunks and published shares), per
  * user (all its processes) and per cgroup: every quota that covers c binds.
  * The chunks c may still lease (UINT64_MAX: no quota covers it); *quota and
  * *holder (may be NULL) say which quota binds most ("pid 42", "uid 1000",

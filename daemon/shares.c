@@ -56,6 +56,7 @@ struct share {
   size_t nallow;
   double since;
   mapper *mappers;
+  broker_client pub; /* its publisher holding its chunks, in the broker's quotas while it lives */
 };
 
 /* Keys are per user: uid's share of that name. */
@@ -83,17 +84,16 @@ static share *find_named(gmld *d, const char *key, uid_t uid) {
   return find_key(d, name, (uid_t)owner);
 }
 
-static int allowed(const share *sh, uid_t uid);
-
-/* A share with this content hash: uid's own first, else one uid may attach (publish: uid's only). */
-static share *find_hash(gmld *d, const uint8_t *h, size_t n, uid_t uid, int own_only) {
-  share *other = NULL;
+/* uid's share with this content hash. Only the caller's own user's: a
+ * publisher keeps the write access its lease gave it (its fds, its cuda
+ * handles), so mapping another user's share trusts that user, which an
+ * attach by key says (NAME@UID) and a lookup by hash (dedup) cannot: a user
+ * who published a well-known hash allowing everyone had every other user's
+ * dedup map its chunks, then rewrote them. */
+static share *find_hash(gmld *d, const uint8_t *h, size_t n, uid_t uid) {
   for (share *sh = d->shares; sh && n; sh = sh->next)
-    if (sh->hash_len == n && !memcmp(sh->hash, h, n)) {
-      if (sh->uid == uid) return sh;
-      if (!other && !own_only && allowed(sh, uid)) other = sh;
-    }
-  return other;
+    if (sh->uid == uid && sh->hash_len == n && !memcmp(sh->hash, h, n)) return sh;
+  return NULL;
 }
 
 static int allowed(const share *sh, uid_t uid) {
@@ -120,6 +120,7 @@ static void share_destroy(share *sh) {
       *pp = sh->next;
       break;
     }
+  broker_unpublish(&d->br, &sh->pub);
   GML_INFO("share '%s' has no mapper left: its %u chunk(s) are back in the lake", sh->key, sh->n);
   free(sh->idx), free(sh->ro_fds), free(sh);
   if (!d->stopping) sessions_serve_pending(d);
@@ -218,7 +219,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   }
   int code = 0;
   if (find_key(d, r->key, s->bc.uid)) code = GML_EEXIST;
-  else if (r->content_hash.len && find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid, 1)) code = GML_EEXIST;
+  else if (r->content_hash.len && find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid)) code = GML_EEXIST;
   share *sh = code ? NULL : calloc(1, sizeof *sh);
   int *ro = NULL;
   if (!code && sh && !strcmp(d->be->name, "host") && (ro = malloc(n * sizeof *ro))) {
@@ -255,6 +256,9 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   sh->since = (double)ts.tv_sec + ts.tv_nsec / 1e9;
   for (size_t i = 0; i < n; i++) lake_share(&d->lk, idx[i], sh->id);
   s->bc.leased_chunks -= n;
+  sh->pub = s->bc; /* its chunks leave the publisher's lease, not its quotas */
+  sh->pub.leased_chunks = n;
+  broker_publish(&d->br, &sh->pub);
   sh->next = d->shares;
   d->shares = sh;
   mapper_add(sh, s);
@@ -272,7 +276,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
 static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest *r) {
   gmld *d = s->d;
   share *sh = r->key && *r->key ? find_named(d, r->key, s->bc.uid)
-                                 : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid, 0);
+                                 : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
   if (!sh) {
     session_send_error(s, seq, GML_ENOENT, "no share %s", r->key && *r->key ? r->key : "with that content hash");
     return;

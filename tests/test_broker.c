@@ -207,6 +207,29 @@ START_TEST(test_quota_per_process_and_cgroup) {
 }
 END_TEST
 
+/* A published share counts in its publisher's user quota until it ends. */
+START_TEST(test_quota_counts_published_shares) {
+  broker_client a, pub;
+  client(&a, 1, 42, 0); /* uid 1000 */
+  add_chunks(10);
+  ck_assert_int_eq(lake_set_quota(&lk, 1, 1000, 4 * cs), 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 3, 0, 0, &d);
+  ck_assert_uint_eq(d.n, 3);
+  /* the 3 chunks leave a's lease for a share (shares.c): a's quota still holds them */
+  a.leased_chunks -= 3;
+  pub = a;
+  pub.leased_chunks = 3;
+  broker_publish(&br, &pub);
+  ck_assert_uint_eq(broker_quota_room(&br, &a, NULL, NULL, 0), 1);
+  broker_lease(&br, &a, 2, 3, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 1);
+  broker_unpublish(&br, &pub); /* the share ended */
+  ck_assert_uint_eq(broker_quota_room(&br, &a, NULL, NULL, 0), 3);
+}
+END_TEST
+
 /* Out of memory says what was asked and who holds the lake, per process. */
 START_TEST(test_out_of_memory_names_the_holders) {
   broker_client h1, h2, asker;
@@ -616,6 +639,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_serve_now);
   tcase_add_test(tc, test_quota);
   tcase_add_test(tc, test_quota_per_process_and_cgroup);
+  tcase_add_test(tc, test_quota_counts_published_shares);
   tcase_add_test(tc, test_out_of_memory_names_the_holders);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);

@@ -356,6 +356,33 @@ END_TEST
 
 /* N connections of one process share its quota; so do chunks parked by a
  * connection it closed; the cgroup is shown and can carry a quota. */
+/* A published share counts in its publisher's quotas while it lives:
+ * sharing leased chunks and leasing again, over and over, took the whole
+ * lake past a uid quota (20 MiB quota, 512 MiB held). */
+START_TEST(test_quota_counts_shares) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  char args[320], out[8192];
+  snprintf(args, sizeof args, "quota uid:%d 12MiB", (int)getuid());
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  proc a = client_start();
+  client_ready(&a);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 16 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 8 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&a, "share hoard %d", 8 << 20), "ok");
+  ck_assert_int_eq(stat_num("chunks_shared"), 4);
+  const char *r = client_cmd(&a, "alloc %d", 6 << 20); /* 8 shared + 6 > 12 */
+  ck_assert_msg(!strncmp(r, "err -8 ", 7) && strstr(r, "quota"), "a lease past the quota, shares uncounted: '%s'", r);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 0");
+  ck_assert_int_eq(client_finish(&a), 0); /* the share ends with its last mapper: the quota is free again */
+  ck_assert_int_eq(stat_num("chunks_shared"), 0);
+  proc b = client_start();
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 12 << 20), "ok 0");
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A pid quota is the process's: refused for a pid no process has, dropped
  * when its process exits (the pid, reused, binds nobody: before, a later
  * process of another user with that pid inherited it). */
@@ -484,6 +511,7 @@ int main(void) {
   tcase_add_test(tc, test_idle_client_gives_back);
   tcase_add_test(tc, test_idle_client_numbers_current);
   tcase_add_test(tc, test_pid_quota_ends_with_process);
+  tcase_add_test(tc, test_quota_counts_shares);
   tcase_add_test(tc, test_daemon_restart_keeps_shares);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);

@@ -358,6 +358,28 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&n, "share mine %d any", 2 << 20), "ok");
   ck_assert_str_eq(client_cmd(&b, "attach mine"), "ok 2097152");
   ck_assert_msg(!strcmp(client_cmd(&b, "aread 0"), "tag 3000"), "root attached another user's 'mine'");
+  /* dedup finds only its own user's shares: nobody publishes a well-known hash allowing everyone (it
+   * keeps write access through its lease); root's dedup of the same bytes publishes root's own copy
+   * (before, it mapped nobody's chunks, which nobody then rewrote under it) */
+  client_as_uid = 65534;
+  proc n2 = client_start();
+  client_as_uid = -1;
+  client_ready(&n2);
+  ck_assert_str_eq(strtok((char *)client_cmd(&n2, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&n2, "gensure %d", 2 << 20), "ok");
+  share_tags(&n2, 1, 6);
+  ck_assert_str_eq(client_cmd(&n2, "share bait %d any public-weights-hash", 2 << 20), "ok");
+  proc v = client_start();
+  client_ready(&v);
+  ck_assert_str_eq(strtok((char *)client_cmd(&v, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&v, "gensure %d", 2 << 20), "ok");
+  share_tags(&v, 1, 6); /* the same bytes */
+  ck_assert_str_eq(client_cmd(&v, "dedup %d public-weights-hash", 2 << 20), "ok deduped 0");
+  char sh_out[8192];
+  ck_assert_int_eq(ctl(sh_out, sizeof sh_out, "shares --json"), 0);
+  ck_assert_msg(strstr(sh_out, "\"key\":\"dedup-"), "root's dedup did not publish its own copy: %s", sh_out);
+  ck_assert_int_eq(client_finish(&v), 0);
+  ck_assert_int_eq(client_finish(&n2), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 2); /* nobody still maps 'open' and its own 'mine' */

@@ -7,7 +7,7 @@
  * the lease path: cost IMPORT_US UNMAP_US ACCESS_US (the host backend spends a driver's time per chunk) |
  *   nostream (leases of up to 128 chunks, one reply each) | timing (where new chunks' time went)
  * more connections of this process: conns N SIZE (N more clients, each allocates SIZE; kept until close)
- * shared memory: share KEY SIZE [any] | dedup SIZE HASHTEXT | attach KEY | aread K | adetach |
+ * shared memory: share KEY SIZE [any|none] [HASHTEXT] | dedup SIZE HASHTEXT | attach KEY | aread K | adetach |
  *   gwrite K / awrite K (a child process writes to chunk k of the range / the attached one:
  *   "fault" when it died of it, then "protected" when mprotect cannot make it writable)
  * It opens the daemon at argv[1] ("embedded" for no daemon; "default" or
@@ -243,10 +243,11 @@ int main(int argc, char **argv) {
       }
       printf("\n");
     } else if (g && !strcmp(cmd, "share")) {
-      char key[128], who[32] = "";
+      char key[128], who[32] = "", hash[128] = "";
       unsigned long long size = 0;
-      if (sscanf(line, "%*s %127s %llu %31s", key, &size, who) < 2) size = 0;
+      if (sscanf(line, "%*s %127s %llu %31s %127s", key, &size, who, hash) < 2) size = 0;
       gml_share_opts so = {.allow_any_uid = !strcmp(who, "any")};
+      if (hash[0]) so.hash = hash, so.hash_len = strlen(hash);
       rc = gml_share(g, (size_t)size, key, &so);
       if (rc) printf("err %d %s\n", rc, gml_last_error(c));
       else printf("ok\n");
