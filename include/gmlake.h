@@ -284,7 +284,9 @@ GML_API int gml_share(gml_growable *g, size_t size, const char *key, const gml_s
  * GML_ENOENT: no such share; GML_EPERM: not allowed. */
 GML_API int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len);
 /* Dedup [0, size) of g, whose content hashes to hash (the caller's hash):
- * if a share with that hash exists and its bytes equal g's (compared, not
+ * if a share of the caller's own user with that hash exists (another user's
+ * is never taken: its publisher keeps write access to its chunks) and its
+ * bytes equal g's (compared, not
  * only the hash), g's chunks are replaced in place by the share's (the base
  * stays; g becomes read-only; its own chunks go back) and *deduped = 1;
  * if none exists, g is published under "dedup-<hex of hash>" and *deduped = 0.
