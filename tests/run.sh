@@ -131,6 +131,14 @@ if command -v systemd-analyze >/dev/null; then
   sed "s|/usr/local/bin/gmlaked|$(pwd)/$BUILD/gmlaked|" systemd/gmlaked@.service > "$d/gmlaked@.service"
   MANPATH="$(pwd)/man:" systemd-analyze verify "$d/gmlaked@.service" # Documentation= names man:gmlaked(8)
   rm -rf "$d"
+  # the example config offers metrics-listen (a TCP listener): the unit's sandbox must let it bind
+  u=systemd/gmlaked@.service
+  if grep -q 'metrics-listen = 127\.0\.0\.1' systemd/gmlaked.conf.example; then
+    { grep -q '^RestrictAddressFamilies=.*AF_INET ' $u && grep -q '^RestrictAddressFamilies=.*AF_INET6' $u &&
+      ! grep -qE '^(IPAddressDeny|PrivateNetwork)=' $u; } ||
+      { echo "$u: its sandbox blocks metrics-listen (AF_INET/AF_INET6, IPAddressDeny, PrivateNetwork)" >&2; exit 1; }
+    echo "  the unit lets metrics-listen bind (AF_INET, AF_INET6; no IPAddressDeny or PrivateNetwork)"
+  fi
 else
   echo "systemd-analyze missing (scripts/deps.sh installs it)" >&2; exit 1
 fi
