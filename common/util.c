@@ -140,3 +140,21 @@ const char *gml_errname(int err) {
 }
 
 uint32_t gml_version(void) { return GML_VERSION; }
+
+int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup) {
+  *key = 0, *cgroup = NULL;
+  if (!strncmp(s, "cgroup:", 7)) {
+    *kind = GML_QUOTA_CGROUP, *cgroup = s + 7;
+    return s[7] == '/' && strlen(s + 7) < GML_QUOTA_CGROUP_MAX ? 0 : GML_EINVAL;
+  }
+  *kind = strncmp(s, "uid:", 4) ? GML_QUOTA_PID : GML_QUOTA_UID;
+  const char *p = *kind == GML_QUOTA_UID ? s + 4 : s;
+  if (!isdigit((unsigned char)*p)) return GML_EINVAL;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(p, &end, 10);
+  /* a pid from 1 to INT32_MAX; a uid short of (uid_t)-1, which means "none" */
+  if (*end || errno || (*kind == GML_QUOTA_PID ? v < 1 || v > INT32_MAX : v > 0xfffffffeull)) return GML_EINVAL;
+  *key = (uint32_t)v;
+  return 0;
+}

@@ -251,18 +251,16 @@ static int cmd_quota(ctl *c) {
     usage(stderr);
     return 2;
   }
-  if (!strncmp(c->args[0], "uid:", 4)) {
-    quota.by_uid = 1;
-    quota.uid = (uint32_t)parse_int_or_die("uid", c->args[0] + 4, 0, 0xfffffffe);
-  } else if (!strncmp(c->args[0], "cgroup:", 7) && c->args[0][7] == '/') {
-    quota.cgroup = c->args[0] + 7;
-  } else {
-    quota.pid = (int)parse_int_or_die("pid", c->args[0], 1, 0x7fffffff);
-    if (quota.pid <= 0) {
-      fprintf(stderr, "gmlakectl: bad pid '%s'\n", c->args[0]);
-      return 2;
-    }
+  int kind;
+  uint32_t key;
+  const char *cgroup;
+  if (gml_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
+    fprintf(stderr, "gmlakectl: bad quota holder '%s' (PID, uid:UID or cgroup:/PATH)\n", c->args[0]);
+    return 2;
   }
+  if (kind == GML_QUOTA_CGROUP) quota.cgroup = (char *)cgroup; /* protobuf-c's string fields are char * */
+  else if (kind == GML_QUOTA_UID) quota.by_uid = 1, quota.uid = key;
+  else quota.pid = (int)key;
   quota.bytes = v;
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_QUOTA;
   req.set_quota = &quota;
