@@ -723,6 +723,35 @@ START_TEST(test_metrics_parse) {
 }
 END_TEST
 
+/* --json: watch prints one JSON object a refresh (it printed the screen's
+ * text), metrics is refused with a pointer to stats --json (it printed
+ * Prometheus text as if --json were not there). */
+START_TEST(test_ctl_json) {
+  start_daemon("--limit 64MiB");
+  proc a = client_start();
+  int pid_a = client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_int_eq(stat_poll("allocated", 3 << 20, 40, 25), 3 << 20);
+  char out[16384];
+  int rc = sh(out, sizeof out,
+              "timeout 1 %s/gmlakectl --control %s --json watch --interval 0.1 | /usr/bin/python3 -c '"
+              "import json, sys\nlines = sys.stdin.read().splitlines()\nassert len(lines) >= 2, lines\n"
+              "for l in lines:\n  o = json.loads(l)\n  assert o[\"stats\"][\"allocated\"] == 3 << 20, o\n"
+              "  assert [c[\"pid\"] for c in o[\"clients\"]] == [%d], o\n  assert o[\"time\"] > 1e9, o\n"
+              "print(\"watch --json:\", len(lines), \"objects\")' 2>&1",
+              bindir, ctl_url, pid_a);
+  ck_assert_msg(rc == 0, "watch --json: %s", out);
+  printf("  %s", out);
+  rc = sh(out, sizeof out, "%s/gmlakectl --control %s --json metrics 2>&1", bindir, ctl_url);
+  ck_assert_msg(rc == 2 && strstr(out, "metrics prints Prometheus text only") && strstr(out, "--json stats") &&
+                    !strstr(out, "# TYPE"),
+                "--json metrics: rc %d: %s", rc, out);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* SIGTERM: clean exit, socket and control files gone; a bad config key is named. */
 START_TEST(test_shutdown_and_config) {
   start_daemon("--limit 16MiB");
@@ -764,6 +793,7 @@ int main(void) {
   tcase_add_test(tc, test_optional_headroom_leases);
   tcase_add_test(tc, test_leave_after_failed_send);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
+  tcase_add_test(tc, test_ctl_json);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

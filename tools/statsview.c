@@ -122,7 +122,7 @@ void print_json_list(ProtobufCMessage *const *items, size_t n) {
     if (i) putchar(',');
     print_json(items[i]);
   }
-  printf("]\n");
+  putchar(']');
 }
 
 /* ---------- stats: templates over LakeStats ---------- */
