@@ -12,7 +12,6 @@
 #include <strings.h>
 #include <grp.h>
 #include <pwd.h>
-#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
