@@ -5,8 +5,8 @@
 #endif
 #include "discover.h"
 #include "options.h"
+#include "util.h"
 #include <errno.h>
-#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,12 +79,9 @@ static int connect_verified(const char *path, uid_t owner, char *why, size_t len
   }
   if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
     int e = errno;
-    struct stat st;
-    struct group gr, *g = NULL;
-    char gbuf[1024];
-    if (e == EACCES && stat(path, &st) == 0) getgrgid_r(st.st_gid, &gr, gbuf, sizeof gbuf, &g);
-    if (g) /* the daemon is there; this login is not in its socket's group (a member added since logs in again) */
-      snprintf(why, len, "%s: only its owner and group %s may use it; `id` lists this login's groups", strerror(EACCES), g->gr_name);
+    char hint[256];
+    if (e == EACCES && gml_socket_access_hint(path, hint, sizeof hint) == 0) /* the daemon is there; this login is not in its socket's group */
+      snprintf(why, len, "%s: %s", strerror(EACCES), hint);
     else snprintf(why, len, "%s", strerror(e));
     close(s);
     return -1;

@@ -53,7 +53,8 @@
   X(BORROW, "GMLAKE_BORROW", "0, 1", "0", "library",                                                              \
     "cross-stream borrowing: a stream takes a block another stream freed, waiting for it on the device")       \
   X(BORROW_RATIO, "GMLAKE_BORROW_RATIO", "number >= 1", "1.5", "library",                                       \
-    "the most a borrowed block (never split) may exceed the request, as a factor")                            \
+    "a stream waits for another for a free block of at most this times the request (that stream's free "      \
+    "blocks then join its own and are split as usual: client/policy.c, borrow_slow)")                            \
   X(BORROW_MAX, "GMLAKE_BORROW_MAX", "0-64", "8", "library",                                                     \
     "the most borrows waiting on another stream's event at once")                                             \
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                       \

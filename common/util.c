@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -140,3 +142,33 @@ const char *gml_errname(int err) {
 }
 
 uint32_t gml_version(void) { return GML_VERSION; }
+
+int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup) {
+  *key = 0, *cgroup = NULL;
+  if (!strncmp(s, "cgroup:", 7)) {
+    *kind = GML_QUOTA_CGROUP, *cgroup = s + 7;
+    return s[7] == '/' && strlen(s + 7) < GML_QUOTA_CGROUP_MAX ? 0 : GML_EINVAL;
+  }
+  *kind = strncmp(s, "uid:", 4) ? GML_QUOTA_PID : GML_QUOTA_UID;
+  const char *p = *kind == GML_QUOTA_UID ? s + 4 : s;
+  if (!isdigit((unsigned char)*p)) return GML_EINVAL;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(p, &end, 10);
+  /* a pid from 1 to INT32_MAX; a uid short of (uid_t)-1, which means "none" */
+  if (*end || errno || (*kind == GML_QUOTA_PID ? v < 1 || v > INT32_MAX : v > 0xfffffffeull)) return GML_EINVAL;
+  *key = (uint32_t)v;
+  return 0;
+}
+
+int gml_socket_access_hint(const char *path, char *buf, size_t len) {
+  struct stat st;
+  struct group gr, *g = NULL;
+  struct passwd pw, *u = NULL;
+  char gbuf[1024], pbuf[1024], owner[32];
+  if (stat(path, &st) != 0 || getgrgid_r(st.st_gid, &gr, gbuf, sizeof gbuf, &g) != 0 || !g) return -1;
+  if (getpwuid_r(st.st_uid, &pw, pbuf, sizeof pbuf, &u) == 0 && u) snprintf(owner, sizeof owner, "%s", u->pw_name);
+  else snprintf(owner, sizeof owner, "uid %u", (unsigned)st.st_uid);
+  snprintf(buf, len, "only its owner (%s) and group %s may use it; `id` lists this login's groups", owner, g->gr_name);
+  return 0;
+}

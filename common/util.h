@@ -34,6 +34,19 @@ void gml_default_control_url(int device, char *buf, size_t len);
  * ipc:///run/gmlake/gmlake-N.ctl when it exists (whether or not the caller
  * may write there), else the default above. */
 void gml_client_control_url(int device, char *buf, size_t len);
+/* Who a quota binds, as gmlakectl's `quota` and gmlaked's `quota` option
+ * write it: "PID", "uid:UID" or "cgroup:/PATH" (the path as /proc/PID/cgroup
+ * gives it, below GML_QUOTA_CGROUP_MAX bytes). Sets *kind, *key (the pid or
+ * uid) and *cgroup (into s; cgroup only). Returns 0 or GML_EINVAL. */
+enum { GML_QUOTA_PID = 0, GML_QUOTA_UID = 1, GML_QUOTA_CGROUP = 2 };
+#define GML_QUOTA_CGROUP_MAX 128
+int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup);
+/* What to tell a user whom a Unix socket refused (connect's EACCES): "only
+ * its owner (root) and group gmlake may use it; `id` lists this login's
+ * groups" (a member added since logs in again). 0, or -1 when the socket
+ * cannot be stat'ed or its group has no name. The client library and
+ * gmlakectl say the same. */
+int gml_socket_access_hint(const char *path, char *buf, size_t len);
 /* Percentile (0..100) of an unsorted array of n values; sorts it in place. */
 double gml_percentile_u64(uint64_t *v, size_t n, double pct);
 #endif

@@ -31,7 +31,7 @@ enum opt_type {
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
   OPT_CONFIG,   /* the config file (read before the other flags) */
-  OPT_QUOTA,    /* "PID BYTES" or "uid:UID BYTES", may repeat (appended to quotas) */
+  OPT_QUOTA,    /* "PID|uid:UID|cgroup:PATH BYTES" (gml_parse_quota_holder), may repeat (appended to quotas) */
   OPT_VERSION,  /* print the version, exit */
 };
 
@@ -73,8 +73,8 @@ static const config_option options[] = {
     {"log-level", "L", OPT_LOGLEVEL, AT(log_level), "info", "error, warn, info (default) or debug", 0, 0, 0, NULL},
     {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
      0, NULL},
-    {"quota", "PID|uid:UID BYTES", OPT_QUOTA, AT(quotas), NULL,
-     "a quota (may repeat; SIGHUP replaces the quotas with the file's)", 0, 0, 0, NULL},
+    {"quota", "PID|uid:UID|cgroup:PATH BYTES", OPT_QUOTA, AT(quotas), NULL,
+     "a quota, as gmlakectl quota sets it (may repeat; SIGHUP replaces every quota with the file's)", 0, 0, 0, NULL},
     {"send-queue-max", "BYTES", OPT_SIZE, AT(send_queue_max), "4MiB",
      "replies queued to a client that does not read them, at most (default %D): over it, it is closed", 0, 0, 0, NULL},
     {"hello-timeout-ms", "MS", OPT_INT, AT(hello_timeout_ms), "5000", "a connection must say hello within (default %D)", 1,
@@ -163,16 +163,19 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   case OPT_FLAG: *(int *)at = 1; return 0;
   case OPT_CONFIG: break;
   case OPT_QUOTA: {
+    /* the holder, then the bytes after the last blank (a cgroup's path may hold blanks) */
     config_quota q = {0};
-    const char *p = val;
-    if (!strncmp(p, "uid:", 4)) q.by_uid = 1, p += 4;
-    if (!isdigit((unsigned char)*p)) return -1;
-    unsigned long long key = strtoull(p, &end, 10);
-    if (key > (q.by_uid ? UINT32_MAX : (unsigned long long)INT32_MAX) || (!q.by_uid && key == 0) || !isspace((unsigned char)*end))
+    char holder[sizeof q.cgroup + 8];
+    const char *sep = val + strlen(val), *cg;
+    while (sep > val && !isspace((unsigned char)sep[-1])) sep--;
+    const char *bytes = sep;
+    while (sep > val && isspace((unsigned char)sep[-1])) sep--;
+    if (sep == val || (size_t)(sep - val) >= sizeof holder) return -1;
+    snprintf(holder, sizeof holder, "%.*s", (int)(sep - val), val);
+    if (gml_parse_quota_holder(holder, &q.kind, &q.key, &cg) || gml_parse_size(bytes, 0, &q.bytes) ||
+        c->nquotas >= GMLD_MAX_CONFIG_QUOTAS)
       return -1;
-    while (isspace((unsigned char)*end)) end++;
-    if (gml_parse_size(end, 0, &q.bytes) || c->nquotas >= GMLD_MAX_CONFIG_QUOTAS) return -1;
-    q.key = (uint32_t)key;
+    if (cg) snprintf(q.cgroup, sizeof q.cgroup, "%s", cg);
     c->quotas[c->nquotas++] = q;
     return 0;
   }

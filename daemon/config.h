@@ -13,8 +13,9 @@
 #define GMLD_MAX_CONFIG_QUOTAS 64
 
 typedef struct config_quota {
-  int by_uid;
+  int kind;                   /* GML_QUOTA_PID, _UID or _CGROUP (util.h) */
   uint32_t key;               /* pid or uid */
+  char cgroup[128];           /* GML_QUOTA_CGROUP: its path (GML_QUOTA_CGROUP_MAX) */
   uint64_t bytes;
 } config_quota;
 
@@ -34,7 +35,7 @@ typedef struct gmld_config {
   char socket_group[64];
   char config_path[256];
   char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
-  config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID BYTES" lines, in order */
+  config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID|cgroup:PATH BYTES" lines, in order */
   int nquotas;
   /* bounds on what clients can make the daemon hold (issue 13, item 5) */
   uint64_t send_queue_max;    /* bytes queued to one client that does not read: it is closed */

@@ -84,16 +84,21 @@ static uint64_t config_limit(const gmld *d, const gmld_config *c) {
   return limit / d->be->chunk_size * d->be->chunk_size;
 }
 
-/* The config's quotas replace the lake's (those set with gmlakectl too). */
+/* The config's quotas replace the lake's (those set with gmlakectl too: a
+ * quota meant to outlive a reload, a cgroup's included, goes in the file). */
+_Static_assert(sizeof(((lake_quota *)0)->cgroup) == GML_QUOTA_CGROUP_MAX &&
+                   sizeof(((config_quota *)0)->cgroup) == GML_QUOTA_CGROUP_MAX,
+               "a cgroup path the config takes fits the lake's quota");
 static void apply_quotas(gmld *d) {
   d->lk.nquotas = 0;
   for (int i = 0; i < d->cfg.nquotas; i++) {
     const config_quota *q = &d->cfg.quotas[i];
-    if (!q->by_uid && q->bytes && pidquota_watch(d, (pid_t)q->key)) {
+    if (q->kind == GML_QUOTA_PID && q->bytes && pidquota_watch(d, (pid_t)q->key)) {
       GML_WARN("quota of pid %u not set: no such process (a pid quota holds for a living process)", q->key);
       continue;
     }
-    lake_set_quota(&d->lk, q->by_uid, q->key, q->bytes);
+    if (q->kind == GML_QUOTA_CGROUP) lake_set_quota_cgroup(&d->lk, q->cgroup, q->bytes);
+    else lake_set_quota(&d->lk, q->kind == GML_QUOTA_UID, q->key, q->bytes);
   }
 }
 

@@ -114,9 +114,27 @@ if [ "$(id -u)" = 0 ]; then
   if grep -q "^ready\|not found\|denied.*gml-testclient" "$p/err" "$p/out"; then
     echo "  (uid $nobody cannot run the test client here: the group hint not checked)"
   else
-    grep -q "only its owner and group $(getent group 0 | cut -d: -f1) may use it" "$p/err" || fail "no group hint: $(cat "$p/err")"
+    grep -q "only its owner (root) and group $(getent group 0 | cut -d: -f1) may use it" "$p/err" || fail "no group hint: $(cat "$p/err")"
     echo "  uid $nobody outside the socket's group: $(grep -m1 "no daemon" "$p/err" | sed 's/^.*\] //' | cut -c1-150)..."
   fi
+  # 6c. gmlakectl says the same of a control socket (it said only "Permission denied")
+  cp "$(pwd)/$BUILD/gmlakectl" "$p/bin/" && chmod 755 "$p/bin/gmlakectl"
+  "$p/bin/gmlaked" --backend host --limit 16MiB --prefetch 0 --socket "$p/root/e.sock" --control "ipc://$p/root/e.ctl" \
+    --socket-mode 0660 --socket-group "$(getent group 0 | cut -d: -f1)" 2>"$p/e.log" &
+  epid=$!
+  pids="$pids $epid"
+  for _ in $(seq 100); do [ -S "$p/root/e.ctl" ] && break; sleep 0.05; done
+  [ -S "$p/root/e.ctl" ] || fail "gmlaked with a control socket of mode 0660 did not start: $(cat "$p/e.log")"
+  if setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlakectl" --control "ipc://$p/root/e.ctl" stats \
+       >"$p/out" 2>"$p/err"; then fail "uid $nobody used a control socket of mode 0660"; fi
+  if grep -q "not found\|denied.*gmlakectl" "$p/err"; then
+    echo "  (uid $nobody cannot run gmlakectl here: its group hint not checked)"
+  else
+    grep -q "Permission denied: only its owner (root) and group $(getent group 0 | cut -d: -f1) may use it" "$p/err" ||
+      fail "gmlakectl gave no group hint: $(cat "$p/err")"
+    echo "  gmlakectl as uid $nobody outside the control socket's group: $(cut -c1-170 "$p/err")"
+  fi
+  kill "$epid"
   # 7. a daemon that may not write /run/gmlake and has no XDG_RUNTIME_DIR does not fall back to /tmp
   if [ ! -e /run/gmlake ] || [ "$(stat -c %a /run/gmlake)" != 777 ]; then
     if env -u XDG_RUNTIME_DIR timeout 10 setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host \

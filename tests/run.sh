@@ -113,6 +113,33 @@ for v in $vars; do
   grep -q "^| \`$v\` |" README.md || { echo "README's table of environment variables lacks $v" >&2; exit 1; }
 done
 echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
+echo "== man pages and the example config against the programs and the header"
+# every option of gmlaked --help in man gmlaked, and (but config and version: no keys) in the example config
+opts=$("$BUILD/gmlaked" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
+[ "$(echo "$opts" | wc -l)" -ge 20 ] || { echo "could not read the options of gmlaked --help" >&2; exit 1; }
+for o in $opts; do
+  sed 's/\\-/-/g' man/man8/gmlaked.8 | grep -Eq -- "^\.B[IR]* (.* )?--$o( |\"|$)" || { echo "man gmlaked lacks --$o" >&2; exit 1; }
+  case $o in config|version) continue;; esac
+  grep -Eq "^# $o( = | +#|$)" systemd/gmlaked.conf.example || { echo "systemd/gmlaked.conf.example lacks '# $o'" >&2; exit 1; }
+done
+# and the example's settings, uncommented, parse (--help after the file: 0, or 2 naming a bad key)
+d=$(mktemp -d)
+sed -nE 's/^# ([a-z-]+( = .*| +#.*|))$/\1/p' systemd/gmlaked.conf.example > "$d/example.conf"
+"$BUILD/gmlaked" --config "$d/example.conf" --help >/dev/null || { echo "systemd/gmlaked.conf.example, uncommented, does not parse" >&2; exit 1; }
+rm -rf "$d"
+# every command of gmlakectl --help in man gmlakectl
+cmds=$("$BUILD/gmlakectl" --help | sed -n '/^commands:/,$ s/^  \([a-z]\{1,\}\).*/\1/p')
+[ "$(echo "$cmds" | wc -l)" -ge 8 ] || { echo "could not read the commands of gmlakectl --help" >&2; exit 1; }
+for c in $cmds; do
+  grep -q "^\.B[IR]* $c\( \|$\)" man/man1/gmlakectl.1 || { echo "man gmlakectl lacks the command $c" >&2; exit 1; }
+done
+# every GML_E* code of include/gmlake.h in man 3 gmlake, with its number
+codes=$(sed -n 's/^ *X(\(E[A-Z]*\), \(-[0-9]*\),.*/\1:\2/p' include/gmlake.h)
+[ "$(echo "$codes" | wc -l)" -ge 16 ] || { echo "could not read GML_ERRNO_MAP from include/gmlake.h" >&2; exit 1; }
+for e in $codes; do
+  grep -qF ".BR GML_${e%%:*} \" (\\${e#*:})\"" man/man3/gmlake.3 || { echo "man 3 gmlake lacks GML_${e%%:*} (${e#*:})" >&2; exit 1; }
+done
+echo "  $(echo "$opts" | wc -l) gmlaked options in man gmlaked and the example config (which parses), $(echo "$cmds" | wc -l) gmlakectl commands in man gmlakectl, $(echo "$codes" | wc -l) GML_E* codes in man 3 gmlake"
 echo "== source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
 [ -z "$long" ] || { echo "over 600 lines (split by concern, see README's layout): $long" >&2; exit 1; }
@@ -131,6 +158,14 @@ if command -v systemd-analyze >/dev/null; then
   sed "s|/usr/local/bin/gmlaked|$(pwd)/$BUILD/gmlaked|" systemd/gmlaked@.service > "$d/gmlaked@.service"
   MANPATH="$(pwd)/man:" systemd-analyze verify "$d/gmlaked@.service" # Documentation= names man:gmlaked(8)
   rm -rf "$d"
+  # the example config offers metrics-listen (a TCP listener): the unit's sandbox must let it bind
+  u=systemd/gmlaked@.service
+  if grep -q 'metrics-listen = 127\.0\.0\.1' systemd/gmlaked.conf.example; then
+    { grep -q '^RestrictAddressFamilies=.*AF_INET ' $u && grep -q '^RestrictAddressFamilies=.*AF_INET6' $u &&
+      ! grep -qE '^(IPAddressDeny|PrivateNetwork)=' $u; } ||
+      { echo "$u: its sandbox blocks metrics-listen (AF_INET/AF_INET6, IPAddressDeny, PrivateNetwork)" >&2; exit 1; }
+    echo "  the unit lets metrics-listen bind (AF_INET, AF_INET6; no IPAddressDeny or PrivateNetwork)"
+  fi
 else
   echo "systemd-analyze missing (scripts/deps.sh installs it)" >&2; exit 1
 fi

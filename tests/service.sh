@@ -71,6 +71,19 @@ echo "  sd_notify after the reload: $(grep STATUS= "$d/notify.log" | tail -1)"
 out=$(printf 'alloc 16777216\nclose\n' | "$B/gml-testclient" "$d/sock" 2>/dev/null | sed -n 2p)
 echo "$out" | grep -q "^err $(sed -n 's/^ *X(EQUOTA, \(-[0-9]*\),.*/\1/p' include/gmlake.h) .*quota" || fail "quota uid:$(id -u) 8MiB from the config not applied: a 16 MiB allocation said '$out'"
 echo "  SIGHUP: quota uid:$(id -u) 8MiB applied (a 16 MiB allocation: $out)"
+# a cgroup's quota in the file (it was refused: a reload could not keep one)
+cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
+if [ -n "$cg" ]; then
+  printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\nquota = cgroup:%s 4MiB\n' "$cg" > "$d/gmlaked.conf"
+  kill -HUP $dpid
+  for _ in $(seq 100); do [ "$(grep -c reloaded "$d/daemon.log")" -ge 2 ] && break; sleep 0.05; done
+  grep "reloaded" "$d/daemon.log" | tail -1 | grep -q "1 quota(s)" || fail "SIGHUP with quota = cgroup:$cg: $(tail -n 3 "$d/daemon.log")"
+  out=$(printf 'alloc 6291456\nclose\n' | "$B/gml-testclient" "$d/sock" 2>/dev/null | sed -n 2p)
+  echo "$out" | grep -q "^err .*quota.*cgroup" || fail "quota cgroup:$cg 4MiB from the config not applied: a 6 MiB allocation said '$out'"
+  echo "  SIGHUP: quota cgroup:$cg 4MiB applied (a 6 MiB allocation: $out)"
+else
+  echo "  (no cgroup v2 line in /proc/self/cgroup: a cgroup quota from the config not checked)"
+fi
 
 # a config that does not parse: nothing changes, the daemon lives on
 echo "limit = lots" >> "$d/gmlaked.conf"

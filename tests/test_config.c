@@ -3,6 +3,7 @@
 #include "config.h"
 #include "gmlake.h"
 #include "log.h"
+#include "util.h"
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -82,7 +83,7 @@ START_TEST(test_file_then_flags) {
   ck_assert_int_eq(c.foreground, 1);
   ck_assert_int_eq(c.log_level, GML_LOG_DEBUG);
   ck_assert_int_eq(c.nquotas, 1);
-  ck_assert_int_eq(c.quotas[0].by_uid, 1);
+  ck_assert_int_eq(c.quotas[0].kind, GML_QUOTA_UID);
   ck_assert_uint_eq(c.quotas[0].key, 1000);
   ck_assert_uint_eq(c.quotas[0].bytes, 1ull << 30);
   /* loaded again (SIGHUP): the same result, nothing left over from before */
@@ -112,6 +113,51 @@ START_TEST(test_bad_values) {
   ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
   write_conf("quota = 0 1GiB\n"); /* pid 0 */
   ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
+}
+END_TEST
+
+/* quota takes the holders gmlakectl quota takes: PID, uid:UID and
+ * cgroup:PATH (it refused cgroup:, so a reload could not keep a cgroup's
+ * quota); a cgroup's path may hold blanks, the bytes are the last word. */
+START_TEST(test_quota_holders) {
+  gmld_config c;
+  write_conf("quota = 42 1MiB\n"
+             "quota = uid:4294967294 2MiB\n"
+             "quota = cgroup:/ 1GiB\n"
+             "quota =   cgroup:/system.slice/job one.service\t 3GiB  \n");
+  ck_assert_int_eq(load(&c, "--quota", "cgroup:/user.slice 4MiB", NULL, NULL), 0);
+  ck_assert_int_eq(c.nquotas, 5);
+  ck_assert_int_eq(c.quotas[0].kind, GML_QUOTA_PID);
+  ck_assert_uint_eq(c.quotas[0].key, 42);
+  ck_assert_uint_eq(c.quotas[0].bytes, 1ull << 20);
+  ck_assert_int_eq(c.quotas[1].kind, GML_QUOTA_UID);
+  ck_assert_uint_eq(c.quotas[1].key, 4294967294u);
+  ck_assert_int_eq(c.quotas[2].kind, GML_QUOTA_CGROUP);
+  ck_assert_str_eq(c.quotas[2].cgroup, "/");
+  ck_assert_uint_eq(c.quotas[2].bytes, 1ull << 30);
+  ck_assert_int_eq(c.quotas[3].kind, GML_QUOTA_CGROUP);
+  ck_assert_str_eq(c.quotas[3].cgroup, "/system.slice/job one.service");
+  ck_assert_uint_eq(c.quotas[3].bytes, 3ull << 30);
+  ck_assert_int_eq(c.quotas[4].kind, GML_QUOTA_CGROUP); /* the flag's, after the file's */
+  ck_assert_str_eq(c.quotas[4].cgroup, "/user.slice");
+  ck_assert_uint_eq(c.quotas[4].bytes, 4ull << 20);
+  char longpath[200] = "cgroup:/";
+  memset(longpath + 8, 'a', GML_QUOTA_CGROUP_MAX - 1); /* a path of 128 bytes: one over */
+  longpath[8 + GML_QUOTA_CGROUP_MAX - 1] = 0;
+  char longq[260];
+  snprintf(longq, sizeof longq, "%s 1GiB", longpath);
+  const char *bad[] = {"cgroup:relative 1GiB", "cgroup: 1GiB", "cgroup:/ lots", "cgroup:/", "1GiB",
+                       "uid:4294967295 1GiB", "uid: 1GiB", "uid:x 1GiB", "-1 1GiB", "2147483648 1GiB",
+                       "42x 1GiB", longq};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_conf("");
+    ck_assert_msg(load(&c, "--quota", bad[i], NULL, NULL) == GML_EINVAL, "--quota '%s' accepted", bad[i]);
+  }
+  longpath[strlen(longpath) - 1] = 0; /* 127 bytes: fits */
+  snprintf(longq, sizeof longq, "%s 1GiB", longpath);
+  ck_assert_int_eq(load(&c, "--quota", longq, NULL, NULL), 0);
+  ck_assert_int_eq(c.quotas[0].kind, GML_QUOTA_CGROUP);
+  ck_assert_uint_eq(strlen(c.quotas[0].cgroup), GML_QUOTA_CGROUP_MAX - 1);
 }
 END_TEST
 
@@ -154,6 +200,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_file_then_flags);
   tcase_add_test(tc, test_bad_values);
+  tcase_add_test(tc, test_quota_holders);
   tcase_add_test(tc, test_usage_from_table);
   suite_add_tcase(s, tc);
   return s;

@@ -164,6 +164,15 @@ START_TEST(test_growable_range) {
   ck_assert_int_eq(ctl(cout, sizeof cout, "stats"), 0);
   ck_assert_msg(strstr(cout, "growable  12.00 MiB mapped, 20.00 MiB reserved but unmapped"), "stats: %s", cout);
   ck_assert_msg(strstr(cout, "fragmentation 0.00%"), "growable chunks are in use, not fragmentation: %s", cout);
+  /* metrics: gauges in bytes (they were counters gmlake_growable_*_total, and they go down below) */
+  static char mout[32768];
+  ck_assert_int_eq(ctl(mout, sizeof mout, "metrics"), 0);
+  ck_assert_msg(strstr(mout, "# TYPE gmlake_growable_mapped_bytes gauge\n") &&
+                    strstr(mout, "# TYPE gmlake_growable_unmapped_bytes gauge\n") && !strstr(mout, "gmlake_growable_mapped_total"),
+                "metrics: %s", mout);
+  ck_assert_msg(strstr(mout, "gmlake_growable_mapped_bytes{device=\"0\",gpu_uuid=\"host-0\"} 12582912\n") &&
+                    strstr(mout, "gmlake_growable_unmapped_bytes{device=\"0\",gpu_uuid=\"host-0\"} 20971520\n"),
+                "metrics: %s", mout);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 30 << 20, 2 << 20), "ok"); /* a chunk at the far end */
   ck_assert_int_eq(stat_num("chunks_leased"), 7);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned or past the end");
@@ -710,16 +719,56 @@ START_TEST(test_metrics_parse) {
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
   msleep(50);
-  char cmd[1024];
+  char cmd[2048];
+  /* The counters are the numbers that only go up (each a d->counters field
+   * the daemon only increments); anything else is a gauge (shares and growable
+   * bytes were counters). The parser names a counter's family without _total. */
   snprintf(cmd, sizeof cmd,
            "%s/gmlakectl --control %s metrics | /usr/bin/python3 -c '"
            "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as p\n"
            "fams = {f.name: f for f in p(sys.stdin.read())}\n"
            "s = {x.labels[\"state\"]: x.value for x in fams[\"gmlake_lake_bytes\"].samples}\n"
            "a = [x.value for x in fams[\"gmlake_allocated_bytes\"].samples][0]\n"
-           "assert s[\"leased\"] >= 3 << 20, s\nassert a == 3 << 20, a\nprint(\"parsed\", len(fams))'",
+           "assert s[\"leased\"] >= 3 << 20, s\nassert a == 3 << 20, a\n"
+           "counters = sorted(n for n, f in fams.items() if f.type == \"counter\")\n"
+           "assert counters == [\"gmlake_chunks_remade\", \"gmlake_chunks_scrubbed\", \"gmlake_connections_refused\", "
+           "\"gmlake_leases\", \"gmlake_leases_refused\", \"gmlake_optional_leases_declined\", "
+           "\"gmlake_protocol_errors\"], counters\n"
+           "for g in (\"gmlake_shares\", \"gmlake_chunks_shared\", \"gmlake_growable_mapped_bytes\", "
+           "\"gmlake_growable_unmapped_bytes\"):\n  assert fams[g].type == \"gauge\", (g, fams[g].type)\n"
+           "assert not [n for n, f in fams.items() if f.type != \"counter\" and n.endswith(\"_total\")]\n"
+           "print(\"parsed\", len(fams))'",
            bindir, ctl_url);
   ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* --json: watch prints one JSON object a refresh (it printed the screen's
+ * text), metrics is refused with a pointer to stats --json (it printed
+ * Prometheus text as if --json were not there). */
+START_TEST(test_ctl_json) {
+  start_daemon("--limit 64MiB");
+  proc a = client_start();
+  int pid_a = client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_int_eq(stat_poll("allocated", 3 << 20, 40, 25), 3 << 20);
+  char out[16384];
+  int rc = sh(out, sizeof out,
+              "timeout 1 %s/gmlakectl --control %s --json watch --interval 0.1 | /usr/bin/python3 -c '"
+              "import json, sys\nlines = sys.stdin.read().splitlines()\nassert len(lines) >= 2, lines\n"
+              "for l in lines:\n  o = json.loads(l)\n  assert o[\"stats\"][\"allocated\"] == 3 << 20, o\n"
+              "  assert [c[\"pid\"] for c in o[\"clients\"]] == [%d], o\n  assert o[\"time\"] > 1e9, o\n"
+              "print(\"watch --json:\", len(lines), \"objects\")' 2>&1",
+              bindir, ctl_url, pid_a);
+  ck_assert_msg(rc == 0, "watch --json: %s", out);
+  printf("  %s", out);
+  rc = sh(out, sizeof out, "%s/gmlakectl --control %s --json metrics 2>&1", bindir, ctl_url);
+  ck_assert_msg(rc == 2 && strstr(out, "metrics prints Prometheus text only") && strstr(out, "--json stats") &&
+                    !strstr(out, "# TYPE"),
+                "--json metrics: rc %d: %s", rc, out);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -766,6 +815,7 @@ int main(void) {
   tcase_add_test(tc, test_optional_headroom_leases);
   tcase_add_test(tc, test_leave_after_failed_send);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
+  tcase_add_test(tc, test_ctl_json);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

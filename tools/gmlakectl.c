@@ -40,7 +40,11 @@ static Gmlake__CtlReply *call(const char *url, Gmlake__CtlRequest *req) {
   nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
   nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 5000);
   if ((rv = nng_dial(s, url, NULL, 0)) != 0) {
-    fprintf(stderr, "gmlakectl: cannot reach the daemon at %s: %s\n", url, nng_strerror(rv));
+    /* refused by the control socket's mode: say who may use it, as the client library does */
+    char hint[256] = "";
+    const char *path = !strncmp(url, "ipc://", 6) ? url + 6 : !strncmp(url, "unix://", 7) ? url + 7 : NULL;
+    if (rv == NNG_EPERM && path && gml_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
+    fprintf(stderr, "gmlakectl: cannot reach the daemon at %s: %s%s\n", url, nng_strerror(rv), hint);
     nng_close(s);
     return NULL;
   }
@@ -182,6 +186,11 @@ static int cmd_stats(ctl *c) {
 }
 
 static int cmd_metrics(ctl *c) {
+  if (c->json) { /* a scraper reads text exposition only; the same numbers as JSON are stats --json */
+    fprintf(stderr, "gmlakectl: metrics prints Prometheus text only; for JSON, use `gmlakectl --json stats` "
+                    "(and `--json clients`)\n");
+    return 2;
+  }
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
   print_metrics(stdout, c->reply);
   return 0;
@@ -189,14 +198,14 @@ static int cmd_metrics(ctl *c) {
 
 static int cmd_clients(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
-  if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients);
+  if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients), putchar('\n');
   else print_clients(c->reply);
   return 0;
 }
 
 static int cmd_chunks(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CHUNKS)) return 1;
-  if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->chunks, c->reply->n_chunks);
+  if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->chunks, c->reply->n_chunks), putchar('\n');
   else print_chunks(c->reply);
   return 0;
 }
@@ -251,18 +260,16 @@ static int cmd_quota(ctl *c) {
     usage(stderr);
     return 2;
   }
-  if (!strncmp(c->args[0], "uid:", 4)) {
-    quota.by_uid = 1;
-    quota.uid = (uint32_t)parse_int_or_die("uid", c->args[0] + 4, 0, 0xfffffffe);
-  } else if (!strncmp(c->args[0], "cgroup:", 7) && c->args[0][7] == '/') {
-    quota.cgroup = c->args[0] + 7;
-  } else {
-    quota.pid = (int)parse_int_or_die("pid", c->args[0], 1, 0x7fffffff);
-    if (quota.pid <= 0) {
-      fprintf(stderr, "gmlakectl: bad pid '%s'\n", c->args[0]);
-      return 2;
-    }
+  int kind;
+  uint32_t key;
+  const char *cgroup;
+  if (gml_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
+    fprintf(stderr, "gmlakectl: bad quota holder '%s' (PID, uid:UID or cgroup:/PATH)\n", c->args[0]);
+    return 2;
   }
+  if (kind == GML_QUOTA_CGROUP) quota.cgroup = (char *)cgroup; /* protobuf-c's string fields are char * */
+  else if (kind == GML_QUOTA_UID) quota.by_uid = 1, quota.uid = key;
+  else quota.pid = (int)key;
   quota.bytes = v;
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_QUOTA;
   req.set_quota = &quota;
@@ -272,14 +279,26 @@ static int cmd_quota(ctl *c) {
   return 0;
 }
 
+/* Refreshes the screen; with --json, one line a refresh (NDJSON):
+ * {"time":UNIX_S,"stats":{as stats --json},"clients":[as clients --json]}. */
 static int cmd_watch(ctl *c) {
   for (;;) {
     if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
-    printf("\033[H\033[2J");
-    print_stats(c->reply->stats);
-    putchar('\n');
-    print_clients(c->reply);
-    fflush(stdout);
+    if (c->json) {
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      printf("{\"time\":%.3f,\"stats\":", (double)now.tv_sec + now.tv_nsec / 1e9);
+      print_json(&c->reply->stats->base);
+      printf(",\"clients\":");
+      print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients);
+      printf("}\n");
+    } else {
+      printf("\033[H\033[2J");
+      print_stats(c->reply->stats);
+      putchar('\n');
+      print_clients(c->reply);
+    }
+    if (fflush(stdout) != 0) return 1; /* the reader went away (a closed pipe) */
     gmlake__ctl_reply__free_unpacked(c->reply, NULL);
     c->reply = NULL;
     usleep((useconds_t)(c->interval * 1e6));
@@ -303,8 +322,9 @@ static const struct command {
     {"quota", " PID|uid:UID|cgroup:PATH BYTES",
      "set a quota of a process (all its connections), a user (all its processes) or a cgroup (0 clears it); a lease over it is refused",
      2, 1, cmd_quota},
-    {"metrics", "", "Prometheus text exposition of the same numbers", -1, 0, cmd_metrics},
-    {"watch", " [--interval S]", "refresh stats and clients, like top", -1, 0, cmd_watch},
+    {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", -1, 0, cmd_metrics},
+    {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)", -1,
+     0, cmd_watch},
 };
 
 static void usage(FILE *f) {

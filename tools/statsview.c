@@ -122,7 +122,7 @@ void print_json_list(ProtobufCMessage *const *items, size_t n) {
     if (i) putchar(',');
     print_json(items[i]);
   }
-  printf("]\n");
+  putchar(']');
 }
 
 /* ---------- stats: templates over LakeStats ---------- */
@@ -251,6 +251,21 @@ static const struct metric_view {
      "Whole chunks clients cache with nothing allocated in them: reclaimable.", NULL, AS_IS, NULL},
     {"fragment_bytes", "gmlake_fragment_bytes", "gauge",
      "Free bytes inside chunks clients use in part: fragmentation, not reclaimable.", NULL, AS_IS, NULL},
+    /* numbers that go up and down: gauges, named for what they count */
+    {"shares", "gmlake_shares", "gauge", "Shares published (gml_share) and not yet withdrawn.", NULL, AS_IS, NULL},
+    {"chunks_shared", "gmlake_chunks_shared", "gauge", "Chunks of shares, each counted once whoever maps it.", NULL,
+     AS_IS, NULL},
+    {"growable_mapped", "gmlake_growable_mapped_bytes", "gauge", "Bytes backed in clients' growable ranges.", NULL,
+     AS_IS, NULL},
+    {"growable_unmapped", "gmlake_growable_unmapped_bytes", "gauge",
+     "Bytes reserved but not backed in clients' growable ranges.", NULL, AS_IS, NULL},
+    /* numbers that only go up (d->counters, reset only by a restart): counters */
+    {"connections_refused", "gmlake_connections_refused_total", "counter",
+     "Connections refused: over max-clients or max-clients-per-uid.", NULL, AS_IS, NULL},
+    {"chunks_scrubbed", "gmlake_chunks_scrubbed_total", "counter", "Free chunks zeroed before another uid got them.",
+     NULL, AS_IS, NULL},
+    {"chunks_remade", "gmlake_chunks_remade_total", "counter",
+     "Free chunks another uid's process could still map: released and made anew.", NULL, AS_IS, NULL},
     {"lease_latency_sum_s", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* in the histogram */
     {"lease_latency_count", NULL, NULL, NULL, NULL, AS_IS, NULL},
 };
@@ -275,15 +290,15 @@ static void print_sample(FILE *o, const ProtobufCMessage *m, const struct metric
   fputc('\n', o);
 }
 
-/* A LakeStats number without a row: gmlake_<name>, a gauge when the name
- * ends in _bytes or it is a double, else a counter gmlake_<name>_total. */
+/* A LakeStats number without a row: a gauge gmlake_<name>. Never a counter:
+ * a number that goes down typed as a counter makes rate() see resets that
+ * are not there (shares and growable bytes were such counters), while a
+ * counter typed as a gauge is still read right; a counter gets its row. */
 static void metric_by_rule(FILE *o, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, const labels *l) {
-  size_t len = strlen(f->name);
-  int gauge = is_float(f) || (len > 6 && !strcmp(f->name + len - 6, "_bytes"));
   char family[128], help[160];
-  snprintf(family, sizeof family, "gmlake_%s%s", f->name, gauge ? "" : "_total");
+  snprintf(family, sizeof family, "gmlake_%s", f->name);
   snprintf(help, sizeof help, "LakeStats.%s (proto/gmlake.proto).", f->name);
-  struct metric_view v = {f->name, family, gauge ? "gauge" : "counter", help, NULL, AS_IS, NULL};
+  struct metric_view v = {f->name, family, "gauge", help, NULL, AS_IS, NULL};
   print_sample(o, m, &v, l);
 }
 

@@ -7,7 +7,7 @@
 
 /* Every string and number field under its name, as one JSON object. */
 void print_json(const ProtobufCMessage *m);
-/* A JSON array of such objects, then a newline. */
+/* A JSON array of such objects (no newline after it). */
 void print_json_list(ProtobufCMessage *const *items, size_t n);
 /* `gmlakectl stats`: the text templates, then any field they leave out. */
 void print_stats(const Gmlake__LakeStats *s);
