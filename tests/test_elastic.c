@@ -91,7 +91,7 @@ START_TEST(test_daemon_restart_keeps_shares) {
   char out[4096], want[64];
   snprintf(want, sizeof want, "\"mapper_pids\":[");
   int found = 0;
-  for (int i = 0; i < 300 && !found; i++) {
+  for (int i = 0; i < 600 && !found; i++) {
     ctl(out, sizeof out, "shares --json");
     char *m = strstr(out, want);
     char pb[16];
