@@ -30,7 +30,8 @@
     "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins); "  \
     "through a daemon, the daemon's limit and quotas hold. A value that is neither: gml_open fails (GML_EINVAL)") \
   X(VA_SIZE, "GMLAKE_VA_SIZE", "bytes", "2x device memory, 64 GiB-1 TiB", "library",                             \
-    "virtual address space the allocator reserves (at least 64 chunks: less warns and takes 64)")                                        \
+    "virtual address space the allocator reserves (at least 64 chunks: less warns and takes 64); one "        \
+    "allocation may take at most half of it (the default's bound: the device's memory)")                                        \
   X(CHUNK_SIZE, "GMLAKE_CHUNK_SIZE", "bytes", "cuda 4 MiB, host 2 MiB", "library, gmlaked",                       \
     "chunk size, a multiple of the device's granularity, at most 1 GiB; a client in daemon mode takes its "      \
     "daemon's")                                                                                                  \

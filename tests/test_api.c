@@ -308,6 +308,43 @@ START_TEST(test_env_warned) {
 }
 END_TEST
 
+/* An allocation over half the virtual range says which bound it hit and
+ * which variable raises it (it said "invalid size 104857600"). */
+START_TEST(test_va_size_bound_message) {
+  unset_all();
+  setenv("GMLAKE_VA_SIZE", "128MiB", 1);
+  gml_open_opts host = {.backend = "host", .mode = GML_MODE_EMBEDDED};
+  gml_client *c = NULL;
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  gml_trace_enable(c, 16);
+  void *p = NULL, *q = NULL;
+  ck_assert_int_eq(gml_alloc(c, 100 << 20, 0, &p), GML_ENOMEM);
+  const char *e = gml_last_error(c);
+  ck_assert_msg(strstr(e, "100.00 MiB is more than half the 128.00 MiB of virtual address space reserved "
+                          "(GMLAKE_VA_SIZE raises it)"),
+                "%s", e);
+  ck_assert_msg(!strstr(e, "invalid size"), "%s", e);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(c, &m), 0);
+  ck_assert_int_eq(m.num_ooms, 1); /* an OOM to PyTorch as before, with no retry: none can help */
+  ck_assert_int_eq(m.num_alloc_retries, 0);
+  gml_trace_entry t[16];
+  size_t n;
+  ck_assert_int_eq(gml_trace_read(c, t, 16, &n), 0);
+  ck_assert_uint_ge(n, 1);
+  ck_assert_int_eq(t[n - 1].action, GML_TRACE_OOM);
+  ck_assert_int_eq(gml_alloc(c, 64 << 20, 0, &q), 0); /* half is allowed */
+  gml_free(c, q);
+  gml_close(c);
+  setenv("GMLAKE_VA_SIZE", "256MiB", 1); /* raised, it fits */
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  ck_assert_int_eq(gml_alloc(c, 100 << 20, 0, &p), 0);
+  gml_free(c, p);
+  gml_close(c);
+  unset_all();
+}
+END_TEST
+
 /* Backends come from one table: names, auto's order, the daemon's default limit. */
 START_TEST(test_backend_table) {
   ck_assert(gml_backend_known("auto") && gml_backend_known("cuda") && gml_backend_known("host"));
@@ -360,6 +397,7 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_options_from_env);
   tcase_add_test(tc, test_env_refused);
   tcase_add_test(tc, test_env_warned);
+  tcase_add_test(tc, test_va_size_bound_message);
   tcase_add_test(tc, test_backend_table);
   tcase_add_test(tc, test_torch_default_backend);
   suite_add_tcase(s, tc);
