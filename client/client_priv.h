@@ -160,6 +160,11 @@ void gml_link_end(gml_client *c);
 void gml_client_test_nostream(gml_client *c);
 /* client.c: send the allocator's numbers to the daemon now. */
 void gml_client_report(gml_client *c);
+/* settings.c: gml_open's options (GML_EINVAL, said on stderr, for a mode,
+ * backend or limit that cannot be read) and its virtual range's size. */
+struct gml_options;
+int gml_open_options(const gml_open_opts *o, struct gml_options *opt);
+size_t gml_va_size(const struct gml_options *opt, gml_backend *be);
 
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
 void gml_pause_stats(gml_client *c, gml_stats *st);
