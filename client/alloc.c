@@ -29,8 +29,16 @@ static void format_oom(gml_allocator *a, size_t size, int rc) {
            rc == GML_EDAEMON ? " (daemon gone)" : "");
 }
 
+/* Size 0, or more than half the virtual range (by default twice the
+ * device's memory, so more than the device has): refused before anything is
+ * leased. The message names the bound and the variable that raises it. */
 static int malloc_bad_size_slow(gml_allocator *a, size_t size) {
-  snprintf(a->last_error, sizeof a->last_error, "invalid size %zu", size);
+  char s1[32], s2[32];
+  if (!size) snprintf(a->last_error, sizeof a->last_error, "invalid size 0");
+  else
+    snprintf(a->last_error, sizeof a->last_error,
+             "%s is more than half the %s of virtual address space reserved (GMLAKE_VA_SIZE raises it)",
+             gml_format_bytes(size, s1, sizeof s1), gml_format_bytes(a->va_size, s2, sizeof s2));
   return size ? GML_ENOMEM : GML_EINVAL;
 }
 

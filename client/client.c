@@ -382,73 +382,12 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   return 0;
 }
 
-/* GMLAKE_VA_SIZE when it is a size of at least 64 chunks, else twice the
- * device's memory within [64 GiB, 1 TiB]. */
-static size_t va_size(const gml_options *opt, gml_backend *be) {
-  uint64_t v;
-  if (opt->va_size && gml_parse_size(opt->va_size, 0, &v) == 0 && v >= 64 * be->chunk_size) return v;
-  uint64_t freeb = 0, total = 0;
-  be->ops->mem_info(be, &freeb, &total);
-  uint64_t va = 2 * total;
-  if (va < 64 * GML_GIB) va = 64 * GML_GIB;
-  if (va > 1024 * GML_GIB) va = 1024 * GML_GIB;
-  return va;
-}
-
-/* The environment (options.h), read once, under what gml_open_opts set. */
-static void open_options(const gml_open_opts *o, gml_options *opt) {
-  gml_options_from_env(opt);
-  if (o->backend) opt->backend = o->backend, opt->backend_named = 1;
-  if (o->mode) opt->mode = o->mode;
-  if (o->socket_path) opt->socket = o->socket_path;
-}
-
-/* The allocator's settings (alloc.h) from the library's options: it reads no
- * environment. GMLAKE_HEADROOM is a percentage, 0 turns it off; anything else
- * warns and keeps the default. */
-void gml_alloc_config_from_options(const gml_options *opt, gml_alloc_config *cfg) {
-  *cfg = (gml_alloc_config)GML_ALLOC_CONFIG_DEFAULT;
-  cfg->timing = opt->timing;
-  cfg->stream_map = opt->stream_map;
-  const char *hr = opt->headroom;
-  if (hr && *hr) {
-    char *end;
-    double v = strtod(hr, &end);
-    if (*end == '%') end++;
-    if (*end || !(v >= 0 && v <= 100)) GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, cfg->headroom_pct);
-    else cfg->headroom_pct = v;
-  }
-  /* guard mode (issue 16): GMLAKE_GUARD=0|1|end|both, GMLAKE_GUARD_GRAIN=BYTES, GMLAKE_GUARD_BACKTRACE=1 */
-  const char *e = opt->guard;
-  if (e && *e) {
-    cfg->guard = !strcmp(e, "both") ? GML_GUARD_BOTH : !strcmp(e, "1") || !strcmp(e, "end") ? GML_GUARD_END : 0;
-    if (!cfg->guard && strcmp(e, "0")) GML_WARN("GMLAKE_GUARD=%s: 0, 1 (or end) or both was expected; guard mode off", e);
-  }
-  uint64_t grain;
-  if ((e = opt->guard_grain) && *e) {
-    if (gml_parse_size(e, 0, &grain) == 0) cfg->guard_grain = (size_t)grain;
-    else GML_WARN("GMLAKE_GUARD_GRAIN=%s: a size was expected; the finest the backend can guard", e);
-  }
-  cfg->guard_bt = (e = opt->guard_backtrace) && atoi(e) > 0;
-  /* cross-stream borrowing: GMLAKE_BORROW=0|1, GMLAKE_BORROW_RATIO (>= 1), GMLAKE_BORROW_MAX (0-64) */
-  if ((e = opt->borrow) && *e) cfg->borrow = atoi(e) > 0;
-  if ((e = opt->borrow_ratio) && *e) {
-    double v = strtod(e, NULL);
-    if (v >= 1) cfg->borrow_ratio = v;
-    else GML_WARN("GMLAKE_BORROW_RATIO=%s: a number >= 1 was expected; using %g", e, cfg->borrow_ratio);
-  }
-  if ((e = opt->borrow_max) && *e) {
-    int v = atoi(e);
-    if (v >= 0 && v <= GML_BORROW_MAX_CAP) cfg->borrow_max = v;
-    else GML_WARN("GMLAKE_BORROW_MAX=%s: 0 to %d was expected; using %d", e, GML_BORROW_MAX_CAP, cfg->borrow_max);
-  }
-}
-
 int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_open_opts o = {0};
   if (opts) o = *opts;
   gml_options opt;
-  open_options(&o, &opt);
+  int rc = gml_open_options(&o, &opt);
+  if (rc) return rc;
   gml_backend_opts bo = {.chunk_size = opt.chunk_size, .libcuda = opt.libcuda};
   gml_raise_fd_limit();
   gml_client *c = calloc(1, sizeof *c);
@@ -459,7 +398,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_grow_init(c);
   pthread_mutex_init(&c->track_lock, NULL);
   char why[1200] = "", msg[512] = "";
-  int rc = GML_EDAEMON;
+  rc = GML_EDAEMON;
   char path[256] = "";
   if (opt.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, o.device, opt.socket, path, sizeof path, why, sizeof why);
   gml_chunk_source src;
@@ -508,7 +447,7 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
    * device allows (its granularity) unless GMLAKE_CHUNK_SIZE says otherwise */
   if (cfg.guard > 0 && c->mode == GML_MODE_EMBEDDED && !c->be->ops->protect && !opt.chunk_size)
     gml_backend_set_chunk_size(c->be, c->be->granularity);
-  rc = gml_alloc_init(&c->alloc, c->be, src, va_size(&opt, c->be), &cfg);
+  rc = gml_alloc_init(&c->alloc, c->be, src, gml_va_size(&opt, c->be), &cfg);
   if (rc) {
     GML_ERR("cannot start the allocator: %s (%s)", gml_strerror(rc), c->alloc.last_error);
     goto fail;
@@ -520,10 +459,18 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     if (!lim && opt.limit) {
       uint64_t f = 0, t = 0;
       c->be->ops->mem_info(c->be, &f, &t);
-      if (gml_parse_size(opt.limit, t, &lim)) lim = 0;
+      if (gml_parse_size(opt.limit, t, &lim)) { /* a share of a device whose size is unknown */
+        GML_ERR("GMLAKE_LIMIT=%s: the device does not say its size; give the limit in bytes", opt.limit);
+        gml_alloc_destroy(&c->alloc);
+        rc = GML_EINVAL;
+        goto fail;
+      }
     }
     c->alloc.limit_bytes = lim;
-  } else if ((rc = gml_link_start(c, path))) {
+  } else if (opt.limit) {
+    GML_INFO("GMLAKE_LIMIT=%s: not applied; through the daemon its limit and quotas hold", opt.limit);
+  }
+  if (c->mode == GML_MODE_DAEMON && (rc = gml_link_start(c, path))) {
     gml_alloc_destroy(&c->alloc);
     goto fail;
   }

@@ -189,6 +189,11 @@ void gml_client_report(gml_client *c);
  * daemon, so `gmlakectl clients` is never more than that behind an idle
  * process. */
 void gml_client_report_changed(gml_client *c);
+/* settings.c: gml_open's options (GML_EINVAL, said on stderr, for a mode,
+ * backend or limit that cannot be read) and its virtual range's size. */
+struct gml_options;
+int gml_open_options(const gml_open_opts *o, struct gml_options *opt);
+size_t gml_va_size(const struct gml_options *opt, gml_backend *be);
 
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
 void gml_pause_stats(gml_client *c, gml_stats *st);

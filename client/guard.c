@@ -161,7 +161,7 @@ int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain) {
   size_t finest = gml_backend_guard_grain(a->be);
   if (!grain) grain = finest;
   if (mode && (grain % finest || a->cs % grain)) {
-    snprintf(a->last_error, sizeof a->last_error, "guard grain %zu: a multiple of %zu that divides the chunk size %zu", grain,
+    snprintf(a->last_error, sizeof a->last_error, "guard grain %zu (GMLAKE_GUARD_GRAIN): a multiple of %zu that divides the chunk size %zu", grain,
              finest, a->cs);
     return GML_EINVAL;
   }

@@ -530,8 +530,7 @@ static void *keeper_main(void *arg) {
 int gml_link_start(gml_client *c, const char *socket_path) {
   gml_link *l = calloc(1, sizeof *l);
   if (!l) return GML_ENOMEM;
-  const char *rc_opt = gml_env(GML_ENV_RECONNECT);
-  if (!rc_opt || strcmp(rc_opt, "0")) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
+  if (gml_env_flag(GML_ENV_RECONNECT, gml_env(GML_ENV_RECONNECT), 1)) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
   l->rsock = -1;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);

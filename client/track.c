@@ -162,6 +162,14 @@ static int alloc_with_retry(gml_client *c, size_t size, gml_stream stream, void 
     gml_streams_borrow(c, size);
   if (rc == GML_EAGAIN) rc = gml_alloc_malloc(&c->alloc, size, stream, p);
   if (rc != GML_ENOMEM && rc != GML_EQUOTA) return rc;
+  if (size > c->alloc.va_size >> 1) { /* over the allocator's bound (alloc.c): no retry helps, say the bound */
+    c->ctr.ooms++;
+    snprintf(c->last_error, sizeof c->last_error, "GMLake cannot allocate on device %d: %s", c->device, c->alloc.last_error);
+    uint64_t freeb = 0, total = 0;
+    c->be->ops->mem_info(c->be, &freeb, &total);
+    gml_trace_add(c, GML_TRACE_OOM, (uintptr_t)freeb, size, stream, -1, 0);
+    return rc;
+  }
   /* what the native allocator does before an OOM: wait for the frees that
    * wait for streams, give cached memory back, try again */
   c->ctr.retries++;

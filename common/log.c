@@ -29,6 +29,7 @@ static int effective_level(void) {
     const char *env = gml_env(GML_ENV_LOG);
     int l = env ? gml_log_parse_level(env) : -1;
     log_level = l >= 0 ? l : GML_LOG_WARN;
+    if (env && l < 0) gml_log(GML_LOG_WARN, "GMLAKE_LOG=%s: not a level (%s); using warn", env, gml_env_accepts(GML_ENV_LOG));
   }
   return log_level;
 }

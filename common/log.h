@@ -2,6 +2,7 @@
 #ifndef GML_LOG_H
 #define GML_LOG_H
 enum gml_log_level { GML_LOG_ERROR = 3, GML_LOG_WARN = 4, GML_LOG_INFO = 6, GML_LOG_DEBUG = 7 };
+/* -1: GMLAKE_LOG decides, read (and a bad value warned about) at the next line. */
 void gml_log_set_level(int level);
 int gml_log_parse_level(const char *s); /* GML_EINVAL when unknown */
 void gml_log_set_ident(const char *ident);

@@ -18,18 +18,20 @@
   X(BACKEND, "GMLAKE_BACKEND", "auto, cuda, host", "auto", "library",                                             \
     "physical backend; auto: cuda when a GPU is usable, else host (and it says which). "                        \
     "In daemon mode the daemon's backend is used; naming another is an error. The PyTorch entry points "         \
-    "refuse the host memory auto falls back to unless host is named")                                          \
+    "refuse the host memory auto falls back to unless host is named. Another value: gml_open fails (GML_EINVAL)")                                          \
   X(MODE, "GMLAKE_MODE", "daemon, embedded", "", "library",                                                       \
     "daemon: the daemon or an error; embedded: never connect; unset: the daemon if reachable, else embedded "  \
-    "(and it says so on stderr)")                                                                              \
+    "(and it says so on stderr). Another value: gml_open fails (GML_EINVAL)")                                                                              \
   X(SOCKET, "GMLAKE_SOCKET", "path", "/run/gmlake/gmlake-N.sock", "library",                                     \
     "the daemon's socket (gml_open_opts.socket_path wins; %d in it stands for the device); unset: "              \
     "/run/gmlake/gmlake-N.sock, then "                                                                           \
     "$XDG_RUNTIME_DIR/gmlake-N.sock; a socket in a directory others may write is never used")                   \
   X(LIMIT, "GMLAKE_LIMIT", "bytes, N%", "", "library",                                                            \
-    "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins)") \
+    "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins); "  \
+    "through a daemon, the daemon's limit and quotas hold. A value that is neither: gml_open fails (GML_EINVAL)") \
   X(VA_SIZE, "GMLAKE_VA_SIZE", "bytes", "2x device memory, 64 GiB-1 TiB", "library",                             \
-    "virtual address space the allocator reserves (at least 64 chunks)")                                        \
+    "virtual address space the allocator reserves (at least 64 chunks: less warns and takes 64); one "        \
+    "allocation may take at most half of it (the default's bound: the device's memory)")                                        \
   X(CHUNK_SIZE, "GMLAKE_CHUNK_SIZE", "bytes", "cuda 4 MiB, host 2 MiB", "library, gmlaked",                       \
     "chunk size, a multiple of the device's granularity, at most 1 GiB; a client in daemon mode takes its "      \
     "daemon's")                                                                                                  \
@@ -84,26 +86,38 @@ typedef enum gml_env_id {
   GML_ENV_COUNT
 } gml_env_id;
 
-/* The variable's value as the environment has it now (NULL when unset). */
+/* The variable's value as the environment has it now (NULL when unset; an
+ * empty value is unset too, so VAR= in front of a command clears it). */
 const char *gml_env(gml_env_id id);
 const char *gml_env_name(gml_env_id id);
 /* The table's default, documentation ("" when there is none). */
 const char *gml_env_default(gml_env_id id);
+/* What the table says the variable accepts ("daemon, embedded"). */
+const char *gml_env_accepts(gml_env_id id);
+/* A "0, 1" variable's value: def when unset; anything but 0 or 1 warns,
+ * naming the variable, the value and def, and gives def. */
+int gml_env_flag(gml_env_id id, const char *value, int def);
 
 /* The client library's options, read once at gml_open; gml_open_opts
  * override what they set. Strings are NULL when unset and are parsed where
- * their meaning depends on the device (sizes, percentages). */
+ * they are used (sizes and percentages depend on the device), which is also
+ * where a bad value is reported: gml_open refuses values of the variables
+ * that say where memory comes from and how much a process may take (mode,
+ * backend, limit: misread, a job would run in the wrong place or without
+ * its limit), and warns about a tuning knob's, saying what it uses
+ * instead. Reading them here says nothing. */
 typedef struct gml_options {
   const char *backend;    /* GMLAKE_BACKEND, else "auto" */
   int backend_named;      /* the backend was asked for (by gml_open_opts or GMLAKE_BACKEND) */
-  int mode;               /* GML_MODE_* from GMLAKE_MODE, 0 when unset or unknown */
+  int mode;               /* GML_MODE_* from GMLAKE_MODE, 0 when unset, -1 when not a mode */
+  const char *mode_text;  /* GMLAKE_MODE as it was set */
   const char *socket;     /* GMLAKE_SOCKET */
   const char *limit;      /* GMLAKE_LIMIT */
   const char *va_size;    /* GMLAKE_VA_SIZE */
   const char *chunk_size; /* GMLAKE_CHUNK_SIZE */
   const char *libcuda;    /* GMLAKE_LIBCUDA, else "libcuda.so.1" */
-  int timing;             /* GMLAKE_TIMING > 0 */
-  int stream_map;         /* GMLAKE_STREAM_MAP > 0 */
+  const char *timing;     /* GMLAKE_TIMING */
+  const char *stream_map; /* GMLAKE_STREAM_MAP */
   const char *headroom;   /* GMLAKE_HEADROOM */
   const char *guard, *guard_grain, *guard_backtrace; /* GMLAKE_GUARD, _GRAIN, _BACKTRACE */
   const char *borrow, *borrow_ratio, *borrow_max;    /* GMLAKE_BORROW, _RATIO, _MAX */

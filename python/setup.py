@@ -6,11 +6,21 @@ include/), else in this repository's build (../build, ../client/include or
 keeps its directory as an rpath.
     pip install --no-build-isolation ./python
     python3 setup.py build_ext --inplace      (from python/)
+Where torch cannot be imported, the package is installed without the
+extension (stats(), the growable ranges and pause/resume work through
+ctypes; enable() says it needs PyTorch), and this says so on stderr
+(pip shows it with -v).
 """
 import os
+import sys
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+    torch_missing = None
+except ImportError as e:
+    torch_missing = str(e)
 
 here = os.path.dirname(os.path.abspath(__file__))
 repo = os.path.dirname(here)
@@ -33,16 +43,24 @@ def find():
                      "`make install`, or set GMLAKE_PREFIX")
 
 
-lib, inc = find()
-setup(
-    packages=["gmlake"],
-    ext_modules=[CUDAExtension(
-        "gmlake._C", ["gmlake/_C.cpp"],
-        include_dirs=[inc],
-        library_dirs=[lib],
-        libraries=["gmlake-client"],
-        extra_link_args=["-Wl,-rpath," + lib],
-        extra_compile_args={"cxx": ["-O2"] + os.environ.get("GMLAKE_EXT_DEFINES", "").split()},
-    )],
-    cmdclass={"build_ext": BuildExtension},
-)
+if torch_missing:
+    sys.stderr.write(
+        "gmlake: the PyTorch extension gmlake._C is not built: import torch failed (%s). Installing the "
+        "pure-Python package: gmlake.stats(), the growable ranges and pause/resume work through ctypes; "
+        "gmlake.enable() needs PyTorch: install torch, then pip install --no-build-isolation ./python again\n"
+        % torch_missing)
+    setup(packages=["gmlake"])
+else:
+    lib, inc = find()
+    setup(
+        packages=["gmlake"],
+        ext_modules=[CUDAExtension(
+            "gmlake._C", ["gmlake/_C.cpp"],
+            include_dirs=[inc],
+            library_dirs=[lib],
+            libraries=["gmlake-client"],
+            extra_link_args=["-Wl,-rpath," + lib],
+            extra_compile_args={"cxx": ["-O2"] + os.environ.get("GMLAKE_EXT_DEFINES", "").split()},
+        )],
+        cmdclass={"build_ext": BuildExtension},
+    )

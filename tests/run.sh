@@ -98,6 +98,31 @@ for py in python3 /usr/bin/python3; do
   fi
 done
 fi
+echo "== python/gmlake installs without torch: the ctypes parts, and a clear word on what needs torch"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+d=$(mktemp -d)
+cp -r python "$d/src" && rm -rf "$d/src/build" "$d/src/"*.egg-info "$d/src/gmlake/"_C*.so  # pip builds in the tree it is given
+# an interpreter that can build a wheel offline (setuptools and wheel); torch, where it is installed, hidden
+py=; for p in python3 /usr/bin/python3; do "$p" -c 'import setuptools, wheel' 2>/dev/null && "$p" -m pip --version >/dev/null 2>&1 && { py=$p; break; }; done
+mkdir -p "$d/notorch/torch"
+echo 'raise ModuleNotFoundError("No module named torch (hidden by tests/run.sh)")' > "$d/notorch/torch/__init__.py"
+hide=; if "${py:-python3}" -c 'import torch' 2>/dev/null; then hide="$d/notorch"; fi
+if [ -n "$py" ]; then
+  PYTHONPATH=$hide "$py" -m pip install -v --no-build-isolation --no-index --target "$d/site" "$d/src" > "$d/pip.log" 2>&1 ||
+    { cat "$d/pip.log" >&2; echo "pip install of python/ without torch failed" >&2; exit 1; }
+  how="pip install --no-build-isolation (${py})"
+else  # no wheel package: setup.py itself, as pip would run it
+  (cd "$d/src" && PYTHONPATH=$hide python3 setup.py build --build-base "$d/b" > "$d/pip.log" 2>&1) || { cat "$d/pip.log" >&2; exit 1; }
+  mv "$d/b/lib" "$d/site"; py=python3; how="setup.py build (no python here has setuptools and wheel for pip)"
+fi
+grep -q "gmlake: the PyTorch extension gmlake._C is not built: import torch failed (" "$d/pip.log" ||
+  { cat "$d/pip.log" >&2; echo "setup.py did not say why the extension was not built" >&2; exit 1; }
+echo "  $how: $(grep -o 'gmlake: the PyTorch extension[^:]*: import torch failed ([^)]*)' "$d/pip.log" | head -1)"
+repo=$(pwd)
+(cd "$d" && GMLAKE_LIB="$repo/$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error \
+  PYTHONSAFEPATH=1 PYTHONPATH="$d/site${hide:+:$hide}" "$py" "$repo/tests/python_no_torch.py" "$d/site")
+rm -rf "$d"
+fi
 echo "== a memory_viz snapshot built from the C API (ctypes, host backend), replayed by tools/memviz_check.py"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
   GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_snapshot.py

@@ -9,6 +9,7 @@
 #include "wire.h"
 #include <check.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -101,7 +102,7 @@ START_TEST(test_options_from_env) {
   ck_assert_int_eq(o.backend_named, 0);
   ck_assert_int_eq(o.mode, 0);
   ck_assert_str_eq(o.libcuda, "libcuda.so.1");
-  ck_assert_int_eq(o.timing, 0);
+  ck_assert_ptr_null(o.timing);
   setenv("GMLAKE_BACKEND", "host", 1);
   setenv("GMLAKE_MODE", "embedded", 1);
   setenv("GMLAKE_TIMING", "1", 1);
@@ -110,11 +111,16 @@ START_TEST(test_options_from_env) {
   ck_assert_str_eq(o.backend, "host");
   ck_assert_int_eq(o.backend_named, 1);
   ck_assert_int_eq(o.mode, GML_MODE_EMBEDDED);
-  ck_assert_int_eq(o.timing, 1);
+  ck_assert_str_eq(o.timing, "1");
   ck_assert_str_eq(o.va_size, "70GiB");
   setenv("GMLAKE_MODE", "sometimes", 1);
   gml_options_from_env(&o);
+  ck_assert_int_eq(o.mode, -1); /* not a mode: gml_open refuses it (test_env_refused) */
+  ck_assert_str_eq(o.mode_text, "sometimes");
+  setenv("GMLAKE_MODE", "", 1); /* empty is unset */
+  gml_options_from_env(&o);
   ck_assert_int_eq(o.mode, 0);
+  setenv("GMLAKE_MODE", "embedded", 1);
   /* gml_open reads them, and explicit options win */
   gml_client *c;
   gml_open_opts oo = {.backend = "cuda", .mode = GML_MODE_EMBEDDED};
@@ -128,6 +134,214 @@ START_TEST(test_options_from_env) {
   gml_close(c);
   unsetenv("GMLAKE_BACKEND"), unsetenv("GMLAKE_MODE"), unsetenv("GMLAKE_TIMING"), unsetenv("GMLAKE_VA_SIZE");
   unsetenv("GMLAKE_LIBCUDA");
+}
+END_TEST
+
+/* What the library says on stderr meanwhile: begin_stderr, then end_stderr
+ * fills the buffer. */
+static int saved_stderr = -1;
+static char stderr_path[64];
+static void begin_stderr(void) {
+  snprintf(stderr_path, sizeof stderr_path, "/tmp/gml-api-stderr.XXXXXX");
+  int fd = mkstemp(stderr_path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  saved_stderr = dup(2);
+  dup2(fd, 2);
+  close(fd);
+}
+static const char *end_stderr(void) {
+  static char text[8192];
+  fflush(stderr);
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  FILE *f = fopen(stderr_path, "r");
+  ck_assert_ptr_nonnull(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  unlink(stderr_path);
+  return text;
+}
+
+static int open_saying(const gml_open_opts *o, gml_client **c, const char **said) {
+  begin_stderr();
+  int rc = gml_open(o, c);
+  *said = end_stderr();
+  return rc;
+}
+
+static void unset_all(void) {
+  const char *vars[] = {"GMLAKE_MODE", "GMLAKE_BACKEND", "GMLAKE_LIMIT", "GMLAKE_VA_SIZE", "GMLAKE_TIMING", "GMLAKE_LOG",
+                        "GMLAKE_BORROW", "GMLAKE_BORROW_MAX", "GMLAKE_BORROW_RATIO", "GMLAKE_CHUNK_SIZE", "GMLAKE_SOCKET",
+                        "GMLAKE_STREAM_MAP", "GMLAKE_GUARD_BACKTRACE"};
+  for (size_t i = 0; i < GML_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
+  gml_log_set_level(-1);
+}
+
+/* Where memory comes from and how much a process may take: a value that
+ * cannot be read refuses gml_open, naming the variable, the value and what
+ * it accepts, never a guess (a typo of embedded used to connect to the
+ * daemon; a limit of "lots" ran without one). */
+START_TEST(test_env_refused) {
+  unset_all();
+  setenv("GMLAKE_SOCKET", "/nonexistent/gmlake.sock", 1);
+  gml_open_opts host = {.backend = "host"};
+  gml_client *c = NULL;
+  const char *said;
+  const char *modes[] = {"sometimes", "embeded", "Daemon"};
+  for (size_t i = 0; i < GML_ARRAY_LEN(modes); i++) {
+    setenv("GMLAKE_MODE", modes[i], 1);
+    ck_assert_int_eq(open_saying(&host, &c, &said), GML_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "GMLAKE_MODE=%s: not a mode; it accepts daemon, embedded", modes[i]);
+    ck_assert_msg(strstr(said, want), "%s", said);
+    ck_assert_msg(!strstr(said, "running embedded"), "%s", said); /* it did not go on */
+  }
+  gml_open_opts mode5 = {.backend = "host", .mode = 5};
+  unsetenv("GMLAKE_MODE");
+  ck_assert_int_eq(open_saying(&mode5, &c, &said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "gml_open_opts.mode 5: not a mode"), "%s", said);
+
+  setenv("GMLAKE_MODE", "embedded", 1);
+  const char *limits[] = {"lots", "8 GB of it", "150%", "-1"};
+  for (size_t i = 0; i < GML_ARRAY_LEN(limits); i++) {
+    setenv("GMLAKE_LIMIT", limits[i], 1);
+    ck_assert_int_eq(open_saying(&host, &c, &said), GML_EINVAL);
+    char want[128];
+    snprintf(want, sizeof want, "GMLAKE_LIMIT=%s: not a limit; it accepts bytes", limits[i]);
+    ck_assert_msg(strstr(said, want) && strstr(said, "a share of the device (40%)"), "%s", said);
+  }
+  gml_open_opts host_limited = {.backend = "host", .limit_bytes = 8 << 20}; /* explicit wins: the variable is not read */
+  ck_assert_int_eq(open_saying(&host_limited, &c, &said), 0);
+  gml_close(c);
+  setenv("GMLAKE_LIMIT", "8MiB", 1); /* read right, it holds */
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(c, &m), 0);
+  ck_assert_int_eq(m.limit_bytes, 8 << 20);
+  void *p = NULL;
+  ck_assert_int_eq(gml_alloc(c, 16 << 20, 0, &p), GML_ENOMEM);
+  gml_close(c);
+  unsetenv("GMLAKE_LIMIT");
+
+  /* a backend that does not exist is said to be one, embedded or through a
+   * daemon (it used to be "daemon runs the host backend, gpu was asked for") */
+  gml_open_opts any = {0};
+  setenv("GMLAKE_BACKEND", "gpu", 1);
+  const char *mode_of[] = {"embedded", "daemon", NULL};
+  for (size_t i = 0; i < GML_ARRAY_LEN(mode_of); i++) {
+    if (mode_of[i]) setenv("GMLAKE_MODE", mode_of[i], 1);
+    else unsetenv("GMLAKE_MODE");
+    ck_assert_int_eq(open_saying(&any, &c, &said), GML_EINVAL);
+    ck_assert_msg(strstr(said, "GMLAKE_BACKEND=gpu: not a backend; it accepts auto, cuda, host"), "%s", said);
+    ck_assert_msg(!strstr(said, "was asked for") && !strstr(said, "no daemon"), "%s", said);
+  }
+  gml_open_opts gpu = {.backend = "gpu"};
+  ck_assert_int_eq(open_saying(&gpu, &c, &said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "gml_open_opts.backend \"gpu\": not a backend; it accepts auto, cuda, host"), "%s", said);
+  ck_assert_int_eq(open_saying(&host, &c, &said), 0); /* the explicit backend wins over a bad GMLAKE_BACKEND */
+  gml_close(c);
+  unset_all();
+}
+END_TEST
+
+/* Tuning knobs: a bad value warns, naming the variable, the value and what
+ * is used instead, and gml_open goes on. */
+START_TEST(test_env_warned) {
+  unset_all();
+  gml_open_opts host = {.backend = "host", .mode = GML_MODE_EMBEDDED};
+  gml_client *c = NULL;
+  const char *said;
+  void *p = NULL;
+  setenv("GMLAKE_VA_SIZE", "junk", 1);
+  ck_assert_int_eq(open_saying(&host, &c, &said), 0);
+  ck_assert_msg(strstr(said, "GMLAKE_VA_SIZE=junk: not a size (bytes, e.g. 256GiB); using the default, "), "%s", said);
+  gml_close(c);
+  setenv("GMLAKE_VA_SIZE", "1MiB", 1); /* a size, but less than the 64 chunks the allocator needs: 64 chunks */
+  ck_assert_int_eq(open_saying(&host, &c, &said), 0);
+  ck_assert_msg(strstr(said, "GMLAKE_VA_SIZE=1MiB: less than the 64 chunks of 2.00 MiB the allocator needs; using 128.00 MiB"),
+                "%s", said);
+  ck_assert_int_eq(gml_alloc(c, 64 << 20, 0, &p), 0);
+  ck_assert_int_eq(gml_free(c, p), 0);
+  ck_assert_int_eq(gml_alloc(c, (64 << 20) + 512, 0, &p), GML_ENOMEM); /* over half of 128 MiB */
+  gml_close(c);
+  unsetenv("GMLAKE_VA_SIZE");
+
+  struct { const char *var, *value, *said; } knobs[] = {
+      {"GMLAKE_TIMING", "yes", "GMLAKE_TIMING=yes: 0 or 1 was expected; using 0"},
+      {"GMLAKE_STREAM_MAP", "on", "GMLAKE_STREAM_MAP=on: 0 or 1 was expected; using 0"},
+      {"GMLAKE_BORROW", "2", "GMLAKE_BORROW=2: 0 or 1 was expected; using 0"},
+      {"GMLAKE_GUARD_BACKTRACE", "true", "GMLAKE_GUARD_BACKTRACE=true: 0 or 1 was expected; using 0"},
+      {"GMLAKE_BORROW_MAX", "8x", "GMLAKE_BORROW_MAX=8x: 0 to 64 was expected; using 8"},
+      {"GMLAKE_BORROW_MAX", "lots", "GMLAKE_BORROW_MAX=lots: 0 to 64 was expected; using 8"},
+      {"GMLAKE_BORROW_RATIO", "2x", "GMLAKE_BORROW_RATIO=2x: a number >= 1 was expected; using 1.5"},
+      {"GMLAKE_CHUNK_SIZE", "3000", "GMLAKE_CHUNK_SIZE=3000 ignored: a size that is a multiple of"},
+  };
+  for (size_t i = 0; i < GML_ARRAY_LEN(knobs); i++) {
+    setenv(knobs[i].var, knobs[i].value, 1);
+    ck_assert_int_eq(open_saying(&host, &c, &said), 0);
+    ck_assert_msg(strstr(said, knobs[i].said), "%s=%s said: %s", knobs[i].var, knobs[i].value, said);
+    gml_close(c);
+    unsetenv(knobs[i].var);
+  }
+  /* the one read outside gml_options (client/link.c): the same parse */
+  begin_stderr();
+  ck_assert_int_eq(gml_env_flag(GML_ENV_RECONNECT, "yes", 1), 1);
+  ck_assert_int_eq(gml_env_flag(GML_ENV_RECONNECT, "0", 1), 0);
+  ck_assert_int_eq(gml_env_flag(GML_ENV_RECONNECT, NULL, 1), 1);
+  said = end_stderr();
+  ck_assert_msg(strstr(said, "GMLAKE_RECONNECT=yes: 0 or 1 was expected; using 1"), "%s", said);
+  ck_assert_msg(!strstr(said, "GMLAKE_RECONNECT=0"), "%s", said);
+
+  /* GMLAKE_LOG: read at the first line logged */
+  setenv("GMLAKE_LOG", "loud", 1);
+  gml_log_set_level(-1);
+  begin_stderr();
+  GML_WARN("first line");
+  GML_INFO("not shown at warn");
+  said = end_stderr();
+  ck_assert_msg(strstr(said, "GMLAKE_LOG=loud: not a level (error, warn, info, debug); using warn") &&
+                    strstr(said, "first line") && !strstr(said, "not shown"),
+                "%s", said);
+  unset_all();
+}
+END_TEST
+
+/* An allocation over half the virtual range says which bound it hit and
+ * which variable raises it (it said "invalid size 104857600"). */
+START_TEST(test_va_size_bound_message) {
+  unset_all();
+  setenv("GMLAKE_VA_SIZE", "128MiB", 1);
+  gml_open_opts host = {.backend = "host", .mode = GML_MODE_EMBEDDED};
+  gml_client *c = NULL;
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  gml_trace_enable(c, 16);
+  void *p = NULL, *q = NULL;
+  ck_assert_int_eq(gml_alloc(c, 100 << 20, 0, &p), GML_ENOMEM);
+  const char *e = gml_last_error(c);
+  ck_assert_msg(strstr(e, "100.00 MiB is more than half the 128.00 MiB of virtual address space reserved "
+                          "(GMLAKE_VA_SIZE raises it)"),
+                "%s", e);
+  ck_assert_msg(!strstr(e, "invalid size"), "%s", e);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(c, &m), 0);
+  ck_assert_int_eq(m.num_ooms, 1); /* an OOM to PyTorch as before, with no retry: none can help */
+  ck_assert_int_eq(m.num_alloc_retries, 0);
+  gml_trace_entry t[16];
+  size_t n;
+  ck_assert_int_eq(gml_trace_read(c, t, 16, &n), 0);
+  ck_assert_uint_ge(n, 1);
+  ck_assert_int_eq(t[n - 1].action, GML_TRACE_OOM);
+  ck_assert_int_eq(gml_alloc(c, 64 << 20, 0, &q), 0); /* half is allowed */
+  gml_free(c, q);
+  gml_close(c);
+  setenv("GMLAKE_VA_SIZE", "256MiB", 1); /* raised, it fits */
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  ck_assert_int_eq(gml_alloc(c, 100 << 20, 0, &p), 0);
+  gml_free(c, p);
+  gml_close(c);
+  unset_all();
 }
 END_TEST
 
@@ -181,6 +395,9 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_parse_codes);
   tcase_add_test(tc, test_env_table);
   tcase_add_test(tc, test_options_from_env);
+  tcase_add_test(tc, test_env_refused);
+  tcase_add_test(tc, test_env_warned);
+  tcase_add_test(tc, test_va_size_bound_message);
   tcase_add_test(tc, test_backend_table);
   tcase_add_test(tc, test_torch_default_backend);
   suite_add_tcase(s, tc);

@@ -64,6 +64,55 @@ START_TEST(test_client_takes_daemon_chunk_size) {
 }
 END_TEST
 
+/* gml_open in this process with fd 2 in a file: its code, and what it said in said. */
+static int open_saying(const char *said_path, char *said, size_t len) {
+  gml_open_opts o = {.socket_path = sock_path};
+  gml_client *c = NULL;
+  fflush(stderr);
+  int saved = dup(2), fd = open(said_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+  int rc = gml_open(&o, &c);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  FILE *f = fopen(said_path, "r");
+  size_t n = f ? fread(said, 1, len - 1, f) : 0;
+  said[n] = 0;
+  if (f) fclose(f);
+  if (rc == 0) gml_close(c);
+  return rc;
+}
+
+/* Through a daemon, a backend that does not exist is said to be none (it was
+ * "daemon runs the host backend, gpu was asked for"); a real one the daemon
+ * does not run is still that; a bad mode or limit refuses before connecting. */
+START_TEST(test_bad_environment_with_daemon) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  char path[128], said[4096];
+  snprintf(path, sizeof path, "%s/said", tmpdir);
+  setenv("GMLAKE_BACKEND", "gpu", 1);
+  ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "GMLAKE_BACKEND=gpu: not a backend; it accepts auto, cuda, host") && !strstr(said, "asked for"),
+                "%s", said);
+  setenv("GMLAKE_BACKEND", "cuda", 1);
+  ck_assert_int_eq(open_saying(path, said, sizeof said), GML_ENODEV);
+  ck_assert_msg(strstr(said, "daemon runs the host backend, cuda was asked for"), "%s", said);
+  unsetenv("GMLAKE_BACKEND");
+  setenv("GMLAKE_MODE", "embeded", 1);
+  ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "GMLAKE_MODE=embeded: not a mode"), "%s", said);
+  unsetenv("GMLAKE_MODE");
+  setenv("GMLAKE_LIMIT", "lots", 1);
+  ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "GMLAKE_LIMIT=lots: not a limit"), "%s", said);
+  unsetenv("GMLAKE_LIMIT");
+  ck_assert_int_eq(stat_num("clients"), 0); /* none of them connected */
+  ck_assert_int_eq(open_saying(path, said, sizeof said), 0); /* and with nothing wrong, it does */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* gmlakectl clients shows what each client did. */
 START_TEST(test_clients_numbers) {
   start_daemon("--limit 128MiB");
@@ -801,6 +850,7 @@ int main(void) {
   tcase_add_test(tc, test_share_between_processes);
   tcase_add_test(tc, test_clients_numbers);
   tcase_add_test(tc, test_client_takes_daemon_chunk_size);
+  tcase_add_test(tc, test_bad_environment_with_daemon);
   tcase_add_test(tc, test_sigkill_returns_chunks);
   tcase_add_test(tc, test_growable_range);
   tcase_add_test(tc, test_growable_over_limit);

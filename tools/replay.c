@@ -47,7 +47,13 @@ typedef struct step_sample {
 static void step_costs(double *c) {
   c[0] = 18, c[1] = 28, c[2] = 0, c[3] = 100;
   const char *e = gml_env(GML_ENV_REPLAY_COST);
-  if (e) sscanf(e, "%lf,%lf,%lf,%lf", &c[0], &c[1], &c[2], &c[3]);
+  double v[4];
+  char extra;
+  if (e && sscanf(e, "%lf,%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &v[3], &extra) == 4)
+    memcpy(c, v, sizeof v);
+  else if (e)
+    fprintf(stderr, "gmlake-replay: GMLAKE_REPLAY_COST=%s: four numbers unmap,map,access,sync were expected; using %g,%g,%g,%g\n",
+            e, c[0], c[1], c[2], c[3]);
 }
 
 static int cmp_double(const void *x, const void *y) {

@@ -21,8 +21,11 @@ one read-only copy of the same weights for many processes (gmlake/share.py).
 
 Install: pip install --no-build-isolation ./python (builds the extension
 against the installed torch; python/setup.py says where it looks for
-libgmlake-client and gmlake.h). Without the extension, stats() and the
-growable ranges still work through ctypes.
+libgmlake-client and gmlake.h). Without torch it installs without the
+extension: stats() (device 0 unless told), trim(), the growable ranges
+(GrowableRange), pause/resume and block_of still work through ctypes; what
+needs PyTorch (enable(), pool(), growable(...) tensors, share/attach/dedup)
+raises GMLakeError saying so.
 """
 import ctypes
 import os
@@ -105,14 +108,23 @@ def _load():
     return _lib
 
 
-def _ext():
+def _torch(what):
+    """torch, or GMLakeError saying that `what` needs it (the ctypes parts do not)."""
     try:
-        import torch  # noqa: F401 (the extension needs torch's libraries loaded first)
+        import torch
+    except ImportError as e:
+        raise GMLakeError("%s needs PyTorch (import torch failed: %s)" % (what, e)) from None
+    return torch
+
+
+def _ext(what="gmlake's PyTorch extension"):
+    _torch(what)  # the extension needs torch's libraries loaded first
+    try:
         from . import _C
     except ImportError as e:
         raise GMLakeError(
-            "gmlake's PyTorch extension is not built: pip install --no-build-isolation ./python "
-            "(needs torch and libgmlake-client; %s)" % e) from None
+            "gmlake's PyTorch extension gmlake._C is not built (%s): with torch installed, "
+            "pip install --no-build-isolation ./python (needs libgmlake-client too)" % e) from None
     return _C
 
 
@@ -122,14 +134,14 @@ def enable(socket=None, mode=None):
     socket: the daemon's socket (default: $GMLAKE_SOCKET, else the device's default path).
     mode: None (daemon if one runs, else embedded), "daemon" or "embedded".
     """
-    import torch
+    torch = _torch("gmlake.enable()")
     if socket:
         os.environ["GMLAKE_SOCKET"] = socket
     if mode:
         if mode not in ("daemon", "embedded"):
             raise ValueError("mode must be 'daemon' or 'embedded'")
         os.environ["GMLAKE_MODE"] = mode
-    C = _ext()
+    C = _ext("gmlake.enable()")
     e = C.install()
     if e:
         raise GMLakeError(
@@ -174,10 +186,9 @@ def _add_stats_keys(torch):
 
 
 def stats(device=None):
-    """The lake's numbers for a device: allocated, reserved, cached, stitched, fragmentation, peaks, chunks..."""
-    if device is None:
-        import torch
-        device = torch.cuda.current_device()
+    """The lake's numbers for a device (default: the current CUDA device; without torch, 0): allocated,
+    reserved, cached, stitched, fragmentation, peaks, chunks..."""
+    device = _device(device)
     if enabled():
         d = _ext().stats(int(device))
         if d is None:
@@ -195,9 +206,7 @@ def stats(device=None):
 
 def trim(device=None):
     """Give idle cached chunks back (to the daemon, or to the driver when embedded)."""
-    if device is None:
-        import torch
-        device = torch.cuda.current_device()
+    device = _device(device)
     if enabled():
         return _ext().trim(int(device))
     return _load().gmlake_torch_trim(int(device))
@@ -205,17 +214,22 @@ def trim(device=None):
 
 def pool():
     """A torch.cuda.MemPool on the lake: with enable(), every MemPool is one (a private pool of the lake)."""
-    import torch
+    torch = _torch("gmlake.pool()")
     if not enabled():
         raise GMLakeError("gmlake.pool() needs gmlake.enable() first")
     return torch.cuda.MemPool()
 
 
 def _device(device):
-    if device is None:
+    """device, else the current CUDA device; without torch (or a CUDA build of it), device 0,
+    CUDA's current device in a process that chose none."""
+    if device is not None:
+        return int(device)
+    try:
         import torch
-        device = torch.cuda.current_device()
-    return int(device)
+    except ImportError:
+        return 0
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
 
 
 def block_of(addr, device=None):

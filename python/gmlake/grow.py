@@ -27,7 +27,7 @@ import ctypes
 import math
 import os
 
-from . import GMLakeError, _load
+from . import GMLakeError, _load, _torch
 
 __all__ = ["GrowableRange", "growable", "client_for", "client_stats"]
 
@@ -245,7 +245,7 @@ class _CudaArray:
 
 
 def _byte_tensor(rng, device):
-    import torch
+    torch = _torch("a tensor over a growable range")
     if device.type == "cpu":
         buf = (ctypes.c_uint8 * rng.nbytes).from_address(rng.base)
         buf._gmlake_range = rng  # the tensor keeps buf alive, buf the range
@@ -271,8 +271,8 @@ def growable(max_shape, dtype, device=None, client=None):
     host backend: memfd chunks, useful without a GPU). The first chunk is
     mapped at once (torch asks the driver which device a pointer is on).
     Views of t (t[:n], t.view(...)) share the memory and keep it alive, but
-    only t has the methods."""
-    import torch
+    only t has the methods. Without torch, GrowableRange gives the same range."""
+    torch = _torch("gmlake.growable()")
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
     device = torch.device(device)

@@ -27,7 +27,7 @@ the `client` given (a gml_client pointer, e.g. from gml_open through ctypes).
 import contextlib
 import ctypes
 
-from . import GMLakeError, _load
+from . import GMLakeError, _device, _load
 
 __all__ = ["pause", "resume", "paused", "set_tag", "tagged", "PAUSE_DISCARD", "PAUSE_FILE"]
 
@@ -62,10 +62,8 @@ def _client(device, client):
         raise GMLakeError("this libgmlake-client has no device clients: pass client=")
     get.argtypes = [ctypes.c_int]
     get.restype = ctypes.c_void_p
-    if device is None:
-        import torch
-        device = torch.cuda.current_device()
-    c = get(int(device))
+    device = _device(device)
+    c = get(device)
     if not c:
         raise GMLakeError("no GMLake client is open on device %d (gmlake.enable() and allocate first)" % device)
     return c

@@ -26,7 +26,7 @@ import ctypes
 import hashlib
 import struct
 
-from . import GMLakeError
+from . import GMLakeError, _torch
 from . import grow as _g
 
 __all__ = ["share", "attach", "dedup", "content_hash"]
@@ -141,6 +141,7 @@ def share(module_or_tensors, key, allow_uids=(), allow_any_uid=False):
     """Publish the parameters (or tensors) under key, with their content hash
     (so dedup() elsewhere finds them too); they become read-only views of the
     shared range. Returns the GrowableRange (kept alive by the parameters)."""
+    _torch("gmlake.share()")
     lib = _bind()
     ts, dev = _tensors(module_or_tensors)
     offs, total, digest = _layout(ts)
@@ -159,7 +160,7 @@ def share(module_or_tensors, key, allow_uids=(), allow_any_uid=False):
 def attach(module_or_tensors, key):
     """Point every parameter (or tensor) at the shared copy published under
     key: the same architecture, so the same layout (checked). Returns the range."""
-    import torch
+    torch = _torch("gmlake.attach()")
     lib = _bind()
     ts, dev = _tensors(module_or_tensors)
     offs, total, digest = _layout(ts)
@@ -192,6 +193,7 @@ def dedup(module_or_tensors, return_range=False):
     return_range, the range, whose .deduped says which).
     Equal hashes with different bytes raise GMLakeError (code GML_EMISMATCH);
     the parameters then stay in their own (writable) range."""
+    _torch("gmlake.dedup()")
     lib = _bind()
     ts, dev = _tensors(module_or_tensors)
     offs, total, _ = _layout(ts)

@@ -1,0 +1,57 @@
+"""python/gmlake installed without torch (run by tests/run.sh, from the
+folder pip installed it into, argv[1]): the ctypes parts work (stats() with
+no device is device 0's, growable ranges, trim, pause/resume), and what needs
+PyTorch raises GMLakeError saying so, never a bare ModuleNotFoundError."""
+import glob
+import os
+import sys
+
+site = sys.argv[1]
+try:
+    import torch  # noqa: F401
+    sys.exit("python_no_torch.py: torch is importable here; the check means nothing")
+except ImportError:
+    pass
+import gmlake
+from gmlake import grow
+
+assert os.path.dirname(os.path.abspath(gmlake.__file__)) == os.path.join(site, "gmlake"), gmlake.__file__
+assert not glob.glob(os.path.join(site, "gmlake", "_C*")), "an extension was installed without torch"
+
+
+def needs_torch(call, what):
+    try:
+        call()
+    except gmlake.GMLakeError as e:
+        assert str(e).startswith("%s needs PyTorch (import torch failed: " % what), e
+        return str(e)
+    raise AssertionError("%s worked without torch" % what)
+
+
+print("  " + needs_torch(gmlake.enable, "gmlake.enable()"))
+assert gmlake.enabled() is False
+needs_torch(gmlake.pool, "gmlake.pool()")
+needs_torch(lambda: gmlake.growable((4, 8), "float16", device="cpu"), "gmlake.growable()")
+needs_torch(lambda: gmlake.share([], "k"), "gmlake.share()")
+needs_torch(lambda: gmlake.attach([], "k"), "gmlake.attach()")
+needs_torch(lambda: gmlake.dedup([]), "gmlake.dedup()")
+
+# stats() with no device: device 0 (CUDA's current device when none was chosen)
+try:
+    gmlake.stats()
+    raise AssertionError("stats() before any client")
+except gmlake.GMLakeError as e:
+    assert "no GMLake client is open on device 0" in str(e), e
+c = grow.client_for(0)  # device 0's client, as the PyTorch layer would open it (GMLAKE_BACKEND=host)
+r = gmlake.GrowableRange(c, 1000, 4096)
+assert r.ensure(600) >= 600
+st = gmlake.stats()
+assert st["backend"] == "host" and st["growable_mapped"] == r.mapped_bytes > 0, st
+assert gmlake.trim() >= 0
+gmlake.pause()
+gmlake.resume()
+with gmlake.tagged(3):
+    pass
+r.release()
+assert gmlake.stats(0)["growable_mapped"] == 0
+print("  without torch: stats() of device 0, growable ranges, trim, pause/resume work")
