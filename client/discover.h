@@ -3,15 +3,25 @@
  * Unless a socket is named (gml_open_opts.socket_path or GMLAKE_SOCKET), a
  * client tries the system daemon's /run/gmlake/gmlake-N.sock first, then the
  * per-user $XDG_RUNTIME_DIR/gmlake-N.sock; never /tmp. Whatever the path, a
- * socket is used only when
- *   - its directory is writable by nobody but its owner (no group or other
- *     write bit: /tmp and other world-writable directories are refused),
- *   - the socket file belongs to root, to the client's own user or to the
- *     owner of that directory (the daemon's user),
+ * socket is used only when no one but root, the client's own user and the
+ * system daemon's user could have put it there (discover.c, check_socket):
+ *   - the path is walked from / with its symlinks resolved; every directory
+ *     on it belongs to root or the client's user, except /run/gmlake, whose
+ *     owner (root, or the service user systemd gave it to) is the system
+ *     daemon's user when only root may write /run (and so are that user's
+ *     directories below it);
+ *   - no directory on it is writable by group or others, except a sticky one
+ *     (/tmp) above the socket's own directory, and then what the path takes
+ *     from it (a directory, a symlink) belongs to root or the client's user:
+ *     a /tmp/gmlake made by a third user is refused, whatever it contains;
+ *   - the socket's own directory is writable by nobody but its owner;
+ *   - the socket file belongs to root, the client's user or the system
+ *     daemon's user (the owner of /run/gmlake on its path),
  *   - the process that accepted the connection (SO_PEERCRED) runs as root or
  *     as the socket's owner.
- * Anyone who could replace the socket would need write access to that
- * directory, which the first rule leaves to its owner and root. */
+ * So anyone who could replace the socket or a directory above it is already
+ * trusted; a daemon of another user elsewhere (their home, their directory
+ * in /tmp) is never used. */
 #ifndef GML_DISCOVER_H
 #define GML_DISCOVER_H
 #include <stddef.h>

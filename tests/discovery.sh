@@ -4,7 +4,11 @@
 # named by GMLAKE_SOCKET or found through XDG_RUNTIME_DIR; GMLAKE_MODE=daemon
 # without a usable daemon is an error that says why; falling back to embedded
 # says so on stderr; as root, a socket owned by another user and a daemon
-# whose process runs as a user other than the socket's owner are refused.
+# whose process runs as a user other than the socket's owner are refused, and
+# so is a daemon of a third user in its directory below a sticky
+# world-writable one (a squatted /tmp/gmlake), while the caller's own and
+# root's daemons, and the system daemon of a service user in /run/gmlake, are
+# used.
 set -e
 BUILD=${1:-build}
 TC="$(pwd)/$BUILD/gml-testclient"
@@ -141,6 +145,94 @@ if [ "$(id -u)" = 0 ]; then
          >"$p/out" 2>&1; then fail "gmlaked without /run/gmlake or XDG_RUNTIME_DIR started"; fi
     grep -q "XDG_RUNTIME_DIR is unset: give --socket" "$p/out" || fail "unclear error: $(cat "$p/out")"
     echo "  gmlaked as uid $nobody without XDG_RUNTIME_DIR: refuses to start (no socket in /tmp)"
+  fi
+  # 8. the squatted directory: another user (nobody) made $w/gmlake in a sticky world-writable
+  #    directory (like /tmp/gmlake) and runs a real gmlaked there, socket mode 0666. A client of
+  #    root and one of an ordinary user naming it must refuse it, saying which directory and why;
+  #    before, the socket belonged to its directory's owner, the daemon ran as that owner, and the
+  #    client wrote its memory into chunks the squatter reads from /proc/PID/fd.
+  victim=12346
+  mkdir -m 755 "$w/gmlake" && chown "$nobody:$nobody" "$w/gmlake"
+  setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
+    --socket "$w/gmlake/gmlake-$DEV.sock" --control "ipc://$w/gmlake/gmlake-$DEV.ctl" --socket-mode 0666 --log-level warn \
+    2>"$p/squat.log" &
+  pids="$pids $!"
+  for _ in $(seq 100); do [ -S "$w/gmlake/gmlake-$DEV.sock" ] && break; sleep 0.05; done
+  [ -S "$w/gmlake/gmlake-$DEV.sock" ] || fail "the squatter's gmlaked did not start: $(cat "$p/squat.log")"
+  squat_why="$w/gmlake belongs to uid $nobody, neither root nor this user"
+  for who in 0 "$victim"; do
+    if echo close | setpriv --reuid="$who" --regid="$who" --clear-groups env GMLAKE_SOCKET="$w/gmlake/gmlake-%d.sock" \
+         GMLAKE_MODE=daemon "$p/bin/gml-testclient" "default:$DEV" >"$p/out" 2>"$p/err"; then
+      fail "uid $who used the daemon of uid $nobody in a squatted directory: $(cat "$p/out")"
+    fi
+    grep -q "$squat_why ($who)" "$p/err" && grep -q "anyone may create a name" "$p/err" || fail "unclear error for uid $who: $(cat "$p/err")"
+  done
+  echo "  a daemon of uid $nobody in its directory in a sticky world-writable one: refused: $(grep -m1 "no daemon" "$p/err" | sed 's/^.*\] //' | cut -c1-200)..."
+  # the same directory reached through a symlink of root's own: resolved, and refused the same
+  ln -s "$w/gmlake" "$p/root/alias"
+  echo close | GMLAKE_SOCKET="$p/root/alias/gmlake-$DEV.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >"$p/out" 2>"$p/err" &&
+    fail "a symlink led root to the squatter's daemon: $(cat "$p/out")"
+  grep -q "$squat_why (0)" "$p/err" || fail "unclear error through a symlink: $(cat "$p/err")"
+  echo "  the same through a symlink in root's directory: refused"
+  # a symlink that nobody put in the sticky directory, to a directory root trusts: refused (nobody may change it)
+  setpriv --reuid="$nobody" --regid="$nobody" --clear-groups ln -s "$p/gpus" "$w/gpus-link"
+  echo close | GMLAKE_SOCKET="$w/gpus-link/gmlake-5.sock" GMLAKE_MODE=daemon "$TC" "default:5" >"$p/out" 2>"$p/err" &&
+    fail "followed a symlink of uid $nobody in a sticky directory: $(cat "$p/out")"
+  grep -q "$w/gpus-link belongs to uid $nobody" "$p/err" || fail "unclear error for a symlink: $(cat "$p/err")"
+  echo "  a symlink of uid $nobody in a sticky directory: refused"
+  # a directory of another user that is not the system daemon's, even where only root may write: refused
+  mkdir -m 755 "$p/root/other" && chown "$nobody:$nobody" "$p/root/other"
+  setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
+    --socket "$p/root/other/gmlake-$DEV.sock" --control "ipc://$p/root/other/gmlake-$DEV.ctl" --socket-mode 0666 --log-level warn \
+    2>"$p/other.log" &
+  pids="$pids $!"
+  for _ in $(seq 100); do [ -S "$p/root/other/gmlake-$DEV.sock" ] && break; sleep 0.05; done
+  echo close | GMLAKE_SOCKET="$p/root/other/gmlake-$DEV.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >"$p/out" 2>"$p/err" &&
+    fail "root used a daemon of uid $nobody outside /run/gmlake: $(cat "$p/out")"
+  grep -q "$p/root/other belongs to uid $nobody, neither root nor this user (0)" "$p/err" || fail "unclear error: $(cat "$p/err")"
+  echo "  a daemon of uid $nobody in its own directory (not /run/gmlake): refused"
+
+  # 9. what must keep working: root through a symlink of its own in the sticky directory to its
+  #    own daemon; an ordinary user's own daemon in its own directory below the sticky one,
+  #    named and found through XDG_RUNTIME_DIR
+  ln -s "$p/gpus" "$w/root-link"
+  echo close | GMLAKE_SOCKET="$w/root-link/gmlake-%d.sock" GMLAKE_MODE=daemon "$TC" "default:5" >"$p/out" 2>"$p/err" ||
+    fail "root's symlink to its own daemon was refused: $(cat "$p/err")"
+  echo "  root's own symlink in a sticky directory to root's daemon: used"
+  mkdir -m 700 "$w/mine" && chown "$victim:$victim" "$w/mine"
+  setpriv --reuid="$victim" --regid="$victim" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
+    --socket "$w/mine/gmlake-$DEV.sock" --control "ipc://$w/mine/gmlake-$DEV.ctl" --log-level warn 2>"$p/mine.log" &
+  pids="$pids $!"
+  for _ in $(seq 100); do [ -S "$w/mine/gmlake-$DEV.sock" ] && break; sleep 0.05; done
+  echo close | setpriv --reuid="$victim" --regid="$victim" --clear-groups env GMLAKE_SOCKET="$w/mine/gmlake-$DEV.sock" \
+    GMLAKE_MODE=daemon "$p/bin/gml-testclient" "default:$DEV" >"$p/out" 2>"$p/err" || fail "uid $victim's own daemon refused: $(cat "$p/err")"
+  grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/out")"
+  echo close | setpriv --reuid="$victim" --regid="$victim" --clear-groups env XDG_RUNTIME_DIR="$w/mine" \
+    GMLAKE_MODE=daemon "$p/bin/gml-testclient" "default:$DEV" >"$p/out" 2>"$p/err" || fail "uid $victim's XDG_RUNTIME_DIR daemon refused: $(cat "$p/err")"
+  echo "  uid $victim's own daemon in its own directory below a sticky one: used (named, and through XDG_RUNTIME_DIR)"
+
+  # 10. the system daemon run as a service user: /run/gmlake is that user's (root made it, as
+  #     systemd's RuntimeDirectory= with User= does); clients of root find and use it. In a mount
+  #     namespace of its own (a tmpfs on /run), where this machine allows one.
+  if unshare -m true 2>/dev/null; then
+    cat >"$p/sysd.sh" <<EOF
+set -e
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -m 755 /run/gmlake && chown $nobody:$nobody /run/gmlake
+setpriv --reuid=$nobody --regid=$nobody --clear-groups "$p/bin/gmlaked" --backend host --device $DEV --limit 64MiB \
+  --socket /run/gmlake/gmlake-$DEV.sock --control ipc:///run/gmlake/gmlake-$DEV.ctl --socket-mode 0666 --log-level warn 2>"$p/sysd.log" &
+d=\$!
+for _ in \$(seq 100); do [ -S /run/gmlake/gmlake-$DEV.sock ] && break; sleep 0.05; done
+rc=0
+echo close | env -u XDG_RUNTIME_DIR GMLAKE_MODE=daemon "$TC" "default:$DEV" >"$p/out" 2>"$p/err" || rc=1
+kill \$d; wait \$d || true
+exit \$rc
+EOF
+    unshare -m sh "$p/sysd.sh" || fail "the system daemon of service uid $nobody in /run/gmlake was refused: $(cat "$p/err" "$p/sysd.log")"
+    grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/out")"
+    echo "  the system daemon as service uid $nobody in its /run/gmlake: found and used"
+  else
+    echo "  (no mount namespace here: the service user's /run/gmlake not checked)"
   fi
 else
   echo "  (not root: the socket-owner, SO_PEERCRED and daemon-default cases need root)"
