@@ -60,6 +60,9 @@ typedef struct gmld {
   uv_poll_t ctl_poll;
   struct ctl_conn *ctl_conns;
   size_t nctl_conns;
+  uv_timer_t ctl_tick;      /* control connections' timeouts, accepting resumed (ctlsock.c) */
+  int ctl_accept_paused;    /* accept() was out of fds: polled again at the next ctl_tick */
+  uint64_t ctl_log_ns;      /* refused control connections: one warning a second */
   int http_fd;              /* --metrics-listen (metrics.c); -1: none */
   uv_poll_t http_poll;
   struct http_conn *http_conns;
