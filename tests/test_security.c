@@ -20,17 +20,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <dirent.h>
 #include <errno.h>
+#include <linux/capability.h>
 #include <time.h>
 #include <unistd.h>
 
 #define NOBODY 65534
+#define ALICE_UID 1001 /* in the group gmlake (CI's test users) */
 
 /* The daemon's CPU time (user + system), in seconds. */
 static double daemon_cpu(void) {
@@ -57,6 +62,17 @@ static long daemon_rss_kib(void) {
     if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
   if (f) fclose(f);
   return kib;
+}
+
+/* The daemon's open fds (/proc/PID/fd). */
+static int daemon_fds(void) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)daemon_pid);
+  DIR *dir = opendir(path);
+  int n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));) n += e->d_name[0] != '.';
+  if (dir) closedir(dir);
+  return n;
 }
 
 static int count_log(const char *needle) {
@@ -1432,6 +1448,97 @@ START_TEST(test_control_slots) {
 }
 END_TEST
 
+/* As alice: a session, one chunk leased and returned; 0 when served. */
+static int lease_one(void *arg) {
+  (void)arg;
+  int s = raw_session("victim");
+  uint64_t id;
+  int fd;
+  if (s < 0) return 2;
+  if (lease_now(s, 2, 1, &id, &fd) != 1) return 3;
+  close(fd);
+  close(s);
+  return 0;
+}
+
+/* A client pipelines attaches of its own share (up to 126 fds a reply) and
+ * reads nothing, each attach sized to leave the daemon 2 fds at most: the
+ * fds the daemon holds for it stay bounded (256 a connection; a quarter of
+ * the fd limit for all) and another user is served beside it. Before: each
+ * reply dup'ed its fds into the queue (counted as 4 bytes each against
+ * send-queue-max), the daemon's fd table filled to its limit, and alice's
+ * lease could not be sent (her connection was closed). */
+START_TEST(test_queued_fds_bounded) {
+  prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0); /* the daemon cannot raise its fd limit past the one below */
+  daemon_env = "ulimit -n 4096; ";
+  start_daemon("--limit 300MiB --prefetch 0 --socket-mode 0666");
+  char path[64], line[256];
+  long limit = 0;
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)daemon_pid);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Max open files", 14)) limit = atol(line + 14);
+  if (f) fclose(f);
+  ck_assert_int_gt(limit, 1000);
+  enum { N = 126 };
+  int s = raw_session("sharer");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[N];
+  int fds[N];
+  for (int got = 0, k; got < N; got += k) { /* a lease gets what is made by then */
+    ck_assert_int_gt(k = lease_now(s, 2 + (uint64_t)got, (uint32_t)(N - got), ids + got, fds), 0);
+    for (int i = 0; i < k; i++) close(fds[i]);
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "mine", q.n_chunk_ids = N, q.chunk_ids = ids, q.size = (uint64_t)N << 21;
+  env.seq = 1000, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  send_env(s, &env, NULL, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  ck_assert_msg(r && r->msg_case == GMLAKE__ENVELOPE__MSG_SHARE_REPLY, "share refused");
+  gmlake__envelope__free_unpacked(r, NULL);
+  int hog = raw_session("hog");
+  ck_assert_int_ge(hog, 0);
+  int base = daemon_fds(), peak = base, sent = 0;
+  Gmlake__Envelope a = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest ar = GMLAKE__ATTACH_REQUEST__INIT;
+  ar.key = "mine", ar.first = 0;
+  a.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, a.attach = &ar;
+  for (;;) { /* one attach at a time, until the daemon takes no more of them (or its fds are all but gone) */
+    int inq0 = 0, n0 = daemon_fds(), n = n0;
+    ioctl(hog, FIONREAD, &inq0);
+    int inq = inq0;
+    if (limit - n0 <= 2) break;
+    ar.count = limit - n0 - 2 < N ? (uint32_t)(limit - n0 - 2) : N;
+    a.seq = 2000 + (uint64_t)sent++;
+    ck_assert_int_eq(send_env(hog, &a, NULL, 0), 0);
+    uint64_t until = gml_now_ns() + 200000000ull; /* its reply is in our socket, or in the daemon's queue */
+    while (gml_now_ns() < until && n == n0 && inq == inq0) {
+      n = daemon_fds();
+      ioctl(hog, FIONREAD, &inq);
+    }
+    if (n == n0 && inq == inq0) break; /* not read any more */
+    for (int m = -1; m != n;) { /* the daemon may be half-way through its dups: until they stand still */
+      m = n;
+      msleep(2);
+      n = daemon_fds();
+    }
+    if (n > peak) peak = n;
+  }
+  int victim = as_uid(ALICE_UID, lease_one, NULL);
+  printf("  queued fds: limit %ld; %d attaches unread; daemon fds %d before them, peak %d; alice's lease %s\n", limit,
+         sent, base, peak, victim == 0 ? "served" : "failed");
+  ck_assert_msg(peak - base <= limit / 4, "the daemon held %d fds for a client that does not read (limit %ld)",
+                peak - base, limit);
+  ck_assert_msg(victim == 0, "another user's lease failed beside it (%d)", victim);
+  close(hog);
+  close(s);
+  ck_assert_int_eq(stat_wait("clients", 0, 3000), 0);
+  ck_assert_int_le(daemon_fds(), base); /* the queue's dups closed with it */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -1459,6 +1566,7 @@ int main(void) {
   tcase_add_test(tc, test_adopting_fds_bounded);
   tcase_add_test(tc, test_control_pipelined_requests);
   tcase_add_test(tc, test_control_slots);
+  tcase_add_test(tc, test_queued_fds_bounded);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_share_duplicate_ids);
