@@ -20,8 +20,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static void item_free(tx_item *t) {
+/* The queue's fds: n more (dup'ed) or fewer (sent or closed). */
+static void count_fds(conn_txq *q, long n) {
+  q->nfds += (size_t)n;
+  if (q->nfds_all) *q->nfds_all += (size_t)n;
+}
+
+static void item_free(conn_txq *q, tx_item *t) {
   for (int i = 0; i < t->nfds; i++) close(t->fds[i]);
+  count_fds(q, -(long)t->nfds);
   free(t->buf);
   free(t);
 }
@@ -36,10 +43,11 @@ static int queue_item(conn_txq *q, uint8_t *buf, size_t len, const int *fds, int
   t->len = len;
   for (int i = 0; i < nfds; i++) {
     if ((t->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 0)) < 0) {
-      item_free(t);
+      item_free(q, t);
       return GML_ESYS;
     }
     t->nfds = i + 1;
+    count_fds(q, 1);
   }
   t->cost = sizeof *t + sizeof(int) * (size_t)nfds + len;
   q->bytes += t->cost;
@@ -67,6 +75,7 @@ int conn_flush(conn_txq *q, int fd) {
     if (r < 0) return (int)r;
     if (first && t->nfds) { /* the peer has its own references now */
       for (int i = 0; i < t->nfds; i++) close(t->fds[i]);
+      count_fds(q, -(long)t->nfds);
       t->nfds = 0;
     }
     t->off += (size_t)r;
@@ -74,7 +83,7 @@ int conn_flush(conn_txq *q, int fd) {
     q->head = t->next;
     if (!q->head) q->tail = NULL;
     q->bytes -= t->cost;
-    item_free(t);
+    item_free(q, t);
   }
   return 0;
 }
@@ -83,7 +92,7 @@ void conn_txq_free(conn_txq *q) {
   while (q->head) {
     tx_item *t = q->head;
     q->head = t->next;
-    item_free(t);
+    item_free(q, t);
   }
   q->tail = NULL;
   q->bytes = 0;

@@ -24,6 +24,8 @@ typedef struct tx_item {
 typedef struct conn_txq {
   tx_item *head, *tail;
   size_t bytes;             /* memory the queue holds, items included (send-queue-max) */
+  size_t nfds;              /* fds the queue owns (dups not yet sent) */
+  size_t *nfds_all;         /* NULL, or a count of every queue's fds that this one adds its own to */
 } conn_txq;
 
 /* Encode env into a frame and queue it with dups of its fds. 0, GML_ENOMEM

@@ -13,7 +13,17 @@
  * that change the lake are for root and the daemon's own uid, reading is for
  * whoever can open the socket (its mode and group: --socket-mode,
  * --socket-group). tcp:// carries no identity: only with
- * --control-insecure-tcp, and then anyone who reaches it may change the lake. */
+ * --control-insecure-tcp, and then anyone who reaches it may change the lake.
+ *
+ * What a reader can hold (the trust model: nothing a client sends makes the
+ * daemon hold unbounded memory, time or fds, and one user cannot lock out
+ * another): REQ/REP is one request at a time, so a connection is not read
+ * while its reply waits to be sent (a pipelined request waits in the socket,
+ * not in the daemon's memory); a user other than root and the daemon's own
+ * holds at most CTL_MAX_PER_UID connections, and all of them together leave
+ * CTL_RESERVED for root and the daemon's uid; a connection that makes no
+ * progress (no SP greeting, no request, its reply not read) for
+ * hello-timeout-ms is closed. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -35,6 +45,8 @@
 #include <unistd.h>
 
 #define CTL_MAX_CONNS 64
+#define CTL_RESERVED 16   /* of them, only for root and the daemon's uid */
+#define CTL_MAX_PER_UID 8 /* connections of one other user at once */
 #define CTL_MAX_MSG (1u << 20) /* larger closes the connection; over 64 KiB gets an error reply */
 #define SP_REQ0 0x30
 #define SP_REP0 0x31
@@ -45,6 +57,9 @@ typedef struct ctl_conn {
   int fd;
   uv_poll_t poll;
   int may_change;           /* root or the daemon's uid (ipc), or --control-insecure-tcp */
+  int trusted;              /* root or the daemon's uid (ipc): the reserved slots, no per-uid cap */
+  long uid;                 /* the peer's (ipc); -1 on tcp */
+  uint64_t since_ns;        /* its last progress (connected, greeted, a request read, a reply sent) */
   uint8_t *buf;
   size_t len, cap;
   int greeted;              /* the peer's 8-byte SP header was read and checked */
@@ -75,8 +90,11 @@ static void conn_close(ctl_conn *c) {
 
 static void on_conn_io(uv_poll_t *h, int status, int events);
 
+/* Read only while no reply waits: one request at a time (REQ/REP), so a
+ * peer that pipelines requests and reads nothing has them wait in its
+ * socket, and at most one reply in the daemon. */
 static void conn_update_poll(ctl_conn *c) {
-  uv_poll_start(&c->poll, UV_READABLE | (c->tx.head ? UV_WRITABLE : 0), on_conn_io);
+  uv_poll_start(&c->poll, c->tx.head ? UV_WRITABLE : UV_READABLE, on_conn_io);
 }
 
 static int conn_send(ctl_conn *c, const uint8_t *bt, size_t btlen, const uint8_t *body, size_t n) {
@@ -116,6 +134,7 @@ static int conn_take(ctl_conn *c) {
     const uint8_t *h = c->buf;
     if (h[0] || h[1] != 'S' || h[2] != 'P' || h[3] || h[4] != 0 || h[5] != SP_REQ0 || h[6] || h[7]) return -1;
     c->greeted = 1;
+    c->since_ns = gml_now_ns();
     off = 8;
   }
   size_t hl = is_ipc(c->d) ? 9 : 8;
@@ -128,6 +147,8 @@ static int conn_take(ctl_conn *c) {
     if (c->len - off - hl < n) break;
     if (conn_request(c, h + hl, (size_t)n)) return -1;
     off += hl + (size_t)n;
+    c->since_ns = gml_now_ns();
+    if (c->tx.head) break; /* its reply waits for the peer: the next request after it is sent */
   }
   memmove(c->buf, c->buf + off, c->len - off);
   c->len -= off;
@@ -140,11 +161,18 @@ static void on_conn_io(uv_poll_t *h, int status, int events) {
     conn_close(c);
     return;
   }
-  if ((events & UV_WRITABLE) && conn_flush(&c->tx, c->fd)) {
-    conn_close(c);
-    return;
+  if (events & UV_WRITABLE) {
+    if (conn_flush(&c->tx, c->fd)) {
+      conn_close(c);
+      return;
+    }
+    if (!c->tx.head) c->since_ns = gml_now_ns();
+    if (!c->tx.head && conn_take(c)) { /* requests that came while the reply waited */
+      conn_close(c);
+      return;
+    }
   }
-  if (events & UV_READABLE) {
+  if ((events & UV_READABLE) && !c->tx.head) {
     if (c->cap - c->len < 4096) {
       size_t cap = c->cap ? c->cap * 2 : 8192;
       if (cap > CTL_MAX_MSG + 64) cap = CTL_MAX_MSG + 64;
@@ -170,26 +198,82 @@ static void on_conn_io(uv_poll_t *h, int status, int events) {
   conn_update_poll(c);
 }
 
+static void on_ctl_accept(uv_poll_t *h, int status, int events);
+
+/* A connection over a bound is closed at once (gmlakectl says it cannot
+ * reach the daemon); one log line a second at most. */
+static void refuse_conn(gmld *d, int fd, long uid, const char *why) {
+  close(fd);
+  uint64_t now = gml_now_ns();
+  if (d->ctl_log_ns && now - d->ctl_log_ns < 1000000000ull) return;
+  d->ctl_log_ns = now;
+  GML_WARN("control connection of uid %ld refused: %s", uid, why);
+}
+
+/* Which bound, if any, a new connection of uid (-1: tcp) is over. */
+static const char *over_bound(const gmld *d, long uid, int trusted) {
+  if (d->nctl_conns >= CTL_MAX_CONNS) return "control connections all taken";
+  if (trusted) return NULL;
+  int others = 0, same = 0;
+  for (const ctl_conn *o = d->ctl_conns; o; o = o->next) {
+    others += !o->trusted;
+    same += !o->trusted && uid >= 0 && o->uid == uid;
+  }
+  if (others >= CTL_MAX_CONNS - CTL_RESERVED) return "the control connections left are root's";
+  if (same >= CTL_MAX_PER_UID) return "too many control connections of this user";
+  return NULL;
+}
+
+/* The control socket's tick: a connection that made no progress for
+ * hello-timeout-ms is closed (its slot is someone else's); accepting
+ * paused for want of fds starts again. */
+static void on_ctl_tick(uv_timer_t *t) {
+  gmld *d = t->data;
+  uint64_t now = gml_now_ns(), limit = (uint64_t)d->cfg.hello_timeout_ms * 1000000ull;
+  for (ctl_conn *c = d->ctl_conns, *next; c; c = next) {
+    next = c->next;
+    if (now - c->since_ns <= limit) continue;
+    GML_DEBUG("control connection of uid %ld closed: %s within hello-timeout-ms", c->uid,
+              !c->greeted ? "no SP greeting" : c->tx.head ? "its reply not read" : "no request");
+    conn_close(c);
+  }
+  if (d->ctl_accept_paused) {
+    d->ctl_accept_paused = 0;
+    uv_poll_start(&d->ctl_poll, UV_READABLE, on_ctl_accept);
+  }
+}
+
 static void on_ctl_accept(uv_poll_t *h, int status, int events) {
   (void)events;
   gmld *d = h->data;
   if (status < 0) return;
   int fd;
   while ((fd = accept4(d->ctl_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-    ctl_conn *c = d->nctl_conns < CTL_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    long uid = -1;
+    int may_change = 1, trusted = 0; /* --control-insecure-tcp: no identity on tcp */
+    if (is_ipc(d)) {
+      struct ucred cr;
+      socklen_t cl = sizeof cr;
+      int known = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0;
+      uid = known ? (long)cr.uid : -1;
+      may_change = trusted = known && (cr.uid == 0 || cr.uid == geteuid());
+    }
+    const char *why = over_bound(d, uid, trusted);
+    if (why) {
+      refuse_conn(d, fd, uid, why);
+      continue;
+    }
+    ctl_conn *c = calloc(1, sizeof *c);
     if (!c) {
       close(fd);
       continue;
     }
     c->d = d;
     c->fd = fd;
-    if (is_ipc(d)) {
-      struct ucred cr;
-      socklen_t cl = sizeof cr;
-      c->may_change = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && (cr.uid == 0 || cr.uid == geteuid());
-    } else {
-      c->may_change = 1; /* --control-insecure-tcp: no identity on tcp */
-    }
+    c->uid = uid;
+    c->may_change = may_change;
+    c->trusted = trusted;
+    c->since_ns = gml_now_ns();
     static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, SP_REP0, 0, 0};
     uint8_t *f = malloc(8);
     if (f) memcpy(f, hello, 8);
@@ -206,7 +290,11 @@ static void on_ctl_accept(uv_poll_t *h, int status, int events) {
     conn_flush(&c->tx, fd);
     conn_update_poll(c);
   }
-  if (errno == EMFILE || errno == ENFILE) GML_DEBUG("control accept: %s", strerror(errno));
+  if (errno == EMFILE || errno == ENFILE) { /* the connection waits in the backlog: polling now would spin */
+    GML_DEBUG("control accept: %s", strerror(errno));
+    uv_poll_stop(&d->ctl_poll);
+    d->ctl_accept_paused = 1;
+  }
 }
 
 /* tcp://HOST:PORT (tcp4, tcp6 too): a bound socket, or -1. */
@@ -270,11 +358,18 @@ int control_start(gmld *d) {
   uv_poll_init(d->loop, &d->ctl_poll, fd);
   d->ctl_poll.data = d;
   uv_poll_start(&d->ctl_poll, UV_READABLE, on_ctl_accept);
+  uint64_t every = (uint64_t)d->cfg.hello_timeout_ms / 4;
+  every = every < 10 ? 10 : every > 1000 ? 1000 : every;
+  uv_timer_init(d->loop, &d->ctl_tick);
+  d->ctl_tick.data = d;
+  uv_timer_start(&d->ctl_tick, on_ctl_tick, every, every);
   return 0;
 }
 
 void control_stop(gmld *d) {
   while (d->ctl_conns) conn_close(d->ctl_conns);
+  uv_timer_stop(&d->ctl_tick);
+  uv_close((uv_handle_t *)&d->ctl_tick, NULL);
   uv_poll_stop(&d->ctl_poll);
   uv_close((uv_handle_t *)&d->ctl_poll, NULL);
   close(d->ctl_fd);

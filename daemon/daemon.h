@@ -60,6 +60,12 @@ typedef struct gmld {
   uv_poll_t ctl_poll;
   struct ctl_conn *ctl_conns;
   size_t nctl_conns;
+  uv_timer_t ctl_tick;      /* control connections' timeouts, accepting resumed (ctlsock.c) */
+  int ctl_accept_paused;    /* accept() was out of fds: polled again at the next ctl_tick */
+  uint64_t ctl_log_ns;      /* refused control connections: one warning a second */
+  size_t fds_queued;        /* fds waiting in all sessions' send queues (dups the queues own) */
+  size_t fds_queued_max;    /* beyond it, a session with fds queued is not read (session.c) */
+  size_t fd_waiters;        /* sessions not read until their queue (or all queues) drain */
   int http_fd;              /* --metrics-listen (metrics.c); -1: none */
   uv_poll_t http_poll;
   struct http_conn *http_conns;

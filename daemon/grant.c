@@ -15,9 +15,9 @@
 #include <stdlib.h>
 
 /* A streamed lease's replies wait in its send queue only up to this many
- * bytes (~16 replies, 2,048 fds duplicated for it): the rest is sent as the
- * client reads (grant_more), so a client that does not read holds neither
- * the daemon's fds nor its memory. */
+ * bytes, and only while it has room for fds (session_fds_room: two replies'
+ * worth): the rest is sent as the client reads (grant_more), so a client
+ * that does not read holds neither the daemon's fds nor its memory. */
 #define GRANT_QUEUE_MAX (32 * 1024)
 
 /* Ask the clients the broker names (most idle cache first) for idle cache. */
@@ -65,7 +65,7 @@ static void send_chunks(session *s, const broker_decision *dec) {
  * while its send queue has room. */
 static void serve_stream(session *s) {
   broker_decision more;
-  while (s->bc.lease.pending && s->bc.lease.streamed && s->txq.bytes < GRANT_QUEUE_MAX &&
+  while (s->bc.lease.pending && s->bc.lease.streamed && s->txq.bytes < GRANT_QUEUE_MAX && session_fds_room(s) &&
          broker_serve_free(&s->d->br, &s->bc, &more))
     send_chunks(s, &more);
 }

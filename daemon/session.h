@@ -20,6 +20,7 @@ typedef struct session {
   int hello_done;
   uint64_t adopted;         /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
   int backlog;              /* complete frames wait in rx beyond this turn's read budget */
+  int fd_wait;              /* not read until its send queue (or all of them) holds fewer fds (session_fds_room) */
   uint64_t connect_ns;      /* hello must come within hello_timeout_ms of it */
   uint64_t partial_since_ns;/* a frame started arriving then and is not whole yet (0: none) */
   const char *close_why;    /* set when the session is doomed (closed at the next turn of the loop) */
@@ -45,6 +46,10 @@ void sessions_serve_pending(struct gmld *d); /* after chunks became free (grant.
 void grant_lease(session *s, uint64_t seq, uint32_t count, int optional, int streamed);
 void grant_review(session *s, uint64_t now_ns);
 void grant_more(session *s); /* s's send queue drained: its streamed lease gets what is free */
+/* Whether another reply with fds may be queued for s now (a frame read, a
+ * streamed lease's next reply): its queue holds none, or fewer than
+ * SESSION_QUEUED_FDS while all queues together are under their budget. */
+int session_fds_room(const session *s);
 void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines; timeouts */
 void session_send_reclaim(session *s, uint64_t bytes);
 /* For the other message handlers (shares.c): a reply with its fds, an error reply. */

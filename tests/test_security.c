@@ -19,15 +19,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <dirent.h>
+#include <errno.h>
+#include <linux/capability.h>
 #include <time.h>
 #include <unistd.h>
 
 #define NOBODY 65534
+#define ALICE_UID 1001 /* in the group gmlake (CI's test users) */
 
 /* The daemon's CPU time (user + system), in seconds. */
 static double daemon_cpu(void) {
@@ -54,6 +62,17 @@ static long daemon_rss_kib(void) {
     if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
   if (f) fclose(f);
   return kib;
+}
+
+/* The daemon's open fds (/proc/PID/fd). */
+static int daemon_fds(void) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)daemon_pid);
+  DIR *dir = opendir(path);
+  int n = 0;
+  for (struct dirent *e; dir && (e = readdir(dir));) n += e->d_name[0] != '.';
+  if (dir) closedir(dir);
+  return n;
 }
 
 static int count_log(const char *needle) {
@@ -1258,6 +1277,268 @@ START_TEST(test_adopting_fds_bounded) {
 }
 END_TEST
 
+/* ---------- the control socket and queued fds: what one client can hold ---------- */
+
+/* A control connection on the socket's raw SP wire (ipc), greeted: the
+ * daemon's 8-byte header read, ours sent. -1 when refused or closed. */
+static int ctl_raw(int greet) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, ctl_url + 6, strlen(ctl_url + 6) + 1);
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct timeval tv = {2, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(s, (struct sockaddr *)&sa, sizeof sa)) {
+    close(s);
+    return -1;
+  }
+  uint8_t hdr[8];
+  if (greet && (send(s, "\0SP\0\0\x30\0\0", 8, MSG_NOSIGNAL) != 8 || recv(s, hdr, 8, MSG_WAITALL) != 8)) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+/* Whether the daemon closed s (EOF or reset; what it sent first is drained), waiting up to ms. */
+static int ctl_closed_within(int s, int ms) {
+  uint64_t end = gml_now_ns() + (uint64_t)ms * 1000000ull;
+  do {
+    struct pollfd p = {s, POLLIN, 0};
+    if (poll(&p, 1, ms ? 20 : 0) == 1) {
+      uint8_t b[256];
+      ssize_t r = recv(s, b, sizeof b, MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN)) return 1;
+    }
+  } while (gml_now_ns() < end);
+  return 0;
+}
+
+/* As nobody: pipeline `clients` requests on one control connection for
+ * 1.5 s and read nothing; then say so on pipe arg[0] and hold the
+ * connection until arg[1] closes. Exit: 0, or 2 when it could not connect. */
+static int ctl_pipeline(void *arg) {
+  int *p = arg;
+  int s = ctl_raw(1);
+  if (s < 0) return 2;
+  /* ipc frame: type 1, 64-bit BE length 6, backtrace 0x80000001, body {field 2 varint 1} (`clients`) */
+  static const uint8_t req[15] = {1, 0, 0, 0, 0, 0, 0, 0, 6, 0x80, 0, 0, 1, 0x10, 0x01};
+  uint8_t buf[15 * 1024];
+  for (size_t i = 0; i < sizeof buf; i += 15) memcpy(buf + i, req, 15);
+  uint64_t end = gml_now_ns() + 1500000000ull;
+  long sent = 0;
+  while (gml_now_ns() < end) {
+    ssize_t w = send(s, buf, sizeof buf, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) sent += w;
+    else if (errno == EAGAIN) msleep(1);
+    else break;
+  }
+  printf("  control pipeline: %ld requests sent, none read\n", sent / 15);
+  fflush(stdout);
+  char c;
+  if (write(p[0], "d", 1) != 1 || read(p[1], &c, 1) < 0) return 3;
+  return 0;
+}
+
+/* A reader of the control socket (a group member) pipelines requests and
+ * reads no reply: the daemon holds one reply at a time for it, its memory
+ * stays put, and root is served meanwhile. Before: every request was
+ * answered into an unbounded queue (the daemon grew by hundreds of MiB in
+ * 1.5 s; 3 GB in 20 s in the report). */
+START_TEST(test_control_pipelined_requests) {
+  start_daemon("--limit 8MiB --socket-group nogroup");
+  long rss0 = daemon_rss_kib(), peak = rss0;
+  int done[2], hold[2];
+  ck_assert_int_eq(pipe(done), 0);
+  ck_assert_int_eq(pipe(hold), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(99);
+    close(done[0]), close(hold[1]);
+    int p[2] = {done[1], hold[0]};
+    _exit(ctl_pipeline(p));
+  }
+  close(done[1]), close(hold[0]);
+  for (;;) { /* sample the daemon's memory until the child has sent all it could */
+    struct pollfd pf = {done[0], POLLIN, 0};
+    long r = daemon_rss_kib();
+    if (r > peak) peak = r;
+    if (poll(&pf, 1, 50) == 1) break;
+  }
+  char c;
+  ck_assert_int_eq(read(done[0], &c, 1), 1);
+  uint64_t t0 = gml_now_ns();
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "stats --json"), 0); /* others are served beside it */
+  ck_assert_int_eq(json_num(out, "limit_bytes"), 8 << 20);
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0);
+  double ms = (double)(gml_now_ns() - t0) / 1e6;
+  long r = daemon_rss_kib();
+  if (r > peak) peak = r;
+  printf("  control pipeline: daemon RSS %ld -> peak %ld KiB; root's stats+limit beside it in %.0f ms\n", rss0, peak, ms);
+  ck_assert_msg(peak - rss0 < 32 * 1024, "daemon grew from %ld to %ld KiB for one control connection that reads nothing",
+                rss0, peak);
+  close(hold[1]);
+  int st;
+  waitpid(child, &st, 0);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  close(done[0]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* As nobody: open 70 greeted control connections and hold them; say how
+ * many the daemon kept (on pipe arg[0]) after arg[1] says go. */
+static int ctl_hold_many(void *arg) {
+  int *p = arg, s[70], n = 0;
+  for (int i = 0; i < 70; i++) s[n++] = ctl_raw(1);
+  char c = 0;
+  if (write(p[0], "o", 1) != 1 || read(p[1], &c, 1) != 1) return 2;
+  int kept = 0;
+  for (int i = 0; i < n; i++) kept += s[i] >= 0 && !ctl_closed_within(s[i], 0);
+  uint8_t k = (uint8_t)kept;
+  if (write(p[0], &k, 1) != 1 || read(p[1], &c, 1) < 0) return 3;
+  return 0;
+}
+
+/* A reader holds control connections: at most 8 of one user, and root's
+ * gmlakectl gets through; a connection with no SP greeting, or none but a
+ * greeting, is closed after hello-timeout-ms. Before: 64 connections in
+ * all for everyone, kept forever: nobody's 70 locked root out of
+ * gmlakectl stats/limit ("cannot reach the daemon"). */
+START_TEST(test_control_slots) {
+  start_daemon("--limit 8MiB --socket-group nogroup --hello-timeout-ms 1000");
+  int to_parent[2], to_child[2];
+  ck_assert_int_eq(pipe(to_parent), 0);
+  ck_assert_int_eq(pipe(to_child), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(99);
+    close(to_parent[0]), close(to_child[1]);
+    int p[2] = {to_parent[1], to_child[0]};
+    _exit(ctl_hold_many(p));
+  }
+  char c;
+  ck_assert_int_eq(read(to_parent[0], &c, 1), 1); /* nobody holds its connections */
+  char out[4096];
+  int stats = ctl(out, sizeof out, "stats --json");
+  int limit = ctl(out, sizeof out, "limit 6MiB");
+  ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+  uint8_t kept = 0;
+  ck_assert_int_eq(read(to_parent[0], &kept, 1), 1);
+  printf("  control slots: nobody kept %u of 70 connections; root's stats %d, limit %d\n", kept, stats, limit);
+  ck_assert_msg(stats == 0 && limit == 0, "root locked out of gmlakectl (stats %d, limit %d)", stats, limit);
+  ck_assert_int_eq(stat_num("limit_bytes"), 6 << 20);
+  ck_assert_int_le(kept, 8);
+  close(to_child[1]);
+  int st;
+  waitpid(child, &st, 0);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  /* silent connections: one says nothing, one only its greeting */
+  int mute = ctl_raw(0), greeted = ctl_raw(1);
+  ck_assert_int_ge(mute, 0);
+  ck_assert_int_ge(greeted, 0);
+  uint64_t t0 = gml_now_ns();
+  ck_assert_msg(ctl_closed_within(mute, 3000), "an un-greeted control connection was kept 3 s");
+  ck_assert_msg(ctl_closed_within(greeted, 1000), "a control connection with no request was kept");
+  printf("  control slots: silent connections closed after %.2f s (hello-timeout-ms 1000)\n",
+         (double)(gml_now_ns() - t0) / 1e9);
+  close(mute), close(greeted);
+  close(to_parent[0]), close(to_parent[1]), close(to_child[0]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* As alice: a session, one chunk leased and returned; 0 when served. */
+static int lease_one(void *arg) {
+  (void)arg;
+  int s = raw_session("victim");
+  uint64_t id;
+  int fd;
+  if (s < 0) return 2;
+  if (lease_now(s, 2, 1, &id, &fd) != 1) return 3;
+  close(fd);
+  close(s);
+  return 0;
+}
+
+/* A client pipelines attaches of its own share (up to 126 fds a reply) and
+ * reads nothing, each attach sized to leave the daemon 2 fds at most: the
+ * fds the daemon holds for it stay bounded (256 a connection; a quarter of
+ * the fd limit for all) and another user is served beside it. Before: each
+ * reply dup'ed its fds into the queue (counted as 4 bytes each against
+ * send-queue-max), the daemon's fd table filled to its limit, and alice's
+ * lease could not be sent (her connection was closed). */
+START_TEST(test_queued_fds_bounded) {
+  prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0); /* the daemon cannot raise its fd limit past the one below */
+  daemon_env = "ulimit -n 4096; ";
+  start_daemon("--limit 300MiB --prefetch 0 --socket-mode 0666");
+  char path[64], line[256];
+  long limit = 0;
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)daemon_pid);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Max open files", 14)) limit = atol(line + 14);
+  if (f) fclose(f);
+  ck_assert_int_gt(limit, 1000);
+  enum { N = 126 };
+  int s = raw_session("sharer");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[N];
+  int fds[N];
+  for (int got = 0, k; got < N; got += k) { /* a lease gets what is made by then */
+    ck_assert_int_gt(k = lease_now(s, 2 + (uint64_t)got, (uint32_t)(N - got), ids + got, fds), 0);
+    for (int i = 0; i < k; i++) close(fds[i]);
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "mine", q.n_chunk_ids = N, q.chunk_ids = ids, q.size = (uint64_t)N << 21;
+  env.seq = 1000, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  send_env(s, &env, NULL, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  ck_assert_msg(r && r->msg_case == GMLAKE__ENVELOPE__MSG_SHARE_REPLY, "share refused");
+  gmlake__envelope__free_unpacked(r, NULL);
+  int hog = raw_session("hog");
+  ck_assert_int_ge(hog, 0);
+  int base = daemon_fds(), peak = base, sent = 0;
+  Gmlake__Envelope a = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest ar = GMLAKE__ATTACH_REQUEST__INIT;
+  ar.key = "mine", ar.first = 0;
+  a.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, a.attach = &ar;
+  for (;;) { /* one attach at a time, until the daemon takes no more of them (or its fds are all but gone) */
+    int inq0 = 0, n0 = daemon_fds(), n = n0;
+    ioctl(hog, FIONREAD, &inq0);
+    int inq = inq0;
+    if (limit - n0 <= 2) break;
+    ar.count = limit - n0 - 2 < N ? (uint32_t)(limit - n0 - 2) : N;
+    a.seq = 2000 + (uint64_t)sent++;
+    ck_assert_int_eq(send_env(hog, &a, NULL, 0), 0);
+    uint64_t until = gml_now_ns() + 200000000ull; /* its reply is in our socket, or in the daemon's queue */
+    while (gml_now_ns() < until && n == n0 && inq == inq0) {
+      n = daemon_fds();
+      ioctl(hog, FIONREAD, &inq);
+    }
+    if (n == n0 && inq == inq0) break; /* not read any more */
+    for (int m = -1; m != n;) { /* the daemon may be half-way through its dups: until they stand still */
+      m = n;
+      msleep(2);
+      n = daemon_fds();
+    }
+    if (n > peak) peak = n;
+  }
+  int victim = as_uid(ALICE_UID, lease_one, NULL);
+  printf("  queued fds: limit %ld; %d attaches unread; daemon fds %d before them, peak %d; alice's lease %s\n", limit,
+         sent, base, peak, victim == 0 ? "served" : "failed");
+  ck_assert_msg(peak - base <= limit / 4, "the daemon held %d fds for a client that does not read (limit %ld)",
+                peak - base, limit);
+  ck_assert_msg(victim == 0, "another user's lease failed beside it (%d)", victim);
+  close(hog);
+  close(s);
+  ck_assert_int_eq(stat_wait("clients", 0, 3000), 0);
+  ck_assert_int_le(daemon_fds(), base); /* the queue's dups closed with it */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -1283,6 +1564,9 @@ int main(void) {
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
   tcase_add_test(tc, test_adopting_fds_bounded);
+  tcase_add_test(tc, test_control_pipelined_requests);
+  tcase_add_test(tc, test_control_slots);
+  tcase_add_test(tc, test_queued_fds_bounded);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_share_duplicate_ids);
