@@ -231,7 +231,7 @@ static int daemon_acquire_stream(void *ctx, size_t n, stream_got_fn got_fn, void
   return got;
 }
 
-static void daemon_return(gml_client *c, uint64_t *ids, size_t n);
+static void daemon_return(gml_client *c, uint64_t *ids, size_t n, int tainted);
 
 static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids) {
   gml_client *c = ctx;
@@ -240,17 +240,28 @@ static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint
   for (size_t i = 0; i < n; i++) {
     c->be->ops->chunk_release(c->be, phys[i]);
     if (ids[i] & GML_ID_PARKED) continue; /* parked at the daemon under our pid: local only (link.c) */
-    if (k == GML_MAX_LEASE_CHUNKS) daemon_return(c, keep, k), k = 0;
+    if (k == GML_MAX_LEASE_CHUNKS) daemon_return(c, keep, k, 0), k = 0;
     keep[k++] = ids[i];
   }
-  if (k) daemon_return(c, keep, k);
+  if (k) daemon_return(c, keep, k, 0);
 }
 
-static void daemon_return(gml_client *c, uint64_t *ids, size_t n) {
+void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n) {
+  uint64_t keep[GML_MAX_LEASE_CHUNKS];
+  for (size_t i = 0; i < n;) {
+    size_t k = 0;
+    for (; i < n && k < GML_MAX_LEASE_CHUNKS; i++)
+      if (!(ids[i] & GML_ID_PARKED)) keep[k++] = ids[i];
+    if (k) daemon_return(c, keep, k, 1);
+  }
+}
+
+static void daemon_return(gml_client *c, uint64_t *ids, size_t n, int tainted) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
   rr.n_chunk_ids = n;
   rr.chunk_ids = ids;
+  rr.tainted = tainted != 0;
   env.msg_case = GMLAKE__ENVELOPE__MSG_RET;
   env.ret = &rr;
   daemon_reply r;

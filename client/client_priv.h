@@ -189,6 +189,9 @@ void gml_client_report(gml_client *c);
  * daemon, so `gmlakectl clients` is never more than that behind an idle
  * process. */
 void gml_client_report_changed(gml_client *c);
+/* Give chunks back that processes of other users may still map (the daemon
+ * releases them and never leases them again); our handles and mappings stay. */
+void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
 /* settings.c: gml_open's options (GML_EINVAL, said on stderr, for a mode,
  * backend or limit that cannot be read) and its virtual range's size. */
 struct gml_options;

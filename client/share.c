@@ -93,7 +93,7 @@ int gml_share_release_range(gml_growable *g) {
 }
 
 /* The ShareRequest of n chunks of g (g->ids) as g->pub says; grow.lock held. */
-static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, const char *what) {
+static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, const char *what, int restored) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r;
   Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
   q.key = (char *)key;
@@ -104,6 +104,7 @@ static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, co
   q.meta.data = g->pub.meta, q.meta.len = g->pub.meta_len;
   q.allow_uids = g->pub.allow, q.n_allow_uids = g->pub.n_allow;
   q.allow_any_uid = g->pub.any != 0;
+  q.restored = restored != 0;
   env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE;
   env.share = &q;
   int fds[GML_MAX_LEASE_CHUNKS], nfds;
@@ -148,7 +149,7 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
     else memcpy(g->pub.allow, o->allow_uids, (g->pub.n_allow = o->n_allow_uids) * sizeof *g->pub.allow);
   }
   g->pub.any = o && o->allow_any_uid;
-  if (!rc) rc = publish(c, g, n, key, "share");
+  if (!rc) rc = publish(c, g, n, key, "share", 0);
   if (rc) pub_forget(g);
   if (!rc) {
     g->shared = GML_GROW_PUBLISHED;
@@ -423,14 +424,23 @@ static int reregister(gml_client *c, gml_growable *g) {
   size_t ours = 0;
   while (ours < g->nslots && g->mapped[ours]) ours++;
   if (n != ours || n != g->nmapped) return fail(c, GML_EMISMATCH, "share '%s' came back with %u chunks, we map %zu", g->key, n, ours);
+  int mapper = 0;
   for (uint32_t first = 0; first < n && !rc;) { /* taking its chunks makes us a mapper; we keep our own mappings */
     uint32_t k = GML_MIN(n - first, (uint32_t)GML_MAX_LEASE_CHUNKS);
     if ((rc = attach_call(c, g->key, NULL, 0, first, k, &r, fds, &nfds))) break;
+    mapper = 1;
     if (r->attach_reply->nchunks != n || r->attach_reply->size != sz) rc = fail(c, GML_EPROTO, "attach: the share changed");
+    /* the same chunks, not only as many: a new share under the key (its
+     * publisher gone, another process of the user published it again) is
+     * other memory than ours (where the backend can tell) */
+    for (uint32_t i = 0; i < k && !rc && c->be->ops->chunk_same; i++)
+      if (c->be->ops->chunk_same(c->be, g->phys[first + i], fds[i]) != 1)
+        rc = fail(c, GML_EMISMATCH, "share '%s' came back as other chunks than those we map", g->key);
     close_fds(fds, nfds);
     gmlake__envelope__free_unpacked(r, NULL);
     first += k;
   }
+  if (rc && mapper) send_detach(c, g->key); /* not its mapper after all */
   return rc;
 }
 
@@ -441,11 +451,25 @@ void gml_share_restore(gml_client *c) {
   for (gml_growable *g = c->grow.head; g && c->grow.lost_shares; g = g->next) {
     if (g->lost == GML_SHARE_PUBLISH) {
       size_t n = (g->pub.size + g->cs - 1) / g->cs;
-      int rc = publish(c, g, n, g->key, "share again");
-      if (rc) GML_WARN("share '%s' not published again to the restarted daemon: %s; we keep it, as our own memory", g->key,
-                       c->last_error);
-      else GML_INFO("share '%s' published again to the restarted daemon", g->key);
-      set_lost(g, rc ? GML_SHARE_OWNED : GML_SHARE_OK);
+      int rc = publish(c, g, n, g->key, "share again", 1);
+      int others = g->pub.any != 0;
+      for (size_t i = 0; i < g->pub.n_allow; i++) others |= g->pub.allow[i] != (uint32_t)geteuid();
+      if (!rc) {
+        GML_INFO("share '%s' published again to the restarted daemon", g->key);
+        set_lost(g, GML_SHARE_OK);
+      } else if (others) {
+        /* other users may have attached it and may map it still: these chunks
+         * must never be leased again; we keep mapping them (our handles keep
+         * the memory), the lake no longer counts them */
+        gml_client_return_tainted(c, g->ids, n);
+        GML_WARN("share '%s' not published again to the restarted daemon: %s; we map it on, its chunks left the lake "
+                 "(other users may map them)", g->key, c->last_error);
+        set_lost(g, GML_SHARE_ORPHAN);
+      } else {
+        GML_WARN("share '%s' not published again to the restarted daemon: %s; we keep it, as our own memory", g->key,
+                 c->last_error);
+        set_lost(g, GML_SHARE_OWNED);
+      }
     } else if (g->lost == GML_SHARE_REGISTER) {
       int rc = reregister(c, g);
       if (!rc) {

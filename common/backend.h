@@ -25,6 +25,9 @@ struct gml_backend_ops {
    * equal for every fd of the same chunk. The daemon asks it of the fds a
    * client hands over after a restart. NULL: the backend cannot tell (cuda). */
   int (*chunk_ident)(gml_backend *be, int fd, uint64_t *ident);
+  /* Whether fd (any access mode) is the same chunk as phys, held here: 1
+   * yes, 0 no. NULL: the backend cannot tell (cuda). */
+  int (*chunk_same)(gml_backend *be, gml_phys phys, int fd);
   /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
   void (*va_free)(gml_backend *be, uintptr_t va, size_t size);

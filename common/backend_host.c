@@ -89,6 +89,12 @@ static int host_chunk_ident(gml_backend *be, int fd, uint64_t *ident) {
   return 0;
 }
 
+static int host_chunk_same(gml_backend *be, gml_phys phys, int fd) {
+  (void)be;
+  struct stat a, b;
+  return fstat((int)phys, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 static int host_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
   (void)be;
   int d = fcntl((int)phys, F_DUPFD_CLOEXEC, 0);
@@ -201,7 +207,7 @@ static void host_host_free(gml_backend *be, void *p) {
 
 static const struct gml_backend_ops host_ops = {
     .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
-    .chunk_export = host_chunk_export, .chunk_ident = host_chunk_ident,
+    .chunk_export = host_chunk_export, .chunk_ident = host_chunk_ident, .chunk_same = host_chunk_same,
     .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
     .set_access = host_set_access,     .unmap = host_unmap,               .event_record = host_event_record,
     .event_done = host_event_done,     .event_destroy = host_event_destroy, .synchronize = host_synchronize,

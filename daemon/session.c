@@ -229,8 +229,13 @@ static void handle_return(request *rq) {
   session *s = rq->s;
   gmld *d = s->d;
   size_t n = rq->env->ret->n_chunk_ids;
-  /* The client unmapped and released them: they go straight back. */
+  /* The client unmapped and released them: they go straight back; tainted
+   * ones (another user's process may map them) are released, made anew */
   broker_returned(&d->br, &s->bc, rq->idx, n);
+  for (size_t i = 0; rq->env->ret->tainted && i < n; i++) {
+    lake_destroy_chunk(&d->lk, rq->idx[i]);
+    d->counters.chunks_remade++;
+  }
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnReply r = GMLAKE__RETURN_REPLY__INIT;
   r.returned = (uint32_t)n;

@@ -251,6 +251,10 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   sh->uid = s->bc.uid;
   sh->allow_any = r->allow_any_uid;
   if ((sh->nallow = r->n_allow_uids)) memcpy(sh->allow, r->allow_uids, sh->nallow * sizeof sh->allow[0]);
+  /* published again after a restart: what other users attached before it, and
+   * may still map, this daemon never saw; when it ends its chunks are not leased again */
+  for (size_t i = 0; r->restored && i < sh->nallow; i++) sh->foreign |= sh->allow[i] != sh->uid;
+  sh->foreign |= r->restored && sh->allow_any;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   sh->since = (double)ts.tv_sec + ts.tv_nsec / 1e9;

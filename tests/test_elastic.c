@@ -123,6 +123,46 @@ START_TEST(test_daemon_restart_keeps_shares) {
 }
 END_TEST
 
+/* An attacher whose publisher died with the old daemon is not counted a
+ * mapper of a new share that took the key: it maps other chunks (before, the
+ * count and size matched and it was, and the new share's chunks stayed held
+ * for it after their publisher destroyed them). */
+START_TEST(test_restart_new_share_same_key) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc p = client_start(), q = client_start();
+  client_ready(&p);
+  int pid_q = client_ready(&q);
+  ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gensure %d", 4 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gtag 0 1"), "ok");
+  ck_assert_str_eq(client_cmd(&p, "share k %d", 4 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&q, "attach k"), "ok 4194304");
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  client_kill(&p); /* the publisher dies with the old daemon */
+  launch_daemon();
+  proc t = client_start();
+  client_ready(&t);
+  ck_assert_str_eq(strtok((char *)client_cmd(&t, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&t, "gensure %d", 4 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&t, "gtag 0 2"), "ok");
+  ck_assert_str_eq(client_cmd(&t, "share k %d", 4 << 20), "ok");
+  usleep(2500000); /* Q asks once a second whether its share is back */
+  char out[4096], pq[16];
+  ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
+  snprintf(pq, sizeof pq, "%d", pid_q);
+  const char *m = strstr(out, "\"mapper_pids\":[");
+  ck_assert_msg(m && !strstr(m, pq), "Q (pid %d) counted a mapper of the new share: %s", pid_q, out);
+  ck_assert_str_eq(client_cmd(&q, "aread 0"), "tag 1000"); /* it maps its own on */
+  ck_assert_str_eq(client_cmd(&t, "gdestroy"), "ok");
+  ck_assert_int_eq(stat_wait("chunks_shared", 0, 3000), 0); /* nobody holds the new share */
+  ck_assert_int_eq(client_finish(&q), 0);
+  ck_assert_int_eq(client_finish(&t), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A client that allocates and then makes no call (a notebook between cells)
  * is shown as it is within a fraction of a second: the library's keeper
  * thread reports what changed; before, the numbers waited for the 256th
@@ -513,6 +553,7 @@ int main(void) {
   tcase_add_test(tc, test_pid_quota_ends_with_process);
   tcase_add_test(tc, test_quota_counts_shares);
   tcase_add_test(tc, test_daemon_restart_keeps_shares);
+  tcase_add_test(tc, test_restart_new_share_same_key);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);
   tcase_add_test(tc, test_idle_hog_stream_map);

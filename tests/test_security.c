@@ -1125,7 +1125,13 @@ static int attach_detach_keep(void *arg) {
  * chunks: when the share ends they are released, never leased again (here
  * the publisher's next chunk would have been that one, with its new bytes
  * visible to the attacher). */
-START_TEST(test_detached_share_not_reused) {
+/* restart: the daemon is SIGKILLed and started again between the detach and
+ * the share's end: the publisher hands the share's chunks over and publishes
+ * them again ("restored"), and the new daemon, which never saw the other
+ * user's attach, must still never lease them again (before: the restored
+ * share ended like an unshared one and the publisher's next bytes went to
+ * the chunk the other user kept) */
+static void detached_share_case(int restart) {
   start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
   proc p = client_start();
   ck_assert_int_gt(client_ready(&p), 0);
@@ -1144,6 +1150,12 @@ START_TEST(test_detached_share_not_reused) {
   }
   char c;
   ck_assert_int_eq(read(to_parent[0], &c, 1), 1);
+  if (restart) {
+    kill(daemon_pid, SIGKILL);
+    waitpid(daemon_pid, NULL, 0);
+    launch_daemon();
+    ck_assert_int_eq(stat_wait("shares", 1, 4000), 1); /* published again */
+  }
   ck_assert_str_eq(client_cmd(&p, "gdestroy"), "ok"); /* the last mapper the daemon knows of: the share ends */
   ck_assert_int_eq(stat_wait("shares", 0, 2000), 0);
   ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 4 << 20), " "), "ok");
@@ -1162,6 +1174,11 @@ START_TEST(test_detached_share_not_reused) {
   for (int i = 0; i < 2; i++) close(to_parent[i]), close(to_child[i]);
   ck_assert_int_eq(stop_daemon(), 0);
 }
+
+START_TEST(test_detached_share_not_reused) { detached_share_case(0); }
+END_TEST
+
+START_TEST(test_detached_share_not_reused_after_restart) { detached_share_case(1); }
 END_TEST
 
 /* A share that names one chunk 8,000 times (a 48 KiB frame) is a protocol
@@ -1569,6 +1586,7 @@ int main(void) {
   tcase_add_test(tc, test_queued_fds_bounded);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
+  tcase_add_test(tc, test_detached_share_not_reused_after_restart);
   tcase_add_test(tc, test_share_duplicate_ids);
   tcase_add_test(tc, test_cgroup_quota_covers_children);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
