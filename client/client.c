@@ -307,7 +307,7 @@ static void usage_send(gml_client *c, Gmlake__UsageReport *u) {
   env.usage = u;
   conn_call(c, &env, 0, NULL, NULL, NULL); /* the daemon's requests are the reader thread's (link.c) */
   usage_key(u, c->last_usage);
-  c->last_report_ns = gml_now_ns();
+  __atomic_store_n(&c->last_report_ns, gml_now_ns(), __ATOMIC_RELAXED);
 }
 
 void gml_client_report(gml_client *c) {
@@ -319,14 +319,13 @@ void gml_client_report(gml_client *c) {
 }
 
 void gml_client_report_changed(gml_client *c) {
-  if (gml_now_ns() - c->last_report_ns < REPORT_INTERVAL_NS) return;
+  if (gml_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) < REPORT_INTERVAL_NS) return;
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
   usage_fill(c, &u);
   uint64_t k[11];
   usage_key(&u, k);
-  if (!memcmp(k, c->last_usage, sizeof k)) return;
   if (pthread_mutex_trylock(&c->conn_lock)) return; /* a lease or return under way: it is the next round's */
-  usage_send(c, &u);
+  if (memcmp(k, c->last_usage, sizeof k)) usage_send(c, &u); /* last_usage is written under conn_lock */
   pthread_mutex_unlock(&c->conn_lock);
 }
 
@@ -339,7 +338,7 @@ void gml_client_housekeeping(gml_client *c, int force) {
     GML_INFO("returned %zu bytes of idle cache to the lake", freed);
     force = 1;
   }
-  if (force || gml_now_ns() - c->last_report_ns > REPORT_INTERVAL_NS) gml_client_report(c);
+  if (force || gml_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) > REPORT_INTERVAL_NS) gml_client_report(c);
 }
 
 /* The named socket, else the system daemon's then the user's (discover.c
