@@ -66,7 +66,7 @@ static void pub_forget(gml_growable *g) {
 static void set_lost(gml_growable *g, int lost) {
   int was = g->lost == GML_SHARE_PUBLISH || g->lost == GML_SHARE_REGISTER;
   int now = lost == GML_SHARE_PUBLISH || lost == GML_SHARE_REGISTER;
-  g->c->grow.lost_shares += now - was;
+  __atomic_fetch_add(&g->c->grow.lost_shares, now - was, __ATOMIC_RELAXED); /* read without grow.lock by the keeper */
   g->lost = lost;
 }
 
