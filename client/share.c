@@ -411,6 +411,17 @@ void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint
   c->grow.lost_since_ns = gml_now_ns();
 }
 
+void gml_share_keep_local(gml_client *c) {
+  for (gml_growable *g = c->grow.head; g; g = g->next) {
+    if (g->shared == GML_GROW_ATTACHED && g->lost != GML_SHARE_ORPHAN) set_lost(g, GML_SHARE_REGISTER);
+    if (g->shared != GML_GROW_PUBLISHED) continue;
+    for (size_t k = 0; k < g->nslots; k++) /* released locally only, like the allocator's */
+      if (g->mapped[k] && g->ids[k]) g->ids[k] |= GML_ID_PARKED;
+    set_lost(g, GML_SHARE_ORPHAN);
+  }
+  c->grow.lost_since_ns = gml_now_ns();
+}
+
 /* Count us a mapper of g's share again: the share under its key must be the
  * same size and chunks as what we map. 0: done; GML_ENOENT: not back yet. */
 static int reregister(gml_client *c, gml_growable *g) {

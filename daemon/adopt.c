@@ -40,6 +40,14 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
     session_send_error(s, req->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
     return;
   }
+  char who[160] = "";
+  if (broker_quota_room(&d->br, &s->bc, NULL, who, sizeof who) < n) { /* what it holds counts as any lease does */
+    for (uint32_t i = 0; i < n; i++) close(fds[i]);
+    GML_WARN("client %llu (pid %d, uid %u): its hand-over is over the quota of %s: refused, it keeps its chunks uncounted",
+             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, who);
+    session_send_error(s, req->seq, GML_EQUOTA, "handing over %u more chunk(s) is over the quota of %s", n, who);
+    return;
+  }
   const char *why = "cannot be imported";
   for (; done < n; done++) {
     gml_phys phys;

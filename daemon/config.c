@@ -67,6 +67,8 @@ static const config_option options[] = {
     {"creators", "N", OPT_INT, AT(creators), "4", "threads creating chunks (default %D)", 1, 64, 10, NULL},
     {"lease-wait", "MS", OPT_INT, AT(lease_wait_ms), "3000",
      "a lease the lake cannot serve at once waits this long for other clients' idle cache (default %D)", 0, 600000, 10, NULL},
+    {"adopt-window", "S", OPT_INT, AT(adopt_window_s), "120",
+     "clients hand over the chunks they hold this long after start, not later (default %D)", 0, 86400, 10, NULL},
     {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
     {"socket-group", "NAME", OPT_STRING, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
      NULL},

@@ -28,6 +28,7 @@ typedef struct gmld_config {
   uint64_t prefetch_bytes;    /* created ahead of demand */
   uint64_t preallocate_bytes; /* the lake holds at least this much, created at start */
   int creators;               /* worker threads creating chunks */
+  int adopt_window_s;         /* hand-overs (Adopt) are taken this long after start, then refused */
   int lease_wait_ms;          /* a lease the lake cannot serve at once waits this long for reclaims */
   int foreground;
   int log_level;

@@ -81,6 +81,7 @@ typedef struct gmld {
   struct share *shares;     /* published read-only memory (shares.c) */
   uint64_t next_share_id;
   uint64_t next_client_id;
+  uint64_t start_ns;        /* gml_now_ns() at start: the hand-over window counts from it */
   uint64_t instance;        /* random at start, never 0: HelloReply.instance (a client reconnecting to it does not adopt) */
   /* Counters, in the message that reports them: a new one is a field of
    * LakeStats and the line that counts it (control.c and gmlakectl show it). */

@@ -161,6 +161,7 @@ int main(int argc, char **argv) {
   if (getrandom(&d->instance, sizeof d->instance, 0) != (ssize_t)sizeof d->instance)
     d->instance = gml_now_ns() ^ ((uint64_t)getpid() << 32);
   if (!d->instance) d->instance = 1;
+  d->start_ns = gml_now_ns();
   gmld_config *c = &d->cfg;
   int rc = config_load(c, argc, argv);
   if (rc) {

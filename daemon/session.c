@@ -180,7 +180,13 @@ static void handle_hello(request *rq) {
   for (char *p = s->bc.name; *p; p++)
     if ((unsigned char)*p < 32 || (unsigned char)*p > 126) *p = '?';
   s->hello_done = 1;
-  if (h->adopting) s->rx.keep_max = GML_MAX_LEASE_CHUNKS; /* its chunks' fds come with Adopt requests */
+  /* a hand-over comes right after a restart: later, a client would hand over
+   * chunks it returned but kept the fds of, past its quota and the limit */
+  int late = h->adopting && gml_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
+  if (h->adopting && !late) s->rx.keep_max = GML_MAX_LEASE_CHUNKS; /* its chunks' fds come with Adopt requests */
+  if (late) GML_WARN("client %llu (pid %d, uid %u) would hand over chunks %.0f s after start (adopt-window %d s): refused, "
+                     "it keeps them uncounted", (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid,
+                     (double)(gml_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
   conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__HelloReply r = GMLAKE__HELLO_REPLY__INIT;
@@ -191,6 +197,7 @@ static void handle_hello(request *rq) {
   r.client_id = s->bc.id;
   r.instance = d->instance;
   r.max_stream = BROKER_MAX_STREAM;
+  r.no_adopt = late;
   env.seq = rq->env->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;

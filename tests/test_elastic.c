@@ -163,6 +163,65 @@ START_TEST(test_restart_new_share_same_key) {
 }
 END_TEST
 
+/* A restarted daemon takes hand-overs only as a hand-over: within its
+ * adopt-window after start and within the client's quotas. Past either, the
+ * client keeps its chunks as its own, uncounted, and leases anew under its
+ * quota (before: any client could send an adopting hello at any time, and
+ * adoption ignored quotas: a user returned chunks, kept their fds, and had
+ * them adopted back, holding 16 MiB against a 4 MiB quota and 12 chunks
+ * against a limit of 4). */
+START_TEST(test_adoption_bounded) {
+  char conf[] = "/tmp/gmlake-test-conf.XXXXXX";
+  int cfd = mkstemp(conf);
+  ck_assert_int_ge(cfd, 0);
+  close(cfd);
+  char args[256];
+  snprintf(args, sizeof args, "--limit 64MiB --prefetch 0 --adopt-window 2 --config %s", conf);
+  start_daemon(args);
+  proc a = client_start();
+  client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 12 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "tag 0 5"), "ok");
+  /* over the quota the restarted daemon starts with: refused, kept */
+  FILE *f = fopen(conf, "w");
+  fprintf(f, "quota = uid:%d 8MiB\n", (int)getuid());
+  fclose(f);
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  launch_daemon();
+  ck_assert_int_eq(stat_wait("clients", 1, 4000), 1);
+  usleep(300000);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 5000 5001 5002 5003 5004 5005");
+  const char *r = client_cmd(&a, "alloc %d", 10 << 20);
+  ck_assert_msg(!strncmp(r, "err -8 ", 7), "a lease past the quota: '%s'", r);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 1");
+  /* past the window: the client was stopped while the daemon restarted */
+  f = fopen(conf, "w");
+  fclose(f);
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  kill(a.pid, SIGSTOP);
+  launch_daemon();
+  usleep(2500000);
+  kill(a.pid, SIGCONT);
+  ck_assert_int_eq(stat_wait("clients", 1, 4000), 1);
+  usleep(300000);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  char out[64];
+  sh(out, sizeof out, "grep -c 'would hand over chunks' %s/daemon.log", tmpdir);
+  ck_assert_int_ge(atoi(out), 1);
+  ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 5000 5001 5002 5003 5004 5005");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 2"); /* leases anew (its cache may serve a part) */
+  ck_assert_int_ge(stat_wait("chunks_leased", 4, 2000), 1);
+  ck_assert_int_le(stat_num("chunks_leased"), 4);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stat_num("chunks_leased"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+  unlink(conf);
+}
+END_TEST
+
 /* A client that allocates and then makes no call (a notebook between cells)
  * is shown as it is within a fraction of a second: the library's keeper
  * thread reports what changed; before, the numbers waited for the 256th
@@ -554,6 +613,7 @@ int main(void) {
   tcase_add_test(tc, test_quota_counts_shares);
   tcase_add_test(tc, test_daemon_restart_keeps_shares);
   tcase_add_test(tc, test_restart_new_share_same_key);
+  tcase_add_test(tc, test_adoption_bounded);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);
   tcase_add_test(tc, test_idle_hog_stream_map);
