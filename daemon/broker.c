@@ -285,7 +285,12 @@ void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t c
 
 static int can_give_back(const broker *b, const broker_client *asker, const broker_client *o) {
   uint64_t cs = b->lk->cs;
-  return o != asker && !o->closing && (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->growable_mapped + cs);
+  /* what it reports, bounded by what it holds: a client that leases nothing
+   * has nothing to give back, whatever cache it claims (one that claimed
+   * some was asked, never answered, and held every lease on a full lake for
+   * the whole lease-wait) */
+  return o != asker && !o->closing && o->leased_chunks &&
+         (o->cached >= cs || o->leased_chunks * cs >= o->allocated + o->growable_mapped + cs);
 }
 
 void broker_reported(broker *b, broker_client *c, uint64_t served) {

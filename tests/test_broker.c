@@ -271,6 +271,7 @@ START_TEST(test_wait_reclaim_refuse) {
   client(&gone, 5, 105, 9);
   gone.closing = 1;
   client(&asker, 6, 106, 8); /* its own cache does not count */
+  small.leased_chunks = 3, big.leased_chunks = 5, one.leased_chunks = 1; /* their caches' chunks */
   broker_decision d;
   broker_lease(&br, &asker, 9, 2, 0, 100 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
@@ -327,6 +328,24 @@ START_TEST(test_reclaimed_chunks_serve_the_waiting_lease) {
   ck_assert_uint_eq(d.n, 2);
   ck_assert_uint_eq(asker.leased_chunks, 2);
   ck_assert_int_eq(asker.lease.reclaim_asked, 0); /* the next lease may ask again */
+}
+END_TEST
+
+/* A client that leases nothing is not asked for the idle cache it claims. */
+START_TEST(test_claimed_cache_without_chunks_not_asked) {
+  broker_client holder, liar, asker;
+  client(&holder, 1, 101, 0);
+  fill_lake(&holder);
+  holder.allocated = 10 * cs;
+  client(&liar, 3, 103, 0);
+  liar.cached = 8 * cs; /* reports 8 chunks of cache, holds none */
+  client(&asker, 2, 102, 0);
+  broker_decision d;
+  broker_lease(&br, &asker, 5, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  broker_review(&br, &asker, 1 * MS, &d); /* nobody can give back: refused now, not after the wait */
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_uint_eq(liar.reclaims_sent, 0);
 }
 END_TEST
 
@@ -644,6 +663,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
   tcase_add_test(tc, test_full_lake_nobody_to_ask);
+  tcase_add_test(tc, test_claimed_cache_without_chunks_not_asked);
   tcase_add_test(tc, test_refused_once_all_asked_answered);
   tcase_add_test(tc, test_wait_for_chunks_coming);
   tcase_add_test(tc, test_optional_leases);
