@@ -587,6 +587,15 @@ START_TEST(test_quota_and_limit) {
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
   const char *r = client_cmd(&a, "alloc %d", 6 << 20);
   ck_assert_msg(!strncmp(r, "err -8 ", 7), "expected GML_EQUOTA, got '%s'", r);
+  /* one warning for the refused allocation (the client asks again after giving
+   * its cache back: that refusal is not logged again), with the count asked
+   * (it said "lease of 0 chunk(s)", twice) */
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "grep -c '\\[warn\\] lease of [1-9][0-9]* chunk(s) refused to client .*quota of 8.00 MiB' %s/daemon.log",
+           tmpdir);
+  ck_assert_int_eq(sh(out, sizeof out, "%s", cmd), 0);
+  ck_assert_msg(atoi(out) == 1, "refusal warnings: %s", out);
+  ck_assert_int_ne(sh(out, sizeof out, "grep 'lease of 0 chunk' %s/daemon.log", tmpdir), 0);
   snprintf(args, sizeof args, "quota %d 0", pid_a);
   ck_assert_int_eq(ctl(out, sizeof out, args), 0);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 1");
