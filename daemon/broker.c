@@ -165,6 +165,7 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
 static void refuse(broker *b, broker_client *c, broker_decision *d, int code, const char *why) {
   char h[32], l[32];
   d->verdict = BROKER_REFUSE;
+  d->count = c->lease.wanted; /* a quota refusal's count after the quota is 0 */
   d->code = code;
   snprintf(d->why, sizeof d->why, "%s", why);
   if (code == GML_ENOMEM) {
@@ -250,6 +251,7 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
                             .seq = seq,
                             .count = count > allowed ? (uint32_t)allowed : count,
                             .asked = count > allowed ? (uint32_t)allowed : count,
+                            .wanted = count,
                             .streamed = streamed,
                             .since_ns = now_ns,
                             .deadline_ns = now_ns + b->lease_wait_ns};

@@ -35,6 +35,7 @@ typedef struct broker_request { /* a client's lease request in flight (at most o
   uint64_t seq;                /* the request's seq, echoed by the answer */
   uint32_t count;              /* chunks wanted, after the quota (streamed: still to send) */
   uint32_t asked;              /* chunks wanted in all, after the quota */
+  uint32_t wanted;             /* chunks the client asked for, before the quota (what a refusal says) */
   int streamed;                /* served in replies of up to BROKER_MAX_LEASE as chunks come free */
   int progressed;              /* streamed: chunks went out since the last review (its wait starts again) */
   uint64_t since_ns, deadline_ns;
@@ -60,6 +61,8 @@ typedef struct broker_client {
   uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
   uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
   uint64_t leases_refused;
+  uint64_t refusal_logged_ns;  /* grant.c: when its last refusal was logged at warn level, */
+  int refusal_logged_code;     /* ... and its code (a retry's refusal is not logged again) */
   uint64_t reclaim_sent_ns;    /* when it was last asked for idle cache */
   uint64_t reclaims_sent;      /* reclaim requests the broker had sent it */
   uint64_t reclaims_answered;  /* ... that its reports say it served */
@@ -119,7 +122,7 @@ enum broker_verdict {
 typedef struct broker_decision {
   enum broker_verdict verdict;
   uint64_t seq;                /* of the lease answered */
-  uint32_t count;              /* chunks the lease asked for (after the quota) */
+  uint32_t count;              /* chunks the lease asked for (after the quota; BROKER_REFUSE: as the client asked) */
   uint32_t n;                  /* BROKER_SERVE: chunks served (may be fewer than count) */
   uint32_t left;               /* BROKER_SERVE of a streamed lease: chunks still to come (0: its last reply) */
   uint32_t idx[BROKER_MAX_LEASE];

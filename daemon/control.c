@@ -203,10 +203,8 @@ static void ctl_set_quota(ctl_call *k) {
     int rc = pidquota_watch(k->d, (pid_t)q->pid);
     if (rc) {
       static char why[160]; /* the reply is packed after this returns */
-      snprintf(why, sizeof why, rc == GML_ENOENT ? "no process %d: a pid quota holds for a living process (uid: or cgroup: "
-                                                   "for one not started yet)" : "cannot watch process %d",
-               (int)q->pid);
-      fail(k, rc == GML_ENOENT ? GML_ENOENT : GML_ESYS, why);
+      fail(k, rc == GML_ENOENT ? GML_ENOENT : rc == GML_ENOMEM ? GML_ENOMEM : GML_ESYS,
+           pidquota_why((pid_t)q->pid, rc, why, sizeof why));
       return;
     }
   }

@@ -80,11 +80,19 @@ static void carry_out(session *s, const broker_decision *dec) {
     send_chunks(s, dec);
     serve_stream(s);
     break;
-  case BROKER_REFUSE:
-    GML_WARN("lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
-             (int)s->bc.pid, dec->why);
+  case BROKER_REFUSE: {
+    /* A refused allocation is asked again once, after the client gave its
+     * idle cache back (alloc_with_retry, client/track.c): the same refusal
+     * within a second of the last one logged goes to the debug level, so one
+     * allocation is one warning (and a client refused in a loop, one a second). */
+    uint64_t now = gml_now_ns();
+    int again = s->bc.refusal_logged_code == dec->code && now - s->bc.refusal_logged_ns < 1000000000ull;
+    if (!again) s->bc.refusal_logged_ns = now, s->bc.refusal_logged_code = dec->code;
+    gml_log(again ? GML_LOG_DEBUG : GML_LOG_WARN, "lease of %u chunk(s) refused to client %llu (pid %d): %s%s", dec->count,
+            (unsigned long long)s->bc.id, (int)s->bc.pid, dec->why, again ? " (again)" : "");
     session_send_error(s, dec->seq, dec->code, "%s", dec->message);
     break;
+  }
   case BROKER_DECLINE: session_send_error(s, dec->seq, dec->code, "%s", dec->message); break;
   case BROKER_NONE:
   case BROKER_WAIT: break;

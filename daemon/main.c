@@ -89,17 +89,24 @@ static uint64_t config_limit(const gmld *d, const gmld_config *c) {
 _Static_assert(sizeof(((lake_quota *)0)->cgroup) == GML_QUOTA_CGROUP_MAX &&
                    sizeof(((config_quota *)0)->cgroup) == GML_QUOTA_CGROUP_MAX,
                "a cgroup path the config takes fits the lake's quota");
-static void apply_quotas(gmld *d) {
+/* The config's quotas, in place of the lake's; returns how many hold (a pid
+ * quota of no living process is said and left out). */
+static int apply_quotas(gmld *d) {
+  int applied = 0;
   d->lk.nquotas = 0;
   for (int i = 0; i < d->cfg.nquotas; i++) {
     const config_quota *q = &d->cfg.quotas[i];
-    if (q->kind == GML_QUOTA_PID && q->bytes && pidquota_watch(d, (pid_t)q->key)) {
-      GML_WARN("quota of pid %u not set: no such process (a pid quota holds for a living process)", q->key);
+    int rc = q->kind == GML_QUOTA_PID && q->bytes ? pidquota_watch(d, (pid_t)q->key) : 0;
+    if (rc) {
+      char why[160];
+      GML_WARN("quota of pid %u not set: %s", q->key, pidquota_why((pid_t)q->key, rc, why, sizeof why));
       continue;
     }
-    if (q->kind == GML_QUOTA_CGROUP) lake_set_quota_cgroup(&d->lk, q->cgroup, q->bytes);
-    else lake_set_quota(&d->lk, q->kind == GML_QUOTA_UID, q->key, q->bytes);
+    if (q->kind == GML_QUOTA_CGROUP) rc = lake_set_quota_cgroup(&d->lk, q->cgroup, q->bytes);
+    else rc = lake_set_quota(&d->lk, q->kind == GML_QUOTA_UID, q->key, q->bytes);
+    applied += rc == 0;
   }
+  return applied;
 }
 
 /* SIGHUP: the config file (and the same command line) read again; the limit,
@@ -124,11 +131,12 @@ static void on_reload(uv_signal_t *h, int signum) {
     broker_set_limit(&d->br, limit);
     memcpy(d->cfg.quotas, nc.quotas, sizeof nc.quotas);
     d->cfg.nquotas = nc.nquotas;
-    apply_quotas(d);
-    char lb[32];
-    GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s), log level %s",
+    int applied = apply_quotas(d);
+    char lb[32], left_out[48] = "";
+    if (applied < nc.nquotas) snprintf(left_out, sizeof left_out, " (%d not set: see above)", nc.nquotas - applied);
+    GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s",
              d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
-             nc.nquotas, level[nc.log_level & 7]);
+             applied, left_out, level[nc.log_level & 7]);
     sessions_serve_pending(d);
     daemon_refill(d);
   }

@@ -5,7 +5,9 @@
 #include "gmlake.h"
 #include "log.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 typedef struct pid_watch {
@@ -64,6 +66,34 @@ int pidquota_watch(gmld *d, pid_t pid) {
   w->next = d->pid_watches;
   d->pid_watches = w;
   return 0;
+}
+
+/* The thread group (process) that pid belongs to, from /proc/PID/status
+ * (a tid has one there too, though /proc does not list it); -1 if unknown. */
+static pid_t thread_group_of(pid_t pid) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  pid_t tgid = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "Tgid:", 5)) {
+      tgid = (pid_t)atoi(line + 5);
+      break;
+    }
+  fclose(f);
+  return tgid;
+}
+
+const char *pidquota_why(pid_t pid, int rc, char *why, size_t len) {
+  pid_t tgid = rc == GML_ENOENT ? -1 : thread_group_of(pid);
+  if (rc == GML_ENOENT)
+    snprintf(why, len, "no process %d: a pid quota holds for a living process (uid: or cgroup: for one not started yet)",
+             (int)pid);
+  else if (tgid > 0 && tgid != pid) /* pidfd_open takes a process, not one of its threads */
+    snprintf(why, len, "%d is a thread of process %d: a pid quota is set for the process", (int)pid, (int)tgid);
+  else snprintf(why, len, "cannot watch process %d: %s", (int)pid, gml_strerror(rc));
+  return why;
 }
 
 void pidquota_unwatch(gmld *d, pid_t pid) {

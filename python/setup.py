@@ -6,6 +6,11 @@ include/), else in this repository's build (../build, ../client/include or
 keeps its directory as an rpath.
     pip install --no-build-isolation ./python
     python3 setup.py build_ext --inplace      (from python/)
+Without build isolation pip builds with the environment's own setuptools
+and wheel: a venv made without --system-site-packages has no wheel (this
+says what to do instead of setuptools' "invalid command 'bdist_wheel'").
+GMLAKE_EXT_DEFINES: extra compiler flags for the extension (-DNAME=VALUE
+...), e.g. to build against a torch whose headers need a define.
 Where torch cannot be imported, the package is installed without the
 extension (stats(), the growable ranges and pause/resume work through
 ctypes; enable() says it needs PyTorch), and this says so on stderr
@@ -21,6 +26,33 @@ try:
     torch_missing = None
 except ImportError as e:
     torch_missing = str(e)
+
+
+
+def wheel_missing():
+    """pip's build (dist_info, bdist_wheel) needs the wheel package, unless
+    setuptools has its own bdist_wheel (70.1 and later)."""
+    if not {"bdist_wheel", "dist_info"} & set(sys.argv[1:]):
+        return False
+    try:
+        import wheel  # noqa: F401
+        return False
+    except ImportError:
+        pass
+    try:
+        import setuptools.command.bdist_wheel  # noqa: F401
+        return False
+    except ImportError:
+        return True
+
+
+if wheel_missing():
+    raise SystemExit(
+        "gmlake: cannot build: the `wheel` package is not installed in this Python (%s), and pip "
+        "--no-build-isolation builds with what is installed. Either make the venv with the system's packages "
+        "(python3 -m venv --system-site-packages v: Debian's python3-wheel and torch are then seen), or, where a "
+        "package index is reachable, `pip install wheel` first; then pip install --no-build-isolation ./python again"
+        % sys.executable)
 
 here = os.path.dirname(os.path.abspath(__file__))
 repo = os.path.dirname(here)

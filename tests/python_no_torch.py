@@ -1,7 +1,8 @@
 """python/gmlake installed without torch (run by tests/run.sh, from the
 folder pip installed it into, argv[1]): the ctypes parts work (stats() with
 no device is device 0's, growable ranges, trim, pause/resume), and what needs
-PyTorch raises GMLakeError saying so, never a bare ModuleNotFoundError."""
+PyTorch raises GMLakeError saying so, never a bare ModuleNotFoundError;
+stats() and trim() with no client open raise GMLakeError (trim returned -3)."""
 import glob
 import os
 import sys
@@ -40,6 +41,11 @@ needs_torch(lambda: gmlake.dedup([]), "gmlake.dedup()")
 try:
     gmlake.stats()
     raise AssertionError("stats() before any client")
+except gmlake.GMLakeError as e:
+    assert "no GMLake client is open on device 0" in str(e), e
+try:  # it returned the bare code, -3
+    gmlake.trim()
+    raise AssertionError("trim() before any client")
 except gmlake.GMLakeError as e:
     assert "no GMLake client is open on device 0" in str(e), e
 c = grow.client_for(0)  # device 0's client, as the PyTorch layer would open it (GMLAKE_BACKEND=host)

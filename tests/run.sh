@@ -118,6 +118,21 @@ fi
 grep -q "gmlake: the PyTorch extension gmlake._C is not built: import torch failed (" "$d/pip.log" ||
   { cat "$d/pip.log" >&2; echo "setup.py did not say why the extension was not built" >&2; exit 1; }
 echo "  $how: $(grep -o 'gmlake: the PyTorch extension[^:]*: import torch failed ([^)]*)' "$d/pip.log" | head -1)"
+# README's venv: a fresh one has no wheel (pip --no-build-isolation failed with "invalid command
+# 'bdist_wheel'"): setup.py says what to do; one made with --system-site-packages installs
+sp=/usr/bin/python3
+if "$sp" -c 'import ensurepip' 2>/dev/null; then
+  nohide=; "$sp" -c 'import torch' 2>/dev/null && nohide="$d/notorch"
+  "$sp" -m venv "$d/v1" && { PYTHONPATH=$nohide "$d/v1/bin/pip" install --no-build-isolation --no-index "$d/src" > "$d/v1.log" 2>&1 ||
+    grep -q "gmlake: cannot build: the .wheel. package is not installed" "$d/v1.log" ||
+    { cat "$d/v1.log" >&2; echo "pip install in a fresh venv failed without saying what to do" >&2; exit 1; }; }
+  if "$sp" -c 'import wheel' 2>/dev/null; then
+    "$sp" -m venv --system-site-packages "$d/v2" && PYTHONPATH=$nohide "$d/v2/bin/pip" install --no-build-isolation --no-index "$d/src" > "$d/v2.log" 2>&1 ||
+      { cat "$d/v2.log" >&2; echo "pip install in a venv made with --system-site-packages failed (README's command)" >&2; exit 1; }
+    echo "  README's venv (--system-site-packages) installs; a fresh one: $(grep -o 'gmlake: cannot build: the .wheel. package is not installed' "$d/v1.log" || echo installs)"
+  fi
+  rm -rf "$d/v1" "$d/v2" "$d/src/build" "$d/src/"*.egg-info
+fi
 repo=$(pwd)
 (cd "$d" && GMLAKE_LIB="$repo/$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error \
   PYTHONSAFEPATH=1 PYTHONPATH="$d/site${hide:+:$hide}" "$py" "$repo/tests/python_no_torch.py" "$d/site")

@@ -85,6 +85,17 @@ else
   echo "  (no cgroup v2 line in /proc/self/cgroup: a cgroup quota from the config not checked)"
 fi
 
+# a pid quota of no living process: said, and not counted as set (the reload said "1 quota(s)")
+sh -c 'exit 0' & gone=$!
+wait $gone
+n=$(grep -c reloaded "$d/daemon.log")
+printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\nquota = %s 10MiB\n' "$gone" > "$d/gmlaked.conf"
+kill -HUP $dpid
+for _ in $(seq 100); do [ "$(grep -c reloaded "$d/daemon.log")" -gt "$n" ] && break; sleep 0.05; done
+grep -q "quota of pid $gone not set: no process $gone" "$d/daemon.log" || fail "SIGHUP with a quota of a gone pid: $(tail -n 3 "$d/daemon.log")"
+grep "reloaded" "$d/daemon.log" | tail -1 | grep -q " 0 quota(s) (1 not set" || fail "SIGHUP counted a quota not set: $(grep reloaded "$d/daemon.log" | tail -1)"
+echo "  SIGHUP: a quota of pid $gone (gone) is said not set and not counted: $(grep reloaded "$d/daemon.log" | tail -1 | sed 's/^.*: limit/limit/')"
+
 # a config that does not parse: nothing changes, the daemon lives on
 echo "limit = lots" >> "$d/gmlaked.conf"
 kill -HUP $dpid

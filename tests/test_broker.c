@@ -128,6 +128,7 @@ START_TEST(test_quota) {
   ck_assert_uint_eq(d.n, 3);
   broker_lease(&br, &a, 2, 1, 0, 0, &d); /* over quota: refused at once, whatever is free */
   ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_uint_eq(d.count, 1); /* the count asked, for the log (it said 0: the count after the quota) */
   ck_assert_int_eq(d.code, GML_EQUOTA);
   ck_assert_uint_eq(d.seq, 2);
   ck_assert_ptr_nonnull(strstr(d.why, "quota of"));

@@ -5,12 +5,14 @@
 #include "util.h"
 #include <check.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -585,6 +587,15 @@ START_TEST(test_quota_and_limit) {
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
   const char *r = client_cmd(&a, "alloc %d", 6 << 20);
   ck_assert_msg(!strncmp(r, "err -8 ", 7), "expected GML_EQUOTA, got '%s'", r);
+  /* one warning for the refused allocation (the client asks again after giving
+   * its cache back: that refusal is not logged again), with the count asked
+   * (it said "lease of 0 chunk(s)", twice) */
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "grep -c '\\[warn\\] lease of [1-9][0-9]* chunk(s) refused to client .*quota of 8.00 MiB' %s/daemon.log",
+           tmpdir);
+  ck_assert_int_eq(sh(out, sizeof out, "%s", cmd), 0);
+  ck_assert_msg(atoi(out) == 1, "refusal warnings: %s", out);
+  ck_assert_int_ne(sh(out, sizeof out, "grep 'lease of 0 chunk' %s/daemon.log", tmpdir), 0);
   snprintf(args, sizeof args, "quota %d 0", pid_a);
   ck_assert_int_eq(ctl(out, sizeof out, args), 0);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 1");
@@ -823,6 +834,69 @@ START_TEST(test_ctl_json) {
 }
 END_TEST
 
+/* A thread of this process, for the quota on a tid. */
+static pthread_mutex_t tid_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tid_cond = PTHREAD_COND_INITIALIZER;
+static int thread_tid, thread_stop;
+static void *tid_thread(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&tid_lock);
+  thread_tid = (int)syscall(SYS_gettid);
+  pthread_cond_broadcast(&tid_cond);
+  while (!thread_stop) pthread_cond_wait(&tid_cond, &tid_lock);
+  pthread_mutex_unlock(&tid_lock);
+  return NULL;
+}
+
+/* gmlakectl's errors: the daemon's message without a generic code text that
+ * may be wrong (a missing pid said "(no such share)"); a quota on a thread
+ * says it is one; --json also puts an error object on stdout (it stayed
+ * empty); an extra argument is a usage error (stats extra ran stats); watch's
+ * interval must be a positive number (0 or abc spun without a pause). */
+START_TEST(test_ctl_errors) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  char out[8192];
+  ck_assert_int_eq(ctl_as(-1, out, sizeof out, "quota 999999 10MiB 2>&1"), 1);
+  ck_assert_msg(strstr(out, "no process 999999") && !strstr(out, "no such share"), "%s", out);
+  ctl_quiet = 1;
+  ck_assert_int_eq(ctl(out, sizeof out, "--json quota 999999 10MiB"), 1);
+  ctl_quiet = 0;
+  ck_assert_int_eq(sh(out, sizeof out,
+                      "%s/gmlakectl --control %s --json quota 999999 10MiB 2>/dev/null | /usr/bin/python3 -c '"
+                      "import json, sys\no = json.load(sys.stdin)\nassert o[\"error\"][\"code\"] == %d, o\n"
+                      "assert \"no process 999999\" in o[\"error\"][\"message\"], o' 2>&1",
+                      bindir, ctl_url, GML_ENOENT),
+                   0);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, tid_thread, NULL), 0);
+  pthread_mutex_lock(&tid_lock);
+  while (!thread_tid) pthread_cond_wait(&tid_cond, &tid_lock);
+  pthread_mutex_unlock(&tid_lock);
+  char args[128], want[160];
+  snprintf(args, sizeof args, "quota %d 10MiB 2>&1", thread_tid);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 1);
+  snprintf(want, sizeof want, "%d is a thread of process %d: a pid quota is set for the process", thread_tid, (int)getpid());
+  ck_assert_msg(strstr(out, want), "quota on a tid: %s", out);
+  pthread_mutex_lock(&tid_lock);
+  thread_stop = 1;
+  pthread_cond_broadcast(&tid_cond);
+  pthread_mutex_unlock(&tid_lock);
+  pthread_join(th, NULL);
+  /* extra arguments, every command; then watch's interval */
+  static const char *const bad[] = {"stats extra", "clients x", "chunks x", "shares x", "trim x", "limit 8MiB x",
+                                    "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0", "watch --interval abc",
+                                    "watch --interval -1", "watch --interval 0.01"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(args, sizeof args, "%s 2>&1", bad[i]);
+    ck_assert_msg(sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s %s", bindir, ctl_url, args) == 2,
+                  "gmlakectl %s: not a usage error: %.300s", bad[i], out);
+  }
+  ck_assert_msg(strstr(out, "bad interval '0.01'"), "%s", out);
+  ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20); /* limit 8MiB x changed nothing */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* SIGTERM: clean exit, socket and control files gone; a bad config key is named. */
 START_TEST(test_shutdown_and_config) {
   start_daemon("--limit 16MiB");
@@ -866,6 +940,7 @@ int main(void) {
   tcase_add_test(tc, test_leave_after_failed_send);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
   tcase_add_test(tc, test_ctl_json);
+  tcase_add_test(tc, test_ctl_errors);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -20,6 +20,7 @@
 #include "wire.h"
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdio.h>
@@ -30,11 +31,38 @@
 
 /* ---------- the RPC ---------- */
 
-static Gmlake__CtlReply *call(const char *url, Gmlake__CtlRequest *req) {
+typedef struct ctl {
+  const char *url;
+  int json, pid;
+  double interval;
+  char **args;
+  int nargs;
+  Gmlake__CtlReply *reply; /* freed after the command */
+} ctl;
+
+/* An error: its text on stderr; with --json also {"error":{"code":..,"message":..}}
+ * on stdout, so a script reading stdout sees why (code: a GML_E* code). */
+static void ctl_error(const ctl *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void ctl_error(const ctl *c, int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "gmlakectl: %s\n", msg);
+  if (!c->json) return;
+  printf("{\"error\":{\"code\":%d,\"message\":", code);
+  print_json_string(stdout, msg);
+  printf("}}\n");
+  fflush(stdout);
+}
+
+static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
+  const char *url = c->url;
   nng_socket s;
   int rv;
   if ((rv = nng_req0_open(&s)) != 0) {
-    fprintf(stderr, "gmlakectl: %s\n", nng_strerror(rv));
+    ctl_error(c, GML_ESYS, "%s", nng_strerror(rv));
     return NULL;
   }
   nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000);
@@ -44,7 +72,7 @@ static Gmlake__CtlReply *call(const char *url, Gmlake__CtlRequest *req) {
     char hint[256] = "";
     const char *path = !strncmp(url, "ipc://", 6) ? url + 6 : !strncmp(url, "unix://", 7) ? url + 7 : NULL;
     if (rv == NNG_EPERM && path && gml_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
-    fprintf(stderr, "gmlakectl: cannot reach the daemon at %s: %s%s\n", url, nng_strerror(rv), hint);
+    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s", url, nng_strerror(rv), hint);
     nng_close(s);
     return NULL;
   }
@@ -60,14 +88,16 @@ static Gmlake__CtlReply *call(const char *url, Gmlake__CtlRequest *req) {
     if ((rv = nng_recv(s, &in, &len, NNG_FLAG_ALLOC)) == 0) {
       rep = gmlake__ctl_reply__unpack(NULL, len, in);
       nng_free(in, len);
-      if (!rep) fprintf(stderr, "gmlakectl: malformed reply\n");
+      if (!rep) ctl_error(c, GML_EPROTO, "malformed reply");
     }
   }
-  if (rv) fprintf(stderr, "gmlakectl: %s: %s\n", url, nng_strerror(rv));
+  if (rv) ctl_error(c, GML_EDAEMON, "%s: %s", url, nng_strerror(rv));
   nng_close(s);
   if (rep && rep->code) {
-    fprintf(stderr, "gmlakectl: daemon says: %s (%s)\n", rep->message && *rep->message ? rep->message : "error",
-            gml_strerror(rep->code));
+    /* the daemon's own words; the code's generic text only when it sent none
+     * (it could be wrong: GML_ENOENT is "no such share" for a missing pid too) */
+    if (rep->message && *rep->message) ctl_error(c, rep->code, "daemon says: %s", rep->message);
+    else ctl_error(c, rep->code, "daemon says: %s", gml_strerror(rep->code));
     gmlake__ctl_reply__free_unpacked(rep, NULL);
     return NULL;
   }
@@ -159,23 +189,28 @@ static long long parse_int_or_die(const char *what, const char *s, long long min
   return v;
 }
 
-/* ---------- commands ---------- */
+/* watch's --interval: seconds, at least 0.1 and at most a day, or exit 2
+ * (atof took "0" and "abc" as 0: a loop of RPCs with no pause; a negative
+ * number became a huge usleep). */
+static double parse_interval_or_die(const char *s) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!*s || *end || errno || !(v >= 0.1 && v <= 86400)) {
+    fprintf(stderr, "gmlakectl: bad interval '%s' (seconds, from 0.1 to 86400)\n", s);
+    exit(2);
+  }
+  return v;
+}
 
-typedef struct ctl {
-  const char *url;
-  int json, pid;
-  double interval;
-  char **args;
-  int nargs;
-  Gmlake__CtlReply *reply; /* freed after the command */
-} ctl;
+/* ---------- commands ---------- */
 
 /* One request of the kind that carries a bool (stats, clients, chunks, shares). */
 static Gmlake__CtlReply *ask(ctl *c, Gmlake__CtlRequest__ReqCase kind) {
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
   req.req_case = kind;
   req.stats = 1; /* the oneof's bools share one slot */
-  return c->reply = call(c->url, &req);
+  return c->reply = call(c, &req);
 }
 
 static int cmd_stats(ctl *c) {
@@ -187,8 +222,8 @@ static int cmd_stats(ctl *c) {
 
 static int cmd_metrics(ctl *c) {
   if (c->json) { /* a scraper reads text exposition only; the same numbers as JSON are stats --json */
-    fprintf(stderr, "gmlakectl: metrics prints Prometheus text only; for JSON, use `gmlakectl --json stats` "
-                    "(and `--json clients`)\n");
+    ctl_error(c, GML_EINVAL, "metrics prints Prometheus text only; for JSON, use `gmlakectl --json stats` "
+                             "(and `--json clients`)");
     return 2;
   }
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
@@ -222,7 +257,7 @@ static int cmd_trim(ctl *c) {
   req.req_case = GMLAKE__CTL_REQUEST__REQ_TRIM;
   trim.client_pid = c->pid;
   req.trim = &trim;
-  if (!(c->reply = call(c->url, &req))) return 1;
+  if (!(c->reply = call(c, &req))) return 1;
   if (c->json) printf("{\"trimmed_chunks\":%llu}\n", (unsigned long long)c->reply->trimmed_chunks);
   else printf("released %llu free chunk(s) to the driver%s\n", (unsigned long long)c->reply->trimmed_chunks,
               c->pid ? "; asked the client for its idle cache" : "");
@@ -238,13 +273,13 @@ static int cmd_limit(ctl *c) {
     c->reply = NULL;
   }
   if (gml_parse_size(c->args[0], total, &v)) {
-    fprintf(stderr, "gmlakectl: bad size '%s'\n", c->args[0]);
+    ctl_error(c, GML_EINVAL, "bad size '%s'", c->args[0]);
     return 2;
   }
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES;
   req.set_limit_bytes = v;
-  if (!(c->reply = call(c->url, &req))) return 1;
+  if (!(c->reply = call(c, &req))) return 1;
   if (c->json) print_json(&c->reply->stats->base), putchar('\n');
   else printf("limit set to %llu bytes\n", (unsigned long long)v);
   return 0;
@@ -257,14 +292,14 @@ static int cmd_quota(ctl *c) {
   Gmlake__QuotaRequest quota = GMLAKE__QUOTA_REQUEST__INIT;
   uint64_t v;
   if (gml_parse_size(c->args[1], 0, &v)) {
-    usage(stderr);
+    ctl_error(c, GML_EINVAL, "bad size '%s' (bytes: 8GiB, 8589934592; 0 clears the quota)", c->args[1]);
     return 2;
   }
   int kind;
   uint32_t key;
   const char *cgroup;
   if (gml_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
-    fprintf(stderr, "gmlakectl: bad quota holder '%s' (PID, uid:UID or cgroup:/PATH)\n", c->args[0]);
+    ctl_error(c, GML_EINVAL, "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH)", c->args[0]);
     return 2;
   }
   if (kind == GML_QUOTA_CGROUP) quota.cgroup = (char *)cgroup; /* protobuf-c's string fields are char * */
@@ -273,7 +308,7 @@ static int cmd_quota(ctl *c) {
   quota.bytes = v;
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_QUOTA;
   req.set_quota = &quota;
-  if (!(c->reply = call(c->url, &req))) return 1;
+  if (!(c->reply = call(c, &req))) return 1;
   if (c->json) printf("{\"ok\":true}\n");
   else printf("quota of %s set to %llu bytes\n", c->args[0], (unsigned long long)v);
   return 0;
@@ -301,7 +336,9 @@ static int cmd_watch(ctl *c) {
     if (fflush(stdout) != 0) return 1; /* the reader went away (a closed pipe) */
     gmlake__ctl_reply__free_unpacked(c->reply, NULL);
     c->reply = NULL;
-    usleep((useconds_t)(c->interval * 1e6));
+    struct timespec pause = {(time_t)c->interval, (long)((c->interval - (double)(time_t)c->interval) * 1e9)};
+    while (nanosleep(&pause, &pause) && errno == EINTR) {
+    }
   }
 }
 
@@ -309,21 +346,21 @@ static int cmd_watch(ctl *c) {
  * lake (the daemon's control.c marks the same requests). */
 static const struct command {
   const char *name, *args_help, *help;
-  int nargs; /* arguments it needs (-1: any) */
+  int nargs; /* arguments it takes, no more, no fewer */
   int changes;
   int (*run)(ctl *c);
 } commands[] = {
-    {"stats", "", "lake size and limit, chunk states, client totals, fragmentation, lease latency", -1, 0, cmd_stats},
-    {"clients", "", "connected clients: pid, uid, name, leased, allocated, cached, since", -1, 0, cmd_clients},
-    {"chunks", "", "a map of the lake: who holds which chunk", -1, 0, cmd_chunks},
-    {"shares", "", "shared read-only memory: key, size, publisher, who may attach, who maps it", -1, 0, cmd_shares},
-    {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", -1, 1, cmd_trim},
+    {"stats", "", "lake size and limit, chunk states, client totals, fragmentation, lease latency", 0, 0, cmd_stats},
+    {"clients", "", "connected clients: pid, uid, name, leased, allocated, cached, since", 0, 0, cmd_clients},
+    {"chunks", "", "a map of the lake: who holds which chunk", 0, 0, cmd_chunks},
+    {"shares", "", "shared read-only memory: key, size, publisher, who may attach, who maps it", 0, 0, cmd_shares},
+    {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", 0, 1, cmd_trim},
     {"limit", " BYTES|PCT%", "set the lake's limit (PCT of the device)", 1, 1, cmd_limit},
     {"quota", " PID|uid:UID|cgroup:PATH BYTES",
      "set a quota of a process (all its connections), a user (all its processes) or a cgroup (0 clears it); a lease over it is refused",
      2, 1, cmd_quota},
-    {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", -1, 0, cmd_metrics},
-    {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)", -1,
+    {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", 0, 0, cmd_metrics},
+    {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)", 0,
      0, cmd_watch},
 };
 
@@ -352,7 +389,7 @@ int main(int argc, char **argv) {
   while (optind < argc) {
     if ((ch = getopt_long(argc, argv, "+c:d:jhp:i:V", all_opts, NULL)) == -1) {
       if (!cmd) cmd = argv[optind];
-      else if (c.nargs < 4) args[c.nargs++] = argv[optind];
+      else if (c.nargs++ < 4) args[c.nargs - 1] = argv[optind]; /* counted past 4: too many is an error */
       optind++;
       continue;
     }
@@ -361,7 +398,7 @@ int main(int argc, char **argv) {
     case 'd': device = (int)parse_int_or_die("device", optarg, 0, 1023); break;
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die("pid", optarg, 1, 0x7fffffff); break;
-    case 'i': c.interval = atof(optarg); break;
+    case 'i': c.interval = parse_interval_or_die(optarg); break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("gmlakectl %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION); return 0;
     default: usage(stderr); return 2;
@@ -375,15 +412,17 @@ int main(int argc, char **argv) {
     if (gml_env(GML_ENV_CONTROL)) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
     else gml_client_control_url(device, url, sizeof url);
     if (!url[0]) {
-      fprintf(stderr, "gmlakectl: no daemon of device %d: /run/gmlake/gmlake-%d.ctl does not exist and XDG_RUNTIME_DIR is "
-                      "unset (give --control)\n", device, device);
+      ctl_error(&c, GML_EDAEMON, "no daemon of device %d: /run/gmlake/gmlake-%d.ctl does not exist and XDG_RUNTIME_DIR is "
+                                 "unset (give --control)", device, device);
       return 1;
     }
   }
   c.url = url;
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
     if (strcmp(commands[i].name, cmd)) continue;
-    if (commands[i].nargs >= 0 && c.nargs != commands[i].nargs) {
+    if (c.nargs != commands[i].nargs) { /* an extra argument is a mistake, not something to ignore */
+      if (commands[i].nargs) fprintf(stderr, "gmlakectl: %s takes %d argument(s):%s\n", cmd, commands[i].nargs, commands[i].args_help);
+      else fprintf(stderr, "gmlakectl: %s takes no arguments ('%s' given)\n", cmd, args[0]);
       usage(stderr);
       return 2;
     }

@@ -81,6 +81,12 @@ static void print_escaped(FILE *o, const char *s, int json) {
   }
 }
 
+void print_json_string(FILE *o, const char *s) {
+  fputc('"', o);
+  print_escaped(o, s, 1);
+  fputc('"', o);
+}
+
 /* ---------- --json: every field under its name ---------- */
 
 /* printf formats of double fields in --json (others: "%.6f") */

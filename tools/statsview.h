@@ -4,9 +4,12 @@
 #define GML_STATSVIEW_H
 #include "gmlake.pb-c.h"
 #include <stddef.h>
+#include <stdio.h>
 
 /* Every string and number field under its name, as one JSON object. */
 void print_json(const ProtobufCMessage *m);
+/* s as a JSON string, quoted and escaped. */
+void print_json_string(FILE *o, const char *s);
 /* A JSON array of such objects (no newline after it). */
 void print_json_list(ProtobufCMessage *const *items, size_t n);
 /* `gmlakectl stats`: the text templates, then any field they leave out. */
@@ -14,6 +17,5 @@ void print_stats(const Gmlake__LakeStats *s);
 /* Prometheus text of LakeStats and of the clients summed per user (reply to
  * a `clients` request), into o: `gmlakectl metrics` and the daemon's HTTP
  * /metrics (daemon/metrics.c) print the same. */
-#include <stdio.h>
 void print_metrics(FILE *o, const Gmlake__CtlReply *r);
 #endif

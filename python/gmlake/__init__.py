@@ -209,7 +209,13 @@ def trim(device=None):
     device = _device(device)
     if enabled():
         return _ext().trim(int(device))
-    return _load().gmlake_torch_trim(int(device))
+    rc = _load().gmlake_torch_trim(int(device))
+    if rc == -3:  # GML_EINVAL: no client on that device (it returned the bare code)
+        raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet?)" % device)
+    if rc < 0:
+        from . import grow
+        grow._check(rc, "gmlake.trim(device=%d)" % device)
+    return rc
 
 
 def pool():
