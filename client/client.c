@@ -477,8 +477,11 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       }
     }
     c->alloc.limit_bytes = lim;
-  } else if (opt.limit) {
-    GML_INFO("GMLAKE_LIMIT=%s: not applied; through the daemon its limit and quotas hold", opt.limit);
+  } else if (opt.limit) { /* once a process: it asked for a bound it does not get */
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+      GML_WARN("GMLAKE_LIMIT=%s is not applied: this process uses the daemon at %s, whose limit and quotas hold; "
+               "GMLAKE_MODE=embedded applies it", opt.limit, path);
   }
   if (c->mode == GML_MODE_DAEMON && (rc = gml_link_start(c, path))) {
     gml_alloc_destroy(&c->alloc);
