@@ -73,7 +73,8 @@ struct gml_link {
   int reader_on, keeper_on;
   int stop;                /* gml_link_stop: the keeper ends */
   int gone;                /* the reader saw the connection end */
-  int adopt_refused;       /* a restarted daemon refused our hand-over (over quota): keep our chunks, uncounted */
+  uint64_t adopt_refused;  /* the instance of a restarted daemon that refused our hand-over (over a quota, or past
+                            * what it adopts): keep our chunks, uncounted, while it runs */
   uint64_t wait_seq;       /* the request whose replies a caller waits for (0: none) */
   uint64_t import_seq;     /* ... whose lease replies the reader imports itself (GMLAKE_STREAM_MAP) */
   struct link_msg *head, *tail; /* its replies, not taken yet */
@@ -293,7 +294,7 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
   return rc;
 }
 
-static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt) {
+static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t *instance) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
   Gmlake__Hello h = GMLAKE__HELLO__INIT;
   char name[64] = "";
@@ -319,6 +320,7 @@ static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt) {
     uint64_t inst = r->hello_reply->instance;
     *same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
     *no_adopt = r->hello_reply->no_adopt;
+    *instance = inst;
     if (!c->daemon_instance) c->daemon_instance = inst;
     c->max_stream = GML_MIN(r->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
   }
@@ -357,7 +359,8 @@ static int adopt_flush(adopt_batch *b) {
   if (r->msg_case != GMLAKE__ENVELOPE__MSG_ADOPT_REPLY || r->adopt_reply->n_chunk_ids != b->n) {
     GML_ERR("the new daemon did not adopt our chunks: %s",
             r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? r->error->message : "unexpected reply");
-    b->rc = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR && r->error->code == GML_EQUOTA ? GML_EQUOTA : GML_EPROTO;
+    int code = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? r->error->code : 0;
+    b->rc = code == GML_EQUOTA || code == GML_ENOMEM ? code : GML_EPROTO; /* refused: kept as ours (reconnect) */
   } else {
     for (size_t i = 0; i < b->n; i++) *b->idp[i] = r->adopt_reply->chunk_ids[i];
     b->total += b->n;
@@ -416,7 +419,8 @@ static int reconnect(gml_client *c) {
   struct timeval tv = {5, 0}; /* a daemon that does not answer is not waited for forever */
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   int same = 0, no_adopt = 0;
-  int rc = adopt_hello(c, s, &same, &no_adopt);
+  uint64_t inst = 0;
+  int rc = adopt_hello(c, s, &same, &no_adopt, &inst);
   if (rc) {
     pthread_mutex_lock(&l->mu);
     l->rsock = -1;
@@ -432,7 +436,8 @@ static int reconnect(gml_client *c) {
   size_t parked = 0;
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (client.c) */
-  int local = same || no_adopt || l->adopt_refused;
+  int refused = l->adopt_refused && inst == l->adopt_refused;
+  int local = same || no_adopt || refused;
   if (local) {
     for (size_t i = 0; i < a->chunks_used; i++)
       if (a->chunks[i].list != GML_CL_DEAD) mark_parked(&parked, a->chunks[i].phys, &a->chunks[i].id);
@@ -467,7 +472,7 @@ static int reconnect(gml_client *c) {
      * every chunk, and the next attempt offers them all again (their ids are
      * only names for the daemon: it gives new ones); over our quota, the next
      * attempt offers none and keeps them ours, uncounted. */
-    if (rc == GML_EQUOTA) l->adopt_refused = 1;
+    if (rc == GML_EQUOTA || rc == GML_ENOMEM) l->adopt_refused = inst ? inst : 1;
     close(s);
   }
   pthread_mutex_unlock(&c->conn_lock);
@@ -480,7 +485,7 @@ static int reconnect(gml_client *c) {
   else if (local)
     GML_WARN("reconnected to the daemon at %s, which takes no hand-over from us (%s): the %zu chunk(s) we hold stay "
              "ours until we exit, not counted by the lake", l->path,
-             no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota", parked);
+             no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota or what it adopts", parked);
   else
     GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
   gml_client_report(c);

@@ -37,6 +37,9 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   gml_rx_take_fds(&s->rx, (int)n, fds); /* adopt_check: they are there */
   if (broker_adopt_room(&d->br, &s->bc, n) < n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
+    GML_WARN("client %llu (pid %d, uid %u): its hand-over of %u more chunk(s) is past what the lake adopts (its limit for one "
+             "user, twice its limit for all): refused, it keeps its chunks uncounted",
+             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, n);
     session_send_error(s, req->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
     return;
   }
@@ -60,6 +63,10 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
     }
     if (lake_find_ident(&d->lk, ident) >= 0) {
       why = "is a chunk the lake holds already";
+      break;
+    }
+    if (lake_retired(&d->lk, ident)) { /* returned (tainted, or made room for another) and kept: its memory is the client's */
+      why = "is a chunk this lake released, whose fd the client kept";
       break;
     }
     int imp = fcntl(fds[done], F_DUPFD_CLOEXEC, 0); /* the import takes one fd, the lake keeps the other */

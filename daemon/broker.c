@@ -392,10 +392,20 @@ size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broke
 }
 
 uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n) {
-  (void)c;
-  uint64_t bound = 2 * (b->lk->limit_bytes / b->lk->cs) + BROKER_MAX_LEASE;
+  uint64_t limit = b->lk->limit_bytes / b->lk->cs;
+  uint64_t bound = 2 * limit + BROKER_MAX_LEASE;
   uint64_t held = b->lk->total + b->lk->creating;
-  return held >= bound ? 0 : (uint32_t)GML_MIN((uint64_t)n, bound - held);
+  if (held >= bound) return 0;
+  /* one user hands over at most the limit: all users together cannot have
+   * held more than it before the restart, and one that hands over more (fds
+   * it kept of chunks it returned) does not take the room of the others */
+  uint64_t uid_held = 0;
+  const broker_client *lists[3] = {b->clients, b->parked, b->published};
+  for (int l = 0; l < 3; l++)
+    for (const broker_client *o = lists[l]; o; o = o->next)
+      if (o->uid == c->uid) uid_held += o->leased_chunks;
+  uint64_t room = GML_MIN(bound - held, uid_held >= limit ? 0 : limit - uid_held);
+  return (uint32_t)GML_MIN((uint64_t)n, room);
 }
 
 void broker_adopted(broker *b, broker_client *c, uint32_t n) {

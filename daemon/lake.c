@@ -72,10 +72,19 @@ int lake_add_created(lake *lk, gml_phys phys, int fd) {
   c->tainted = 0;
   c->tenant = 0;
   c->ident = 0;
+  c->adopted = 0;
   if (fd >= 0 && lk->be->ops->chunk_ident && lk->be->ops->chunk_ident(lk->be, fd, &c->ident)) c->ident = 0;
+  for (uint32_t k = 0; c->ident && k < lk->nretired; k++) /* the ident named a file long gone: it is this one now */
+    if (lk->retired[k] == c->ident) lk->retired[k] = 0;
   lk->free_stack[lk->nfree++] = idx;
   lk->nfree_clean++;
   lk->total++;
+  return 0;
+}
+
+int lake_retired(const lake *lk, uint64_t ident) {
+  for (uint32_t k = 0; ident && k < lk->nretired; k++)
+    if (lk->retired[k] == ident) return 1;
   return 0;
 }
 
@@ -122,6 +131,7 @@ long lake_adopt(lake *lk, uint64_t owner, uint32_t uid, gml_phys phys, int fd) {
   if (lake_add_created(lk, phys, fd)) return GML_ENOMEM;
   uint32_t idx = 0; /* the free stack's top, the chunk just added (clean: any uid takes it; it is uid's now) */
   if (lake_take_for(lk, owner, uid, 1, &idx) != 1) return GML_ENOMEM;
+  lk->chunks[idx].adopted = 1;
   return (long)idx;
 }
 
@@ -161,6 +171,7 @@ void lake_give_back(lake *lk, uint32_t idx) {
   else return;
   c->state = CHUNK_FREE; /* still tainted by its tenant: lake_take_for decides who may have it */
   c->owner = 0;
+  c->adopted = 0;
   lk->free_stack[lk->nfree++] = idx;
   lk->nfree_clean += !c->tainted;
 }
@@ -192,6 +203,11 @@ void lake_destroy_chunk(lake *lk, uint32_t idx) {
     }
   }
   lk->nfree_clean -= !c->tainted;
+  if (c->ident) { /* whoever kept its fd keeps the memory: never a lake chunk again */
+    lk->retired[lk->retired_next] = c->ident;
+    lk->retired_next = (lk->retired_next + 1) % LAKE_RETIRED_MAX;
+    if (lk->nretired < LAKE_RETIRED_MAX) lk->nretired++;
+  }
   release_chunk(lk, c);
   c->state = CHUNK_UNUSED;
   lk->unused_stack[lk->nunused++] = idx;

@@ -9,6 +9,8 @@
 #include <sys/types.h>
 
 /* CHUNK_SHARED: published read-only memory (daemon/shares.c); owner is the share's id. */
+#define LAKE_RETIRED_MAX 65536
+
 enum lake_chunk_state { CHUNK_UNUSED = 0, CHUNK_FREE, CHUNK_LEASED, CHUNK_PARKED, CHUNK_SHARED };
 
 typedef struct lake_chunk {
@@ -17,6 +19,7 @@ typedef struct lake_chunk {
   uint32_t gen;      /* bumped when the slot is reused, so stale ids are refused */
   uint8_t state;
   uint8_t tainted;   /* it has been leased: it may hold tenant's data, and tenant's processes may still reach it */
+  uint8_t adopted;   /* leased by a hand-over after a restart, not returned since (a tainted Return applies to it only) */
   uint32_t tenant;   /* the uid it was last leased to (when tainted) */
   uint64_t owner;    /* client id while leased or parked */
   uint64_t ident;    /* the backend's chunk_ident of fd (0: it cannot tell): no chunk is in the lake twice */
@@ -44,6 +47,10 @@ typedef struct lake {
   uint64_t total, leased, parked, creating, shared;
   lake_quota *quotas;
   size_t nquotas;
+  /* idents of chunks released to the driver, most recent last: whoever kept
+   * their fds keeps their memory, and may not hand them over as lake chunks */
+  uint64_t retired[LAKE_RETIRED_MAX];
+  uint32_t retired_next, nretired;
 } lake;
 
 int lake_init(lake *lk, gml_backend *be, uint64_t limit_bytes);
@@ -58,6 +65,8 @@ uint64_t lake_headroom(const lake *lk);
 int lake_add_created(lake *lk, gml_phys phys, int fd);   /* a new free chunk */
 /* Index of a chunk the lake holds whose ident is this (non-zero), else -1. */
 long lake_find_ident(const lake *lk, uint64_t ident);
+/* Whether a chunk with this ident was released to the driver by this lake (among the last LAKE_RETIRED_MAX). */
+int lake_retired(const lake *lk, uint64_t ident);
 /* Take up to n free chunks for owner; fills idx[]; returns how many.
  * lake_take takes any (tests); the daemon uses lake_take_for: only chunks
  * that are clean or were last leased to uid (the trust model: no chunk with

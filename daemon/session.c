@@ -238,11 +238,11 @@ static void handle_return(request *rq) {
   size_t n = rq->env->ret->n_chunk_ids;
   /* The client unmapped and released them: they go straight back; tainted
    * ones (another user's process may map them) are released, made anew */
+  uint8_t retire[GML_MAX_LEASE_CHUNKS]; /* only a hand-over's chunks: else a client could mint chunks it keeps */
+  for (size_t i = 0; i < n; i++) retire[i] = rq->env->ret->tainted && d->lk.chunks[rq->idx[i]].adopted;
   broker_returned(&d->br, &s->bc, rq->idx, n);
-  for (size_t i = 0; rq->env->ret->tainted && i < n; i++) {
-    lake_destroy_chunk(&d->lk, rq->idx[i]);
-    d->counters.chunks_remade++;
-  }
+  for (size_t i = 0; i < n; i++)
+    if (retire[i]) lake_destroy_chunk(&d->lk, rq->idx[i]), d->counters.chunks_remade++;
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnReply r = GMLAKE__RETURN_REPLY__INIT;
   r.returned = (uint32_t)n;

@@ -231,6 +231,20 @@ START_TEST(test_quota_counts_published_shares) {
 }
 END_TEST
 
+/* After a restart one user hands over at most the lake's limit, so it cannot
+ * take the room of the others' hand-overs; all together at most twice it. */
+START_TEST(test_adopt_room_per_user) {
+  broker_client a, b;
+  client(&a, 1, 42, 0); /* uid 1000 */
+  client(&b, 2, 43, 0);
+  b.uid = 2000;
+  ck_assert_uint_eq(broker_adopt_room(&br, &a, 128), 10); /* the limit: 10 chunks */
+  broker_adopted(&br, &a, 10);
+  ck_assert_uint_eq(broker_adopt_room(&br, &a, 1), 0);
+  ck_assert_uint_eq(broker_adopt_room(&br, &b, 128), 10); /* another user's room is whole */
+}
+END_TEST
+
 /* Out of memory says what was asked and who holds the lake, per process. */
 START_TEST(test_out_of_memory_names_the_holders) {
   broker_client h1, h2, asker;
@@ -660,6 +674,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_quota);
   tcase_add_test(tc, test_quota_per_process_and_cgroup);
   tcase_add_test(tc, test_quota_counts_published_shares);
+  tcase_add_test(tc, test_adopt_room_per_user);
   tcase_add_test(tc, test_out_of_memory_names_the_holders);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);

@@ -301,9 +301,12 @@ static void restart_fails_halfway(int fail_how) {
   export_seen = 0;
   export_fail_at = fail_how == 0 ? 140 : 0; /* the second batch's 12th chunk cannot be exported */
   daemon_down(SIGKILL);
-  /* refused: a daemon whose limit takes the first batch and not the second
-   * (room: 2 x limit + 128 chunks, so 2 MiB of limit takes 130) */
-  daemon_up(fail_how == 0 ? "--limit 1GiB --prefetch 0" : "--limit 2MiB --prefetch 0");
+  /* refused: a daemon whose quota takes the first batch and not the second
+   * (128 chunks of 2 MiB); refused, the client keeps its chunks uncounted
+   * while that daemon runs, and hands them over to the next one */
+  char quota[128];
+  snprintf(quota, sizeof quota, "--limit 1GiB --prefetch 0 --quota 'uid:%d 256MiB'", (int)getuid());
+  daemon_up(fail_how == 0 ? "--limit 1GiB --prefetch 0" : quota);
   if (fail_how == 1) {
     /* the first hand-over was refused after the daemon took 128; it is
      * tried again every second (and refused again): whatever the moment,

@@ -128,9 +128,10 @@ static void send_lease(int s, uint64_t seq, uint32_t count, int optional) {
   send_env(s, &env, NULL, 0);
 }
 
-static void send_return(int s, uint64_t seq, const uint64_t *ids, size_t n) {
+static void send_return_ex(int s, uint64_t seq, const uint64_t *ids, size_t n, int tainted) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
+  rr.tainted = tainted != 0;
   rr.n_chunk_ids = n;
   rr.chunk_ids = (uint64_t *)ids;
   env.seq = seq;
@@ -138,6 +139,8 @@ static void send_return(int s, uint64_t seq, const uint64_t *ids, size_t n) {
   env.ret = &rr;
   send_env(s, &env, NULL, 0);
 }
+
+static void send_return(int s, uint64_t seq, const uint64_t *ids, size_t n) { send_return_ex(s, seq, ids, n, 0); }
 
 /* Lease count chunks and wait for the reply: ids and fds out; how many. */
 static int lease_now(int s, uint64_t seq, uint32_t count, uint64_t *ids, int *fds) {
@@ -1015,6 +1018,42 @@ static int adopt_foreign(void *arg) {
 
 /* A client's Adopt hands over only the lake's chunks (a memfd the daemon's
  * uid made, of the chunk size, read-write), none the lake holds already. */
+/* A client cannot mint chunks to hand over: a tainted Return of a chunk
+ * it was leased (not handed over) is a plain return, and a chunk the lake
+ * released to the driver (trimmed, remade) whose fd the client kept is
+ * refused as a hand-over (before: lease, return tainted, keep the fd,
+ * repeat; then adopt them all: 288 MiB held of a 16 MiB limit, every other
+ * user's hand-over refused for the window). */
+START_TEST(test_no_minted_adoptions) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  int s = raw_session("minter");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[4];
+  int fds[4];
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(lease_now(s, 10 + i, 1, ids + i, fds + i), 1);
+  send_return_ex(s, 3, ids, 2, 1); /* tainted, though never handed over */
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_int_eq(r->msg_case, GMLAKE__ENVELOPE__MSG_RET_REPLY);
+  gmlake__envelope__free_unpacked(r, NULL);
+  ck_assert_int_eq(stat_num("chunks_remade"), 0); /* a plain return: kept in the lake */
+  ck_assert_int_eq(stat_num("chunks_total"), 4);
+  ck_assert_int_eq(adopt_one(fds[0]), 0); /* in the lake: refused */
+  send_return(s, 4, ids + 2, 2);
+  r = recv_env(s, NULL, NULL);
+  gmlake__envelope__free_unpacked(r, NULL);
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "trim"), 0); /* released to the driver; the client kept the fds */
+  ck_assert_int_eq(stat_num("chunks_total"), 0);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(adopt_one(fds[i]), 0); /* retired: refused */
+  ck_assert_int_eq(stat_num("chunks_total"), 0);
+  ck_assert_int_ge(count_log("whose fd the client kept"), 4);
+  for (int i = 0; i < 4; i++) close(fds[i]);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 START_TEST(test_adopt_only_lake_chunks) {
   start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
   ck_assert_int_eq(as_uid(NOBODY, adopt_foreign, NULL), 0);
@@ -1580,6 +1619,7 @@ int main(void) {
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
+  tcase_add_test(tc, test_no_minted_adoptions);
   tcase_add_test(tc, test_adopting_fds_bounded);
   tcase_add_test(tc, test_control_pipelined_requests);
   tcase_add_test(tc, test_control_slots);
