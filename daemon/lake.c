@@ -74,8 +74,6 @@ int lake_add_created(lake *lk, gml_phys phys, int fd) {
   c->ident = 0;
   c->adopted = 0;
   if (fd >= 0 && lk->be->ops->chunk_ident && lk->be->ops->chunk_ident(lk->be, fd, &c->ident)) c->ident = 0;
-  for (uint32_t k = 0; c->ident && k < lk->nretired; k++) /* the ident named a file long gone: it is this one now */
-    if (lk->retired[k] == c->ident) lk->retired[k] = 0;
   lk->free_stack[lk->nfree++] = idx;
   lk->nfree_clean++;
   lk->total++;

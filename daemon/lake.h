@@ -47,8 +47,10 @@ typedef struct lake {
   uint64_t total, leased, parked, creating, shared;
   lake_quota *quotas;
   size_t nquotas;
-  /* idents of chunks released to the driver, most recent last: whoever kept
-   * their fds keeps their memory, and may not hand them over as lake chunks */
+  /* idents of chunks released to the driver, a ring: whoever kept their fds
+   * keeps their memory, and may not hand them over as lake chunks (host: inode
+   * numbers, which the kernel counts up and does not reuse before 2^32 files;
+   * cuda: none, the driver cannot tell a chunk) */
   uint64_t retired[LAKE_RETIRED_MAX];
   uint32_t retired_next, nretired;
 } lake;
