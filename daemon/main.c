@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -177,11 +178,25 @@ int main(int argc, char **argv) {
     return rc > 0 ? 0 : 2;
   }
   gml_log_set_level(c->log_level);
+  /* the control endpoint defaults to the socket's directory: a daemon given
+   * only --socket put it in /run/gmlake, beside (or in place of) the system
+   * daemon's */
+  if (!c->control_url[0] && c->socket_path[0]) {
+    const char *slash = strrchr(c->socket_path, '/');
+    int dirlen = slash ? (int)(slash - c->socket_path) : 1;
+    snprintf(c->control_url, sizeof c->control_url, "ipc://%.*s/gmlake-%d.ctl", dirlen, slash ? c->socket_path : ".", c->device);
+  }
   if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
   if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
   if (!c->socket_path[0] || !c->control_url[0]) {
     fprintf(stderr, "gmlaked: /run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
                     "(not in /tmp or another directory others may write: clients refuse those)\n");
+    free(d);
+    return 2;
+  }
+  if (c->socket_group[0] && !getgrnam(c->socket_group)) { /* a socket nobody of that group can reach is no service */
+    fprintf(stderr, "gmlaked: bad value for socket-group: no group '%s' (create it first: groupadd %s; or leave "
+                    "socket-group out to keep the daemon's own group)\n", c->socket_group, c->socket_group);
     free(d);
     return 2;
   }

@@ -66,6 +66,13 @@ echo "$v" | grep -q "^gmlakectl [0-9]" || fail "gmlakectl --version printed '$v'
 echo "  $v"
 # The installed unit's ExecStart, %i = 0, its paths moved into the scratch folders.
 cmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g; s|/run/gmlake/|$run/|g")
+if ! getent group gmlake >/dev/null; then
+  # shellcheck disable=SC2086
+  if $cmd 2>"$run/log"; then fail "the unit's daemon started without a gmlake group"; fi
+  grep -q "no group 'gmlake'" "$run/log" || fail "the unit's daemon without a gmlake group did not say so: $(cat "$run/log")"
+  echo "  ExecStart without a gmlake group (groupadd not run): refuses to start, and says why"
+  cmd=$(echo "$cmd" | sed "s/--socket-group gmlake/--socket-group $(getent group 0 | cut -d: -f1)/")
+fi
 start() {
   # shellcheck disable=SC2086
   $cmd "$@" 2>"$run/log" &

@@ -853,6 +853,23 @@ static void *tid_thread(void *arg) {
  * says it is one; --json also puts an error object on stdout (it stayed
  * empty); an extra argument is a usage error (stats extra ran stats); watch's
  * interval must be a positive number (0 or abc spun without a pause). */
+/* A daemon given only --socket puts its control endpoint beside it, as
+ * --help says (before: in /run/gmlake, beside or in place of the system
+ * daemon's, so a private daemon on another device refused to start there). */
+START_TEST(test_control_beside_socket) {
+  char dir[] = "/tmp/gmlake-ctl.XXXXXX", out[512];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  int rc = sh(out, sizeof out,
+              "%s/gmlaked --backend host --device 7 --socket %s/own.sock --log-level warn & p=$!; "
+              "for i in $(seq 100); do [ -S %s/gmlake-7.ctl ] && break; sleep 0.05; done; "
+              "%s/gmlakectl --control ipc://%s/gmlake-7.ctl stats --json | head -c 20; ls %s; kill $p; wait $p",
+              bindir, dir, dir, bindir, dir, dir);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_msg(strstr(out, "{\"device\":7") && strstr(out, "gmlake-7.ctl") && strstr(out, "own.sock"), "%s", out);
+  rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_ctl_errors) {
   start_daemon("--limit 16MiB --prefetch 0");
   char out[8192];
@@ -941,6 +958,7 @@ int main(void) {
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
   tcase_add_test(tc, test_ctl_json);
   tcase_add_test(tc, test_ctl_errors);
+  tcase_add_test(tc, test_control_beside_socket);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
