@@ -218,8 +218,9 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
     return;
   }
   int code = 0;
-  if (find_key(d, r->key, s->bc.uid)) code = GML_EEXIST;
-  else if (r->content_hash.len && find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid)) code = GML_EEXIST;
+  share *old = find_key(d, r->key, s->bc.uid);
+  if (!old && r->content_hash.len) old = find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
+  if (old) code = GML_EEXIST;
   share *sh = code ? NULL : calloc(1, sizeof *sh);
   int *ro = NULL;
   if (!code && sh && !strcmp(d->be->name, "host") && (ro = malloc(n * sizeof *ro))) {
@@ -232,9 +233,23 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
     }
   }
   if (!code && (!sh || (!strcmp(d->be->name, "host") && !ro))) code = GML_ENOMEM;
+  if (code == GML_EEXIST) { /* who holds it, so the user knows what ends it */
+    char who[200] = "";
+    int pub_maps = 0;
+    size_t k = 0;
+    for (mapper *m = old->mappers; m; m = m->next) {
+      pub_maps |= m->pid == old->publisher_pid;
+      if (k < sizeof who - 16) k += (size_t)snprintf(who + k, sizeof who - k, "%s%d", k ? ", " : "", (int)m->pid);
+    }
+    session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by pid %s; it ends when they detach "
+                       "or exit", old->key, strcmp(old->key, r->key) ? " with that content hash, for " : "",
+                       strcmp(old->key, r->key) ? r->key : "", (int)old->publisher_pid,
+                       pub_maps ? "" : " (which no longer maps it)", who);
+    free(idx), free(ro);
+    return;
+  }
   if (code) {
-    session_send_error(s, seq, code, code == GML_EEXIST ? "a share named '%s' or with that content hash exists" : "out of memory",
-                       r->key);
+    session_send_error(s, seq, code, "out of memory");
     free(idx), free(sh), free(ro);
     return;
   }

@@ -319,6 +319,15 @@ START_TEST(test_share_attach) {
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 3);
   ck_assert_str_eq(client_cmd(&b, "aread 2"), "tag 5002");
+  /* the key stays the share's while B maps it, and the refusal says who holds it */
+  ck_assert_str_eq(strtok((char *)client_cmd(&c, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&c, "gensure %d", 2 << 20), "ok");
+  const char *dup = client_cmd(&c, "share weights %d", 2 << 20);
+  char want_pub[64], want_map[64];
+  snprintf(want_pub, sizeof want_pub, "published by pid %d (which no longer maps it)", pid_a);
+  snprintf(want_map, sizeof want_map, "mapped by pid %d", pid_b);
+  ck_assert_msg(strstr(dup, "share 'weights' exists") && strstr(dup, want_pub) && strstr(dup, want_map), "%s", dup);
+  ck_assert_str_eq(client_cmd(&c, "gdestroy"), "ok");
   /* a second attacher, then detach: still B */
   ck_assert_str_eq(client_cmd(&c, "attach weights"), "ok 5242887");
   ck_assert_str_eq(client_cmd(&c, "adetach"), "ok");
