@@ -13,6 +13,18 @@ echo "== hostile clients and users (issue 13) ($BUILD)"
 "$BUILD/test_security"
 echo "== replay of the recorded PyTorch traces ($BUILD)"
 "$BUILD/gmlake-replay" --check 5000 tests/traces/*.trace.gz
+# a file that is not a trace is refused, naming it and its first bad line (junk printed an all-zero row, exit 0)
+d=$(mktemp -d)
+echo junk > "$d/j.trace"; : > "$d/empty.trace"; printf '# ok\na 1 4096 0\nf 1\na 2 x 0\n' > "$d/bad4.trace"
+for t in j empty bad4; do
+  if "$BUILD/gmlake-replay" "$d/$t.trace" > "$d/out" 2> "$d/err"; then echo "gmlake-replay took $t.trace" >&2; exit 1; fi
+done
+"$BUILD/gmlake-replay" "$d/j.trace" 2>&1 >/dev/null | grep -q "^gmlake-replay: $d/j.trace is not a trace: line 1 is \"junk\"" &&
+"$BUILD/gmlake-replay" "$d/bad4.trace" 2>&1 >/dev/null | grep -q "bad4.trace is not a trace: line 4 is \"a 2 x 0\"" &&
+"$BUILD/gmlake-replay" "$d/empty.trace" 2>&1 >/dev/null | grep -q "empty.trace is not a trace: no allocation or free" ||
+  { echo "gmlake-replay did not say which file and line are no trace" >&2; exit 1; }
+echo "  not a trace (junk, empty, a bad line 4): refused, exit 1, file and line named"
+rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
 # (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;
 # with the host backend's 2 MiB chunks and with the cuda backend's 4 MiB.
