@@ -50,7 +50,8 @@ static int pool_in_use(gml_client *c, gml_pool_id id, const char *what) {
 }
 
 int gml_pool_checkpoint(gml_client *c, gml_pool_id id, gml_pool_ckpt **out) {
-  if (!c || !out) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!out) return gml_fail(c, GML_EINVAL, "gml_pool_checkpoint: out is NULL");
   *out = NULL;
   gml_pool_ckpt *k = calloc(1, sizeof *k);
   if (!k) return GML_ENOMEM;
@@ -112,7 +113,10 @@ static int block_restorable(gml_client *c, int i, const ckpt_block *b, const gml
 
 int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t freed_cap, size_t *nfreed,
                      void **allocd, size_t allocd_cap, size_t *nallocd) {
-  if (!c || !k || !nfreed || !nallocd || (freed_cap && !freed) || (allocd_cap && !allocd)) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!k || !nfreed || !nallocd || (freed_cap && !freed) || (allocd_cap && !allocd))
+    return gml_fail(c, GML_EINVAL, "gml_pool_restore: %s is NULL",
+                    !k ? "k" : !nfreed ? "nfreed" : !nallocd ? "nallocd" : !freed ? "freed (with freed_cap > 0)" : "allocd (with allocd_cap > 0)");
   *nfreed = *nallocd = 0;
   pthread_mutex_lock(&c->track_lock);
   int i = pool_in_use(c, k->pool, "restore"), rc = 0;

@@ -517,12 +517,14 @@ int gml_close(gml_client *c) {
 }
 
 int gml_write(gml_client *c, void *dst, const void *src, size_t n) {
-  if (!c || !dst || !src) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!dst || !src) return gml_fail(c, GML_EINVAL, "gml_write: %s is NULL", !dst ? "dst" : "src");
   return c->be->ops->write(c->be, (uintptr_t)dst, src, n);
 }
 
 int gml_read(gml_client *c, void *dst, const void *src, size_t n) {
-  if (!c || !dst || !src) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!dst || !src) return gml_fail(c, GML_EINVAL, "gml_read: %s is NULL", !dst ? "dst" : "src");
   return c->be->ops->read(c->be, (uintptr_t)src, dst, n);
 }
 
@@ -545,11 +547,14 @@ int gml_flush(gml_client *c) {
 const char *gml_last_error(gml_client *c) { return c ? c->last_error : "no client"; }
 
 int gml_block_of(gml_client *c, const void *addr, gml_block_info *info) {
-  if (!c || !info) return GML_EINVAL;
-  return gml_alloc_block_of(&c->alloc, (uintptr_t)addr, info);
+  if (!c) return GML_EINVAL;
+  if (!info) return gml_fail(c, GML_EINVAL, "gml_block_of: info is NULL");
+  int rc = gml_alloc_block_of(&c->alloc, (uintptr_t)addr, info);
+  return rc ? gml_fail(c, rc, "gml_block_of: %p is in, just past or in the guard of no live allocation", addr) : 0;
 }
 
 int gml_block_list(gml_client *c, gml_block_info *out, size_t max) {
-  if (!c || (!out && max)) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!out && max) return gml_fail(c, GML_EINVAL, "gml_block_list: out is NULL with max %zu", max);
   return gml_alloc_block_list(&c->alloc, out, max);
 }

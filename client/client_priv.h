@@ -192,6 +192,9 @@ void gml_client_report_changed(gml_client *c);
 /* Give chunks back that processes of other users may still map (the daemon
  * releases them and never leases them again); our handles and mappings stay. */
 void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
+/* track.c: why a call on c fails, for gml_last_error (the call and the
+ * argument that was wrong, so the message is never the last call's); returns rc. */
+int gml_fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* settings.c: gml_open's options (GML_EINVAL, said on stderr, for a mode,
  * backend or limit that cannot be read) and its virtual range's size. */
 struct gml_options;

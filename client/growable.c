@@ -81,18 +81,22 @@ static int check_range(gml_growable *g, size_t offset, size_t len) {
     return GML_EBACKEND;
   }
   if (offset % g->cs || len % g->cs || offset > g->size || len > g->size - offset) {
-    set_error(g->c, "growable range: offset %zu / length %zu not chunk-aligned or past the end", offset, len);
+    set_error(g->c, "growable range: offset %zu / length %zu not chunk-aligned (chunks of %zu) or past the end (%zu bytes)",
+              offset, len, g->cs, g->size);
     return GML_EINVAL;
   }
   return 0;
 }
 
 int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out) {
-  if (!c || !out || !max_bytes) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!out) return gml_fail(c, GML_EINVAL, "gml_growable_create: out is NULL");
+  if (!max_bytes) return gml_fail(c, GML_EINVAL, "gml_growable_create: max_bytes 0 (a range is at least one chunk)");
   size_t cs = c->be->chunk_size;
-  if (max_bytes > SIZE_MAX - cs) return GML_EINVAL;
+  if (max_bytes > SIZE_MAX - cs)
+    return gml_fail(c, GML_EINVAL, "gml_growable_create: max_bytes %zu does not round up to whole chunks of %zu", max_bytes, cs);
   gml_growable *g = calloc(1, sizeof *g);
-  if (!g) return GML_ENOMEM;
+  if (!g) return gml_fail(c, GML_ENOMEM, "gml_growable_create: no memory for the range's bookkeeping");
   g->c = c;
   g->cs = cs;
   g->size = gml_round_up(max_bytes, cs);
@@ -237,23 +241,24 @@ int gml_growable_unmap(gml_growable *g, size_t offset, size_t len) {
 int gml_growable_ensure(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
   if (g->shared) return check_range(g, 0, 0);
-  if (bytes > g->size) {
-    set_error(g->c, "growable range: %zu bytes asked of a range of %zu", bytes, g->size);
-    return GML_EINVAL;
-  }
+  if (bytes > g->size)
+    return gml_fail(g->c, GML_EINVAL, "gml_growable_ensure: %zu bytes asked of a range of %zu", bytes, g->size);
   return gml_growable_map(g, 0, gml_round_up(bytes, g->cs));
 }
 
 int gml_growable_shrink(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
   if (g->shared) return check_range(g, 0, 0);
-  if (bytes > g->size) return GML_EINVAL;
+  if (bytes > g->size)
+    return gml_fail(g->c, GML_EINVAL, "gml_growable_shrink: to %zu bytes, past the end of the range (%zu bytes)", bytes, g->size);
   size_t keep = gml_round_up(bytes, g->cs);
   return gml_growable_unmap(g, keep, g->size - keep);
 }
 
 int gml_growable_is_mapped(gml_growable *g, size_t offset) {
-  if (!g || offset >= g->size) return GML_EINVAL;
+  if (!g) return GML_EINVAL;
+  if (offset >= g->size)
+    return gml_fail(g->c, GML_EINVAL, "gml_growable_is_mapped: offset %zu is past the end of the range (%zu bytes)", offset, g->size);
   pthread_mutex_lock(&g->c->grow.lock);
   int m = g->mapped[offset / g->cs];
   pthread_mutex_unlock(&g->c->grow.lock);
@@ -261,7 +266,8 @@ int gml_growable_is_mapped(gml_growable *g, size_t offset) {
 }
 
 int gml_growable_info_get(gml_growable *g, gml_growable_info *out) {
-  if (!g || !out) return GML_EINVAL;
+  if (!g) return GML_EINVAL;
+  if (!out) return gml_fail(g->c, GML_EINVAL, "gml_growable_info_get: out is NULL");
   pthread_mutex_lock(&g->c->grow.lock);
   out->base = (void *)g->base;
   out->reserved = g->size;

@@ -211,12 +211,13 @@ static int start_listener(void) {
 }
 
 int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
-  if (!c || !out) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!out) return gml_fail(c, GML_EINVAL, "gml_ipc_export: out is NULL");
   pthread_mutex_lock(&c->track_lock);
   gml_rec *r = gml_recmap_get(&c->recs, (uintptr_t)ptr, 0);
   if (!r || r->state != GML_BLOCK_ALLOCATED) {
     pthread_mutex_unlock(&c->track_lock);
-    return GML_EBADPTR;
+    return gml_fail(c, GML_EBADPTR, "gml_ipc_export: %p is not the start of a live allocation of this client", ptr);
   }
   pthread_mutex_lock(&ex.lock);
   int rc = start_listener();
@@ -231,6 +232,7 @@ int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
   if (!rc) ex.v[ex.n++] = (ipc_export){token, c, (uintptr_t)ptr};
   uint64_t nonce = ex.nonce;
   pthread_mutex_unlock(&ex.lock);
+  if (rc) gml_fail(c, rc, "gml_ipc_export: cannot start answering for exports (%s)", gml_strerror(rc));
   if (!rc) {
     r->exported = 1;
     ipc_wire_handle h = {IPC_MAGIC, IPC_VERSION, getpid(), c->device, nonce, token, r->size, c->alloc.cs};
@@ -265,7 +267,10 @@ static void unmap_all(gml_client *c, uintptr_t va, size_t mapped, size_t n, size
 }
 
 int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *size) {
-  if (!c || !ptr || gml_ipc_device(h) < 0) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!ptr) return gml_fail(c, GML_EINVAL, "gml_ipc_open: ptr is NULL");
+  if (gml_ipc_device(h) < 0)
+    return gml_fail(c, GML_EINVAL, "gml_ipc_open: %s", h ? "the handle is not one gml_ipc_export made (or of another version)" : "h is NULL");
   ipc_wire_handle w;
   memcpy(&w, h->bytes, sizeof w);
   if (w.chunk_size != c->alloc.cs) {
@@ -322,7 +327,7 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   if (rc) {
     unmap_all(c, va, mapped, imported, cs, phys);
     free(phys);
-    return rc;
+    return gml_fail(c, rc, "ipc: mapping the %zu chunk(s) of process %d's allocation failed: %s", n, w.pid, gml_strerror(rc));
   }
   *m = (struct gml_ipc_map){va, n, cs, phys, NULL};
   pthread_mutex_lock(&c->track_lock);
@@ -345,7 +350,7 @@ int gml_ipc_close(gml_client *c, void *ptr) {
       break;
     }
   pthread_mutex_unlock(&c->track_lock);
-  if (!m) return GML_EBADPTR;
+  if (!m) return gml_fail(c, GML_EBADPTR, "gml_ipc_close: %p is not in memory gml_ipc_open mapped", ptr);
   c->be->ops->synchronize(c->be); /* no kernel of ours reads it any more */
   unmap_all(c, m->va, m->n, m->n, m->cs, m->phys);
   free(m->phys);

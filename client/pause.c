@@ -130,8 +130,23 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
   return 0;
 }
 
+/* A path implies GML_PAUSE_FILE: gml_pause_file(c, 0, 0, path) saves to the
+ * file (it was GML_EINVAL, with no message). With a NULL path it is gml_pause. */
+static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *path, const char *fn);
+
 int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path) {
-  if (!c || (flags & ~(unsigned)(GML_PAUSE_DISCARD | GML_PAUSE_FILE)) || (!(flags & GML_PAUSE_FILE)) != !path) return GML_EINVAL;
+  if (path) flags |= GML_PAUSE_FILE;
+  return pause_at(c, flags, tag, path, "gml_pause_file");
+}
+
+int gml_pause(gml_client *c, unsigned flags, uint32_t tag) { return pause_at(c, flags, tag, NULL, "gml_pause"); }
+
+static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *path, const char *fn) {
+  if (!c) return GML_EINVAL;
+  if (flags & ~(unsigned)(GML_PAUSE_DISCARD | GML_PAUSE_FILE))
+    return gml_fail(c, GML_EINVAL, "%s: flags %#x: unknown bits (GML_PAUSE_DISCARD, GML_PAUSE_FILE)", fn, flags);
+  if ((flags & GML_PAUSE_FILE) && !path)
+    return gml_fail(c, GML_EINVAL, "%s: GML_PAUSE_FILE needs a path (gml_pause_file with a non-NULL path)", fn);
   gml_allocator *a = &c->alloc;
   if (a->guard) return fail(c, GML_EINVAL, "pause: %s", "not in guard mode (a remap would drop the guards)");
   struct gml_pause *p = calloc(1, sizeof *p);
@@ -179,11 +194,6 @@ int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path
            p->fd >= 0 ? p->path : "", gml_format_bytes(back, s2, sizeof s2));
   if (c->mode == GML_MODE_DAEMON) gml_client_report(c);
   return 0;
-}
-
-int gml_pause(gml_client *c, unsigned flags, uint32_t tag) {
-  if (flags & GML_PAUSE_FILE) return GML_EINVAL; /* a file needs its path: gml_pause_file */
-  return gml_pause_file(c, flags, tag, NULL);
 }
 
 /* A block freed while paused becomes an ordinary free block. a->lock held. */

@@ -86,7 +86,10 @@ static void put_segment(seg_out *o, int large, uintptr_t start, uintptr_t end, c
 
 int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *nsegs, gml_alloc_info *blocks, size_t block_cap,
                  size_t *nblocks, uint64_t *trace_seq) {
-  if (!c || (seg_cap && !segs) || (block_cap && !blocks) || !nsegs || !nblocks) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if ((seg_cap && !segs) || (block_cap && !blocks) || !nsegs || !nblocks)
+    return gml_fail(c, GML_EINVAL, "gml_segments: %s is NULL",
+                    !nsegs ? "nsegs" : !nblocks ? "nblocks" : !segs ? "segs (with seg_cap > 0)" : "blocks (with block_cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   gml_alloc_info *recs = malloc((c->recs.count + 1) * sizeof *recs);
   if (!recs) {

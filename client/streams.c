@@ -17,7 +17,7 @@ int gml_record_stream(gml_client *c, void *ptr, gml_stream stream) {
   gml_rec *r = gml_recmap_get(&c->recs, (uintptr_t)ptr, 0);
   int rc = 0;
   if (!r || r->state != GML_BLOCK_ALLOCATED) {
-    rc = GML_EBADPTR;
+    rc = gml_fail(c, GML_EBADPTR, "gml_record_stream: %p is not a live allocation of this client", ptr);
   } else if (stream != r->stream) {
     int seen = 0;
     for (int i = 0; i < r->nuses; i++) seen |= r->uses[i] == stream;

@@ -10,6 +10,7 @@
 #include "client_priv.h"
 #include "log.h"
 #include "util.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,10 +97,18 @@ void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_s
   if (pool >= 0) e->pool = c->pools[pool].id;
 }
 
+int gml_fail(gml_client *c, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
 int gml_trace_enable(gml_client *c, size_t capacity) {
   if (!c) return GML_EINVAL;
   gml_trace_entry *e = capacity ? calloc(capacity, sizeof *e) : NULL;
-  if (capacity && !e) return GML_ENOMEM;
+  if (capacity && !e) return gml_fail(c, GML_ENOMEM, "gml_trace_enable: no memory for %zu entries", capacity);
   pthread_mutex_lock(&c->track_lock);
   free(c->trace.e);
   c->trace.e = e;
@@ -111,7 +120,8 @@ int gml_trace_enable(gml_client *c, size_t capacity) {
 }
 
 int gml_trace_read(gml_client *c, gml_trace_entry *out, size_t cap, size_t *n) {
-  if (!c || (cap && !out) || !n) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if ((cap && !out) || !n) return gml_fail(c, GML_EINVAL, "gml_trace_read: %s is NULL", !n ? "n" : "out (with cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   gml_trace_ring *t = &c->trace;
   if (t->cap) gml_trace_segments(c);
@@ -205,8 +215,9 @@ void gml_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_
 }
 
 int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, void **ptr) {
-  if (!c || !ptr) return GML_EINVAL;
-  if (!size) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!ptr) return gml_fail(c, GML_EINVAL, "gml_alloc: ptr (where the pointer goes) is NULL");
+  if (!size) return gml_fail(c, GML_EINVAL, "gml_alloc: size 0 (an allocation is at least 1 byte)");
   uint64_t t0 = c->alloc.timing ? gml_now_ns() : 0;
   int rc = 0;
   pthread_mutex_lock(&c->track_lock);
@@ -335,11 +346,12 @@ int gml_size_of(gml_client *c, const void *ptr, size_t *requested, size_t *size)
   if (ok && requested) *requested = r->requested;
   if (ok && size) *size = r->size;
   pthread_mutex_unlock(&c->track_lock);
-  return ok ? 0 : GML_EBADPTR;
+  return ok ? 0 : gml_fail(c, GML_EBADPTR, "gml_size_of: %p is not a live allocation of this client", ptr);
 }
 
 int gml_stats_get(gml_client *c, gml_stats *out) {
-  if (!c || !out) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!out) return gml_fail(c, GML_EINVAL, "gml_stats_get: out is NULL");
   gml_alloc_stats(&c->alloc, out);
   gml_grow_stats(c, out);
   gml_pause_stats(c, out);
@@ -349,7 +361,8 @@ int gml_stats_get(gml_client *c, gml_stats *out) {
 }
 
 int gml_mem_stats_get(gml_client *c, gml_mem_stats *o) {
-  if (!c || !o) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!o) return gml_fail(c, GML_EINVAL, "gml_mem_stats_get: out is NULL");
   gml_stats st;
   pthread_mutex_lock(&c->track_lock);
   gml_alloc_stats(&c->alloc, &st);
@@ -415,7 +428,8 @@ int gml_set_limit(gml_client *c, size_t bytes) {
 }
 
 int gml_device_memory(gml_client *c, uint64_t *free_bytes, uint64_t *total_bytes) {
-  if (!c || !free_bytes || !total_bytes) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if (!free_bytes || !total_bytes) return gml_fail(c, GML_EINVAL, "gml_device_memory: %s is NULL", !free_bytes ? "free_bytes" : "total_bytes");
   return c->be->ops->mem_info(c->be, free_bytes, total_bytes);
 }
 
@@ -425,7 +439,8 @@ static int cmp_block(const void *x, const void *y) {
 }
 
 int gml_allocations(gml_client *c, gml_alloc_info *out, size_t cap, size_t *n) {
-  if (!c || (cap && !out) || !n) return GML_EINVAL;
+  if (!c) return GML_EINVAL;
+  if ((cap && !out) || !n) return gml_fail(c, GML_EINVAL, "gml_allocations: %s is NULL", !n ? "n" : "out (with cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   size_t k = 0;
   for (size_t i = 0; i < c->recs.cap; i++)

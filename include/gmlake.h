@@ -151,7 +151,9 @@ GML_API int gml_read(gml_client *c, void *dst, const void *src, size_t n);
 /* Send this client's usage numbers to the daemon now (they also go every
  * 100 ms of activity); a no-op when embedded. */
 GML_API int gml_flush(gml_client *c);
-/* The message of the last error on this client (e.g. the numbers of an OOM). */
+/* The message of the last error on this client (e.g. the numbers of an OOM):
+ * every call on c that fails sets it, naming the call and what was wrong
+ * (which argument, which bound). Not cleared by calls that succeed. */
 GML_API const char *gml_last_error(gml_client *c);
 
 /* Where an address lies relative to the allocation gml_block_of found. */
@@ -242,9 +244,11 @@ GML_API int gml_growable_destroy(gml_growable *g);
  * not paused. gml_stats' paused_bytes/paused_saved, and `gmlakectl clients`,
  * show it. */
 #define GML_PAUSE_DISCARD 1u /* do not save content */
-#define GML_PAUSE_FILE 2u    /* (gml_pause_file) save it to a file, not host memory */
+#define GML_PAUSE_FILE 2u    /* save it to a file, not host memory: gml_pause_file with a path implies it */
 GML_API int gml_set_tag(gml_client *c, uint32_t tag); /* tag of later allocations (0: none) */
 GML_API int gml_pause(gml_client *c, unsigned flags, uint32_t tag);
+/* As gml_pause, saving to a new file at path (GML_PAUSE_FILE is implied: flags
+ * may be 0); a NULL path is gml_pause. */
 GML_API int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path);
 GML_API int gml_resume(gml_client *c);
 /* Shared read-only memory (daemon mode only: GML_EDAEMON when embedded).

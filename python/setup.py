@@ -9,6 +9,9 @@ keeps its directory as an rpath.
 Without build isolation pip builds with the environment's own setuptools
 and wheel: a venv made without --system-site-packages has no wheel (this
 says what to do instead of setuptools' "invalid command 'bdist_wheel'").
+Where this directory is not writable (the copy `make install` ships,
+/usr/local/share/gmlake/python, installed by a user), it builds in a
+temporary directory instead of build/ here.
 GMLAKE_EXT_DEFINES: extra compiler flags for the extension (-DNAME=VALUE
 ...), e.g. to build against a torch whose headers need a define.
 Where torch cannot be imported, the package is installed without the
@@ -57,6 +60,23 @@ if wheel_missing():
 here = os.path.dirname(os.path.abspath(__file__))
 repo = os.path.dirname(here)
 
+# setuptools builds in the source tree (build/, gmlake.egg-info): the copy
+# `make install` puts in /usr/local/share/gmlake/python is root's, and a user's
+# pip install of it failed with "could not create 'build': Permission denied".
+# Where the tree is not writable, build in a directory of our own instead.
+out_of_tree = {}
+if not os.access(here, os.W_OK):
+    import atexit
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="gmlake-build-")
+    atexit.register(shutil.rmtree, tmp, True)
+    out_of_tree = {"build": {"build_base": os.path.join(tmp, "build")},
+                   "egg_info": {"egg_base": tmp},
+                   "bdist_wheel": {"bdist_dir": os.path.join(tmp, "bdist")}}
+    sys.stderr.write("gmlake: %s is not writable: building in %s\n" % (here, tmp))
+
 
 def find():
     prefix = os.environ.get("GMLAKE_PREFIX")
@@ -81,7 +101,7 @@ if torch_missing:
         "pure-Python package: gmlake.stats(), the growable ranges and pause/resume work through ctypes; "
         "gmlake.enable() needs PyTorch: install torch, then pip install --no-build-isolation ./python again\n"
         % torch_missing)
-    setup(packages=["gmlake"])
+    setup(packages=["gmlake"], options=out_of_tree)
 else:
     lib, inc = find()
     setup(
@@ -95,4 +115,5 @@ else:
             extra_compile_args={"cxx": ["-O2"] + os.environ.get("GMLAKE_EXT_DEFINES", "").split()},
         )],
         cmdclass={"build_ext": BuildExtension},
+        options=out_of_tree,
     )

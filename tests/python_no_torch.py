@@ -2,9 +2,13 @@
 folder pip installed it into, argv[1]): the ctypes parts work (stats() with
 no device is device 0's, growable ranges, trim, pause/resume), and what needs
 PyTorch raises GMLakeError saying so, never a bare ModuleNotFoundError;
-stats() and trim() with no client open raise GMLakeError (trim returned -3)."""
+stats() and trim() with no client open raise GMLakeError (trim returned -3)
+naming gmlake.open(), which opens device 0's client without torch (there was
+no public way: GrowableRange wanted a raw gml_client*), and says what to do
+where the backend would be host memory and a GPU's is needed."""
 import glob
 import os
+import subprocess
 import sys
 
 site = sys.argv[1]
@@ -42,13 +46,21 @@ try:
     gmlake.stats()
     raise AssertionError("stats() before any client")
 except gmlake.GMLakeError as e:
-    assert "no GMLake client is open on device 0" in str(e), e
+    assert "no GMLake client is open on device 0" in str(e) and "gmlake.open(0) opens it" in str(e), e
 try:  # it returned the bare code, -3
     gmlake.trim()
     raise AssertionError("trim() before any client")
 except gmlake.GMLakeError as e:
     assert "no GMLake client is open on device 0" in str(e), e
-c = grow.client_for(0)  # device 0's client, as the PyTorch layer would open it (GMLAKE_BACKEND=host)
+# no GPU and GMLAKE_BACKEND unset: the lake would be host memory; a device's client refuses it, saying how
+env = dict(os.environ, GMLAKE_LIBCUDA="/nonexistent/libcuda.so.1", GMLAKE_LOG="error")
+env.pop("GMLAKE_BACKEND", None)
+p = subprocess.run([sys.executable, "-c", "import gmlake\ntry:\n  gmlake.open(0)\nexcept gmlake.GMLakeError as e:\n  print(e)"],
+                   env=env, capture_output=True, text=True)
+assert p.returncode == 0 and "cannot open the lake of device 0" in p.stdout and "GMLAKE_BACKEND=host" in p.stdout, (p.stdout, p.stderr)
+c = gmlake.open()  # device 0's client, as the PyTorch layer would open it (GMLAKE_BACKEND=host)
+assert c and gmlake.open(0) == c == grow.client_for(0)
+assert gmlake.stats()["allocated"] == 0  # a client now, before anything is allocated
 r = gmlake.GrowableRange(c, 1000, 4096)
 assert r.ensure(600) >= 600
 st = gmlake.stats()
@@ -60,4 +72,4 @@ with gmlake.tagged(3):
     pass
 r.release()
 assert gmlake.stats(0)["growable_mapped"] == 0
-print("  without torch: stats() of device 0, growable ranges, trim, pause/resume work")
+print("  without torch: gmlake.open(), stats() of device 0, growable ranges, trim, pause/resume work")

@@ -13,6 +13,18 @@ echo "== hostile clients and users (issue 13) ($BUILD)"
 "$BUILD/test_security"
 echo "== replay of the recorded PyTorch traces ($BUILD)"
 "$BUILD/gmlake-replay" --check 5000 tests/traces/*.trace.gz
+# a file that is not a trace is refused, naming it and its first bad line (junk printed an all-zero row, exit 0)
+d=$(mktemp -d)
+echo junk > "$d/j.trace"; : > "$d/empty.trace"; printf '# ok\na 1 4096 0\nf 1\na 2 x 0\n' > "$d/bad4.trace"
+for t in j empty bad4; do
+  if "$BUILD/gmlake-replay" "$d/$t.trace" > "$d/out" 2> "$d/err"; then echo "gmlake-replay took $t.trace" >&2; exit 1; fi
+done
+"$BUILD/gmlake-replay" "$d/j.trace" 2>&1 >/dev/null | grep -q "^gmlake-replay: $d/j.trace is not a trace: line 1 is \"junk\"" &&
+"$BUILD/gmlake-replay" "$d/bad4.trace" 2>&1 >/dev/null | grep -q "bad4.trace is not a trace: line 4 is \"a 2 x 0\"" &&
+"$BUILD/gmlake-replay" "$d/empty.trace" 2>&1 >/dev/null | grep -q "empty.trace is not a trace: no allocation or free" ||
+  { echo "gmlake-replay did not say which file and line are no trace" >&2; exit 1; }
+echo "  not a trace (junk, empty, a bad line 4): refused, exit 1, file and line named"
+rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
 # (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;
 # with the host backend's 2 MiB chunks and with the cuda backend's 4 MiB.
@@ -136,6 +148,21 @@ fi
 repo=$(pwd)
 (cd "$d" && GMLAKE_LIB="$repo/$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error \
   PYTHONSAFEPATH=1 PYTHONPATH="$d/site${hide:+:$hide}" "$py" "$repo/tests/python_no_torch.py" "$d/site")
+# the copy `make install` ships is root's: a user's pip install of it failed with "could not create
+# 'build': Permission denied" (setup.py built in the tree); as uid nobody, against a root-owned copy
+if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null && runuser -u nobody -- "$py" -c 'import setuptools, wheel' 2>/dev/null; then
+  rm -rf "$d/src/build" "$d/src/"*.egg-info
+  chmod -R a+rX "$d" && chmod go-w "$d/src" && mkdir "$d/nobody" && chown nobody "$d/nobody"
+  (cd "$d/nobody" && runuser -u nobody -- env HOME="$d/nobody" PYTHONPATH=$hide "$py" -m pip install -v --no-build-isolation \
+    --no-index --no-cache-dir --target "$d/nobody/site" "$d/src" > "$d/nobody/pip.log" 2>&1) ||
+    { cat "$d/nobody/pip.log" >&2; echo "pip install of a root-owned python/ as uid nobody failed" >&2; exit 1; }
+  grep -q "gmlake: $d/src is not writable: building in " "$d/nobody/pip.log" && [ -f "$d/nobody/site/gmlake/grow.py" ] &&
+    [ ! -e "$d/src/build" ] && ! ls -d "$d/src/"*.egg-info >/dev/null 2>&1 ||
+    { cat "$d/nobody/pip.log" >&2; echo "setup.py did not build out of the read-only tree" >&2; exit 1; }
+  echo "  a root-owned copy (as make install ships it) installs as uid nobody: built out of the tree"
+else
+  echo "  (a root-owned copy installed as another user: needs root, runuser and a python nobody can run with setuptools and wheel)"
+fi
 rm -rf "$d"
 fi
 echo "== a memory_viz snapshot built from the C API (ctypes, host backend), replayed by tools/memviz_check.py"

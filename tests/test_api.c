@@ -345,6 +345,79 @@ START_TEST(test_va_size_bound_message) {
 }
 END_TEST
 
+/* Every error a call on a client returns comes with a message in
+ * gml_last_error naming the call and what was wrong with which argument,
+ * never the previous call's: gml_alloc(c, 0) showed the last OOM (a
+ * virtual-address problem), growable create(0) / shrink past the end an
+ * empty or stale message. Each expectation differs from the one before, so
+ * a message left over from the previous call fails. */
+#define SAYS(call, code, text)                                                                                     \
+  do {                                                                                                             \
+    int rc_ = (call);                                                                                              \
+    ck_assert_msg(rc_ == (code), "%s: %s, expected %s", #call, gml_errname(rc_), gml_errname(code));               \
+    ck_assert_msg(strstr(gml_last_error(c), text), "%s: gml_last_error is \"%s\", expected \"%s\" in it", #call,  \
+                  gml_last_error(c), text);                                                                        \
+  } while (0)
+START_TEST(test_error_messages_name_the_argument) {
+  unset_all();
+  setenv("GMLAKE_VA_SIZE", "128MiB", 1);
+  gml_open_opts host = {.backend = "host", .mode = GML_MODE_EMBEDDED};
+  gml_client *c = NULL;
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  void *p = NULL, *q = NULL;
+  SAYS(gml_alloc(c, 100 << 20, 0, &p), GML_ENOMEM, "virtual address space");
+  SAYS(gml_alloc(c, 0, 0, &p), GML_EINVAL, "gml_alloc: size 0");
+  ck_assert_msg(!strstr(gml_last_error(c), "virtual"), "%s", gml_last_error(c));
+  SAYS(gml_alloc(c, 4096, 0, NULL), GML_EINVAL, "gml_alloc: ptr");
+  ck_assert_int_eq(gml_alloc(c, 4096, 0, &q), 0);
+  SAYS(gml_free(c, (char *)q + 512), GML_EBADPTR, "free of");
+  SAYS(gml_size_of(c, (char *)q + 512, NULL, NULL), GML_EBADPTR, "gml_size_of:");
+  SAYS(gml_record_stream(c, (char *)q + 512, 1), GML_EBADPTR, "gml_record_stream:");
+  SAYS(gml_stats_get(c, NULL), GML_EINVAL, "gml_stats_get: out is NULL");
+  SAYS(gml_mem_stats_get(c, NULL), GML_EINVAL, "gml_mem_stats_get: out is NULL");
+  SAYS(gml_device_memory(c, NULL, NULL), GML_EINVAL, "gml_device_memory: free_bytes");
+  SAYS(gml_write(c, NULL, q, 1), GML_EINVAL, "gml_write: dst");
+  SAYS(gml_read(c, q, NULL, 1), GML_EINVAL, "gml_read: src");
+  gml_block_info bi;
+  SAYS(gml_block_of(c, (void *)16, &bi), GML_EBADPTR, "gml_block_of:");
+  SAYS(gml_block_of(c, q, NULL), GML_EINVAL, "gml_block_of: info");
+  SAYS(gml_block_list(c, NULL, 3), GML_EINVAL, "gml_block_list:");
+  size_t n;
+  SAYS(gml_trace_read(c, NULL, 0, NULL), GML_EINVAL, "gml_trace_read: n");
+  SAYS(gml_allocations(c, NULL, 4, &n), GML_EINVAL, "gml_allocations: out");
+  SAYS(gml_segments(c, NULL, 0, NULL, NULL, 0, &n, NULL), GML_EINVAL, "gml_segments: nsegs");
+  gml_pool_id pid = {7, 8};
+  SAYS(gml_pool_end(c, pid), GML_EINVAL, "gml_pool_end: pool (7, 8) does not exist");
+  SAYS(gml_pool_release(c, pid), GML_EINVAL, "gml_pool_release: pool (7, 8)");
+  SAYS(gml_pool_use_count(c, pid), GML_EINVAL, "gml_pool_use_count: pool (7, 8)");
+  SAYS(gml_pool_live(c, pid, NULL, 2, &n), GML_EINVAL, "gml_pool_live: ptrs");
+  gml_pool_ckpt *k = NULL;
+  SAYS(gml_pool_checkpoint(c, pid, &k), GML_EINVAL, "checkpoint: no pool (7, 8)");
+  SAYS(gml_pool_checkpoint(c, pid, NULL), GML_EINVAL, "gml_pool_checkpoint: out");
+  gml_ipc_handle h;
+  memset(&h, 0, sizeof h);
+  SAYS(gml_ipc_export(c, (char *)q + 512, &h), GML_EBADPTR, "gml_ipc_export:");
+  SAYS(gml_ipc_open(c, &h, &p, NULL), GML_EINVAL, "gml_ipc_open: the handle is not");
+  SAYS(gml_ipc_close(c, q), GML_EBADPTR, "gml_ipc_close:");
+  SAYS(gml_pause(c, 8, 0), GML_EINVAL, "gml_pause: flags 0x8");
+  SAYS(gml_pause(c, GML_PAUSE_FILE, 0), GML_EINVAL, "gml_pause: GML_PAUSE_FILE needs a path");
+  gml_growable *g = NULL;
+  SAYS(gml_growable_create(c, 0, &g), GML_EINVAL, "gml_growable_create: max_bytes 0");
+  SAYS(gml_growable_create(c, 1 << 20, NULL), GML_EINVAL, "gml_growable_create: out");
+  ck_assert_int_eq(gml_growable_create(c, 8 << 20, &g), 0);
+  SAYS(gml_growable_shrink(g, 100 << 20), GML_EINVAL, "gml_growable_shrink: to 104857600 bytes, past the end");
+  SAYS(gml_growable_ensure(g, 100 << 20), GML_EINVAL, "gml_growable_ensure:");
+  SAYS(gml_growable_map(g, 1, 0), GML_EINVAL, "not chunk-aligned");
+  SAYS(gml_growable_is_mapped(g, 8 << 20), GML_EINVAL, "gml_growable_is_mapped: offset 8388608");
+  SAYS(gml_growable_info_get(g, NULL), GML_EINVAL, "gml_growable_info_get: out");
+  ck_assert_int_eq(gml_growable_destroy(g), 0);
+  ck_assert_int_eq(gml_free(c, q), 0);
+  gml_close(c);
+  unset_all();
+}
+END_TEST
+#undef SAYS
+
 /* Backends come from one table: names, auto's order, the daemon's default limit. */
 START_TEST(test_backend_table) {
   ck_assert(gml_backend_known("auto") && gml_backend_known("cuda") && gml_backend_known("host"));
@@ -398,6 +471,7 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_env_refused);
   tcase_add_test(tc, test_env_warned);
   tcase_add_test(tc, test_va_size_bound_message);
+  tcase_add_test(tc, test_error_messages_name_the_argument);
   tcase_add_test(tc, test_backend_table);
   tcase_add_test(tc, test_torch_default_backend);
   suite_add_tcase(s, tc);

@@ -226,7 +226,7 @@ START_TEST(test_growable_range) {
                 "metrics: %s", mout);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 30 << 20, 2 << 20), "ok"); /* a chunk at the far end */
   ck_assert_int_eq(stat_num("chunks_leased"), 7);
-  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned or past the end");
+  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned (chunks of 2097152) or past the end (33554432 bytes)");
   /* shrink to 2 chunks: the other 5 go back to the lake */
   ck_assert_str_eq(client_cmd(&a, "gshrink %d", 4 << 20), "ok");
   ck_assert_int_eq(stat_num("chunks_leased"), 2);
@@ -919,6 +919,39 @@ START_TEST(test_ctl_errors) {
   }
   ck_assert_msg(strstr(out, "bad interval '0.01'"), "%s", out);
   ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20); /* limit 8MiB x changed nothing */
+  /* --json anywhere: every usage error is an error object on stdout too, with the same exit status
+   * (they printed nothing there: bogus, an extra argument, a missing one, a bad option value) */
+  static const struct { const char *args, *says; } usage_json[] = {
+      {"--json bogus", "unknown command 'bogus'"},
+      {"--json stats extra", "stats takes no arguments"},
+      {"--json quota", "quota takes 2 argument(s)"},
+      {"--json --device x stats", "bad device 'x'"},
+      {"--json watch --interval 0", "bad interval '0'"},
+      {"stats --json --bogus", "unknown option '--bogus'"},
+      {"--json", "no command given"},
+      {"stats --interval --json", "bad interval '--json'"},
+      {"--json limit 101%", "from 1% to 100%"},
+      {"limit 1000TiB --json", "more than the device's memory"},
+  };
+  for (size_t i = 0; i < sizeof usage_json / sizeof usage_json[0]; i++) {
+    int urc = sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, usage_json[i].args);
+    ck_assert_msg(urc == 2, "gmlakectl %s: exit %d, not 2: %s", usage_json[i].args, urc, out);
+    ck_assert_msg(!strncmp(out, "{\"error\":{\"code\":-3,\"message\":\"", 31) && strstr(out, usage_json[i].says) &&
+                      strchr(out, '\n') == out + strlen(out) - 1,
+                  "gmlakectl %s: stdout is not one error object saying \"%s\": %s", usage_json[i].args, usage_json[i].says, out);
+  }
+  /* limit: a percentage is 1-100% and says so (it said only "bad size '101%'"); bytes over the
+   * device's memory are refused (1TiB was taken on a host of 23.5 GiB); within both, set */
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s limit 101%% 2>&1", bindir, ctl_url), 2);
+  ck_assert_msg(strstr(out, "bad limit '101%' (a share of the device from 1% to 100%"), "%s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s limit 0.5%% 2>&1", bindir, ctl_url), 2);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s limit 1000TiB 2>&1", bindir, ctl_url), 2);
+  ck_assert_msg(strstr(out, "limit 1000.00 TiB is more than the device's memory (") && strstr(out, "give at most"), "%s", out);
+  ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20); /* none of them changed it */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 24MiB"), 0);
+  ck_assert_int_eq(stat_num("limit_bytes"), 24 << 20);
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 1%"), 0);
+  ck_assert_int_gt(stat_num("limit_bytes"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST

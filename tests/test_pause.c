@@ -87,6 +87,7 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   char path[64];
   snprintf(path, sizeof path, "/tmp/gmlake-pause-%d", (int)getpid());
   ck_assert_int_eq(gml_pause(c, GML_PAUSE_FILE, 7), GML_EINVAL); /* a file needs a path */
+  ck_assert_msg(strstr(gml_last_error(c), "GML_PAUSE_FILE needs a path"), "%s", gml_last_error(c));
   /* a file that exists (another user's, made for the content to land in) or a symlink: refused, untouched */
   char link[80];
   snprintf(link, sizeof link, "%s.link", path);
@@ -120,7 +121,8 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   dir[dl] = 0;
   ck_assert_int_eq(rmdir(dir), 0);
   ck_assert_int_eq(unlink(path), 0);
-  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_FILE, 7, path), 0);
+  /* a path implies GML_PAUSE_FILE: flags 0 saves to the file (it was GML_EINVAL, with no message) */
+  ck_assert_int_eq(gml_pause_file(c, 0, 7, path), 0);
   ck_assert_int_eq(access(path, F_OK), 0);
   ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
   ck_assert_uint_lt(reserved(c), before);

@@ -178,12 +178,12 @@ static void print_shares(const Gmlake__CtlReply *r, int json) {
 
 /* A whole decimal number in [min, max], or exit 2 naming what was wrong
  * (atoi took "abc" as 0: trim --client abc trimmed everything). */
-static long long parse_int_or_die(const char *what, const char *s, long long min, long long max) {
+static long long parse_int_or_die(const ctl *c, const char *what, const char *s, long long min, long long max) {
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (!*s || *end || errno || v < min || v > max) {
-    fprintf(stderr, "gmlakectl: bad %s '%s' (a number from %lld to %lld)\n", what, s, min, max);
+    ctl_error(c, GML_EINVAL, "bad %s '%s' (a number from %lld to %lld)", what, s, min, max);
     exit(2);
   }
   return v;
@@ -192,12 +192,12 @@ static long long parse_int_or_die(const char *what, const char *s, long long min
 /* watch's --interval: seconds, at least 0.1 and at most a day, or exit 2
  * (atof took "0" and "abc" as 0: a loop of RPCs with no pause; a negative
  * number became a huge usleep). */
-static double parse_interval_or_die(const char *s) {
+static double parse_interval_or_die(const ctl *c, const char *s) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
   if (!*s || *end || errno || !(v >= 0.1 && v <= 86400)) {
-    fprintf(stderr, "gmlakectl: bad interval '%s' (seconds, from 0.1 to 86400)\n", s);
+    ctl_error(c, GML_EINVAL, "bad interval '%s' (seconds, from 0.1 to 86400)", s);
     exit(2);
   }
   return v;
@@ -264,16 +264,32 @@ static int cmd_trim(ctl *c) {
   return 0;
 }
 
+/* A percentage is of the device's memory, 1-100%; bytes at most the device's
+ * memory (the lake can never hold more: `limit 1TiB` on a 24 GiB device was
+ * taken, and hid a typo). The daemon tells the device's size. */
 static int cmd_limit(ctl *c) {
   uint64_t v, total = 0;
-  if (strchr(c->args[0], '%')) { /* a percentage of the device: the daemon tells its size */
-    if (!ask(c, GMLAKE__CTL_REQUEST__REQ_STATS)) return 1;
-    total = c->reply->stats->device_total_bytes;
-    gmlake__ctl_reply__free_unpacked(c->reply, NULL);
-    c->reply = NULL;
+  const char *a = c->args[0];
+  char *end;
+  double num = strtod(a, &end);
+  while (*end == ' ') end++;
+  int pct = *end == '%';
+  if (pct ? end == a || end[1] || !(num >= 1 && num <= 100) : gml_parse_size(a, 0, &v)) {
+    ctl_error(c, GML_EINVAL, "bad limit '%s' (a share of the device from 1%% to 100%%, or bytes: 60GiB, 64424509440)", a);
+    return 2;
   }
-  if (gml_parse_size(c->args[0], total, &v)) {
-    ctl_error(c, GML_EINVAL, "bad size '%s'", c->args[0]);
+  if (!ask(c, GMLAKE__CTL_REQUEST__REQ_STATS)) return 1;
+  total = c->reply->stats->device_total_bytes;
+  gmlake__ctl_reply__free_unpacked(c->reply, NULL);
+  c->reply = NULL;
+  if (pct && gml_parse_size(a, total, &v)) {
+    ctl_error(c, GML_EINVAL, "limit '%s': the daemon does not say the device's size; give the limit in bytes", a);
+    return 2;
+  }
+  if (total && v > total) {
+    char s1[32], s2[32];
+    ctl_error(c, GML_EINVAL, "limit %s is more than the device's memory (%s): the lake can never hold it; give at most %s or 100%%",
+              gml_format_bytes(v, s1, sizeof s1), gml_format_bytes(total, s2, sizeof s2), s2);
     return 2;
   }
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
@@ -380,14 +396,18 @@ int main(int argc, char **argv) {
   int device = 0, ch;
   char *cmd = NULL, *args[4] = {0};
   ctl c = {.interval = 1.0, .args = args};
+  /* --json anywhere makes every error, usage errors included, an error object on stdout too */
+  for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+    if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "-j")) c.json = 1;
   /* options may come before or after the command */
   optind = 1;
+  opterr = 0; /* said by ctl_error, as JSON too */
   static const struct option all_opts[] = {
       {"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'},
       {"help", no_argument, 0, 'h'},          {"client", required_argument, 0, 'p'}, {"interval", required_argument, 0, 'i'},
       {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
   while (optind < argc) {
-    if ((ch = getopt_long(argc, argv, "+c:d:jhp:i:V", all_opts, NULL)) == -1) {
+    if ((ch = getopt_long(argc, argv, "+:c:d:jhp:i:V", all_opts, NULL)) == -1) {
       if (!cmd) cmd = argv[optind];
       else if (c.nargs++ < 4) args[c.nargs - 1] = argv[optind]; /* counted past 4: too many is an error */
       optind++;
@@ -395,16 +415,18 @@ int main(int argc, char **argv) {
     }
     switch (ch) {
     case 'c': snprintf(url, sizeof url, "%s", optarg); break;
-    case 'd': device = (int)parse_int_or_die("device", optarg, 0, 1023); break;
+    case 'd': device = (int)parse_int_or_die(&c, "device", optarg, 0, 1023); break;
     case 'j': c.json = 1; break;
-    case 'p': c.pid = (int)parse_int_or_die("pid", optarg, 1, 0x7fffffff); break;
-    case 'i': c.interval = parse_interval_or_die(optarg); break;
+    case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
+    case 'i': c.interval = parse_interval_or_die(&c, optarg); break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("gmlakectl %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION); return 0;
-    default: usage(stderr); return 2;
+    case ':': ctl_error(&c, GML_EINVAL, "option '%s' needs an argument", argv[optind - 1]); usage(stderr); return 2;
+    default: ctl_error(&c, GML_EINVAL, "unknown option '%s'", argv[optind - 1]); usage(stderr); return 2;
     }
   }
   if (!cmd) {
+    ctl_error(&c, GML_EINVAL, "no command given");
     usage(stderr);
     return 2;
   }
@@ -421,8 +443,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
     if (strcmp(commands[i].name, cmd)) continue;
     if (c.nargs != commands[i].nargs) { /* an extra argument is a mistake, not something to ignore */
-      if (commands[i].nargs) fprintf(stderr, "gmlakectl: %s takes %d argument(s):%s\n", cmd, commands[i].nargs, commands[i].args_help);
-      else fprintf(stderr, "gmlakectl: %s takes no arguments ('%s' given)\n", cmd, args[0]);
+      if (commands[i].nargs) ctl_error(&c, GML_EINVAL, "%s takes %d argument(s):%s", cmd, commands[i].nargs, commands[i].args_help);
+      else ctl_error(&c, GML_EINVAL, "%s takes no arguments ('%s' given)", cmd, args[0]);
       usage(stderr);
       return 2;
     }
@@ -430,7 +452,7 @@ int main(int argc, char **argv) {
     if (c.reply) gmlake__ctl_reply__free_unpacked(c.reply, NULL);
     return rc;
   }
-  fprintf(stderr, "gmlakectl: unknown command '%s'\n", cmd);
+  ctl_error(&c, GML_EINVAL, "unknown command '%s'", cmd);
   usage(stderr);
   return 2;
 }

@@ -9,6 +9,7 @@
 #include "gmlake.h"
 #include "options.h"
 #include "util.h"
+#include <ctype.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,20 @@ static uint64_t header_num(const char *line, const char *key) {
   return k ? strtoull(k + strlen(key), NULL, 10) : 0;
 }
 
+/* A trace's lines: "# ..." (a header or comment), "a ID SIZE STREAM",
+ * "f ID", "s" (a step begins), or blank. Anything else is no trace: a file
+ * of junk replayed as zero events printed an all-zero row and exit 0. */
+static int trace_line_ok(const char *line) {
+  unsigned long long x, y, z;
+  int end = -1;
+  if (line[0] == '#') return 1;
+  if (line[0] == 'a') sscanf(line + 1, " %llu %llu %llu %n", &x, &y, &z, &end);
+  else if (line[0] == 'f') sscanf(line + 1, " %llu %n", &x, &end);
+  else if (line[0] == 's') end = 0;
+  else end = (int)strspn(line, " \t\r\n") - 1;
+  return end >= 0 && line[1 + end + strspn(line + 1 + end, " \t\r\n")] == 0;
+}
+
 static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
@@ -146,7 +161,25 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   gml_stats st;
   gml_stats_get(c, &st);
   uint64_t wall0 = gml_now_ns();
+  size_t lineno = 0, events = 0;
+  int cont = 0; /* this read is the rest of a line longer than the buffer (a long comment) */
   while (gzgets(f, line, sizeof line)) {
+    int rest = cont;
+    size_t len = strlen(line);
+    cont = len && line[len - 1] != '\n';
+    if (rest) continue;
+    lineno++;
+    if (!trace_line_ok(line)) {
+      char shown[81]; /* printable: the file may be binary */
+      size_t n = 0;
+      for (; n < 80 && line[n] && line[n] != '\n' && line[n] != '\r'; n++) shown[n] = isprint((unsigned char)line[n]) ? line[n] : '?';
+      shown[n] = 0;
+      fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu is \"%s\" (a trace has lines 'a ID SIZE STREAM', 'f ID', "
+              "'s' and '# ...')\n", path, lineno, shown);
+      failed = 1;
+      break;
+    }
+    events += line[0] == 'a' || line[0] == 'f';
     if (line[0] == '#') {
       if (strstr(line, "torch_default")) {
         res->torch_default_reserved = header_num(line, "peak_reserved=");
@@ -253,6 +286,15 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
         break;
       }
     }
+  }
+  int zerr = 0;
+  const char *zmsg = gzerror(f, &zerr);
+  if (!failed && zerr && zerr != Z_STREAM_END) {
+    fprintf(stderr, "gmlake-replay: %s: read error after line %zu: %s\n", path, lineno, zmsg);
+    failed = 1;
+  } else if (!failed && !events) {
+    fprintf(stderr, "gmlake-replay: %s is not a trace: no allocation or free in its %zu line(s)\n", path, lineno);
+    failed = 1;
   }
   res->wall_s = (double)(gml_now_ns() - wall0) / 1e9;
   gml_stats_get(c, &st);

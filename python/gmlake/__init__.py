@@ -22,15 +22,16 @@ one read-only copy of the same weights for many processes (gmlake/share.py).
 Install: pip install --no-build-isolation ./python (builds the extension
 against the installed torch; python/setup.py says where it looks for
 libgmlake-client and gmlake.h). Without torch it installs without the
-extension: stats() (device 0 unless told), trim(), the growable ranges
-(GrowableRange), pause/resume and block_of still work through ctypes; what
+extension: gmlake.open(device) opens a device's client, then stats() (device
+0 unless told), trim(), the growable ranges (GrowableRange(gmlake.open(), ...)),
+pause/resume and block_of work through ctypes; what
 needs PyTorch (enable(), pool(), growable(...) tensors, share/attach/dedup)
 raises GMLakeError saying so.
 """
 import ctypes
 import os
 
-__all__ = ["enable", "enabled", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
+__all__ = ["enable", "enabled", "open", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
            "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged"]
 
 
@@ -185,6 +186,17 @@ def _add_stats_keys(torch):
     torch.cuda.memory_stats = memory_stats
 
 
+def open(device=0):
+    """Open device's client now and return it (a gml_client pointer, as an int): the one the
+    PyTorch layer uses (the device's daemon if one runs, else embedded), so that without torch
+    stats(), trim(), pause()/resume(), block_of() and GrowableRange(gmlake.open(), rows, row_bytes)
+    have a client before anything was allocated. Opened once per device and never closed (as
+    the PyTorch layer's); again, the same client. Where no GPU is usable the backend would be
+    host memory, which a device's client takes only with GMLAKE_BACKEND=host: GMLakeError says so."""
+    from . import grow
+    return grow.client_for(int(device))
+
+
 def stats(device=None):
     """The lake's numbers for a device (default: the current CUDA device; without torch, 0): allocated,
     reserved, cached, stitched, fragmentation, peaks, chunks..."""
@@ -192,12 +204,14 @@ def stats(device=None):
     if enabled():
         d = _ext().stats(int(device))
         if d is None:
-            raise GMLakeError("no GMLake client is open on device %d (nothing allocated there yet)" % device)
+            raise GMLakeError("no GMLake client is open on device %d (nothing allocated there yet; "
+                              "gmlake.open(%d) opens it)" % (device, device))
         return dict(d)
     s = _Stats()
     rc = _load().gmlake_torch_stats(int(device), ctypes.byref(s))
     if rc != 0:
-        raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet?)" % device)
+        raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet? gmlake.open(%d) "
+                          "opens it)" % (device, device))
     out = {name: getattr(s, name) for name, _ in _Stats._fields_}
     out["backend"] = s.backend.decode() if s.backend else None
     out["mode"] = {1: "daemon", 2: "embedded"}.get(s.mode, "?")
@@ -211,7 +225,8 @@ def trim(device=None):
         return _ext().trim(int(device))
     rc = _load().gmlake_torch_trim(int(device))
     if rc == -3:  # GML_EINVAL: no client on that device (it returned the bare code)
-        raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet?)" % device)
+        raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet? gmlake.open(%d) "
+                          "opens it)" % (device, device))
     if rc < 0:
         from . import grow
         grow._check(rc, "gmlake.trim(device=%d)" % device)
@@ -253,6 +268,7 @@ def block_of(addr, device=None):
 
 def dump_blocks(path, device=None):
     """Write every live block to path as JSON (for tools/gmlake-sanitizer-blocks); returns the count."""
+    import builtins
     import json
     lib, dev = _load(), _device(device)
     n = lib.gmlake_torch_block_list(dev, None, 0)
@@ -261,7 +277,7 @@ def dump_blocks(path, device=None):
     arr = (_BlockInfo * (n + 64))()
     n = lib.gmlake_torch_block_list(dev, arr, n + 64)
     blocks = [_info_dict(arr[i]) for i in range(min(n, len(arr)))]
-    with open(path, "w") as f:
+    with builtins.open(path, "w") as f:  # open is gmlake.open here
         json.dump({"device": dev, "blocks": blocks}, f)
     return len(blocks)
 

@@ -96,7 +96,12 @@ def client_for(device):
     if kind == "cuda" and hasattr(lib, "gml_device_client"):
         c = lib.gml_device_client(index)
         if not c:
-            raise GMLakeError("cannot open the lake of device %d (see the log above)" % index)
+            hint = ""
+            if os.environ.get("GMLAKE_BACKEND") != "host":
+                hint = ("; where no GPU (or libcuda) is usable the lake would serve host memory, which a "
+                        "device's client takes only when asked: GMLAKE_BACKEND=host uses it anyway (tests, "
+                        "machines without a GPU), else check the driver and the device's daemon")
+            raise GMLakeError("cannot open the lake of device %d (the log above says why)%s" % (index, hint))
         return c
     key = (kind, index)
     if key not in _own_clients:

@@ -65,7 +65,8 @@ def _client(device, client):
     device = _device(device)
     c = get(device)
     if not c:
-        raise GMLakeError("no GMLake client is open on device %d (gmlake.enable() and allocate first)" % device)
+        raise GMLakeError("no GMLake client is open on device %d (gmlake.enable() and allocate first, or "
+                          "gmlake.open(%d) without torch)" % (device, device))
     return c
 
 
