@@ -65,7 +65,7 @@
   X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn", "all",                                                   \
     "log level (gmlaked: its --log-level or config wins)")                                                      \
   X(CONTROL, "GMLAKE_CONTROL", "url", "ipc:///run/gmlake/gmlake-N.ctl", "gmlakectl",                             \
-    "the daemon's control endpoint (--control wins)")                                                           \
+    "the daemon's control endpoint (--control or --device wins)")                                                        \
   X(REPLAY_COST, "GMLAKE_REPLAY_COST", "unmap,map,access,sync", "18,28,0,100", "gmlake-replay",                  \
     "modelled cost of each driver call in microseconds (--steps)")                                              \
   X(REPLAY_PROGRESS, "GMLAKE_REPLAY_PROGRESS", "any", "", "gmlake-replay",                                       \

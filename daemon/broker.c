@@ -463,6 +463,14 @@ void broker_trimmed(broker *b) { b->prefetch_suspended = 1; }
 
 uint32_t broker_keep_free(const broker *b) { return b->prefetch_suspended ? 0 : UINT32_MAX; }
 
+uint32_t broker_trim_over_limit(broker *b) {
+  lake *lk = b->lk;
+  uint64_t limit = lk->limit_bytes / lk->cs;
+  if (lk->total <= limit || !lk->nfree) return 0;
+  uint64_t over = lk->total - limit;
+  return lake_trim(lk, lk->nfree > over ? (uint32_t)(lk->nfree - over) : 0);
+}
+
 int broker_set_limit(broker *b, uint64_t limit_bytes) {
   lake *lk = b->lk;
   if (limit_bytes < lk->cs) return GML_EINVAL;

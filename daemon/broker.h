@@ -145,6 +145,9 @@ void broker_remove_client(broker *b, broker_client *c);
  * the caller keeps c's memory until broker_unpark. */
 void broker_park(broker *b, broker_client *c);
 void broker_unpark(broker *b, broker_client *c);
+/* Hand-overs after a restart may take the lake past its limit (up to twice
+ * it): free chunks past the limit are released, from the tick. How many. */
+uint32_t broker_trim_over_limit(broker *b);
 /* A share is published: c (a copy of its publisher, on no list,
  * leased_chunks = the share's chunks) counts in its quotas until
  * broker_unpublish. */

@@ -75,8 +75,9 @@ static const config_option options[] = {
     {"log-level", "L", OPT_LOGLEVEL, AT(log_level), "info", "error, warn, info (default) or debug", 0, 0, 0, NULL},
     {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
      0, NULL},
-    {"quota", "PID|uid:UID|cgroup:PATH BYTES", OPT_QUOTA, AT(quotas), NULL,
-     "a quota, as gmlakectl quota sets it (may repeat; SIGHUP replaces every quota with the file's)", 0, 0, 0, NULL},
+    {"quota", "'PID|uid:UID|cgroup:PATH BYTES'", OPT_QUOTA, AT(quotas), NULL,
+     "a quota, one argument (--quota 'uid:1000 8GiB'), as gmlakectl quota sets it (may repeat; SIGHUP replaces every "
+     "quota with the file's)", 0, 0, 0, NULL},
     {"send-queue-max", "BYTES", OPT_SIZE, AT(send_queue_max), "4MiB",
      "replies queued to a client that does not read them, at most (default %D): over it, it is closed", 0, 0, 0, NULL},
     {"hello-timeout-ms", "MS", OPT_INT, AT(hello_timeout_ms), "5000", "a connection must say hello within (default %D)", 1,
@@ -201,7 +202,8 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
     return -1;
   }
   if (set_value(c, o, val)) {
-    snprintf(err, errlen, "bad value for %s: '%s'", key, val);
+    snprintf(err, errlen, "bad value for %s: '%s'%s", key, val,
+             o->type == OPT_QUOTA && !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')" : "");
     return -1;
   }
   return 0;

@@ -120,8 +120,14 @@ static void on_reload(uv_signal_t *h, int signum) {
   gmld_config nc;
   uint64_t limit = 0;
   const char *bad = NULL;
+  static char why[160];
   if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration does not parse (see above)";
   else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit";
+  else if (nc.socket_group[0] && !getgrnam(nc.socket_group)) { /* the next start would fail on it */
+    snprintf(why, sizeof why, "bad value for socket-group: no group '%s'", nc.socket_group);
+    bad = why;
+  } else if (strcmp(nc.socket_group, d->cfg.socket_group) || nc.socket_mode != d->cfg.socket_mode)
+    GML_WARN("SIGHUP: socket-group and socket-mode take effect at the next start, not now");
   if (bad) {
     GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
   } else {
@@ -156,6 +162,8 @@ static void on_signal(uv_signal_t *h, int signum) {
 static void on_tick(uv_timer_t *t) {
   gmld *d = t->data;
   sessions_tick(d);
+  uint32_t over = broker_trim_over_limit(&d->br);
+  if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (handed over after the restart)", over);
   metrics_tick(d);
   daemon_refill(d);
   if (gml_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);

@@ -96,6 +96,16 @@ grep -q "quota of pid $gone not set: no process $gone" "$d/daemon.log" || fail "
 grep "reloaded" "$d/daemon.log" | tail -1 | grep -q " 0 quota(s) (1 not set" || fail "SIGHUP counted a quota not set: $(grep reloaded "$d/daemon.log" | tail -1)"
 echo "  SIGHUP: a quota of pid $gone (gone) is said not set and not counted: $(grep reloaded "$d/daemon.log" | tail -1 | sed 's/^.*: limit/limit/')"
 
+# a socket-group that names no group: the reload is refused (the next start would fail on it)
+printf 'backend = host\nlimit = 48MiB\nprefetch = 0\nlog-level = info\nsocket-group = gmlake-no-such-group\n' > "$d/gmlaked.conf"
+kill -HUP $dpid
+for _ in $(seq 100); do grep -q "no group 'gmlake-no-such-group'" "$d/daemon.log" && break; sleep 0.05; done
+grep -q "SIGHUP: bad value for socket-group: no group 'gmlake-no-such-group': nothing reloaded" "$d/daemon.log" ||
+  fail "SIGHUP with a socket-group of no group: $(tail -n 3 "$d/daemon.log")"
+ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a refused reload changed the limit: $(ctl stats --json)"
+echo "  SIGHUP: socket-group of no group refused, nothing reloaded"
+printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\n' > "$d/gmlaked.conf"
+
 # a config that does not parse: nothing changes, the daemon lives on
 echo "limit = lots" >> "$d/gmlaked.conf"
 kill -HUP $dpid

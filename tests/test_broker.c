@@ -245,6 +245,24 @@ START_TEST(test_adopt_room_per_user) {
 }
 END_TEST
 
+/* Free chunks past the limit (hand-overs after a restart) are released. */
+START_TEST(test_trim_over_limit) {
+  broker_client a;
+  client(&a, 1, 42, 0);
+  add_chunks(10);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 4, 0, 0, &d);
+  ck_assert_uint_eq(d.n, 4);
+  lk.limit_bytes = 5 * cs; /* 10 held, 4 of them leased */
+  ck_assert_uint_eq(broker_trim_over_limit(&br), 5);
+  ck_assert_uint_eq(lk.total, 5);
+  ck_assert_uint_eq(broker_trim_over_limit(&br), 0);
+  lk.limit_bytes = 2 * cs; /* only free chunks go: the 4 leased stay */
+  ck_assert_uint_eq(broker_trim_over_limit(&br), 1);
+  ck_assert_uint_eq(lk.total, 4);
+}
+END_TEST
+
 /* Out of memory says what was asked and who holds the lake, per process. */
 START_TEST(test_out_of_memory_names_the_holders) {
   broker_client h1, h2, asker;
@@ -675,6 +693,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_quota_per_process_and_cgroup);
   tcase_add_test(tc, test_quota_counts_published_shares);
   tcase_add_test(tc, test_adopt_room_per_user);
+  tcase_add_test(tc, test_trim_over_limit);
   tcase_add_test(tc, test_out_of_memory_names_the_holders);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);

@@ -908,6 +908,13 @@ START_TEST(test_ctl_errors) {
   pthread_cond_broadcast(&tid_cond);
   pthread_mutex_unlock(&tid_lock);
   pthread_join(th, NULL);
+  /* the daemon named twice is an error; --device wins over GMLAKE_CONTROL */
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --device 3 stats 2>&1", bindir, ctl_url), 2);
+  ck_assert_msg(strstr(out, "--control and --device name the daemon both"), "%s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_CONTROL=%s XDG_RUNTIME_DIR=%s %s/gmlakectl --device 3 stats 2>&1", ctl_url, tmpdir,
+                      bindir), 1);
+  ck_assert_msg(strstr(out, "gmlake-3.ctl"), "GMLAKE_CONTROL won over --device: %s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_CONTROL=%s %s/gmlakectl stats --json 2>&1", ctl_url, bindir), 0);
   /* extra arguments, every command; then watch's interval */
   static const char *const bad[] = {"stats extra", "clients x", "chunks x", "shares x", "trim x", "limit 8MiB x",
                                     "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0", "watch --interval abc",

@@ -393,7 +393,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   char url[300] = "";
-  int device = 0, ch;
+  int device = 0, device_given = 0, ch;
   char *cmd = NULL, *args[4] = {0};
   ctl c = {.interval = 1.0, .args = args};
   /* --json anywhere makes every error, usage errors included, an error object on stdout too */
@@ -415,7 +415,7 @@ int main(int argc, char **argv) {
     }
     switch (ch) {
     case 'c': snprintf(url, sizeof url, "%s", optarg); break;
-    case 'd': device = (int)parse_int_or_die(&c, "device", optarg, 0, 1023); break;
+    case 'd': device = (int)parse_int_or_die(&c, "device", optarg, 0, 1023), device_given = 1; break;
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = parse_interval_or_die(&c, optarg); break;
@@ -430,8 +430,13 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (!url[0]) {
-    if (gml_env(GML_ENV_CONTROL)) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
+  if (url[0] && device_given) { /* one or the other: a limit meant for one device must not land on another */
+    ctl_error(&c, GML_EINVAL, "--control and --device name the daemon both: give one");
+    usage(stderr);
+    return 2;
+  }
+  if (!url[0]) { /* --device wins over GMLAKE_CONTROL */
+    if (gml_env(GML_ENV_CONTROL) && !device_given) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
     else gml_client_control_url(device, url, sizeof url);
     if (!url[0]) {
       ctl_error(&c, GML_EDAEMON, "no daemon of device %d: /run/gmlake/gmlake-%d.ctl does not exist and XDG_RUNTIME_DIR is "
