@@ -231,31 +231,6 @@ static int daemon_acquire_stream(void *ctx, size_t n, stream_got_fn got_fn, void
   return got;
 }
 
-static void daemon_return(gml_client *c, uint64_t *ids, size_t n, int tainted);
-
-static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids) {
-  gml_client *c = ctx;
-  uint64_t keep[GML_MAX_LEASE_CHUNKS];
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
-    c->be->ops->chunk_release(c->be, phys[i]);
-    if (ids[i] & GML_ID_PARKED) continue; /* parked at the daemon under our pid: local only (link.c) */
-    if (k == GML_MAX_LEASE_CHUNKS) daemon_return(c, keep, k, 0), k = 0;
-    keep[k++] = ids[i];
-  }
-  if (k) daemon_return(c, keep, k, 0);
-}
-
-void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n) {
-  uint64_t keep[GML_MAX_LEASE_CHUNKS];
-  for (size_t i = 0; i < n;) {
-    size_t k = 0;
-    for (; i < n && k < GML_MAX_LEASE_CHUNKS; i++)
-      if (!(ids[i] & GML_ID_PARKED)) keep[k++] = ids[i];
-    if (k) daemon_return(c, keep, k, 1);
-  }
-}
-
 static void daemon_return(gml_client *c, uint64_t *ids, size_t n, int tainted) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReturnRequest rr = GMLAKE__RETURN_REQUEST__INIT;
@@ -270,6 +245,26 @@ static void daemon_return(gml_client *c, uint64_t *ids, size_t n, int tainted) {
     free_received(r.env, r.fds, r.nfds);
   }
 }
+
+/* Return ids to the daemon in Return requests of up to GML_MAX_LEASE_CHUNKS;
+ * parked ones (at the daemon under our pid, or never counted) are local only (link.c). */
+static void return_ids(gml_client *c, const uint64_t *ids, size_t n, int tainted) {
+  uint64_t keep[GML_MAX_LEASE_CHUNKS];
+  for (size_t i = 0; i < n;) {
+    size_t k = 0;
+    for (; i < n && k < GML_MAX_LEASE_CHUNKS; i++)
+      if (!(ids[i] & GML_ID_PARKED)) keep[k++] = ids[i];
+    if (k) daemon_return(c, keep, k, tainted);
+  }
+}
+
+static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids) {
+  gml_client *c = ctx;
+  for (size_t i = 0; i < n; i++) c->be->ops->chunk_release(c->be, phys[i]); /* our handles go first */
+  return_ids(c, ids, n, 0);
+}
+
+void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n) { return_ids(c, ids, n, 1); }
 
 static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   gml_stats st;
