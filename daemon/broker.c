@@ -217,17 +217,23 @@ static int covers(const lake_quota *q, const broker_client *o) {
   return 0;
 }
 
+/* Chunks q covers: every connection, parked chunk and published share. */
+static uint64_t held_under(const broker *b, const lake_quota *q) {
+  uint64_t held = 0;
+  const broker_client *lists[3] = {b->clients, b->parked, b->published};
+  for (int l = 0; l < 3; l++)
+    for (const broker_client *o = lists[l]; o; o = o->next)
+      if (covers(q, o)) held += o->leased_chunks;
+  return held;
+}
+
 uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *quota, char *holder_name, size_t holder_len) {
   uint64_t room = UINT64_MAX;
   if (quota) *quota = 0;
   for (size_t i = 0; i < b->lk->nquotas; i++) {
     const lake_quota *q = &b->lk->quotas[i];
     if (!covers(q, c)) continue;
-    uint64_t held = 0; /* every connection, parked chunk and published share the quota covers */
-    const broker_client *lists[3] = {b->clients, b->parked, b->published};
-    for (int l = 0; l < 3; l++)
-      for (const broker_client *o = lists[l]; o; o = o->next)
-        if (covers(q, o)) held += o->leased_chunks;
+    uint64_t held = held_under(b, q);
     uint64_t max = q->bytes / b->lk->cs, r = max > held ? max - held : 0;
     if (r < room || (quota && !*quota)) {
       room = GML_MIN(room, r);
@@ -399,11 +405,8 @@ uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n) 
   /* one user hands over at most the limit: all users together cannot have
    * held more than it before the restart, and one that hands over more (fds
    * it kept of chunks it returned) does not take the room of the others */
-  uint64_t uid_held = 0;
-  const broker_client *lists[3] = {b->clients, b->parked, b->published};
-  for (int l = 0; l < 3; l++)
-    for (const broker_client *o = lists[l]; o; o = o->next)
-      if (o->uid == c->uid) uid_held += o->leased_chunks;
+  const lake_quota user = {.by_uid = LAKE_QUOTA_UID, .key = (uint32_t)c->uid}; /* counted as a uid quota counts */
+  uint64_t uid_held = held_under(b, &user);
   uint64_t room = GML_MIN(bound - held, uid_held >= limit ? 0 : limit - uid_held);
   return (uint32_t)GML_MIN((uint64_t)n, room);
 }
