@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ enum opt_type {
   OPT_SIZE,     /* bytes: "256MiB", "2G" (uint64_t) */
   OPT_LIMIT,    /* bytes or PCT%, kept as text: the device's size is known later */
   OPT_STRING,   /* text of at most `max` bytes; min = 1: not empty */
+  OPT_GROUP,    /* a group's name, which must exist (a socket nobody of the group can reach is no service) */
   OPT_CHOICE,   /* one of the words of `choices` */
   OPT_BACKEND,  /* "auto" or a backend of common/backend.c's table */
   OPT_URL,      /* text with "://" */
@@ -70,7 +72,7 @@ static const config_option options[] = {
     {"adopt-window", "S", OPT_INT, AT(adopt_window_s), "120",
      "clients hand over the chunks they hold this long after start, not later (default %D)", 0, 86400, 10, NULL},
     {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
-    {"socket-group", "NAME", OPT_STRING, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
+    {"socket-group", "NAME", OPT_GROUP, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
      NULL},
     {"log-level", "L", OPT_LOGLEVEL, AT(log_level), "info", "error, warn, info (default) or debug", 0, 0, 0, NULL},
     {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
@@ -148,6 +150,9 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   case OPT_STRING:
     if (strlen(val) < (size_t)o->min || strlen(val) > (size_t)o->max || strlen(val) >= o->size) return -1;
     break;
+  case OPT_GROUP:
+    if (strlen(val) > (size_t)o->max || strlen(val) >= o->size || (*val && !getgrnam(val))) return -1;
+    break;
   case OPT_CHOICE:
     if (!has_word(o->choices, val) || strlen(val) >= o->size) return -1;
     break;
@@ -202,8 +207,12 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
     return -1;
   }
   if (set_value(c, o, val)) {
-    snprintf(err, errlen, "bad value for %s: '%s'%s", key, val,
-             o->type == OPT_QUOTA && !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')" : "");
+    if (o->type == OPT_GROUP) /* the daemon would serve a socket nobody of the intended group can reach */
+      snprintf(err, errlen, "bad value for %s: no group '%s' (create it first: groupadd %s; or leave %s out to keep the "
+               "daemon's own group)", key, val, val, key);
+    else
+      snprintf(err, errlen, "bad value for %s: '%s'%s", key, val,
+               o->type == OPT_QUOTA && !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')" : "");
     return -1;
   }
   return 0;

@@ -16,7 +16,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <grp.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -120,13 +119,9 @@ static void on_reload(uv_signal_t *h, int signum) {
   gmld_config nc;
   uint64_t limit = 0;
   const char *bad = NULL;
-  static char why[160];
   if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration does not parse (see above)";
   else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit";
-  else if (nc.socket_group[0] && !getgrnam(nc.socket_group)) { /* the next start would fail on it */
-    snprintf(why, sizeof why, "bad value for socket-group: no group '%s'", nc.socket_group);
-    bad = why;
-  } else if (strcmp(nc.socket_group, d->cfg.socket_group) || nc.socket_mode != d->cfg.socket_mode)
+  else if (strcmp(nc.socket_group, d->cfg.socket_group) || nc.socket_mode != d->cfg.socket_mode)
     GML_WARN("SIGHUP: socket-group and socket-mode take effect at the next start, not now");
   if (bad) {
     GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
@@ -202,12 +197,6 @@ int main(int argc, char **argv) {
   if (!c->socket_path[0] || !c->control_url[0]) {
     fprintf(stderr, "gmlaked: /run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
                     "(not in /tmp or another directory others may write: clients refuse those)\n");
-    free(d);
-    return 2;
-  }
-  if (c->socket_group[0] && !getgrnam(c->socket_group)) { /* a socket nobody of that group can reach is no service */
-    fprintf(stderr, "gmlaked: bad value for socket-group: no group '%s' (create it first: groupadd %s; or leave "
-                    "socket-group out to keep the daemon's own group)\n", c->socket_group, c->socket_group);
     free(d);
     return 2;
   }

@@ -192,6 +192,8 @@ done
 # and the example's settings, uncommented, parse (--help after the file: 0, or 2 naming a bad key)
 d=$(mktemp -d)
 sed -nE 's/^# ([a-z-]+( = .*| +#.*|))$/\1/p' systemd/gmlaked.conf.example > "$d/example.conf"
+# socket-group must name a group that exists: where `groupadd gmlake` was not run, root's group stands in
+getent group gmlake >/dev/null || sed -i "s/^socket-group = gmlake/socket-group = $(getent group 0 | cut -d: -f1)/" "$d/example.conf"
 "$BUILD/gmlaked" --config "$d/example.conf" --help >/dev/null || { echo "systemd/gmlaked.conf.example, uncommented, does not parse" >&2; exit 1; }
 rm -rf "$d"
 # every command of gmlakectl --help in man gmlakectl
