@@ -493,6 +493,16 @@ static int reconnect(gml_client *c) {
   return 0;
 }
 
+/* Wait on l->cv (l->mu held) for at most ns: pthread_cond_timedwait's result. */
+static int wait_ns(gml_link *l, uint64_t ns) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += (time_t)(ns / 1000000000ull);
+  until.tv_nsec += (long)(ns % 1000000000ull);
+  if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+  return pthread_cond_timedwait(&l->cv, &l->mu, &until);
+}
+
 static void *keeper_main(void *arg) {
   gml_client *c = arg;
   gml_link *l = c->link;
@@ -515,23 +525,14 @@ static void *keeper_main(void *arg) {
         backoff_ms = 10;
         continue;
       }
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_sec += (time_t)(backoff_ms / 1000);
-      until.tv_nsec += (long)(backoff_ms % 1000) * 1000000L;
-      if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-      pthread_cond_timedwait(&l->cv, &l->mu, &until);
+      wait_ns(l, backoff_ms * 1000000ull);
       backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
       continue;
     }
     /* connected and nothing asked: keep the daemon's picture of us current
      * (an idle process's last operations are reported within ~0.1 s, not at
      * its 256th next one) */
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)REPORT_INTERVAL_NS;
-    while (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
+    if (wait_ns(l, REPORT_INTERVAL_NS) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
       pthread_mutex_unlock(&l->mu);
       gml_client_report_changed(c);
       /* attached ranges wait for their publishers to publish again after a restart */
