@@ -152,13 +152,16 @@ if [ "$(id -u)" = 0 ]; then
   #    before, the socket belonged to its directory's owner, the daemon ran as that owner, and the
   #    client wrote its memory into chunks the squatter reads from /proc/PID/fd.
   victim=12346
-  mkdir -m 755 "$w/gmlake" && chown "$nobody:$nobody" "$w/gmlake"
-  setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
-    --socket "$w/gmlake/gmlake-$DEV.sock" --control "ipc://$w/gmlake/gmlake-$DEV.ctl" --socket-mode 0666 --log-level warn \
-    2>"$p/squat.log" &
-  pids="$pids $!"
-  for _ in $(seq 100); do [ -S "$w/gmlake/gmlake-$DEV.sock" ] && break; sleep 0.05; done
-  [ -S "$w/gmlake/gmlake-$DEV.sock" ] || fail "the squatter's gmlaked did not start: $(cat "$p/squat.log")"
+  # nobody_daemon DIR LOG: a directory of nobody's and a gmlaked of nobody's serving in it (socket mode 0666)
+  nobody_daemon() {
+    mkdir -m 755 "$1" && chown "$nobody:$nobody" "$1"
+    setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
+      --socket "$1/gmlake-$DEV.sock" --control "ipc://$1/gmlake-$DEV.ctl" --socket-mode 0666 --log-level warn 2>"$2" &
+    pids="$pids $!"
+    for _ in $(seq 100); do [ -S "$1/gmlake-$DEV.sock" ] && return 0; sleep 0.05; done
+    return 1
+  }
+  nobody_daemon "$w/gmlake" "$p/squat.log" || fail "the squatter's gmlaked did not start: $(cat "$p/squat.log")"
   squat_why="$w/gmlake belongs to uid $nobody, neither root nor this user"
   for who in 0 "$victim"; do
     if echo close | setpriv --reuid="$who" --regid="$who" --clear-groups env GMLAKE_SOCKET="$w/gmlake/gmlake-%d.sock" \
@@ -181,12 +184,7 @@ if [ "$(id -u)" = 0 ]; then
   grep -q "$w/gpus-link belongs to uid $nobody" "$p/err" || fail "unclear error for a symlink: $(cat "$p/err")"
   echo "  a symlink of uid $nobody in a sticky directory: refused"
   # a directory of another user that is not the system daemon's, even where only root may write: refused
-  mkdir -m 755 "$p/root/other" && chown "$nobody:$nobody" "$p/root/other"
-  setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
-    --socket "$p/root/other/gmlake-$DEV.sock" --control "ipc://$p/root/other/gmlake-$DEV.ctl" --socket-mode 0666 --log-level warn \
-    2>"$p/other.log" &
-  pids="$pids $!"
-  for _ in $(seq 100); do [ -S "$p/root/other/gmlake-$DEV.sock" ] && break; sleep 0.05; done
+  nobody_daemon "$p/root/other" "$p/other.log" || fail "nobody's gmlaked did not start: $(cat "$p/other.log")"
   echo close | GMLAKE_SOCKET="$p/root/other/gmlake-$DEV.sock" GMLAKE_MODE=daemon "$TC" "default:$DEV" >"$p/out" 2>"$p/err" &&
     fail "root used a daemon of uid $nobody outside /run/gmlake: $(cat "$p/out")"
   grep -q "$p/root/other belongs to uid $nobody, neither root nor this user (0)" "$p/err" || fail "unclear error: $(cat "$p/err")"
