@@ -264,13 +264,11 @@ int gml_share_release_range(gml_growable *g);
  * second, while any is left). Takes grow.lock. */
 void gml_share_restore(gml_client *c);
 /* link.c, reconnecting to a restarted daemon (grow.lock held): every chunk of
- * a published range to fn (handed over with the rest, then published again),
- * and every shared range marked for restore. */
-void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx);
-/* link.c, reconnecting to a restarted daemon that takes no hand-over (grow.lock
- * held): published ranges are mapped on uncounted (their chunks are not the
- * new lake's), attached ones wait for their share to come back. */
-void gml_share_keep_local(gml_client *c);
+ * a published range to fn, and every shared range marked for restore.
+ * adopted: fn hands them over with the rest, to be published again; else
+ * (a daemon that takes no hand-over) fn keeps them local and the published
+ * ranges are mapped on uncounted. Attached ones wait for their share either way. */
+void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx, int adopted);
 /* client.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS). */
 struct Gmlake__Envelope;
 int gml_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);

@@ -442,12 +442,13 @@ static int reconnect(gml_client *c) {
     for (size_t i = 0; i < a->chunks_used; i++)
       if (a->chunks[i].list != GML_CL_DEAD) mark_parked(&parked, a->chunks[i].phys, &a->chunks[i].id);
     gml_grow_each_chunk(c, mark_parked, &parked);
-    if (!same) gml_share_keep_local(c);
+    size_t shared = 0; /* counted apart: the message counts the allocator's and the ranges' */
+    if (!same) gml_share_handover(c, mark_parked, &shared, 0);
   } else {
     for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
       if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
     gml_grow_each_chunk(c, adopt_add, &b);
-    gml_share_handover(c, adopt_add, &b); /* published ranges' chunks too: published again after */
+    gml_share_handover(c, adopt_add, &b, 1); /* published ranges' chunks too: published again after */
   }
   rc = adopt_flush(&b);
   if (!rc) {

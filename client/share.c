@@ -395,29 +395,20 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
 
 /* ---------- a daemon restart: shares handed over and restored ---------- */
 
-void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx) {
+void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx, int adopted) {
   for (gml_growable *g = c->grow.head; g; g = g->next) {
     if (g->shared == GML_GROW_ATTACHED) {
       if (g->lost != GML_SHARE_ORPHAN) set_lost(g, GML_SHARE_REGISTER);
       continue;
     }
     if (g->shared != GML_GROW_PUBLISHED) continue;
-    /* the new daemon knows nothing of the share: its chunks are handed over as
-     * ours, then published again (or, published again in vain, kept as ours) */
+    /* the new daemon knows nothing of the share: its chunks go to fn as ours,
+     * then are published again (or, published again in vain, kept as ours);
+     * not adopted, they are mapped on uncounted (not the new lake's) */
     for (size_t k = 0; k < g->nslots; k++)
       if (g->mapped[k]) fn(ctx, g->phys[k], &g->ids[k]);
-    if (g->lost != GML_SHARE_OWNED) set_lost(g, GML_SHARE_PUBLISH);
-  }
-  c->grow.lost_since_ns = gml_now_ns();
-}
-
-void gml_share_keep_local(gml_client *c) {
-  for (gml_growable *g = c->grow.head; g; g = g->next) {
-    if (g->shared == GML_GROW_ATTACHED && g->lost != GML_SHARE_ORPHAN) set_lost(g, GML_SHARE_REGISTER);
-    if (g->shared != GML_GROW_PUBLISHED) continue;
-    for (size_t k = 0; k < g->nslots; k++) /* released locally only, like the allocator's */
-      if (g->mapped[k] && g->ids[k]) g->ids[k] |= GML_ID_PARKED;
-    set_lost(g, GML_SHARE_ORPHAN);
+    if (!adopted) set_lost(g, GML_SHARE_ORPHAN);
+    else if (g->lost != GML_SHARE_OWNED) set_lost(g, GML_SHARE_PUBLISH);
   }
   c->grow.lost_since_ns = gml_now_ns();
 }
