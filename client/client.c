@@ -289,8 +289,8 @@ static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
 }
 
 /* the report's numbers as one array, to see whether any changed */
-static void usage_key(const Gmlake__UsageReport *u, uint64_t k[11]) {
-  uint64_t v[11] = {u->paused, u->reclaims_served, u->paused_saved, u->growable_mapped, u->growable_unmapped, u->allocated,
+static void usage_key(const Gmlake__UsageReport *u, uint64_t k[GML_USAGE_KEYS]) {
+  uint64_t v[GML_USAGE_KEYS] = {u->paused, u->reclaims_served, u->paused_saved, u->growable_mapped, u->growable_unmapped, u->allocated,
                     u->cached, u->stitched, u->largest_free, u->alloc_count, u->fragment_bytes};
   memcpy(k, v, sizeof v);
 }
@@ -317,7 +317,7 @@ void gml_client_report_changed(gml_client *c) {
   if (gml_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) < REPORT_INTERVAL_NS) return;
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
   usage_fill(c, &u);
-  uint64_t k[11];
+  uint64_t k[GML_USAGE_KEYS];
   usage_key(&u, k);
   if (pthread_mutex_trylock(&c->conn_lock)) return; /* a lease or return under way: it is the next round's */
   if (memcmp(k, c->last_usage, sizeof k)) usage_send(c, &u); /* last_usage is written under conn_lock */

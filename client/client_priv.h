@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
+#define GML_USAGE_KEYS 11 /* the numbers of a usage report compared for a change (client.c usage_key) */
 
 /* A growable range (growable.c); share.c publishes or attaches whole ones. */
 enum { GML_GROW_OWN = 0, GML_GROW_PUBLISHED = 1, GML_GROW_ATTACHED = 2 };
@@ -139,7 +140,7 @@ struct gml_client {
   struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
-  uint64_t last_usage[11];  /* the numbers of the last usage report (gml_client_report_changed skips an unchanged one) */
+  uint64_t last_usage[GML_USAGE_KEYS]; /* the numbers of the last usage report (gml_client_report_changed skips an unchanged one) */
   uint32_t ops_since_check;
   gml_grow_state grow;
   char last_error[1400];
