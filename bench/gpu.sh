@@ -21,7 +21,7 @@
 # shared: two trainings through one daemon limited below their summed peaks
 # kvcache: bench/kv_cache.py: a GPT-2 generate loop with its K/V cache on growable tensors vs
 #          concatenation (DynamicCache) and preallocation (StaticCache), embedded, then the same
-#          through a daemon; PASS/FAIL lines
+#          through a daemon; PASS/FAIL lines (KV_MODES="daemon": one of them; KV_REPEATS: passes, 3)
 # guard:  guard mode (issue 16): a kernel writes one element past a tensor's end (bench/guard_oob.py)
 #         with the guard, without it, and under compute-sanitizer memcheck; the faulting address
 #         named with gmlake.block_of and with tools/gmlake-sanitizer-blocks
@@ -172,14 +172,17 @@ if has shared; then
   PYTHONUNBUFFERED=1 python3 bench/torch_bench.py shared 2>&1 | tee "$OUTDIR/shared.txt"
   grep -E '^SHARED|separate peaks' "$OUTDIR/shared.txt" >> "$SUMMARY"
 fi
-if has kvcache; then
-  PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/kv_cache.py --repeats 3 2>&1 | tee "$OUTDIR/kv_cache.txt"
+KV_MODES=${KV_MODES:-embedded daemon} KV_REPEATS=${KV_REPEATS:-3}
+if has kvcache && case " $KV_MODES " in *" embedded "*) true;; *) false;; esac; then
+  PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/kv_cache.py --repeats "$KV_REPEATS" 2>&1 | tee "$OUTDIR/kv_cache.txt"
   sed -n '/^model:/p; /^cache /,$p' "$OUTDIR/kv_cache.txt" | sed 's/^/kvcache embedded: /' >> "$SUMMARY"
+fi
+if has kvcache && case " $KV_MODES " in *" daemon "*) true;; *) false;; esac; then
   d=$(mktemp -d)
   "$BUILD/gmlaked" --backend cuda --socket $d/s --control ipc://$d/c --log-level warn 2>$d/log &
   dp=$!
   for i in $(seq 100); do "$BUILD/gmlakectl" --control ipc://$d/c stats >/dev/null 2>&1 && break; sleep 0.1; done
-  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --repeats 3 2>&1 |
+  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --repeats "$KV_REPEATS" 2>&1 |
     tee "$OUTDIR/kv_cache_daemon.txt" | grep -E '^(model|PASS|FAIL|SKIP)' | sed 's/^/kvcache daemon: /' | tee -a "$SUMMARY"
   say "kvcache daemon: lake after the run: $("$BUILD/gmlakectl" --control ipc://$d/c stats | grep -E 'chunks ')"
   kill $dp; wait $dp; rm -rf $d
