@@ -254,6 +254,7 @@ static void return_ids(gml_client *c, const uint64_t *ids, size_t n, int tainted
     size_t k = 0;
     for (; i < n && k < GML_MAX_LEASE_CHUNKS; i++)
       if (!(ids[i] & GML_ID_PARKED)) keep[k++] = ids[i];
+      else if (ids[i] & GML_ID_UNCOUNTED) gml_client_uncounted_gone(c);
     if (k) daemon_return(c, keep, k, tainted);
   }
 }
@@ -266,6 +267,8 @@ static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint
 
 void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n) { return_ids(c, ids, n, 1); }
 
+void gml_client_uncounted_gone(gml_client *c) { __atomic_fetch_sub(&c->uncounted_chunks, 1, __ATOMIC_RELAXED); }
+
 static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   gml_stats st;
   gml_alloc_stats(&c->alloc, &st);
@@ -273,6 +276,7 @@ static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   gml_pause_stats(c, &st);
   u->paused = st.paused_bytes;
   u->reclaims_served = __atomic_load_n(&c->reclaims_served, __ATOMIC_RELAXED);
+  u->uncounted = __atomic_load_n(&c->uncounted_chunks, __ATOMIC_RELAXED) * c->be->chunk_size;
   u->paused_saved = st.paused_saved;
   u->growable_mapped = st.growable_mapped;
   u->growable_unmapped = st.growable_unmapped;
@@ -291,7 +295,7 @@ static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
 /* the report's numbers as one array, to see whether any changed */
 static void usage_key(const Gmlake__UsageReport *u, uint64_t k[GML_USAGE_KEYS]) {
   uint64_t v[GML_USAGE_KEYS] = {u->paused, u->reclaims_served, u->paused_saved, u->growable_mapped, u->growable_unmapped, u->allocated,
-                    u->cached, u->stitched, u->largest_free, u->alloc_count, u->fragment_bytes};
+                    u->cached, u->stitched, u->largest_free, u->alloc_count, u->fragment_bytes, u->uncounted};
   memcpy(k, v, sizeof v);
 }
 

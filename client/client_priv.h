@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
-#define GML_USAGE_KEYS 11 /* the numbers of a usage report compared for a change (client.c usage_key) */
+#define GML_USAGE_KEYS 12 /* the numbers of a usage report compared for a change (client.c usage_key) */
 
 /* A growable range (growable.c); share.c publishes or attaches whole ones. */
 enum { GML_GROW_OWN = 0, GML_GROW_PUBLISHED = 1, GML_GROW_ATTACHED = 2 };
@@ -122,6 +122,10 @@ typedef struct gml_grow_state {
  * pid there and freed when we exit, so we release it locally only, never
  * return it by id; a real restart hands it over like any other. */
 #define GML_ID_PARKED (1ull << 63)
+/* With GML_ID_PARKED: a restarted daemon took no hand-over of the chunk (past
+ * its adopt-window, or refused): no lake counts it; ours until we exit or
+ * hand it over to a later daemon (link.c). c->uncounted_chunks counts them. */
+#define GML_ID_UNCOUNTED (1ull << 62)
 
 struct gml_client {
   gml_allocator alloc;
@@ -137,6 +141,7 @@ struct gml_client {
   int daemon_gone;          /* set by link.c's reader (atomic) */
   struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
   uint64_t reclaims_served; /* reclaim requests the keeper served (the usage report says so) */
+  uint64_t uncounted_chunks; /* chunks we hold with GML_ID_UNCOUNTED (atomic; the usage report says so) */
   struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
@@ -193,6 +198,8 @@ void gml_client_report_changed(gml_client *c);
 /* Give chunks back that processes of other users may still map (the daemon
  * releases them and never leases them again); our handles and mappings stay. */
 void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
+/* A chunk with GML_ID_UNCOUNTED let go (released locally): one less kept outside the lake. */
+void gml_client_uncounted_gone(gml_client *c);
 /* track.c: why a call on c fails, for gml_last_error (the call and the
  * argument that was wrong, so the message is never the last call's); returns rc. */
 int gml_fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

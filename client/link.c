@@ -374,15 +374,17 @@ static void adopt_add(void *ctx, gml_phys phys, uint64_t *id) {
   adopt_batch *b = ctx;
   if (b->rc || !*id) return; /* id 0: not a chunk of the daemon's */
   b->phys[b->n] = phys;
-  b->old[b->n] = *id & ~GML_ID_PARKED;
+  b->old[b->n] = *id & ~(GML_ID_PARKED | GML_ID_UNCOUNTED);
   b->idp[b->n++] = id;
   if (b->n == GML_MAX_LEASE_CHUNKS) adopt_flush(b);
 }
 
-/* The same daemon closed our connection: it parked our chunks under our pid. */
-static void mark_parked(void *ctx, gml_phys phys, uint64_t *id) {
+/* A chunk kept ours, released locally only: the same daemon closed our connection and parked it
+ * under our pid (GML_ID_PARKED), or a restarted one took no hand-over (and GML_ID_UNCOUNTED). */
+typedef struct local_mark { uint64_t bits; size_t n; } local_mark;
+static void mark_local(void *ctx, gml_phys phys, uint64_t *id) {
   (void)phys;
-  if (*id) *id |= GML_ID_PARKED, ++*(size_t *)ctx;
+  if (*id) *id |= ((local_mark *)ctx)->bits, ((local_mark *)ctx)->n++;
 }
 
 static int connect_unix(const char *path) {
@@ -433,17 +435,17 @@ static int reconnect(gml_client *c) {
   pthread_mutex_lock(&a->lock);
   pthread_mutex_lock(&c->grow.lock);
   pthread_mutex_lock(&c->conn_lock);
-  size_t parked = 0;
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (client.c) */
   int refused = l->adopt_refused && inst == l->adopt_refused;
   int local = same || no_adopt || refused;
+  /* shared counted apart: the message counts the allocator's and the ranges' */
+  local_mark parked = {GML_ID_PARKED | (same ? 0 : GML_ID_UNCOUNTED), 0}, shared = parked;
   if (local) {
     for (size_t i = 0; i < a->chunks_used; i++)
-      if (a->chunks[i].list != GML_CL_DEAD) mark_parked(&parked, a->chunks[i].phys, &a->chunks[i].id);
-    gml_grow_each_chunk(c, mark_parked, &parked);
-    size_t shared = 0; /* counted apart: the message counts the allocator's and the ranges' */
-    if (!same) gml_share_handover(c, mark_parked, &shared, 0);
+      if (a->chunks[i].list != GML_CL_DEAD) mark_local(&parked, a->chunks[i].phys, &a->chunks[i].id);
+    gml_grow_each_chunk(c, mark_local, &parked);
+    if (!same) gml_share_handover(c, mark_local, &shared, 0);
   } else {
     for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
       if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
@@ -452,6 +454,9 @@ static int reconnect(gml_client *c) {
   }
   rc = adopt_flush(&b);
   if (!rc) {
+    /* what no lake counts now: all we hold (a daemon that took none), nothing (one that took all), or
+     * as before (the same daemon: those it never counted stay so, the rest it keeps parked) */
+    if (!same) __atomic_store_n(&c->uncounted_chunks, local ? (uint64_t)(parked.n + shared.n) : 0, __ATOMIC_RELAXED);
     tv.tv_sec = 0;
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     close(c->sock);
@@ -482,11 +487,11 @@ static int reconnect(gml_client *c) {
   if (rc) return rc;
   if (same)
     GML_WARN("reconnected to the daemon at %s (it closed our connection, it did not restart): it keeps the %zu "
-             "chunk(s) we hold parked under our pid until we exit; none handed over again", l->path, parked);
+             "chunk(s) we hold parked under our pid until we exit; none handed over again", l->path, parked.n);
   else if (local)
     GML_WARN("reconnected to the daemon at %s, which takes no hand-over from us (%s): the %zu chunk(s) we hold stay "
              "ours until we exit, not counted by the lake", l->path,
-             no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota or what it adopts", parked);
+             no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota or what it adopts", parked.n);
   else
     GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
   gml_client_report(c);

@@ -145,6 +145,10 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   if (!c) return GML_EINVAL;
   if (flags & ~(unsigned)(GML_PAUSE_DISCARD | GML_PAUSE_FILE))
     return gml_fail(c, GML_EINVAL, "%s: flags %#x: unknown bits (GML_PAUSE_DISCARD, GML_PAUSE_FILE)", fn, flags);
+  /* discard with a file: the path was ignored, nothing saved, and the caller told nothing */
+  if ((flags & GML_PAUSE_DISCARD) && (flags & GML_PAUSE_FILE))
+    return gml_fail(c, GML_EINVAL, "%s: GML_PAUSE_DISCARD saves nothing, %s saves the content: one or the other", fn,
+                    path ? "a path" : "GML_PAUSE_FILE");
   if ((flags & GML_PAUSE_FILE) && !path)
     return gml_fail(c, GML_EINVAL, "%s: GML_PAUSE_FILE needs a path (gml_pause_file with a non-NULL path)", fn);
   gml_allocator *a = &c->alloc;

@@ -81,6 +81,7 @@ int gml_share_release_range(gml_growable *g) {
     if (be->ops->unmap(be, g->base + s * g->cs, g->cs)) return GML_EBACKEND;
     if (ours) c->alloc.src.release(c->alloc.src.ctx, 1, &g->phys[s], &g->ids[s]);
     else be->ops->chunk_release(be, g->phys[s]); /* the share's: not returned, only our handle goes */
+    if (!ours && (g->ids[s] & GML_ID_UNCOUNTED)) gml_client_uncounted_gone(c); /* orphaned by a daemon that took none */
     g->mapped[s] = 0;
     g->nmapped--;
     c->grow.shared -= g->cs;

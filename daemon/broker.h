@@ -60,6 +60,7 @@ typedef struct broker_client {
   uint64_t paused, paused_saved; /* ... paused blocks (gml_pause) and their saved content, bytes */
   uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
   uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
+  uint64_t uncounted;          /* bytes it holds that no lake counts (its hand-over we did not take): in no limit or quota */
   uint64_t leases_refused;
   uint64_t refusal_logged_ns;  /* grant.c: when its last refusal was logged at warn level, */
   int refusal_logged_code;     /* ... and its code (a retry's refusal is not logged again) */

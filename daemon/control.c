@@ -45,6 +45,7 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
     st->growable_unmapped += c->growable_unmapped;
     st->idle_cache_bytes += c->idle;
     st->fragment_bytes += c->fragment;
+    st->uncounted += c->uncounted;
   }
   st->n_lease_latency_bucket = GML_LEASE_LAT_NBOUNDS;
   st->lease_latency_bucket = (uint64_t *)b->lat_bucket;
@@ -123,6 +124,7 @@ static void ctl_clients(ctl_call *k) {
     ci[i].growable_mapped = c->growable_mapped;
     ci[i].growable_unmapped = c->growable_unmapped;
     ci[i].shared_bytes = shares_bytes_of(k->d, c->id);
+    ci[i].uncounted = c->uncounted;
     cp[i] = &ci[i];
   }
   k->rep->n_clients = i;

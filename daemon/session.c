@@ -266,6 +266,7 @@ static void handle_usage(request *rq) {
   c->growable_unmapped = u->growable_unmapped;
   c->idle = u->idle_bytes;
   c->fragment = u->fragment_bytes;
+  c->uncounted = u->uncounted;
   broker_reported(&rq->s->d->br, c, u->reclaims_served);
   sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */
 }
@@ -514,7 +515,7 @@ static void session_close(session *s, const char *why) {
       p->bc = s->bc; /* who it was, what it holds: still its process's */
       p->bc.leased_chunks = held;
       p->bc.allocated = p->bc.cached = p->bc.stitched = p->bc.paused = p->bc.paused_saved = 0;
-      p->bc.idle = p->bc.fragment = 0;
+      p->bc.idle = p->bc.fragment = p->bc.uncounted = 0;
       uv_poll_init(d->loop, &p->poll, p->pidfd);
       p->poll.data = p;
       uv_poll_start(&p->poll, UV_READABLE, on_parked_exit);

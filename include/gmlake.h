@@ -234,7 +234,8 @@ GML_API int gml_growable_destroy(gml_growable *g);
  * resume), and returns their chunks, with all idle cache, to the lake; the
  * virtual ranges stay reserved. gml_resume leases chunks again, maps them at
  * the same addresses and copies the content back. GML_PAUSE_DISCARD saves
- * nothing: the content after resume is undefined (KV caches, activations).
+ * nothing: the content after resume is undefined (KV caches, activations);
+ * with a path or GML_PAUSE_FILE it is GML_EINVAL, gml_last_error naming both.
  * While paused the client goes on: new allocations lease chunks as usual and
  * never land on a paused allocation's addresses; freeing a paused allocation
  * is allowed (it is not restored); the caller must not touch paused memory
@@ -248,7 +249,7 @@ GML_API int gml_growable_destroy(gml_growable *g);
 GML_API int gml_set_tag(gml_client *c, uint32_t tag); /* tag of later allocations (0: none) */
 GML_API int gml_pause(gml_client *c, unsigned flags, uint32_t tag);
 /* As gml_pause, saving to a new file at path (GML_PAUSE_FILE is implied: flags
- * may be 0); a NULL path is gml_pause. */
+ * may be 0; GML_PAUSE_DISCARD is GML_EINVAL); a NULL path is gml_pause. */
 GML_API int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path);
 GML_API int gml_resume(gml_client *c);
 /* Shared read-only memory (daemon mode only: GML_EDAEMON when embedded).

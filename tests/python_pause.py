@@ -54,5 +54,11 @@ try:
 except gmlake.GMLakeError as e:
     assert "already paused" in str(e), e
 gmlake.resume(client=c)
+try:  # discard saves nothing: a path with it is refused (it was ignored: nothing saved, no error)
+    gmlake.pause(discard=True, path="/tmp/gmlake-python-pause-discard", client=c)
+    raise SystemExit("pause(discard=True, path=...) should fail")
+except gmlake.GMLakeError as e:
+    assert "GML_PAUSE_DISCARD saves nothing, a path saves the content" in str(e), e
+assert reserved() > 0  # nothing was paused
 lib.gml_close(c)
 print("  pause/resume/paused/tagged: bytes and addresses kept, memory back while paused")

@@ -24,6 +24,18 @@ done
 "$BUILD/gmlake-replay" "$d/empty.trace" 2>&1 >/dev/null | grep -q "empty.trace is not a trace: no allocation or free" ||
   { echo "gmlake-replay did not say which file and line are no trace" >&2; exit 1; }
 echo "  not a trace (junk, empty, a bad line 4): refused, exit 1, file and line named"
+# a free of an id never allocated or freed already, an allocation of a live id: refused, the line
+# and what is wrong named (they were skipped, or overwrote the live block: a replay of what no program did)
+printf 'a 1 4096 0\nf 2\n' > "$d/never.trace"; printf 'a 1 4096 0\nf 1\n\nf 1\n' > "$d/twice.trace"
+printf '# ok\na 1 4096 0\na 1 8192 0\n' > "$d/live.trace"
+for t in never twice live; do
+  if "$BUILD/gmlake-replay" "$d/$t.trace" > "$d/out" 2> "$d/err"; then echo "gmlake-replay took $t.trace" >&2; exit 1; fi
+done
+"$BUILD/gmlake-replay" "$d/never.trace" 2>&1 >/dev/null | grep -q "never.trace is not a trace: line 2 frees id 2, never allocated" &&
+"$BUILD/gmlake-replay" "$d/twice.trace" 2>&1 >/dev/null | grep -q "twice.trace is not a trace: line 4 frees id 1, freed already at line 2" &&
+"$BUILD/gmlake-replay" "$d/live.trace" 2>&1 >/dev/null | grep -q "live.trace is not a trace: line 3 allocates id 1, live since line 2" ||
+  { echo "gmlake-replay did not refuse a free of an id not live, or an allocation of a live one, naming the line" >&2; exit 1; }
+echo "  a free of an id never allocated or freed already, an allocation of a live id: refused, exit 1, line named"
 rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
 # (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;

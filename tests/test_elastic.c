@@ -5,6 +5,7 @@
  * restarted under its clients, quotas per process and per user. */
 #include "gmlake.h"
 #include "harness.h"
+#include "util.h"
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -169,7 +170,9 @@ END_TEST
  * quota (before: any client could send an adopting hello at any time, and
  * adoption ignored quotas: a user returned chunks, kept their fds, and had
  * them adopted back, holding 16 MiB against a 4 MiB quota and 12 chunks
- * against a limit of 4). */
+ * against a limit of 4). Its usage report says how much it keeps so, and
+ * gmlakectl clients and stats show it (before: allocated over leased, no
+ * word of memory on the device outside the lake). */
 START_TEST(test_adoption_bounded) {
   char conf[] = "/tmp/gmlake-test-conf.XXXXXX";
   int cfd = mkstemp(conf);
@@ -179,9 +182,12 @@ START_TEST(test_adoption_bounded) {
   snprintf(args, sizeof args, "--limit 64MiB --prefetch 0 --adopt-window 2 --config %s", conf);
   start_daemon(args);
   proc a = client_start();
-  client_ready(&a);
+  int pid_a = client_ready(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 12 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "tag 0 5"), "ok");
+  ck_assert_int_eq(client_num(pid_a, "uncounted"), 0);
+  long long held = client_num(pid_a, "leased_bytes");
+  ck_assert_int_ge(held, 12 << 20);
   /* over the quota the restarted daemon starts with: refused, kept */
   FILE *f = fopen(conf, "w");
   fprintf(f, "quota = uid:%d 8MiB\n", (int)getuid());
@@ -193,9 +199,23 @@ START_TEST(test_adoption_bounded) {
   usleep(300000);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 5000 5001 5002 5003 5004 5005");
+  /* what it keeps outside the lake, shown: its report, gmlakectl clients (--json and the table), stats */
+  long long got = -1;
+  for (int i = 0; i < 100 && (got = client_num(pid_a, "uncounted")) != held; i++) usleep(20000);
+  ck_assert_int_eq(got, held);
+  ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
+  ck_assert_int_eq(stat_num("uncounted"), held);
+  char out[4096], want[96], hb[32];
+  ck_assert_int_eq(ctl(out, sizeof out, "clients"), 0);
+  snprintf(want, sizeof want, "uncounted %s", gml_format_bytes((uint64_t)held, hb, sizeof hb));
+  ck_assert_msg(strstr(out, want) && strstr(out, "not counted by the lake"), "gmlakectl clients: %s", out);
   const char *r = client_cmd(&a, "alloc %d", 10 << 20);
   ck_assert_msg(!strncmp(r, "err -8 ", 7), "a lease past the quota: '%s'", r);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 1");
+  ck_assert_int_eq(client_num(pid_a, "uncounted"), held); /* new leases are the lake's */
+  long long leased = client_num(pid_a, "leased_bytes");
+  printf("  a hand-over over quota refused: %lld bytes kept outside the lake, %lld leased anew\n", held, leased);
+  ck_assert_int_ge(leased, 4 << 20);
   /* past the window: the client was stopped while the daemon restarted */
   f = fopen(conf, "w");
   fclose(f);
@@ -208,17 +228,63 @@ START_TEST(test_adoption_bounded) {
   ck_assert_int_eq(stat_wait("clients", 1, 4000), 1);
   usleep(300000);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
-  char out[64];
   sh(out, sizeof out, "grep -c 'would hand over chunks' %s/daemon.log", tmpdir);
   ck_assert_int_ge(atoi(out), 1);
+  for (int i = 0; i < 100 && (got = client_num(pid_a, "uncounted")) != held + leased; i++) usleep(20000);
+  ck_assert_int_eq(got, held + leased); /* all it holds, the last leases too */
   ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 5000 5001 5002 5003 5004 5005");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 2"); /* leases anew (its cache may serve a part) */
   ck_assert_int_ge(stat_wait("chunks_leased", 4, 2000), 1);
   ck_assert_int_le(stat_num("chunks_leased"), 4);
+  /* the uncounted chunks let go (released locally, not returned): none left */
+  for (int i = 0; i < 3; i++) ck_assert_str_eq(client_cmd(&a, "free %d", i), "ok");
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
+  for (int i = 0; i < 100 && (got = client_num(pid_a, "uncounted")) != 0; i++) usleep(20000);
+  ck_assert_int_eq(got, 0);
+  ck_assert_int_eq(stat_num("uncounted"), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
   unlink(conf);
+}
+END_TEST
+
+/* A daemon past its adopt-window takes no hand-over from a client that
+ * publishes a share: the share's chunks are its own, uncounted, with the
+ * allocator's; destroying the range and trimming lets them go, and the
+ * report says none are left (the share's go by their handles, not returned). */
+START_TEST(test_uncounted_let_go) {
+  start_daemon("--limit 64MiB --prefetch 0 --adopt-window 1");
+  proc p = client_start();
+  int pid_p = client_ready(&p);
+  ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 8 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gensure %d", 4 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&p, "gtag 0 1"), "ok");
+  ck_assert_str_eq(client_cmd(&p, "share k %d", 4 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&p, "alloc %d", 2 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&p, "flush"), "ok");
+  long long leased = client_num(pid_p, "leased_bytes");
+  ck_assert_int_ge(leased, 2 << 20);
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  kill(p.pid, SIGSTOP); /* back after the new daemon's window */
+  launch_daemon();
+  usleep(1500000);
+  kill(p.pid, SIGCONT);
+  long long got = -1;
+  for (int i = 0; i < 150 && (got = client_num(pid_p, "uncounted")) != leased + (4 << 20); i++) usleep(20000);
+  ck_assert_int_eq(got, leased + (4 << 20)); /* the allocator's chunks and the share's */
+  ck_assert_str_eq(client_cmd(&p, "gread 0"), "tag 1000");
+  ck_assert_str_eq(client_cmd(&p, "gdestroy"), "ok");
+  for (int i = 0; i < 100 && (got = client_num(pid_p, "uncounted")) != leased; i++) usleep(20000);
+  ck_assert_int_eq(got, leased);
+  ck_assert_str_eq(client_cmd(&p, "free 0"), "ok");
+  ck_assert_str_eq(strtok((char *)client_cmd(&p, "trim"), " "), "ok");
+  for (int i = 0; i < 100 && (got = client_num(pid_p, "uncounted")) != 0; i++) usleep(20000);
+  ck_assert_int_eq(got, 0);
+  ck_assert_int_eq(client_finish(&p), 0);
+  ck_assert_int_eq(stat_num("chunks_total"), 0); /* the new lake never held any of them */
+  ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
 
@@ -559,8 +625,7 @@ END_TEST
 START_TEST(test_daemon_restart_keeps_memory) {
   start_daemon("--limit 64MiB --prefetch 0");
   proc a = client_start(), b = client_start();
-  client_ready(&a);
-  client_ready(&b);
+  int pid_a = client_ready(&a), pid_b = client_ready(&b);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 10 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "tag 0 21"), "ok");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 1");
@@ -584,6 +649,9 @@ START_TEST(test_daemon_restart_keeps_memory) {
   ck_assert_int_eq(stat_num("clients"), 2);
   ck_assert_int_eq(stat_num("chunks_total"), 10); /* no chunk twice, none lost */
   ck_assert_int_eq(stat_num("chunks_free"), 0);
+  ck_assert_int_eq(client_num(pid_a, "uncounted"), 0); /* adopted: all counted */
+  ck_assert_int_eq(client_num(pid_b, "uncounted"), 0);
+  ck_assert_int_eq(stat_num("uncounted"), 0);
   /* they lease again and their bytes are where they were */
   ck_assert_str_eq(client_cmd(&b, "alloc %d", 8 << 20), "ok 1");
   ck_assert_str_eq(client_cmd(&b, "tag 1 23"), "ok");
@@ -614,6 +682,7 @@ int main(void) {
   tcase_add_test(tc, test_daemon_restart_keeps_shares);
   tcase_add_test(tc, test_restart_new_share_same_key);
   tcase_add_test(tc, test_adoption_bounded);
+  tcase_add_test(tc, test_uncounted_let_go);
   tcase_add_test(tc, test_full_lake_message);
   tcase_add_test(tc, test_idle_hog_streamed);
   tcase_add_test(tc, test_idle_hog_stream_map);

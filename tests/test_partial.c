@@ -323,6 +323,10 @@ static void restart_fails_halfway(int fail_how) {
                     s.total, HELD);
     }
     ck_assert(same(p, HELD * 2 * MiB)); /* the client's memory is all there */
+    /* refused, then connected without a hand-over: it says it keeps all of it outside the lake */
+    long long uncounted = -1;
+    for (int i = 0; i < 200 && (uncounted = num(ctl("clients --json"), "uncounted")) != (long long)(HELD * 2 * MiB); i++) msleep(10);
+    ck_assert_int_eq(uncounted, HELD * 2 * MiB);
     daemon_down(SIGTERM);
     daemon_up("--limit 1GiB --prefetch 0"); /* a daemon that takes them all */
   }
@@ -330,6 +334,7 @@ static void restart_fails_halfway(int fail_how) {
   lake_stats s = stats();
   ck_assert_int_eq(s.total, HELD); /* each chunk once */
   ck_assert_int_eq(s.parked, 0);
+  ck_assert_int_eq(num(ctl("clients --json"), "uncounted"), 0); /* handed over: all counted again */
   if (fail_how == 0) ck_assert_int_ge(export_seen, 140 + HELD); /* the failed hand-over, then a whole one */
   heal(c);
   ck_assert(same(p, HELD * 2 * MiB));

@@ -139,9 +139,20 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
   ck_assert(same(kv, 6 << 20, 2));
   ck_assert(same(keep, 5 << 20, 1) && same(w, 4 << 20, 4) && same(n1, 6 << 20, 5));
-  /* discard: the chunks go, nothing is saved */
-  ck_assert_int_eq(gml_pause(c, GML_PAUSE_DISCARD, 9), 0);
+  /* discard saves nothing: with a path (or GML_PAUSE_FILE) it contradicts itself, refused and named
+   * (the path was ignored: a caller who meant to save got nothing saved, no error) */
+  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_DISCARD, 9, path), GML_EINVAL);
+  ck_assert_msg(strstr(gml_last_error(c), "gml_pause_file: GML_PAUSE_DISCARD saves nothing, a path saves the content"),
+                "%s", gml_last_error(c));
+  ck_assert_int_ne(access(path, F_OK), 0); /* no file made */
+  ck_assert_int_eq(gml_pause(c, GML_PAUSE_DISCARD | GML_PAUSE_FILE, 9), GML_EINVAL);
+  ck_assert_msg(strstr(gml_last_error(c), "gml_pause: GML_PAUSE_DISCARD saves nothing, GML_PAUSE_FILE saves the content"),
+                "%s", gml_last_error(c));
   gml_stats st;
+  gml_stats_get(c, &st);
+  ck_assert_uint_eq(st.paused_bytes, 0); /* nothing paused */
+  /* discard: the chunks go, nothing is saved (a NULL path is gml_pause) */
+  ck_assert_int_eq(gml_pause_file(c, GML_PAUSE_DISCARD, 9, NULL), 0);
   gml_stats_get(c, &st);
   ck_assert_uint_eq(st.paused_bytes, 4 << 20);
   ck_assert_uint_eq(st.paused_saved, 0);

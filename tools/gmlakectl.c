@@ -108,8 +108,10 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
 
 static void print_clients(const Gmlake__CtlReply *r) {
   time_t now = time(NULL);
+  uint64_t uncounted = 0;
+  size_t nuncounted = 0;
   printf("%-8s %-6s %-16s %12s %12s %12s %12s %8s %12s %12s  %s\n", "PID", "UID", "NAME", "LEASED", "ALLOCATED", "CACHED",
-         "QUOTA", "SINCE", "GROWABLE", "SHARED", "CGROUP / PAUSED (SAVED)");
+         "QUOTA", "SINCE", "GROWABLE", "SHARED", "CGROUP / PAUSED (SAVED) / UNCOUNTED");
   for (size_t i = 0; i < r->n_clients; i++) {
     const Gmlake__ClientInfo *c = r->clients[i];
     char a[32], b[32], d[32], q[32], g[32], sh[32];
@@ -122,12 +124,24 @@ static void print_clients(const Gmlake__CtlReply *r) {
       char p1[32], p2[32];
       snprintf(pz, sizeof pz, "  paused %s (saved %s)", gml_format_bytes(c->paused, p1, 32), gml_format_bytes(c->paused_saved, p2, 32));
     }
-    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s\n", c->pid, c->uid, c->name,
+    char uc[48] = "";
+    if (c->uncounted) { /* its allocated may exceed its leased by this much */
+      char u1[32];
+      snprintf(uc, sizeof uc, "  uncounted %s", gml_format_bytes(c->uncounted, u1, 32));
+      uncounted += c->uncounted, nuncounted++;
+    }
+    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s\n", c->pid, c->uid, c->name,
            gml_format_bytes(c->leased_bytes, a, 32), gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
            c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since, gml_format_bytes(c->growable_mapped, g, 32),
-           gml_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz);
+           gml_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz, uc);
   }
   if (!r->n_clients) printf("(no clients)\n");
+  if (uncounted) {
+    char u[32];
+    printf("uncounted: %s on the device held by %zu client(s), not counted by the lake (a restarted daemon took no "
+           "hand-over of it): in no limit or quota, theirs until they exit\n",
+           gml_format_bytes(uncounted, u, sizeof u), nuncounted);
+  }
 }
 
 static void print_chunks(const Gmlake__CtlReply *r) {

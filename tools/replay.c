@@ -28,8 +28,9 @@ typedef struct trace_result {
 } trace_result;
 
 typedef struct live_slot {
-  void *ptr;
+  void *ptr;     /* NULL: not live */
   uint64_t size;
+  size_t line;   /* the line that allocated it (live) or freed it (not live); 0: never allocated */
 } live_slot;
 
 static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int write);
@@ -122,7 +123,11 @@ static uint64_t header_num(const char *line, const char *key) {
 
 /* A trace's lines: "# ..." (a header or comment), "a ID SIZE STREAM",
  * "f ID", "s" (a step begins), or blank. Anything else is no trace: a file
- * of junk replayed as zero events printed an all-zero row and exit 0. */
+ * of junk replayed as zero events printed an all-zero row and exit 0. So is
+ * a free of an id that is not live or an allocation of one that is
+ * (replay_one): the recorders write neither (they drop the frees of blocks
+ * allocated before recording began); skipped, or overwriting the live
+ * block, they replayed what no program did. */
 static int trace_line_ok(const char *line) {
   unsigned long long x, y, z;
   int end = -1;
@@ -208,6 +213,12 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
         memset(live + cap, 0, cap * sizeof *live);
         cap *= 2;
       }
+      if (live[id].ptr) {
+        fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu allocates id %llu, live since line %zu\n", path, lineno,
+                id, live[id].line);
+        failed = 1;
+        break;
+      }
       if (nlat_a == lat_cap || nlat_f == lat_cap) {
         lat_cap *= 2;
         lat_a = realloc(lat_a, lat_cap * sizeof *lat_a);
@@ -228,6 +239,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       total_ns += dt;
       live[id].ptr = p;
       live[id].size = size;
+      live[id].line = lineno;
       if (verify_tag(c, p, size, id, 1)) {
         failed = 1;
         break;
@@ -236,7 +248,15 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       res->allocs++;
       if (allocated > res->peak_allocated) res->peak_allocated = allocated;
     } else if (line[0] == 'f' && sscanf(line + 1, "%llu", &id) == 1) {
-      if (id >= cap || !live[id].ptr) continue; /* freed before the trace began */
+      if (id >= cap || !live[id].ptr) {
+        if (id < cap && live[id].line)
+          fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, freed already at line %zu\n", path,
+                  lineno, id, live[id].line);
+        else
+          fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, never allocated\n", path, lineno, id);
+        failed = 1;
+        break;
+      }
       if (verify_tag(c, live[id].ptr, live[id].size, id, 0)) {
         failed = 1;
         break;
@@ -253,6 +273,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       total_ns += dt;
       allocated -= live[id].size;
       live[id].ptr = NULL;
+      live[id].line = lineno;
       res->frees++;
     }
     if (steps && (line[0] == 'a' || line[0] == 'f')) {

@@ -141,7 +141,8 @@ static const char *const stats_lines[] = {
     "  lake      {chunks_total:chunks} held of limit {limit_bytes:bytes}",
     "  chunks    {chunks_total} total: {chunks_free} free, {chunks_leased} leased, {chunks_parked} parked, "
     "{chunks_creating} being created",
-    "  clients   {clients}: allocated {allocated:bytes}, cached {cached:bytes}, stitched {stitched:bytes}",
+    "  clients   {clients}: allocated {allocated:bytes}, cached {cached:bytes}, stitched {stitched:bytes}; "
+    "uncounted {uncounted:bytes} (theirs, outside the lake)",
     "  growable  {growable_mapped:bytes} mapped, {growable_unmapped:bytes} reserved but unmapped; shared: {chunks_shared} "
     "chunk(s) in {shares} share(s), counted once",
     "  cached    idle {idle_cache_bytes:bytes} (whole chunks, reclaimable), fragmented {fragment_bytes:bytes} "
@@ -257,6 +258,9 @@ static const struct metric_view {
      "Whole chunks clients cache with nothing allocated in them: reclaimable.", NULL, AS_IS, NULL},
     {"fragment_bytes", "gmlake_fragment_bytes", "gauge",
      "Free bytes inside chunks clients use in part: fragmentation, not reclaimable.", NULL, AS_IS, NULL},
+    {"uncounted", "gmlake_uncounted_bytes", "gauge",
+     "Bytes clients hold on the device that the lake does not count (a restarted daemon took no hand-over of them).",
+     NULL, AS_IS, NULL},
     /* numbers that go up and down: gauges, named for what they count */
     {"shares", "gmlake_shares", "gauge", "Shares published (gml_share) and not yet withdrawn.", NULL, AS_IS, NULL},
     {"chunks_shared", "gmlake_chunks_shared", "gauge", "Chunks of shares, each counted once whoever maps it.", NULL,
