@@ -38,6 +38,7 @@ static void decision_start(broker_decision *d, const broker_client *c) {
   d->code = 0;
   d->why[0] = d->message[0] = 0;
   d->reclaim_bytes = 0;
+  d->from_idle = d->idle_short = 0;
 }
 
 /* Free chunks of other uids, when c's lease finds none of its own or clean:
@@ -81,6 +82,9 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
   uint32_t want = (uint32_t)GML_MIN(GML_MIN((uint64_t)c->lease.count, room), BROKER_MAX_LEASE);
   uint32_t n = lake_take_for(b->lk, c->id, c->uid, want, d->idx);
   if (!n) {
+    /* served from idle clients: their chunks are its uid's; another uid's
+     * released here would make room for new chunks, which it does not get */
+    if (c->lease.from_idle) return 0;
     make_room(b, c, want);
     n = lake_take_for(b->lk, c->id, c->uid, want, d->idx);
     if (!n) return 0;
@@ -98,6 +102,7 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
   }
   c->lease.pending = 0;
   c->lease.reclaim_asked = 0;
+  c->lease.from_idle = 0;
   b->counters->lease_count++;
   return 1;
 }
@@ -247,6 +252,8 @@ uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *qu
   return room;
 }
 
+static int ask_idle(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d);
+
 static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, int streamed,
                         uint64_t now_ns, broker_decision *d) {
   b->prefetch_suspended = 0; /* demand is back */
@@ -261,6 +268,7 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
                             .streamed = streamed,
                             .since_ns = now_ns,
                             .deadline_ns = now_ns + b->lease_wait_ns};
+  c->active_ns = now_ns; /* it allocates: not idle */
   decision_start(d, c);
   if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
     if (allowed && serve(b, c, d)) return;
@@ -280,6 +288,7 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
     return;
   }
   if (!serve(b, c, d)) d->verdict = BROKER_WAIT;
+  if (c->lease.pending) ask_idle(b, c, now_ns, d); /* before broker_refill orders chunks for it */
 }
 
 void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
@@ -306,10 +315,73 @@ void broker_reported(broker *b, broker_client *c, uint64_t served) {
   c->reclaims_answered = served;
 }
 
+void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint64_t now_ns) {
+  (void)b;
+  if (alloc_count != c->alloc_count) c->active_ns = now_ns;
+  c->alloc_count = alloc_count;
+}
+
 /* Has every client asked for c's lease answered (reported since)? */
 static int all_answered(const broker *b, const broker_client *c) {
   for (const broker_client *o = b->clients; o; o = o->next)
     if (o != c && !o->closing && o->reclaim_sent_ns >= c->lease.asked_ns && o->reclaims_answered < o->reclaims_sent) return 0;
+  return 1;
+}
+
+/* c's lease asks the others now (a new request: broker_reclaim_targets lists
+ * the clients ask_of marks for it). */
+static void ask_start(broker *b, broker_client *c, uint64_t now_ns) {
+  c->lease.reclaim_asked = 1;
+  c->lease.asked_ns = now_ns;
+  c->lease.served_since_ask = 0;
+  c->lease.ask_id = ++b->asks;
+}
+
+static void ask_of(broker_client *o, const broker_client *c, uint64_t bytes, uint64_t now_ns) {
+  o->reclaim_sent_ns = now_ns;
+  o->reclaim_ask_id = c->lease.ask_id;
+  o->reclaim_ask = bytes;
+  o->reclaims_sent++;
+}
+
+/* The whole free chunks o could give c's lease as they are: o idle (no
+ * allocation for BROKER_IDLE_MS, no lease of its own waiting), of c's uid
+ * (another uid's chunk is made anew for c: that is creating after all), and
+ * not asked already (its report is then stale, its cache maybe another
+ * lease's). Its reported idle cache, bounded by what it holds. */
+static uint64_t idle_chunks(const broker *b, const broker_client *c, const broker_client *o, uint64_t now_ns) {
+  if (o->uid != c->uid || o->lease.pending || !can_give_back(b, c, o) || o->reclaims_answered < o->reclaims_sent) return 0;
+  if (now_ns < o->active_ns + BROKER_IDLE_MS * 1000000ull) return 0;
+  return GML_MIN(o->idle / b->lk->cs, o->leased_chunks);
+}
+
+/* The policy for what free chunks cannot serve (broker.h, broker_lease):
+ * when idle clients hold whole free chunks enough for all of it, ask them
+ * alone, the most idle first, each for its part, and create nothing for the
+ * lease. A plain lease asks ahead (BROKER_RECLAIM_AHEAD leases' worth: the
+ * next leases of a large allocation), within what they hold. Returns 0 (and
+ * asks nobody) when they cannot cover it. */
+static int ask_idle(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
+  uint64_t need = c->lease.count, have = 0;
+  for (const broker_client *o = b->clients; o; o = o->next) have += idle_chunks(b, c, o, now_ns);
+  if (!need || have < need) return 0;
+  uint64_t want = c->lease.streamed ? need : GML_MIN(need * BROKER_RECLAIM_AHEAD, have);
+  ask_start(b, c, now_ns);
+  c->lease.from_idle = 1;
+  for (uint64_t left = want; left;) {
+    broker_client *most = NULL;
+    uint64_t most_n = 0;
+    for (broker_client *o = b->clients; o; o = o->next) {
+      uint64_t n = o->reclaim_ask_id == c->lease.ask_id ? 0 : idle_chunks(b, c, o, now_ns);
+      if (n > most_n) most = o, most_n = n;
+    }
+    if (!most) break; /* cannot happen: have >= want */
+    uint64_t n = GML_MIN(most_n, left);
+    ask_of(most, c, n * b->lk->cs, now_ns);
+    left -= n;
+  }
+  d->reclaim_bytes = want * b->lk->cs;
+  d->from_idle = 1;
   return 1;
 }
 
@@ -326,14 +398,28 @@ static int ask_reclaim(broker *b, broker_client *c, uint64_t now_ns, broker_deci
     if (c->lease.count <= coming) return 1; /* nothing to ask yet */
     bytes = (c->lease.count - coming) * lk->cs;
   }
-  c->lease.reclaim_asked = 1;
-  c->lease.asked_ns = now_ns;
-  c->lease.served_since_ask = 0;
+  ask_start(b, c, now_ns);
+  size_t n = 0;
   for (broker_client *o = b->clients; o; o = o->next) /* the session asks them (broker_reclaim_targets) */
-    if (can_give_back(b, c, o)) o->reclaim_sent_ns = now_ns, o->reclaims_sent++;
-  if (!broker_reclaim_targets(b, c, NULL, 0)) return 0;
+    if (can_give_back(b, c, o)) ask_of(o, c, bytes, now_ns), n++;
+  if (!n) return 0;
   d->reclaim_bytes = bytes;
   return 1;
+}
+
+/* A lease served from idle clients goes on as any other once they all
+ * answered and it is still short (they gave less than their reports said),
+ * or once they gave nothing for BROKER_IDLE_STALL_MS (at most half its
+ * wait, so what is created still comes before its deadline). Returns 1 when
+ * it still waits for them alone. */
+static int idle_wait(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
+  uint64_t stall = GML_MIN(b->lease_wait_ns / 2, BROKER_IDLE_STALL_MS * 1000000ull);
+  uint64_t last = GML_MAX(c->lease.asked_ns, c->lease.deadline_ns - b->lease_wait_ns); /* asked, or last chunks sent */
+  if (!all_answered(b, c) && now_ns < last + stall) return 1;
+  c->lease.from_idle = 0;
+  c->lease.reclaim_asked = 0; /* created as the limit allows, the rest asked of everyone with idle cache */
+  d->idle_short = 1;
+  return 0;
 }
 
 void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
@@ -356,6 +442,7 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
     return;
   }
   d->verdict = BROKER_WAIT;
+  if (c->lease.from_idle && idle_wait(b, c, now_ns, d)) return; /* it stops waiting for them before its deadline */
   int nothing_coming = b->lk->creating == 0 && lake_headroom(b->lk) == 0;
   if (nothing_coming && c->lease.reclaim_asked && b->lk->parked == 0 && all_answered(b, c)) {
     if (!c->lease.served_since_ask) {
@@ -382,7 +469,7 @@ int broker_serve_free(broker *b, broker_client *c, broker_decision *d) {
 size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broker_client **out, size_t max) {
   size_t n = 0;
   for (broker_client *o = b->clients; o; o = o->next) {
-    if (!can_give_back(b, asker, o)) continue;
+    if (!asker->lease.ask_id || o->reclaim_ask_id != asker->lease.ask_id || o->closing) continue;
     size_t len = GML_MIN(n, max);
     if (len < max || (max && out[max - 1]->cached < o->cached)) { /* by idle cache, most first */
       size_t k = len < max ? len : max - 1;
@@ -441,12 +528,15 @@ uint64_t broker_refill(broker *b, uint64_t now_ns) {
   /* a waiting lease is served from its own uid's free chunks or clean ones:
    * clean ones (and the prefetch) are what must be made */
   uint64_t waiting = 0;
+  int from_idle = 0; /* a lease served from idle clients waits: nothing made for it, no prefetch it would take */
   for (broker_client *c = b->clients; c; c = c->next)
-    if (c->lease.pending) {
+    if (c->lease.pending && c->lease.from_idle) {
+      from_idle = 1;
+    } else if (c->lease.pending) {
       uint32_t own = lk->nfree > lk->nfree_clean ? lake_free_of(lk, c->uid) : 0;
       waiting += c->lease.count > own ? c->lease.count - own : 0;
     }
-  uint64_t want = (b->prefetch_suspended ? 0 : b->prefetch_chunks) + waiting;
+  uint64_t want = (b->prefetch_suspended || from_idle ? 0 : b->prefetch_chunks) + waiting;
   uint64_t have = lk->nfree_clean + lk->creating;
   if (want > have) {
     uint64_t more = GML_MIN(want - have, lake_headroom(lk));

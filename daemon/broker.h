@@ -27,6 +27,11 @@
 #define BROKER_RECLAIM_AHEAD 16       /* a reclaim asks for this many leases' worth: a large allocation
                                        * comes as a run of leases of at most BROKER_MAX_LEASE chunks, and
                                        * each waiting for its own reclaim round trip made 40 GiB take 1.16 s */
+#define BROKER_IDLE_MS 1000           /* a client that has not allocated for this long is idle: its whole free
+                                       * chunks may serve another lease instead of new chunks (its library
+                                       * reports within ~100 ms of an allocation, so 10 reports' worth) */
+#define BROKER_IDLE_STALL_MS 500      /* a lease served from idle clients alone creates what they have not
+                                       * given after this long without progress (at most half the lease wait) */
 #define BROKER_CREATE_BACKOFF_MS 1000 /* after a failed creation (device full?) */
 #define BROKER_LAT_RING 4096          /* recent lease latencies kept for p50/p99 */
 
@@ -41,6 +46,9 @@ typedef struct broker_request { /* a client's lease request in flight (at most o
   uint64_t since_ns, deadline_ns;
   int reclaim_asked;           /* other clients were asked for idle cache for it */
   uint64_t asked_ns;           /* ... when */
+  uint64_t ask_id;             /* ... which request (broker_reclaim_targets lists the clients asked by it) */
+  int from_idle;               /* idle clients' caches cover it: asked of them alone, no chunk created for it
+                                * (until they answered short or stalled: then as any lease) */
   uint32_t served_since_ask;   /* streamed: chunks sent since they were asked */
 } broker_request;
 
@@ -64,7 +72,12 @@ typedef struct broker_client {
   uint64_t leases_refused;
   uint64_t refusal_logged_ns;  /* grant.c: when its last refusal was logged at warn level, */
   int refusal_logged_code;     /* ... and its code (a retry's refusal is not logged again) */
+  uint64_t active_ns;          /* when it was last seen allocating: a lease, or a usage report that counted
+                                * allocations since the one before (idle after BROKER_IDLE_MS without) */
+  uint64_t alloc_count;        /* allocations its last usage report counted */
   uint64_t reclaim_sent_ns;    /* when it was last asked for idle cache */
+  uint64_t reclaim_ask_id;     /* ... by which request (broker_request.ask_id), */
+  uint64_t reclaim_ask;        /* ... for how many bytes */
   uint64_t reclaims_sent;      /* reclaim requests the broker had sent it */
   uint64_t reclaims_answered;  /* ... that its reports say it served */
   broker_request lease;
@@ -103,6 +116,7 @@ typedef struct broker {
   /* state */
   int prefetch_suspended;      /* after a trim, until the next lease */
   uint64_t create_backoff_until_ns;
+  uint64_t asks;               /* reclaim requests made (each lease's ask gets the next id) */
   /* The daemon's counters are LakeStats' own fields (proto/gmlake.proto):
    * the broker counts lease_count, leases_refused, optional_declined there. */
   Gmlake__LakeStats *counters;
@@ -133,8 +147,11 @@ typedef struct broker_decision {
   char message[1024];          /* ... the text the client gets: out of memory says what was asked
                                 * and which processes hold the lake (pid, name, leased, allocated, cached) */
   /* Before the verdict, ask every client broker_reclaim_targets() lists to
-   * give back this many bytes of idle cache (0: ask nobody). */
+   * give back its reclaim_ask bytes of idle cache; this many in all (0: ask nobody). */
   uint64_t reclaim_bytes;
+  int from_idle;               /* ... idle clients alone, for the whole shortfall: nothing is created for it */
+  int idle_short;              /* the idle clients asked answered short, or gave nothing for BROKER_IDLE_STALL_MS:
+                                * the lease goes on as any other (creates what the limit allows, asks the rest) */
 } broker_decision;
 
 void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks);
@@ -165,7 +182,19 @@ uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *qu
 /* A client asks for count chunks (1..BROKER_MAX_LEASE). Quota first; an
  * optional lease is served from free chunks or declined at once; a needed one
  * is served from free chunks or waits (BROKER_WAIT: review all waiting leases
- * with broker_review after ordering chunks with broker_refill). */
+ * with broker_review after ordering chunks with broker_refill).
+ *
+ * What free chunks cannot serve comes from idle clients or from new chunks:
+ * when the idle clients of the asker's uid (none has allocated for
+ * BROKER_IDLE_MS, none is asked already) hold enough whole free chunks for
+ * all of it, they alone are asked, the most idle first, each for its part,
+ * and no chunk is created for the lease (d->from_idle): memory the lake has
+ * not created stays the driver's, and the asker's imports do not share the
+ * driver with the creators'. A client that allocates is never drained before
+ * the lake creates. Where they cannot cover it (or answer short, or give
+ * nothing for BROKER_IDLE_STALL_MS: d->idle_short from broker_review), the
+ * lease is served as ever: new chunks as far as the limit allows, the rest
+ * asked of every client with idle cache. */
 void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,
                   broker_decision *d);
 /* A streamed lease: count (1..BROKER_MAX_STREAM) chunks, served in decisions
@@ -177,7 +206,10 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
  * all of it in one request each. */
 void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns, broker_decision *d);
 /* Look again at c's waiting lease (the loop's tick, after a lease): serve it
- * from free chunks; when no chunk can come any more (nothing being created, the
+ * from free chunks; a lease served from idle clients goes on as any other
+ * once they all answered and it is still short, or after BROKER_IDLE_STALL_MS
+ * (at most half the lease wait) without chunks (d->idle_short); when no chunk
+ * can come any more (nothing being created, the
  * lake at its limit) ask the others for idle cache once, or refuse when nobody
  * has any and nothing is parked; refuse once every client asked has answered
  * (reported after the request) and still nothing is free, or once its
@@ -186,14 +218,19 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
 /* Serve c's waiting lease only if chunks are free now (chunks came back).
  * Returns 1 with d filled (BROKER_SERVE), else 0. */
 int broker_serve_free(broker *b, broker_client *c, broker_decision *d);
-/* The clients to ask for idle cache for asker's lease, the one with the most
- * idle cache first: every client but asker, not closing, with at least one
- * chunk's worth cached, or leasing a chunk more than it last reported
- * allocated (its report may be late: asking costs it nothing). Fills out[0..max) and returns how many there are. */
+/* The clients asker's last decision asks for idle cache (each for its
+ * reclaim_ask bytes), the one with the most cached first: a lease served
+ * from idle clients, those that cover it; any other, every client but asker,
+ * not closing, with at least one chunk's worth cached, or leasing a chunk
+ * more than it last reported allocated (its report may be late: asking costs
+ * it nothing). Fills out[0..max) and returns how many there are. */
 size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broker_client **out, size_t max);
 /* c's usage report says it served `served` reclaim requests so far (its
  * library reports after giving back what it could: nothing more comes). */
 void broker_reported(broker *b, broker_client *c, uint64_t served);
+/* c's usage report counts alloc_count allocations so far: more than its last
+ * report did, and c is active (not idle) from now_ns. */
+void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint64_t now_ns);
 /* After a restart, c hands over n chunks it held (the dead daemon's): how
  * many the lake takes. All of them, whatever the limit and quotas (they are
  * the client's memory already; the lake is then over its limit until they
@@ -209,8 +246,10 @@ void broker_record_latency(broker *b, uint64_t ns);
 
 /* How many chunks the creators should make now: the waiting leases plus the
  * prefetch (unless suspended by a trim) and the preallocation, within the
- * limit and outside a back-off after failures. They are counted in
- * lake.creating at once; the caller hands the number to the creators. */
+ * limit and outside a back-off after failures. A lease served from idle
+ * clients counts for nothing, and no prefetch is made while one waits (it
+ * would take the new chunks). They are counted in lake.creating at once;
+ * the caller hands the number to the creators. */
 uint64_t broker_refill(broker *b, uint64_t now_ns);
 /* Creating chunks failed (the device is probably full): no new order for a
  * while. Returns 1 when this starts a back-off (worth a log line), else 0. */

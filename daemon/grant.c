@@ -20,8 +20,9 @@
  * that does not read holds neither the daemon's fds nor its memory. */
 #define GRANT_QUEUE_MAX (32 * 1024)
 
-/* Ask the clients the broker names (most idle cache first) for idle cache. */
-static void ask_reclaim(gmld *d, const broker_client *asker, uint64_t bytes) {
+/* Ask the clients the broker names (most idle cache first) for idle cache,
+ * each for what the broker asks of it. */
+static void ask_reclaim(gmld *d, const broker_client *asker) {
   broker_client *few[32], **who = few;
   size_t n = broker_reclaim_targets(&d->br, asker, few, GML_ARRAY_LEN(few));
   if (n > GML_ARRAY_LEN(few)) {
@@ -29,9 +30,9 @@ static void ask_reclaim(gmld *d, const broker_client *asker, uint64_t bytes) {
     else who = few, n = GML_ARRAY_LEN(few); /* out of memory: the most idle ones */
   }
   for (size_t i = 0; i < n; i++) {
-    session_send_reclaim(session_of(who[i]), bytes);
+    session_send_reclaim(session_of(who[i]), who[i]->reclaim_ask);
     GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
-             (unsigned long long)bytes);
+             (unsigned long long)who[i]->reclaim_ask);
   }
   if (who != few) free(who);
 }
@@ -74,7 +75,17 @@ void grant_more(session *s) { serve_stream(s); }
 
 /* Reclaim requests first, then s's answer (nothing while its lease waits). */
 static void carry_out(session *s, const broker_decision *dec) {
-  if (dec->reclaim_bytes) ask_reclaim(s->d, &s->bc, dec->reclaim_bytes);
+  if (dec->from_idle)
+    GML_INFO("client %llu (pid %d) needs %u chunk(s) more than are free: idle clients' idle cache covers them, %llu bytes "
+             "asked of them alone, no chunk created for it", (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count,
+             (unsigned long long)dec->reclaim_bytes);
+  if (dec->idle_short) { /* chunks for it may be created now, not at the next tick */
+    GML_INFO("lease of client %llu (pid %d): the idle clients asked answered short of it or gave nothing for a while, "
+             "%u chunk(s) still wanted: creating what the limit allows, asking the rest of any client with idle cache",
+             (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count);
+    daemon_refill(s->d);
+  }
+  if (dec->reclaim_bytes) ask_reclaim(s->d, &s->bc);
   switch (dec->verdict) {
   case BROKER_SERVE:
     send_chunks(s, dec);

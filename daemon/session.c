@@ -267,6 +267,7 @@ static void handle_usage(request *rq) {
   c->idle = u->idle_bytes;
   c->fragment = u->fragment_bytes;
   c->uncounted = u->uncounted;
+  broker_allocations(&rq->s->d->br, c, u->alloc_count, gml_now_ns()); /* allocating: not idle */
   broker_reported(&rq->s->d->br, c, u->reclaims_served);
   sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */
 }
