@@ -321,6 +321,8 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
   c->alloc_count = alloc_count;
 }
 
+void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
+
 /* Has every client asked for c's lease answered (reported since)? */
 static int all_answered(const broker *b, const broker_client *c) {
   for (const broker_client *o = b->clients; o; o = o->next)

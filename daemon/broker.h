@@ -231,6 +231,11 @@ void broker_reported(broker *b, broker_client *c, uint64_t served);
 /* c's usage report counts alloc_count allocations so far: more than its last
  * report did, and c is active (not idle) from now_ns. */
 void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint64_t now_ns);
+/* Someone beside the broker (an operator's `gmlakectl trim --client`) asked c
+ * for its idle cache: the client counts every request it serves, so the broker
+ * counts this one as sent (else its answered count runs ahead for ever and a
+ * later lease takes c's answer as given before c has answered). */
+void broker_reclaim_sent(broker_client *c);
 /* After a restart, c hands over n chunks it held (the dead daemon's): how
  * many the lake takes. All of them, whatever the limit and quotas (they are
  * the client's memory already; the lake is then over its limit until they

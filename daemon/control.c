@@ -177,6 +177,7 @@ static void ctl_trim(ctl_call *k) {
       return;
     }
     session_send_reclaim(s, 0);
+    broker_reclaim_sent(&s->bc);
   }
   k->rep->trimmed_chunks = lake_trim(&d->lk, 0);
   broker_trimmed(&d->br); /* stay trimmed until demand comes back */
