@@ -135,7 +135,7 @@ struct gml_client {
   pthread_mutex_t conn_lock;
   uint64_t seq;
   uint64_t client_id;
-  uint64_t daemon_instance;  /* HelloReply.instance of the daemon we connected to first (0: unknown) */
+  uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; link.c) */
   uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none) */
   int lease_refused;         /* a streamed lease ended with this refusal: the next acquire returns it at once */
   int daemon_gone;          /* set by link.c's reader (atomic) */

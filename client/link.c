@@ -35,9 +35,9 @@
  * an export failed, the socket gone) has its chunks dropped from the new
  * lake, not parked, and the next attempt offers every chunk again, so none
  * is counted twice or lost. Not a restart (the hello reply names the
- * daemon instance of our first hello: the daemon closed our connection, a
- * protocol error): it parked our chunks under our pid, so nothing is handed
- * over; their ids get GML_ID_PARKED and are released locally only.
+ * daemon instance we connected to last: the daemon closed our connection,
+ * a protocol error): it parked our chunks under our pid, so nothing is
+ * handed over; their ids get GML_ID_PARKED and are released locally only.
  * It holds the allocator's lock, the ranges' lock and conn_lock meanwhile (in
  * that order), so no chunk comes or goes during the hand-over. While the
  * daemon is away, allocations are served from what the process holds and a
@@ -73,8 +73,8 @@ struct gml_link {
   int reader_on, keeper_on;
   int stop;                /* gml_link_stop: the keeper ends */
   int gone;                /* the reader saw the connection end */
-  uint64_t adopt_refused;  /* the instance of a restarted daemon that refused our hand-over (over a quota, or past
-                            * what it adopts): keep our chunks, uncounted, while it runs */
+  uint64_t adopt_refused;  /* the instance (1: unnamed) of a restarted daemon that refused our hand-over (over a quota,
+                            * or past what it adopts): our next connection to it keeps our chunks, uncounted */
   uint64_t wait_seq;       /* the request whose replies a caller waits for (0: none) */
   uint64_t import_seq;     /* ... whose lease replies the reader imports itself (GMLAKE_STREAM_MAP) */
   struct link_msg *head, *tail; /* its replies, not taken yet */
@@ -321,7 +321,6 @@ static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64
     *same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
     *no_adopt = r->hello_reply->no_adopt;
     *instance = inst;
-    if (!c->daemon_instance) c->daemon_instance = inst;
     c->max_stream = GML_MIN(r->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
   }
   free_msg(r, NULL, 0);
@@ -437,7 +436,7 @@ static int reconnect(gml_client *c) {
   pthread_mutex_lock(&c->conn_lock);
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (client.c) */
-  int refused = l->adopt_refused && inst == l->adopt_refused;
+  int refused = l->adopt_refused && (inst ? inst : 1) == l->adopt_refused;
   int local = same || no_adopt || refused;
   /* shared counted apart: the message counts the allocator's and the ranges' */
   local_mark parked = {GML_ID_PARKED | (same ? 0 : GML_ID_UNCOUNTED), 0}, shared = parked;
@@ -457,6 +456,7 @@ static int reconnect(gml_client *c) {
     /* what no lake counts now: all we hold (a daemon that took none), nothing (one that took all), or
      * as before (the same daemon: those it never counted stay so, the rest it keeps parked) */
     if (!same) __atomic_store_n(&c->uncounted_chunks, local ? (uint64_t)(parked.n + shared.n) : 0, __ATOMIC_RELAXED);
+    c->daemon_instance = inst, l->adopt_refused = 0; /* the next reconnection compares with this daemon, not the first */
     tv.tv_sec = 0;
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     close(c->sock);
@@ -486,8 +486,8 @@ static int reconnect(gml_client *c) {
   pthread_mutex_unlock(&a->lock);
   if (rc) return rc;
   if (same)
-    GML_WARN("reconnected to the daemon at %s (it closed our connection, it did not restart): it keeps the %zu "
-             "chunk(s) we hold parked under our pid until we exit; none handed over again", l->path, parked.n);
+    GML_WARN("reconnected to the daemon at %s (it closed our connection, it did not restart): of the %zu chunk(s) we "
+             "hold, it keeps those it counted parked under our pid until we exit; none handed over again", l->path, parked.n);
   else if (local)
     GML_WARN("reconnected to the daemon at %s, which takes no hand-over from us (%s): the %zu chunk(s) we hold stay "
              "ours until we exit, not counted by the lake", l->path,

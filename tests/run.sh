@@ -36,6 +36,21 @@ done
 "$BUILD/gmlake-replay" "$d/live.trace" 2>&1 >/dev/null | grep -q "live.trace is not a trace: line 3 allocates id 1, live since line 2" ||
   { echo "gmlake-replay did not refuse a free of an id not live, or an allocation of a live one, naming the line" >&2; exit 1; }
 echo "  a free of an id never allocated or freed already, an allocation of a live id: refused, exit 1, line named"
+# an id is any 64-bit number: ids past 2^63 replay (their table grew to the largest id by doubling, an unchecked
+# realloc: a segfault, or all the memory); one past 64 bits or signed is no trace, named as such (it was read as 2^64 - 1)
+printf '# ids past 2^63\na 9223372036854775808 4096 0\na 18446744073709551615 8192 0\na 0 4096 0\nf 9223372036854775808\nf 0\nf 18446744073709551615\n' > "$d/huge.trace"
+"$BUILD/gmlake-replay" --check 1 "$d/huge.trace" > "$d/out" 2> "$d/err" && grep -q "^huge.trace " "$d/out" ||
+  { cat "$d/err" >&2; echo "gmlake-replay did not replay a trace of ids past 2^63" >&2; exit 1; }
+printf 'a 9223372036854775808 4096 0\nf 9223372036854775808\nf 9223372036854775808\n' > "$d/hugetwice.trace"
+printf 'a 1 4096 0\na 18446744073709551616 4096 0\n' > "$d/over64.trace"; printf '# ok\na -1 4096 0\n' > "$d/signed.trace"
+for t in hugetwice over64 signed; do
+  if "$BUILD/gmlake-replay" "$d/$t.trace" > "$d/out" 2> "$d/err"; then echo "gmlake-replay took $t.trace" >&2; exit 1; fi
+done
+"$BUILD/gmlake-replay" "$d/hugetwice.trace" 2>&1 >/dev/null | grep -q "hugetwice.trace is not a trace: line 3 frees id 9223372036854775808, freed already at line 2" &&
+"$BUILD/gmlake-replay" "$d/over64.trace" 2>&1 >/dev/null | grep -q "over64.trace is not a trace: line 2 is \"a 18446744073709551616 4096 0\"" &&
+"$BUILD/gmlake-replay" "$d/signed.trace" 2>&1 >/dev/null | grep -q "signed.trace is not a trace: line 2 is \"a -1 4096 0\"" ||
+  { echo "gmlake-replay did not refuse an id freed twice past 2^63, one past 64 bits or a signed one, naming the line" >&2; exit 1; }
+echo "  ids past 2^63 replayed; freed twice, past 64 bits or signed: refused, exit 1, line named"
 rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
 # (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;

@@ -1,8 +1,9 @@
 /* Failures halfway, on the host backend with a real gmlaked: a dedup whose
  * remap the backend refuses after some chunks were switched (all or
  * nothing: the range keeps its own chunks, or is marked unusable where even
- * the rollback fails), and a daemon restart whose hand-over fails after the
- * new daemon took a first batch (nothing counted twice, nothing lost). The
+ * the rollback fails), a daemon restart whose hand-over fails after the
+ * new daemon took a first batch (nothing counted twice, nothing lost), and
+ * two restarts with the middle daemon closing the connection between. The
  * faults are injected in this process: the client's backend ops are
  * replaced by a copy whose map or chunk_export fails on cue. */
 #include "client_priv.h"
@@ -418,6 +419,129 @@ START_TEST(test_closed_by_running_daemon) {
 }
 END_TEST
 
+/* ---------- two restarts, the middle daemon closing the connection ---------- */
+
+/* Connected again after the daemon closed our connection (old_id: our id
+ * before; the same daemon gives the next) or after it was killed (old_id 0:
+ * the client saw it go, a new daemon's ids start again at 1). */
+static int connected_anew(gml_client *c, uint64_t old_id) {
+  for (int i = 0; i < 600; i++) {
+    if ((!old_id || __atomic_load_n(&c->client_id, __ATOMIC_ACQUIRE) != old_id) &&
+        !__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE))
+      return 1;
+    msleep(10);
+  }
+  return 0;
+}
+
+/* The daemon SIGKILLed; 1 once the client saw it go. */
+static int daemon_killed(gml_client *c) {
+  daemon_down(SIGKILL);
+  for (int i = 0; i < 600; i++, msleep(10))
+    if (__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE)) return 1;
+  return 0;
+}
+
+/* `gmlakectl clients --json`'s uncounted of our one client, once it is want (else what it is after 2 s). */
+static long long uncounted_is(long long want) {
+  long long got = -1;
+  for (int i = 0; i < 200 && (got = num(ctl("clients --json"), "uncounted")) != want; i++) msleep(10);
+  return got;
+}
+
+/* Daemon A is SIGKILLed under a client holding KEPT chunks and B starts:
+ * B adopts them (how 0: B then closes our connection within its
+ * adopt-window; 1: past it), or refuses them over a quota (how 2: we keep
+ * them uncounted and lease 6 more from B). Then B closes our connection (a
+ * frame over the bounds: it parks what it counted under our pid), and B is
+ * SIGKILLed and C starts. After each step the lake adds up: B's reconnected
+ * client hands nothing over again and says uncounted only what B never
+ * counted; C adopts every chunk once. Before, the client compared B's
+ * instance with A's (the first hello's): it took B for a restarted daemon
+ * and, within the window, handed B the chunks B held parked ("a chunk the
+ * lake holds already": refused and closed, again every second, the client
+ * never connected); past it, or refused by B before, it reported all it
+ * held uncounted, B's parked chunks too (counted twice). */
+static void second_restart(int how) {
+  daemon_up("--limit 1GiB --prefetch 0");
+  gml_client *c = open_client();
+  void *p, *q = NULL, *r;
+  ck_assert_int_eq(gml_alloc(c, KEPT * 2 * MiB, 0, &p), 0);
+  fill(p, KEPT * 2 * MiB);
+  ck_assert_int_eq(stats().leased, KEPT);
+  ck_assert(daemon_killed(c));
+  char b_args[160];
+  snprintf(b_args, sizeof b_args, "--limit 1GiB --prefetch 0 %s", how == 1 ? "--adopt-window 1" : "");
+  if (how == 2) snprintf(b_args, sizeof b_args, "--limit 1GiB --prefetch 0 --quota 'uid:%d 16MiB'", (int)getuid());
+  daemon_up(b_args);
+  ck_assert_msg(connected_anew(c, 0), "the client did not connect to B");
+  long long b_leased = 0; /* what B counts of ours */
+  if (how == 2) {
+    ck_assert_int_eq(uncounted_is(KEPT * 2 * MiB), KEPT * 2 * MiB); /* refused: all ours, uncounted */
+    ck_assert_int_eq(stats().total, 0);
+    ck_assert_int_eq(gml_alloc(c, 12 * MiB, 0, &q), 0); /* leased anew, under the quota */
+    b_leased = 6;
+  } else {
+    ck_assert_msg(reconnects(c, KEPT), "B did not adopt our %d chunks (leased %lld)", KEPT, stats().leased);
+    ck_assert_int_eq(uncounted_is(0), 0);
+    b_leased = KEPT;
+    if (how == 1) msleep(1500); /* past B's adopt-window */
+  }
+  lake_stats s = stats();
+  ck_assert_int_eq(s.leased, b_leased);
+  ck_assert_int_eq(s.total, b_leased);
+  /* B closes our connection: it parks what it counts under our pid; we come back to B, hand nothing over */
+  uint64_t id = c->client_id;
+  uint8_t bad[4] = {0xff, 0xff, 0xff, 0xff}; /* a frame length over GML_MAX_FRAME */
+  pthread_mutex_lock(&c->conn_lock);
+  ck_assert_int_eq(write(c->sock, bad, sizeof bad), (ssize_t)sizeof bad);
+  pthread_mutex_unlock(&c->conn_lock);
+  ck_assert_msg(connected_anew(c, id), "the client did not connect to B again after B closed its connection");
+  msleep(200); /* a hand-over, were one made, is done by now */
+  s = stats();
+  ck_assert_msg(s.parked == b_leased && s.leased == 0 && s.total == b_leased,
+                "B closed our connection: %lld parked, %lld leased, %lld total (B counted %lld)", s.parked, s.leased,
+                s.total, b_leased);
+  long long kept_out = how == 2 ? (long long)(KEPT * 2 * MiB) : 0; /* what B never counted */
+  ck_assert_int_eq(uncounted_is(kept_out), kept_out);
+  ck_assert_int_eq(num(ctl("stats --json"), "uncounted"), kept_out);
+  ck_assert(same(p, KEPT * 2 * MiB));
+  ck_assert_int_eq(gml_alloc(c, 4 * MiB, 0, &r), 0); /* leases on the new connection */
+  ck_assert_int_eq(stats().leased, 2);
+  /* the second restart: C adopts every chunk we hold, once */
+  long long held = KEPT + (how == 2 ? 6 : 0) + 2;
+  ck_assert(daemon_killed(c));
+  daemon_up("--limit 1GiB --prefetch 0");
+  ck_assert_msg(connected_anew(c, 0), "the client did not connect to C");
+  ck_assert_msg(reconnects(c, held), "C did not adopt our %lld chunks (leased %lld)", held, stats().leased);
+  s = stats();
+  ck_assert_int_eq(s.total, held); /* each chunk once, none lost */
+  ck_assert_int_eq(s.parked, 0);
+  ck_assert_int_eq(uncounted_is(0), 0); /* adopted: all counted again */
+  ck_assert_int_eq(num(ctl("stats --json"), "uncounted"), 0);
+  ck_assert(same(p, KEPT * 2 * MiB));
+  ck_assert_int_eq(gml_free(c, p), 0);
+  if (q) ck_assert_int_eq(gml_free(c, q), 0);
+  ck_assert_int_eq(gml_free(c, r), 0);
+  size_t released = 0;
+  ck_assert_int_eq(gml_trim(c, &released), 0); /* they go back under C's ids */
+  ck_assert_uint_eq(released, (size_t)held * 2 * MiB);
+  s = stats();
+  ck_assert_int_eq(s.leased, 0);
+  ck_assert_int_eq(s.free, held);
+  ck_assert_int_eq(gml_close(c), 0);
+  daemon_down(SIGTERM);
+}
+
+START_TEST(test_second_restart_closed_in_window) { second_restart(0); }
+END_TEST
+
+START_TEST(test_second_restart_closed_past_window) { second_restart(1); }
+END_TEST
+
+START_TEST(test_second_restart_after_refusal) { second_restart(2); }
+END_TEST
+
 Suite *partial_suite(void) {
   Suite *s = suite_create("partial");
   TCase *tc = tcase_create("failures halfway");
@@ -428,6 +552,9 @@ Suite *partial_suite(void) {
   tcase_add_test(tc, test_restart_export_fails_halfway);
   tcase_add_test(tc, test_restart_batch_refused);
   tcase_add_test(tc, test_closed_by_running_daemon);
+  tcase_add_test(tc, test_second_restart_closed_in_window);
+  tcase_add_test(tc, test_second_restart_closed_past_window);
+  tcase_add_test(tc, test_second_restart_after_refusal);
   suite_add_tcase(s, tc);
   return s;
 }

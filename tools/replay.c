@@ -10,6 +10,7 @@
 #include "options.h"
 #include "util.h"
 #include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,53 @@ typedef struct trace_result {
 } trace_result;
 
 typedef struct live_slot {
+  uint64_t id;
   void *ptr;     /* NULL: not live */
   uint64_t size;
-  size_t line;   /* the line that allocated it (live) or freed it (not live); 0: never allocated */
+  size_t line;   /* the line that allocated it (live) or freed it (not live); 0: an empty slot of the table */
 } live_slot;
+
+/* A trace's ids, any 64-bit number, to their blocks: open addressing, at most
+ * half full. The recorders number allocations 0, 1, 2, ..., but an id is only
+ * a name: a table indexed by it grew to the largest id, by doubling, and a
+ * line "a 9223372036854775808 4096 0" made it ask for 2^63 slots (a crash,
+ * or all the machine's memory, before any refusal). Ids seen stay in the
+ * table after their free, to name the line of a second free. */
+typedef struct id_table {
+  live_slot *slot;
+  size_t cap, used; /* cap: a power of two */
+} id_table;
+
+static size_t id_hash(uint64_t id) { /* splitmix64's finalizer: sequential ids spread over the table */
+  id = (id ^ (id >> 30)) * 0xBF58476D1CE4E5B9ull;
+  id = (id ^ (id >> 27)) * 0x94D049BB133111EBull;
+  return (size_t)(id ^ (id >> 31));
+}
+
+/* id's slot, or the empty one where it would go. */
+static live_slot *id_find(const id_table *t, uint64_t id) {
+  for (size_t i = id_hash(id) & (t->cap - 1);; i = (i + 1) & (t->cap - 1))
+    if (!t->slot[i].line || t->slot[i].id == id) return &t->slot[i];
+}
+
+/* id's slot, made (line set, nothing live) where it has none; NULL: out of memory. */
+static live_slot *id_slot(id_table *t, uint64_t id, size_t line) {
+  live_slot *e = id_find(t, id);
+  if (e->line) return e;
+  if ((t->used + 1) * 2 > t->cap) {
+    if (t->cap > SIZE_MAX / 2 / sizeof *t->slot) return NULL;
+    id_table g = {calloc(t->cap * 2, sizeof *t->slot), t->cap * 2, t->used};
+    if (!g.slot) return NULL;
+    for (size_t i = 0; i < t->cap; i++)
+      if (t->slot[i].line) *id_find(&g, t->slot[i].id) = t->slot[i];
+    free(t->slot);
+    *t = g;
+    e = id_find(t, id);
+  }
+  t->used++;
+  *e = (live_slot){.id = id, .line = line};
+  return e;
+}
 
 static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int write);
 
@@ -67,8 +111,8 @@ static int cmp_double(const void *x, const void *y) {
  * between steps (its minimum over the middle of the trace, plus 2% of the
  * swing); prints a row per step and the median modelled cost of steps >= 2,
  * the statistic bench/torch_bench.py reports for ms/step. */
-static void print_steps(const char *name, const step_sample *v, size_t n, const size_t *marks, size_t nmarks) {
-  if (n < 10) return;
+static int print_steps(const char *name, const step_sample *v, size_t n, const size_t *marks, size_t nmarks) {
+  if (n < 10) return 0;
   uint64_t floor = UINT64_MAX, peak = 0;
   for (size_t i = n / 5; i < n * 9 / 10; i++) floor = v[i].live < floor ? v[i].live : floor;
   for (size_t i = 0; i < n; i++) peak = v[i].live > peak ? v[i].live : peak;
@@ -81,6 +125,10 @@ static void print_steps(const char *name, const step_sample *v, size_t n, const 
   printf("  %4s %8s %9s %6s %6s %6s %5s %9s %7s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
          "mallocs", "headroom", "leased");
   double *ms = malloc(n * sizeof *ms);
+  if (!ms) {
+    fprintf(stderr, "gmlake-replay: %s: out of memory for the steps of %zu events\n", name, n);
+    return 1;
+  }
   size_t start = 0, nsteps = 0;
   int above = 0;
   uint64_t speak = 0;
@@ -114,6 +162,7 @@ static void print_steps(const char *name, const step_sample *v, size_t n, const 
            sum / (double)(nsteps - 2));
   }
   free(ms);
+  return 0;
 }
 
 static uint64_t header_num(const char *line, const char *key) {
@@ -129,14 +178,21 @@ static uint64_t header_num(const char *line, const char *key) {
  * allocated before recording began); skipped, or overwriting the live
  * block, they replayed what no program did. */
 static int trace_line_ok(const char *line) {
-  unsigned long long x, y, z;
-  int end = -1;
+  const char *p = line + 1;
+  int nums = line[0] == 'a' ? 3 : line[0] == 'f' ? 1 : 0;
   if (line[0] == '#') return 1;
-  if (line[0] == 'a') sscanf(line + 1, " %llu %llu %llu %n", &x, &y, &z, &end);
-  else if (line[0] == 'f') sscanf(line + 1, " %llu %n", &x, &end);
-  else if (line[0] == 's') end = 0;
-  else end = (int)strspn(line, " \t\r\n") - 1;
-  return end >= 0 && line[1 + end + strspn(line + 1 + end, " \t\r\n")] == 0;
+  if (!nums && line[0] != 's') p = line;
+  for (int i = 0; i < nums; i++) { /* a number of 64 bits: digits only ("-1" read as 2^64 - 1, 2^64 and up as 2^64 - 1) */
+    p += strspn(p, " \t");
+    if (!isdigit((unsigned char)*p)) return 0;
+    char *end;
+    errno = 0;
+    (void)strtoull(p, &end, 10);
+    if (errno == ERANGE) return 0;
+    p = end;
+    if (*p && !strchr(" \t\r\n", *p)) return 0;
+  }
+  return p[strspn(p, " \t\r\n")] == 0;
 }
 
 static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps) {
@@ -155,9 +211,16 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   }
   memset(res, 0, sizeof *res);
   res->trace = path;
-  size_t cap = 1 << 16, nlat_a = 0, nlat_f = 0, lat_cap = 1 << 16;
-  live_slot *live = calloc(cap, sizeof *live);
+  size_t nlat_a = 0, nlat_f = 0, lat_cap = 1 << 16;
+  id_table live = {calloc(1 << 16, sizeof *live.slot), 1 << 16, 0};
   uint64_t *lat_a = malloc(lat_cap * sizeof *lat_a), *lat_f = malloc(lat_cap * sizeof *lat_f);
+  if (!live.slot || !lat_a || !lat_f) {
+    fprintf(stderr, "gmlake-replay: %s: out of memory for the replay's tables\n", path);
+    free(live.slot), free(lat_a), free(lat_f);
+    gml_close(c);
+    gzclose(f);
+    return 1;
+  }
   uint64_t allocated = 0, total_ns = 0;
   char line[512];
   int failed = 0;
@@ -208,21 +271,29 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       continue;
     }
     if (line[0] == 'a' && sscanf(line + 1, "%llu %llu %llu", &id, &size, &stream) == 3) {
-      while (id >= cap) {
-        live = realloc(live, cap * 2 * sizeof *live);
-        memset(live + cap, 0, cap * sizeof *live);
-        cap *= 2;
+      live_slot *e = id_slot(&live, id, lineno);
+      if (!e) {
+        fprintf(stderr, "gmlake-replay: %s: out of memory for the ids at line %zu (%zu ids)\n", path, lineno, live.used);
+        failed = 1;
+        break;
       }
-      if (live[id].ptr) {
+      if (e->ptr) {
         fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu allocates id %llu, live since line %zu\n", path, lineno,
-                id, live[id].line);
+                id, e->line);
         failed = 1;
         break;
       }
       if (nlat_a == lat_cap || nlat_f == lat_cap) {
+        uint64_t *na = lat_cap <= SIZE_MAX / 2 / sizeof *na ? realloc(lat_a, lat_cap * 2 * sizeof *na) : NULL;
+        if (na) lat_a = na;
+        uint64_t *nf = na ? realloc(lat_f, lat_cap * 2 * sizeof *nf) : NULL;
+        if (nf) lat_f = nf;
+        if (!nf) {
+          fprintf(stderr, "gmlake-replay: %s: out of memory for the latencies at line %zu\n", path, lineno);
+          failed = 1;
+          break;
+        }
         lat_cap *= 2;
-        lat_a = realloc(lat_a, lat_cap * sizeof *lat_a);
-        lat_f = realloc(lat_f, lat_cap * sizeof *lat_f);
       }
       gml_stream s = !strcmp(st.backend, "cuda") ? 0 : (gml_stream)stream;
       void *p;
@@ -237,9 +308,9 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       }
       lat_a[nlat_a++] = dt;
       total_ns += dt;
-      live[id].ptr = p;
-      live[id].size = size;
-      live[id].line = lineno;
+      e->ptr = p;
+      e->size = size;
+      e->line = lineno;
       if (verify_tag(c, p, size, id, 1)) {
         failed = 1;
         break;
@@ -248,21 +319,22 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       res->allocs++;
       if (allocated > res->peak_allocated) res->peak_allocated = allocated;
     } else if (line[0] == 'f' && sscanf(line + 1, "%llu", &id) == 1) {
-      if (id >= cap || !live[id].ptr) {
-        if (id < cap && live[id].line)
+      live_slot *e = id_find(&live, id);
+      if (!e->ptr) {
+        if (e->line)
           fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, freed already at line %zu\n", path,
-                  lineno, id, live[id].line);
+                  lineno, id, e->line);
         else
           fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, never allocated\n", path, lineno, id);
         failed = 1;
         break;
       }
-      if (verify_tag(c, live[id].ptr, live[id].size, id, 0)) {
+      if (verify_tag(c, e->ptr, e->size, id, 0)) {
         failed = 1;
         break;
       }
       uint64_t t0 = gml_now_ns();
-      rc = gml_free(c, live[id].ptr);
+      rc = gml_free(c, e->ptr);
       uint64_t dt = gml_now_ns() - t0;
       if (rc) {
         fprintf(stderr, "gmlake-replay: free %llu failed: %s\n", id, gml_strerror(rc));
@@ -271,9 +343,9 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       }
       lat_f[nlat_f++] = dt;
       total_ns += dt;
-      allocated -= live[id].size;
-      live[id].ptr = NULL;
-      live[id].line = lineno;
+      allocated -= e->size;
+      e->ptr = NULL;
+      e->line = lineno;
       res->frees++;
     }
     if (steps && (line[0] == 'a' || line[0] == 'f')) {
@@ -334,13 +406,13 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   res->backend = st.backend;
   if (steps && !failed) {
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    print_steps(name, samples, nsamples, marks, nmarks);
+    failed = print_steps(name, samples, nsamples, marks, nmarks);
   }
   free(samples);
   free(marks);
-  for (size_t i = 0; i < cap; i++)
-    if (live[i].ptr) gml_free(c, live[i].ptr);
-  free(live), free(lat_a), free(lat_f);
+  for (size_t i = 0; i < live.cap; i++)
+    if (live.slot[i].ptr) gml_free(c, live.slot[i].ptr);
+  free(live.slot), free(lat_a), free(lat_f);
   gml_close(c);
   gzclose(f);
   return failed;
