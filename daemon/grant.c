@@ -76,9 +76,9 @@ void grant_more(session *s) { serve_stream(s); }
 /* Reclaim requests first, then s's answer (nothing while its lease waits). */
 static void carry_out(session *s, const broker_decision *dec) {
   if (dec->from_idle)
-    GML_INFO("client %llu (pid %d) needs %u chunk(s) more than are free: idle clients' idle cache covers them, %llu bytes "
-             "asked of them alone, no chunk created for it", (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count,
-             (unsigned long long)dec->reclaim_bytes);
+    GML_INFO("client %llu (pid %d) waits for %u chunk(s), more than the free ones: idle clients' idle cache covers the rest, "
+             "%llu bytes asked of them alone, no chunk created for it", (unsigned long long)s->bc.id, (int)s->bc.pid,
+             s->bc.lease.count, (unsigned long long)dec->reclaim_bytes);
   if (dec->idle_short) { /* chunks for it may be created now, not at the next tick */
     GML_INFO("lease of client %llu (pid %d): the idle clients asked answered short of it or gave nothing for a while, "
              "%u chunk(s) still wanted: creating what the limit allows, asking the rest of any client with idle cache",
