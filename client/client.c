@@ -350,17 +350,23 @@ static int connect_daemon(gml_client *c, int device, const char *named, char *pa
   return 0;
 }
 
-static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, uint64_t *chunk_size) {
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__Hello h = GMLAKE__HELLO__INIT;
-  char name[64] = "";
-  FILE *f = fopen("/proc/self/comm", "r");
+void gml_hello_init(Gmlake__Hello *h, char name[GML_HELLO_NAME]) {
+  gmlake__hello__init(h);
+  name[0] = 0;
+  FILE *f = fopen("/proc/self/comm", "re");
   if (f) {
-    if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+    if (fgets(name, GML_HELLO_NAME, f)) name[strcspn(name, "\n")] = 0;
     fclose(f);
   }
-  h.protocol_version = GML_PROTOCOL_VERSION;
-  h.name = name;
+  h->protocol_version = GML_PROTOCOL_VERSION;
+  h->name = name;
+}
+
+static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, uint64_t *chunk_size) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__Hello h;
+  char name[GML_HELLO_NAME];
+  gml_hello_init(&h, name);
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
   daemon_reply r;

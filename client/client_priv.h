@@ -167,6 +167,10 @@ struct gml_client {
 /* link.c: the daemon connection's threads (see there). start after hello;
  * quiesce (the keeper stops) before the allocator goes; stop at last. */
 typedef struct gml_link gml_link;
+/* A Hello with this process's protocol version and name (/proc/self/comm,
+ * into name): gml_open's and a reconnection's. */
+#define GML_HELLO_NAME 64
+void gml_hello_init(Gmlake__Hello *h, char name[GML_HELLO_NAME]);
 int gml_link_start(gml_client *c, const char *socket_path);
 void gml_link_quiesce(gml_client *c);
 void gml_link_stop(gml_client *c);

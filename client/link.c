@@ -296,15 +296,9 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
 
 static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t *instance) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
-  Gmlake__Hello h = GMLAKE__HELLO__INIT;
-  char name[64] = "";
-  FILE *f = fopen("/proc/self/comm", "re");
-  if (f) {
-    if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
-    fclose(f);
-  }
-  h.protocol_version = GML_PROTOCOL_VERSION;
-  h.name = name;
+  Gmlake__Hello h;
+  char name[GML_HELLO_NAME];
+  gml_hello_init(&h, name);
   h.adopting = 1;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
