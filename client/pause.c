@@ -151,6 +151,8 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
                     path ? "a path" : "GML_PAUSE_FILE");
   if ((flags & GML_PAUSE_FILE) && !path)
     return gml_fail(c, GML_EINVAL, "%s: GML_PAUSE_FILE needs a path (gml_pause_file with a non-NULL path)", fn);
+  if (path && !*path) /* was GML_ESYS from open(""), while Python's path="" was taken for none */
+    return gml_fail(c, GML_EINVAL, "%s: an empty path (NULL for none)", fn);
   gml_allocator *a = &c->alloc;
   if (a->guard) return fail(c, GML_EINVAL, "pause: %s", "not in guard mode (a remap would drop the guards)");
   struct gml_pause *p = calloc(1, sizeof *p);
