@@ -323,6 +323,25 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
 
 void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 
+/* A usage report is the client's word, bounded here by what it can hold, so
+ * no client skews the lake's numbers. Before: a client that never reconnected
+ * reported 16 EiB uncounted (the stats' and metrics' "memory outside every
+ * limit"); allocated near 2^64 wrapped the lake's sum to hide other clients'
+ * memory; and a client's cache in chunks it kept outside the lake showed as
+ * the lake's cached and reclaimable idle cache. Now: uncounted only from a
+ * reconnection (its hello said adopting), every number at most the device's
+ * memory, cached (and its idle and fragment parts) at most what it leases. */
+void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
+  uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;
+  if (!c->reconnected) c->uncounted = 0;
+  uint64_t *each[] = {&c->allocated, &c->cached,          &c->stitched, &c->largest_free,      &c->paused,
+                      &c->paused_saved, &c->growable_mapped, &c->growable_unmapped, &c->uncounted};
+  for (size_t i = 0; i < sizeof each / sizeof *each; i++) *each[i] = GML_MIN(*each[i], cap);
+  c->cached = GML_MIN(c->cached, held);
+  c->idle = GML_MIN(c->idle, c->cached);
+  c->fragment = GML_MIN(c->fragment, c->cached - c->idle);
+}
+
 /* Has every client asked for c's lease answered (reported since)? */
 static int all_answered(const broker *b, const broker_client *c) {
   for (const broker_client *o = b->clients; o; o = o->next)

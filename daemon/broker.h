@@ -69,6 +69,7 @@ typedef struct broker_client {
   uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
   uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
   uint64_t uncounted;          /* bytes it holds that no lake counts (its hand-over we did not take): in no limit or quota */
+  int reconnected;             /* its hello said adopting: only then may it report uncounted bytes */
   uint64_t leases_refused;
   uint64_t refusal_logged_ns;  /* grant.c: when its last refusal was logged at warn level, */
   int refusal_logged_code;     /* ... and its code (a retry's refusal is not logged again) */
@@ -236,6 +237,8 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
  * counts this one as sent (else its answered count runs ahead for ever and a
  * later lease takes c's answer as given before c has answered). */
 void broker_reclaim_sent(broker_client *c);
+/* c's usage report is its word: bound it by what c can hold (broker.c). */
+void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total);
 /* After a restart, c hands over n chunks it held (the dead daemon's): how
  * many the lake takes. All of them, whatever the limit and quotas (they are
  * the client's memory already; the lake is then over its limit until they

@@ -182,6 +182,7 @@ static void handle_hello(request *rq) {
   s->hello_done = 1;
   /* a hand-over comes right after a restart: later, a client would hand over
    * chunks it returned but kept the fds of, past its quota and the limit */
+  s->bc.reconnected = h->adopting;
   int late = h->adopting && gml_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
   if (h->adopting && !late) s->rx.keep_max = GML_MAX_LEASE_CHUNKS; /* its chunks' fds come with Adopt requests */
   if (late) GML_WARN("client %llu (pid %d, uid %u) would hand over chunks %.0f s after start (adopt-window %d s): refused, "
@@ -267,6 +268,7 @@ static void handle_usage(request *rq) {
   c->idle = u->idle_bytes;
   c->fragment = u->fragment_bytes;
   c->uncounted = u->uncounted;
+  broker_usage_bound(&rq->s->d->br, c, rq->s->d->device_total);
   broker_allocations(&rq->s->d->br, c, u->alloc_count, gml_now_ns()); /* allocating: not idle */
   broker_reported(&rq->s->d->br, c, u->reclaims_served);
   sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */

@@ -605,6 +605,46 @@ START_TEST(test_lease_count_64bit) {
 }
 END_TEST
 
+/* A usage report is bounded by what its client can hold: a client that never
+ * reconnected reports no uncounted bytes, no number passes the device's
+ * memory, cached (and idle) at most what it leases. Before: uncounted 16 EiB
+ * in stats and metrics from any group member, allocated near 2^64 wrapped
+ * the lake's sum (an honest client's 3 MiB hidden), a cache of chunks outside
+ * the lake shown as the lake's reclaimable idle cache. */
+START_TEST(test_usage_report_bounded) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc honest = client_start();
+  client_ready(&honest);
+  ck_assert_str_eq(client_cmd(&honest, "alloc %d", 3 << 20), "ok 0");
+  int s = raw_session("liar");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[4];
+  int fds[4];
+  ck_assert_int_eq(lease_now(s, 2, 1, ids, fds), 1);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.uncounted = UINT64_MAX;
+  u.allocated = UINT64_MAX - (100ull << 20);
+  u.cached = u.idle_bytes = 1ull << 40;
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE, env.usage = &u;
+  send_env(s, &env, NULL, 0);
+  long long cs = stat_num("chunk_size");
+  for (int i = 0; i < 100 && stat_num("allocated") < (3 << 20); i++) usleep(20000);
+  usleep(100000);
+  ck_assert_int_eq(stat_num("uncounted"), 0);
+  long long alloc = stat_num("allocated");
+  ck_assert_msg(alloc >= (3 << 20), "the lake's allocated sum %lld hides the honest client's 3 MiB", alloc);
+  ck_assert_int_le(stat_num("cached"), 4 * cs); /* the liar's at most its one chunk, the honest one's rest */
+  ck_assert_int_le(stat_num("idle_cache_bytes"), 4 * cs);
+  char out[65536];
+  ck_assert_int_eq(ctl(out, sizeof out, "metrics"), 0);
+  ck_assert_msg(!strstr(out, "18446744073709551615") && !strstr(out, "e+19"), "metrics: %s", out);
+  close(s);
+  ck_assert_int_eq(client_finish(&honest), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A process name with " and \ comes out as valid JSON and valid Prometheus text. */
 START_TEST(test_names_escaped) {
   start_daemon("--limit 8MiB");
@@ -1617,6 +1657,7 @@ int main(void) {
   tcase_add_test(tc, test_ctl_bad_inputs);
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
+  tcase_add_test(tc, test_usage_report_bounded);
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
   tcase_add_test(tc, test_no_minted_adoptions);
