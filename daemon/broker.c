@@ -323,14 +323,10 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
 
 void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 
-/* A usage report is the client's word, bounded here by what it can hold, so
- * no client skews the lake's numbers. Before: a client that never reconnected
- * reported 16 EiB uncounted (the stats' and metrics' "memory outside every
- * limit"); allocated near 2^64 wrapped the lake's sum to hide other clients'
- * memory; and a client's cache in chunks it kept outside the lake showed as
- * the lake's cached and reclaimable idle cache. Now: uncounted only from a
- * reconnection (its hello said adopting), every number at most the device's
- * memory, cached (and its idle and fragment parts) at most what it leases. */
+/* A usage report is the client's word, bounded by what it can hold (README, Trust model): uncounted
+ * only from a reconnection (hello adopting), every number at most the device's memory, cached (its
+ * idle and fragment parts) at most what it leases. Before: 16 EiB uncounted from anyone, a wrapped
+ * lake-wide sum, a cache kept outside the lake shown as the lake's reclaimable idle cache. */
 void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
   uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;
   if (!c->reconnected) c->uncounted = 0;
@@ -383,11 +379,8 @@ static uint64_t idle_chunks(const broker *b, const broker_client *c, const broke
  * next leases of a large allocation), within what they hold. Returns 0 (and
  * asks nobody) when they cannot cover it. */
 static int ask_idle(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d) {
-  /* what the free chunks it may take (clean, or its uid's) do not cover: one
-   * serve takes at most BROKER_MAX_LEASE, a stream takes the rest as it goes
-   * (before, a stream asked idle clients for all but its first 128 chunks:
-   * on the H100's preallocated lake, A gave 39.5 GiB where 20 were wanted,
-   * and B's imports shared the driver with A's 10,000 releases) */
+  /* what the free chunks it may take (clean, or its uid's) do not cover: one serve takes 128 at most, a
+   * stream the rest (before: all but 128 asked; on the H100 A gave 39.5 GiB where 20 were wanted) */
   const lake *lk = b->lk;
   uint64_t free_now = (uint64_t)lk->nfree_clean + (lk->nfree > lk->nfree_clean ? lake_free_of(lk, c->uid) : 0);
   uint64_t need = c->lease.count > free_now ? c->lease.count - free_now : 0, have = 0;

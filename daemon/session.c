@@ -261,13 +261,9 @@ static void handle_usage(request *rq) {
   c->cached = u->cached;
   c->stitched = u->stitched;
   c->largest_free = u->largest_free;
-  c->paused = u->paused;
-  c->paused_saved = u->paused_saved;
-  c->growable_mapped = u->growable_mapped;
-  c->growable_unmapped = u->growable_unmapped;
-  c->idle = u->idle_bytes;
-  c->fragment = u->fragment_bytes;
-  c->uncounted = u->uncounted;
+  c->paused = u->paused, c->paused_saved = u->paused_saved;
+  c->growable_mapped = u->growable_mapped, c->growable_unmapped = u->growable_unmapped;
+  c->idle = u->idle_bytes, c->fragment = u->fragment_bytes, c->uncounted = u->uncounted;
   broker_usage_bound(&rq->s->d->br, c, rq->s->d->device_total);
   broker_allocations(&rq->s->d->br, c, u->alloc_count, gml_now_ns()); /* allocating: not idle */
   broker_reported(&rq->s->d->br, c, u->reclaims_served);
