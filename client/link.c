@@ -459,6 +459,8 @@ static int reconnect(gml_client *c) {
     l->rsock = -1;
     l->gone = 0;
     l->reconnects++;
+    l->reclaims_got = 0, l->reclaim_want = 0; /* counted per daemon: the new one's start at 0 */
+    __atomic_store_n(&c->reclaims_served, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->daemon_gone, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&l->mu);
     if (pthread_create(&l->reader, NULL, reader_main, c) == 0) l->reader_on = 1;
