@@ -287,8 +287,10 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
     refuse(b, c, d, GML_EQUOTA, why);
     return;
   }
+  /* idle clients first, before serve() may release another uid's free chunks to make room for it (and
+   * before broker_refill orders chunks for it); then the free chunks it may take */
+  ask_idle(b, c, now_ns, d);
   if (!serve(b, c, d)) d->verdict = BROKER_WAIT;
-  if (c->lease.pending) ask_idle(b, c, now_ns, d); /* before broker_refill orders chunks for it */
 }
 
 void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int optional, uint64_t now_ns,

@@ -788,6 +788,34 @@ START_TEST(test_idle_cache_asked_beyond_free_only) {
 }
 END_TEST
 
+/* At the limit, with another uid's free chunks in the lake: a lease the idle
+ * client covers releases none of them (before: the first serve made room,
+ * releasing and remaking another uid's chunks, and then asked the idle
+ * client anyway; attacker trial, chunks_remade 0 -> 10). */
+START_TEST(test_idle_cache_before_making_room) {
+  broker_client holder, other, asker;
+  idle_hog(&holder, 300);
+  client(&other, 3, 103, 0);
+  other.uid = 2000;
+  add_chunks(50);
+  broker_decision d;
+  broker_lease(&br, &other, 1, 50, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 50);
+  broker_returned(&br, &other, d.idx, d.n); /* 50 free chunks tainted by uid 2000; the lake at its limit */
+  ck_assert_uint_eq(lk.total, 300);
+  client(&asker, 2, 102, 0);
+  broker_lease(&br, &asker, 5, 10, 0, HOG_AT, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_gt(d.reclaim_bytes, 0);
+  ck_assert_uint_eq(counters.chunks_remade, 0);
+  ck_assert_uint_eq(lk.nfree, 50); /* uid 2000's stay */
+  give_back(&holder, 10);
+  ck_assert_uint_eq(serve_all(&asker), 10);
+  ck_assert_uint_eq(counters.chunks_remade, 0);
+}
+END_TEST
+
 /* A plain lease (a run of them makes a large allocation on an older
  * client) asks the idle client ahead too, within what it holds. */
 START_TEST(test_idle_cache_covers_a_plain_lease) {
@@ -1034,6 +1062,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_streamed_lease_wait_and_refusal);
   tcase_add_test(tc, test_idle_cache_covers_the_lease);
   tcase_add_test(tc, test_idle_cache_asked_beyond_free_only);
+  tcase_add_test(tc, test_idle_cache_before_making_room);
   tcase_add_test(tc, test_idle_cache_covers_a_plain_lease);
   tcase_add_test(tc, test_idle_clients_share_the_shortfall);
   tcase_add_test(tc, test_idle_cache_too_small);
