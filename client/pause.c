@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PAUSE_BOUNCE (64u << 20) /* copy buffer between the device and a file */
@@ -44,7 +45,9 @@ struct gml_pause {
   void *host;       /* saved content (host memory), or the bounce buffer (file) */
   size_t host_size;
   int fd;           /* GML_PAUSE_FILE: the file, -1 otherwise */
-  char path[256];
+  int dirfd;        /* its directory, as it was at pause: removed there, whatever the cwd is then */
+  char path[256];   /* as given (messages); base: its last component */
+  const char *base;
   uint64_t saved;   /* bytes of content saved */
 };
 
@@ -57,9 +60,15 @@ static int fail(gml_client *c, int rc, const char *fmt, const char *arg) {
 static void pause_free(gml_client *c, struct gml_pause *p) {
   if (p->host) c->be->ops->host_free(c->be, p->host);
   if (p->fd >= 0) {
+    /* the file made at pause, if it is still there under its name (not a relative path resolved
+     * against a later cwd: that removed another file of the same name and left this one) */
+    struct stat a, b;
+    if (!fstat(p->fd, &a) && !fstatat(p->dirfd, p->base, &b, AT_SYMLINK_NOFOLLOW) && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+      unlinkat(p->dirfd, p->base, 0);
     close(p->fd);
-    unlink(p->path);
   }
+  if (p->dirfd >= 0) close(p->dirfd);
   free(p->v);
   free(p);
 }
@@ -109,9 +118,15 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
     if (strlen(path) >= sizeof p->path) /* cut short, resume would remove another file */
       return fail(c, GML_EINVAL, "pause: a path of at most %s bytes", "255");
     snprintf(p->path, sizeof p->path, "%s", path);
+    char dir[sizeof p->path];
+    char *slash = strrchr(p->path, '/');
+    p->base = slash ? slash + 1 : p->path;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - p->path) + (slash == p->path) : 1, slash ? p->path : ".");
+    if (!*p->base) return fail(c, GML_EINVAL, "pause: %s: a directory, not a file name", p->path);
+    p->dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     /* a new file only: one that exists (another user may have made it, mode 0666, in a directory both
      * may write) or a symlink would get the content where someone else reads it */
-    p->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    p->fd = p->dirfd < 0 ? -1 : openat(p->dirfd, p->base, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (p->fd < 0) {
       char why[sizeof p->path + 64];
       snprintf(why, sizeof why, "%s: %s", path, strerror(errno));
@@ -160,6 +175,7 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   p->flags = flags;
   p->tag = tag;
   p->fd = -1;
+  p->dirfd = -1;
   pthread_mutex_lock(&a->lock);
   if (c->pause) {
     pthread_mutex_unlock(&a->lock);

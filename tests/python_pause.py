@@ -60,5 +60,17 @@ try:  # discard saves nothing: a path with it is refused (it was ignored: nothin
 except gmlake.GMLakeError as e:
     assert "GML_PAUSE_DISCARD saves nothing, a path saves the content" in str(e), e
 assert reserved() > 0  # nothing was paused
+import os, tempfile  # noqa: E402
+d = tempfile.mkdtemp(prefix="gmlake-python-pause-")
+gmlake.pause(path=os.path.join(d, "b.bin").encode(), client=c)  # bytes, as open() takes them
+assert os.path.exists(os.path.join(d, "b.bin")), os.listdir(d)  # not a file named "b'...'"
+gmlake.resume(client=c)
+assert os.listdir(d) == [], os.listdir(d)
+try:
+    gmlake.pause(path=os.path.join(d, "x\0y"), client=c)
+    raise SystemExit("a path with a NUL should be refused")
+except ValueError as e:
+    assert "null byte" in str(e), e
+os.rmdir(d)
 lib.gml_close(c)
 print("  pause/resume/paused/tagged: bytes and addresses kept, memory back while paused")

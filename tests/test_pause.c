@@ -210,6 +210,40 @@ START_TEST(test_pause_refused_in_guard_mode) {
 }
 END_TEST
 
+/* A relative pause file is the one made at pause, whatever the cwd is at
+ * resume: before, resume unlinked the name against the new cwd (another file
+ * of the same name, a user's own data, went) and left the pause file behind. */
+START_TEST(test_pause_file_relative_path) {
+  char top[] = "/tmp/gmlake-pause.XXXXXX", d1[64], d2[64], cwd[4096], f1[96], f2[96];
+  ck_assert_ptr_nonnull(mkdtemp(top));
+  snprintf(d1, sizeof d1, "%s/d1", top), snprintf(d2, sizeof d2, "%s/d2", top);
+  snprintf(f1, sizeof f1, "%s/save.bin", d1), snprintf(f2, sizeof f2, "%s/save.bin", d2);
+  ck_assert_int_eq(mkdir(d1, 0700), 0);
+  ck_assert_int_eq(mkdir(d2, 0700), 0);
+  FILE *f = fopen(f2, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("precious", f);
+  fclose(f);
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  gml_client *c = open_embedded();
+  void *p;
+  ck_assert_int_eq(gml_alloc(c, 4 << 20, 0, &p), 0);
+  fill(p, 4 << 20, 3);
+  ck_assert_int_eq(chdir(d1), 0);
+  ck_assert_int_eq(gml_pause_file(c, 0, 0, "save.bin"), 0);
+  ck_assert_int_eq(access(f1, F_OK), 0);
+  ck_assert_int_eq(chdir(d2), 0);
+  ck_assert_int_eq(gml_resume(c), 0);
+  ck_assert(same(p, 4 << 20, 3));
+  ck_assert_msg(access(f2, F_OK) == 0, "resume removed d2/save.bin, a file it did not make");
+  ck_assert_msg(access(f1, F_OK) != 0, "resume left the pause file d1/save.bin");
+  ck_assert_int_eq(chdir(cwd), 0);
+  ck_assert_int_eq(gml_free(c, p), 0);
+  gml_close(c);
+  unlink(f2), rmdir(d1), rmdir(d2), rmdir(top);
+}
+END_TEST
+
 Suite *pause_suite(void) {
   Suite *s = suite_create("pause");
   TCase *tc = tcase_create("pause");
@@ -217,6 +251,7 @@ Suite *pause_suite(void) {
   tcase_add_test(tc, test_pause_tag_discard_file_and_frees);
   tcase_add_test(tc, test_resume_over_limit_retries);
   tcase_add_test(tc, test_pause_refused_in_guard_mode);
+  tcase_add_test(tc, test_pause_file_relative_path);
   suite_add_tcase(s, tc);
   return s;
 }

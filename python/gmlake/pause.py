@@ -26,6 +26,7 @@ the `client` given (a gml_client pointer, e.g. from gml_open through ctypes).
 """
 import contextlib
 import ctypes
+import os
 
 from . import GMLakeError, _device, _load
 
@@ -82,7 +83,12 @@ def pause(discard=False, tag=0, path=None, device=None, client=None):
     c = _client(device, client)
     flags = PAUSE_DISCARD if discard else 0
     if path is not None:
-        _check(_lib().gml_pause_file(c, flags | PAUSE_FILE, int(tag), str(path).encode()), "gmlake.pause", c)
+        # str, bytes or os.PathLike, as open() takes them (str(b"x") made a file named "b'x'"), and no NUL
+        # (C would stop at it: another file than the one named)
+        p = os.fsencode(path)
+        if b"\0" in p:
+            raise ValueError("gmlake.pause: path has an embedded null byte")
+        _check(_lib().gml_pause_file(c, flags | PAUSE_FILE, int(tag), p), "gmlake.pause", c)
     else:
         _check(_lib().gml_pause(c, flags, int(tag)), "gmlake.pause", c)
 
