@@ -326,8 +326,8 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
 void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 
 /* A usage report is the client's word, bounded by what it can hold (README, Trust model): uncounted
- * only from a reconnection (hello adopting), every number at most the device's memory, cached (its
- * idle and fragment parts) at most what it leases. Before: 16 EiB uncounted from anyone, a wrapped
+ * only from a reconnection (hello adopting), every number at most the device's memory, allocated at
+ * most what it leases and keeps uncounted, cached (its idle and fragment parts) at most what it leases. Before: 16 EiB uncounted from anyone, a wrapped
  * lake-wide sum, a cache kept outside the lake shown as the lake's reclaimable idle cache. */
 void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
   uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;
@@ -335,6 +335,7 @@ void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total
   uint64_t *each[] = {&c->allocated, &c->cached,          &c->stitched, &c->largest_free,      &c->paused,
                       &c->paused_saved, &c->growable_mapped, &c->growable_unmapped, &c->uncounted};
   for (size_t i = 0; i < sizeof each / sizeof *each; i++) *each[i] = GML_MIN(*each[i], cap);
+  c->allocated = GML_MIN(c->allocated, held + c->uncounted);
   c->cached = GML_MIN(c->cached, held);
   c->idle = GML_MIN(c->idle, c->cached);
   c->fragment = GML_MIN(c->fragment, c->cached - c->idle);

@@ -37,7 +37,9 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   st->chunks_creating = d->lk.creating;
   st->chunks_parked = d->lk.parked;
   st->device_total_bytes = d->device_total;
+  uint64_t used = 0; /* in the lake's chunks: a client's part at most what it leases (uncounted chunks' are its own) */
   for (const broker_client *c = b->clients; c; c = c->next) {
+    used += GML_MIN(c->allocated + c->growable_mapped, (uint64_t)c->leased_chunks * d->lk.cs);
     st->allocated += c->allocated;
     st->cached += c->cached;
     st->stitched += c->stitched;
@@ -47,6 +49,7 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
     st->fragment_bytes += c->fragment;
     st->uncounted += c->uncounted;
   }
+  st->uncounted = GML_MIN(st->uncounted, d->device_total ? d->device_total : st->uncounted); /* what the device has */
   st->n_lease_latency_bucket = GML_LEASE_LAT_NBOUNDS;
   st->lease_latency_bucket = (uint64_t *)b->lat_bucket;
   st->lease_latency_sum_s = (double)b->lat_sum_ns / 1e9;
@@ -56,7 +59,7 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   st->chunks_shared = d->lk.shared;
   st->shares = shares_count(d);
   /* growable ranges' chunks are leased and in use, like allocated blocks */
-  uint64_t leased_bytes = (d->lk.leased + d->lk.parked) * d->lk.cs, used = st->allocated + st->growable_mapped;
+  uint64_t leased_bytes = (d->lk.leased + d->lk.parked) * d->lk.cs;
   st->fragmentation = leased_bytes && used <= leased_bytes ? 1.0 - (double)used / (double)leased_bytes : 0;
   st->clients = b->nclients;
   size_t n = b->nlat < BROKER_LAT_RING ? b->nlat : BROKER_LAT_RING;
