@@ -51,6 +51,14 @@ done
 "$BUILD/gmlake-replay" "$d/signed.trace" 2>&1 >/dev/null | grep -q "signed.trace is not a trace: line 2 is \"a -1 4096 0\"" ||
   { echo "gmlake-replay did not refuse an id freed twice past 2^63, one past 64 bits or a signed one, naming the line" >&2; exit 1; }
 echo "  ids past 2^63 replayed; freed twice, past 64 bits or signed: refused, exit 1, line named"
+# a trace's name is a JSON string in --json (it was printed as it is: a " broke the line); --check takes a count
+printf 'a 1 4096 0\nf 1\n' > "$d/we\"ird\\name.trace"
+"$BUILD/gmlake-replay" --json "$d/we\"ird\\name.trace" | python3 -c 'import json,sys; assert json.loads(sys.stdin.read())["trace"] == "we\"ird\\name.trace"' ||
+  { echo "gmlake-replay --json: the trace's name is not a valid JSON string" >&2; exit 1; }
+for v in abc -1 5x; do
+  if "$BUILD/gmlake-replay" --check "$v" "$d/never.trace" > /dev/null 2>&1; [ $? -ne 2 ]; then echo "gmlake-replay took --check $v" >&2; exit 1; fi
+done
+echo "  --json names a trace with \" and \\ as valid JSON; --check abc/-1/5x refused"
 rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
 # (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;

@@ -488,7 +488,16 @@ int main(int argc, char **argv) {
     case 'b': oo.backend = optarg; break;
     case 'd': oo.socket_path = optarg, oo.mode = GML_MODE_DAEMON; break;
     case 'j': json = 1; break;
-    case 'c': check_every = atoi(optarg); break;
+    case 'c': {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (end == optarg || *end || v < 0 || v > INT32_MAX) {
+        fprintf(stderr, "gmlake-replay: --check %s: a count of operations (0: off) was expected\n", optarg);
+        return 2;
+      }
+      check_every = (int)v;
+      break;
+    }
     case 's': steps = 1; break;
     case 'h': usage(); return 0;
     default: usage(); return 2;
@@ -515,11 +524,17 @@ int main(int argc, char **argv) {
     double fd = r.torch_default_reserved ? 1.0 - (double)r.torch_default_allocated / (double)r.torch_default_reserved : 0;
     double fe = r.torch_expandable_reserved ? 1.0 - (double)r.torch_expandable_allocated / (double)r.torch_expandable_reserved : 0;
     if (json) {
+      char esc[2 * 256 + 1], *e = esc; /* the file's name as a JSON string: " \\ and controls escaped */
+      for (const char *q = name; *q && e < esc + sizeof esc - 7; q++)
+        e += (*q == '"' || *q == '\\') ? sprintf(e, "\\%c", *q)
+             : (unsigned char)*q < 32 ? sprintf(e, "\\u%04x", (unsigned char)*q)
+                                      : (*e = *q, 1);
+      *e = 0;
       printf("{\"trace\":\"%s\",\"backend\":\"%s\",\"mode\":\"%s\",\"peak_allocated\":%llu,\"peak_reserved\":%llu,"
              "\"frag\":%.6f,\"torch_default_reserved\":%llu,\"torch_expandable_reserved\":%llu,\"ops_per_s\":%.0f,"
              "\"alloc_p50_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"free_p50_ns\":%.0f,\"free_p99_ns\":%.0f,\"allocs\":%llu,"
              "\"frees\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"chunks_leased\":%llu,\"wall_s\":%.3f,\"guard\":%d}\n",
-             name, r.backend, r.mode == GML_MODE_DAEMON ? "daemon" : "embedded", (unsigned long long)r.peak_allocated,
+             esc, r.backend, r.mode == GML_MODE_DAEMON ? "daemon" : "embedded", (unsigned long long)r.peak_allocated,
              (unsigned long long)r.peak_reserved, r.frag, (unsigned long long)r.torch_default_reserved,
              (unsigned long long)r.torch_expandable_reserved, r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50,
              r.free_p99, (unsigned long long)r.allocs, (unsigned long long)r.frees, (unsigned long long)r.maps,
