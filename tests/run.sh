@@ -58,7 +58,10 @@ printf 'a 1 4096 0\nf 1\n' > "$d/we\"ird\\name.trace"
 for v in abc -1 5x; do
   if "$BUILD/gmlake-replay" --check "$v" "$d/never.trace" > /dev/null 2>&1; [ $? -ne 2 ]; then echo "gmlake-replay took --check $v" >&2; exit 1; fi
 done
-echo "  --json names a trace with \" and \\ as valid JSON; --check abc/-1/5x refused"
+printf 'a 1 4096 0\nf 1\0junk\nf 1\n' > "$d/nul.trace" # its double free was missed: the NUL hid the next line
+"$BUILD/gmlake-replay" "$d/nul.trace" 2>&1 >/dev/null | grep -q "nul.trace is not a trace: line 2 has a NUL byte" ||
+  { echo "gmlake-replay took a line with a NUL byte" >&2; exit 1; }
+echo "  --json names a trace with \" and \\ as valid JSON; --check abc/-1/5x and a NUL byte in a line refused"
 rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
 # (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;

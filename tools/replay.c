@@ -231,9 +231,17 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   uint64_t wall0 = gml_now_ns();
   size_t lineno = 0, events = 0;
   int cont = 0; /* this read is the rest of a line longer than the buffer (a long comment) */
-  while (gzgets(f, line, sizeof line)) {
+  for (;;) {
+    memset(line, 1, sizeof line); /* behind gzgets' terminator: a NUL before it is one of the line's */
+    if (!gzgets(f, line, sizeof line)) break;
     int rest = cont;
-    size_t len = strlen(line);
+    size_t len = strlen(line), end = sizeof line - 1;
+    while (end > len && line[end] != 0) end--;
+    if (end > len) { /* a NUL byte in the line: strlen saw part of it, the rest was taken for the next read */
+      fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu has a NUL byte\n", path, lineno + 1);
+      failed = 1;
+      break;
+    }
     cont = len && line[len - 1] != '\n';
     if (rest) continue;
     lineno++;
