@@ -185,9 +185,12 @@ static void handle_hello(request *rq) {
   s->bc.reconnected = h->adopting;
   int late = h->adopting && gml_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
   if (h->adopting && !late) s->rx.keep_max = GML_MAX_LEASE_CHUNKS; /* its chunks' fds come with Adopt requests */
-  if (late) GML_WARN("client %llu (pid %d, uid %u) would hand over chunks %.0f s after start (adopt-window %d s): refused, "
-                     "it keeps them uncounted", (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid,
-                     (double)(gml_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
+  static uint64_t late_logged_ns; /* one warning a second at most: any client may say adopting */
+  int loud = late && gml_now_ns() - late_logged_ns > 1000000000ull;
+  if (loud) late_logged_ns = gml_now_ns();
+  if (late) gml_log(loud ? GML_LOG_WARN : GML_LOG_DEBUG, "client %llu (pid %d, uid %u) would hand over chunks %.0f s after "
+                    "start (adopt-window %d s): refused, it keeps them uncounted", (unsigned long long)s->bc.id,
+                    (int)s->bc.pid, (unsigned)s->bc.uid, (double)(gml_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
   conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__HelloReply r = GMLAKE__HELLO_REPLY__INIT;

@@ -652,6 +652,23 @@ START_TEST(test_usage_report_bounded) {
 }
 END_TEST
 
+/* Any client may say adopting: past the window, a burst of such hellos logs
+ * one warning a second, not one each (before: one line per connection, a
+ * log flood from any group member). */
+static int adopting_session(void);
+START_TEST(test_late_adopting_hellos_log_bounded) {
+  start_daemon("--limit 8MiB --adopt-window 1");
+  msleep(1200);
+  int s[20];
+  for (int i = 0; i < 20; i++) ck_assert_int_ge(s[i] = adopting_session(), 0);
+  msleep(100);
+  int n = count_log("would hand over chunks");
+  ck_assert_msg(n >= 1 && n <= 2, "%d warnings for 20 late adopting hellos", n);
+  for (int i = 0; i < 20; i++) close(s[i]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A process name with " and \ comes out as valid JSON and valid Prometheus text. */
 START_TEST(test_names_escaped) {
   start_daemon("--limit 8MiB");
@@ -1665,6 +1682,7 @@ int main(void) {
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_usage_report_bounded);
+  tcase_add_test(tc, test_late_adopting_hellos_log_bounded);
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
   tcase_add_test(tc, test_no_minted_adoptions);
