@@ -327,7 +327,8 @@ void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 
 /* A usage report is the client's word, bounded by what it can hold (README, Trust model): uncounted
  * only from a reconnection (hello adopting), every number at most the device's memory, allocated at
- * most what it leases and keeps uncounted, cached (its idle and fragment parts) at most what it leases. Before: 16 EiB uncounted from anyone, a wrapped
+ * most what it leases and keeps uncounted, cached (its idle and fragment parts) at most what of its lease
+ * is not in use (a cache in chunks kept outside the lake is not the lake's). Before: 16 EiB uncounted from anyone, a wrapped
  * lake-wide sum, a cache kept outside the lake shown as the lake's reclaimable idle cache. */
 void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
   uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;
@@ -336,7 +337,7 @@ void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total
                       &c->paused_saved, &c->growable_mapped, &c->growable_unmapped, &c->uncounted};
   for (size_t i = 0; i < sizeof each / sizeof *each; i++) *each[i] = GML_MIN(*each[i], cap);
   c->allocated = GML_MIN(c->allocated, held + c->uncounted);
-  c->cached = GML_MIN(c->cached, held);
+  c->cached = GML_MIN(c->cached, held - GML_MIN(c->allocated + c->growable_mapped, held)); /* free in what it leases */
   c->idle = GML_MIN(c->idle, c->cached);
   c->fragment = GML_MIN(c->fragment, c->cached - c->idle);
 }
