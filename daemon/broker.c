@@ -185,7 +185,6 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
   b->counters->leases_refused++;
 }
 
-
 static void list_push(broker_client **head, broker_client *c) {
   c->closing = 1;
   c->lease.pending = 0;
@@ -287,6 +286,13 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
     refuse(b, c, d, GML_EQUOTA, why);
     return;
   }
+  if ((uint64_t)c->leased_chunks + count > b->lk->limit_bytes / b->lk->cs) { /* never servable: said now, not */
+    char a[32], why[160]; /* after taking others' idle caches and making chunks up to the limit */
+    snprintf(why, sizeof why, "out of memory: %s more would pass the lake's limit with what this client leases",
+             gml_format_bytes((uint64_t)count * b->lk->cs, a, sizeof a));
+    refuse(b, c, d, GML_ENOMEM, why);
+    return;
+  }
   /* idle clients first, before serve() may release another uid's free chunks to make room for it (and
    * before broker_refill orders chunks for it); then the free chunks it may take */
   ask_idle(b, c, now_ns, d);
@@ -325,11 +331,8 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
 
 void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 
-/* A usage report is the client's word, bounded by what it can hold (README, Trust model): uncounted
- * only from a reconnection (hello adopting), every number at most the device's memory, allocated at
- * most what it leases and keeps uncounted, cached (its idle and fragment parts) at most what of its lease
- * is not in use (a cache in chunks kept outside the lake is not the lake's). Before: 16 EiB uncounted from anyone, a wrapped
- * lake-wide sum, a cache kept outside the lake shown as the lake's reclaimable idle cache. */
+/* A usage report is the client's word, bounded by what it can hold (README, Trust model; before: 16
+ * EiB uncounted from anyone, wrapped lake-wide sums, a cache kept outside the lake shown as its own). */
 void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
   uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;
   if (!c->reconnected) c->uncounted = 0;
@@ -365,11 +368,9 @@ static void ask_of(broker_client *o, const broker_client *c, uint64_t bytes, uin
   o->reclaims_sent++;
 }
 
-/* The whole free chunks o could give c's lease as they are: o idle (no
- * allocation for BROKER_IDLE_MS, no lease of its own waiting), of c's uid
- * (another uid's chunk is made anew for c: that is creating after all), and
- * not asked already (its report is then stale, its cache maybe another
- * lease's). Its reported idle cache, bounded by what it holds. */
+/* The whole free chunks o could give c's lease as they are (its idle cache, at most what it leases):
+ * o idle (no allocation for BROKER_IDLE_MS, no lease of its own waiting), of c's uid (another uid's
+ * chunk is made anew for c: creating after all), not asked already (its report is then stale). */
 static uint64_t idle_chunks(const broker *b, const broker_client *c, const broker_client *o, uint64_t now_ns) {
   if (o->uid != c->uid || o->lease.pending || !can_give_back(b, c, o) || o->reclaims_answered < o->reclaims_sent) return 0;
   if (now_ns < o->active_ns + BROKER_IDLE_MS * 1000000ull) return 0;

@@ -556,7 +556,7 @@ END_TEST
  * replies of up to BROKER_MAX_LEASE chunks, each saying how many are still
  * to come; pending until the last; counted as one lease. */
 START_TEST(test_streamed_lease_in_replies) {
-  lk.limit_bytes = 300 * cs;
+  lk.limit_bytes = 320 * cs; /* room for the plain lease below (290 + 20), 300 made */
   add_chunks(300);
   broker_client a;
   client(&a, 1, 101, 0);
@@ -643,14 +643,14 @@ START_TEST(test_streamed_lease_wait_and_refusal) {
   fill_lake(&holder);
   client(&asker, 2, 102, 0);
   broker_decision d;
-  broker_lease_streamed(&br, &asker, 3, 200, 0, &d);
+  broker_lease_streamed(&br, &asker, 3, 8, 0, &d);
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   broker_review(&br, &asker, 1 * MS, &d);
-  ck_assert_uint_eq(d.reclaim_bytes, 200 * cs);
+  ck_assert_uint_eq(d.reclaim_bytes, 8 * cs);
   uint32_t back[4] = {0, 1, 2, 3};
   broker_returned(&br, &holder, back, 4);
   ck_assert_int_eq(broker_serve_free(&br, &asker, &d), 1);
-  ck_assert_uint_eq(d.left, 196);
+  ck_assert_uint_eq(d.left, 4);
   /* chunks came just before the deadline: the wait starts again */
   uint64_t t = BROKER_LEASE_WAIT_MS * MS - 1 * MS;
   broker_review(&br, &asker, t, &d);
@@ -663,7 +663,7 @@ START_TEST(test_streamed_lease_wait_and_refusal) {
   holder.cached = 6 * cs;
   broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS + 2 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
-  ck_assert_uint_eq(d.reclaim_bytes, 196 * cs);
+  ck_assert_uint_eq(d.reclaim_bytes, 4 * cs);
   ck_assert_uint_eq(holder.reclaims_sent, 2);
   /* it answers again, giving nothing: refused now, with what was asked and what was sent */
   broker_reported(&br, &holder, holder.reclaims_sent);
@@ -671,17 +671,26 @@ START_TEST(test_streamed_lease_wait_and_refusal) {
   ck_assert_int_eq(d.verdict, BROKER_REFUSE);
   ck_assert_str_eq(d.why, "out of memory: the lake is full and no other client had idle cache to give back");
   ck_assert_int_eq(d.code, GML_ENOMEM);
-  ck_assert_msg(strstr(d.message, "asked 400.00 MiB (8.00 MiB of it sent); the lake holds"), "%s", d.message);
+  ck_assert_msg(strstr(d.message, "asked 16.00 MiB (8.00 MiB of it sent); the lake holds"), "%s", d.message);
   ck_assert_int_eq(asker.lease.pending, 0);
   ck_assert_uint_eq(asker.leased_chunks, 4); /* what it got stays its own */
   /* the same without progress nor an answer: refused at its deadline */
-  broker_lease_streamed(&br, &asker, 4, 200, 10000 * MS, &d);
+  broker_lease_streamed(&br, &asker, 4, 6, 10000 * MS, &d);
   broker_review(&br, &asker, 10001 * MS, &d);
-  ck_assert_uint_eq(d.reclaim_bytes, 200 * cs);
+  ck_assert_uint_eq(d.reclaim_bytes, 6 * cs);
   broker_review(&br, &asker, 10000 * MS + BROKER_LEASE_WAIT_MS * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_REFUSE);
-  ck_assert_msg(strstr(d.message, "asked 400.00 MiB; the lake holds"), "%s", d.message);
+  ck_assert_msg(strstr(d.message, "asked 12.00 MiB; the lake holds"), "%s", d.message);
+  /* more than the limit could ever give it (4 leased + 7 > 10): refused at once, nobody asked (before:
+   * it took others' idle caches and made chunks up to the limit, then was refused at its deadline) */
+  uint64_t sent = holder.reclaims_sent;
+  broker_lease_streamed(&br, &asker, 5, 7, 20000 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_uint_eq(d.reclaim_bytes, 0);
+  ck_assert_uint_eq(holder.reclaims_sent, sent);
+  ck_assert_msg(strstr(d.message, "14.00 MiB more would pass the lake's limit"), "%s", d.message);
 }
+
 END_TEST
 
 /* The idle hog (issue 12), scaled down: holder leased 250 chunks long ago,
