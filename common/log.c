@@ -12,9 +12,11 @@
 
 static int log_level = -1;
 static const char *log_ident = "gmlake";
+static const char *const level_names[] = {"", "", "", "error", "warn", "", "info", "debug"};
 
 void gml_log_set_level(int level) { log_level = level; }
 void gml_log_set_ident(const char *ident) { log_ident = ident; }
+const char *gml_log_level_name(int level) { return level_names[level & 7]; }
 
 int gml_log_parse_level(const char *s) {
   static const struct { const char *name; int level; } names[] = {
@@ -24,19 +26,25 @@ int gml_log_parse_level(const char *s) {
   return GML_EINVAL;
 }
 
+int gml_log_set_level_from_env(int def) {
+  const char *env = gml_env(GML_ENV_LOG);
+  int l = env ? gml_log_parse_level(env) : -1;
+  log_level = l >= 0 ? l : def; /* set before the warning below, which would come back here */
+  if (env && l < 0)
+    gml_log(GML_LOG_WARN, "%s=%s: not a level (%s); using %s", gml_env_name(GML_ENV_LOG), env, gml_env_accepts(GML_ENV_LOG),
+            gml_log_level_name(def));
+  return l >= 0;
+}
+
 static int effective_level(void) {
-  if (log_level < 0) {
-    const char *env = gml_env(GML_ENV_LOG);
-    int l = env ? gml_log_parse_level(env) : -1;
-    log_level = l >= 0 ? l : GML_LOG_WARN;
-    if (env && l < 0) gml_log(GML_LOG_WARN, "GMLAKE_LOG=%s: not a level (%s); using warn", env, gml_env_accepts(GML_ENV_LOG));
-  }
+  if (log_level < 0) gml_log_set_level_from_env(GML_LOG_WARN);
   return log_level;
 }
 
+int gml_log_level(void) { return effective_level(); }
+
 void gml_log(int level, const char *fmt, ...) {
   if (level > effective_level()) return;
-  static const char *const tags[] = {"", "", "", "error", "warn", "", "info", "debug"};
   char line[1024];
   va_list ap;
   va_start(ap, fmt);
@@ -51,6 +59,6 @@ void gml_log(int level, const char *fmt, ...) {
     localtime_r(&ts.tv_sec, &tm);
     char when[32];
     strftime(when, sizeof when, "%H:%M:%S", &tm);
-    fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000, log_ident, tags[level & 7], line);
+    fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000, log_ident, level_names[level & 7], line);
   }
 }

@@ -62,8 +62,9 @@
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                       \
     "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "      \
     "without a daemon (leases fail with GML_EDAEMON)")                                                          \
-  X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn", "all",                                                   \
-    "log level (gmlaked: its --log-level or config wins)")                                                      \
+  X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn (gmlaked: info)", "all",                                   \
+    "log level (gmlaked: its --log-level or config file's log-level wins; a bad value warns, naming what is "    \
+    "used)")                                                                                                     \
   X(CONTROL, "GMLAKE_CONTROL", "url", "ipc:///run/gmlake/gmlake-N.ctl", "gmlakectl",                             \
     "the daemon's control endpoint (--control or --device wins)")                                                        \
   X(REPLAY_COST, "GMLAKE_REPLAY_COST", "unmap,map,access,sync", "18,28,0,100", "gmlake-replay",                  \
