@@ -1,14 +1,18 @@
-/* log.c: one place that decides what gets printed and how. Under systemd
- * (JOURNAL_STREAM set) lines carry "<prio>" prefixes so journald keeps levels. */
+/* log.c: one place that decides what gets printed and how. Under systemd,
+ * when stderr is the journal's stream (JOURNAL_STREAM names its device and
+ * inode), lines carry "<prio>" prefixes so journald keeps levels. */
 #include "log.h"
 #include "gmlake.h"
 #include "options.h"
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static int log_level = -1;
 static const char *log_ident = "gmlake";
@@ -41,16 +45,32 @@ static int effective_level(void) {
   return log_level;
 }
 
+/* systemd.exec(5): JOURNAL_STREAM is "DEVICE:INODE" of the stream it
+ * connected stderr to. A shell started under systemd passes it on to what it
+ * runs with stderr on a terminal or a file: prefixes only where stderr is
+ * that stream still. */
+static int to_journal;
+static void check_journal_stream(void) {
+  const char *js = gml_env(GML_ENV_JOURNAL_STREAM);
+  unsigned long long dev, ino;
+  int end = 0;
+  struct stat st;
+  if (!js || sscanf(js, "%llu:%llu%n", &dev, &ino, &end) != 2 || js[end] || fstat(STDERR_FILENO, &st)) return;
+  to_journal = (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
 int gml_log_level(void) { return effective_level(); }
 
 void gml_log(int level, const char *fmt, ...) {
   if (level > effective_level()) return;
+  static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
+  pthread_once(&journal_once, check_journal_stream);
   char line[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  if (gml_env(GML_ENV_JOURNAL_STREAM)) {
+  if (to_journal) {
     fprintf(stderr, "<%d>%s\n", level, line);
   } else {
     struct timespec ts;

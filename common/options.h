@@ -74,8 +74,9 @@
   X(DAEMON_CONFIG, "GMLAKED_CONFIG", "path", "/etc/gmlake/gmlaked.conf", "gmlaked",                              \
     "config file (--config wins); when set, it must exist")                                                     \
   X(NOTIFY_SOCKET, "NOTIFY_SOCKET", "path", "", "gmlaked", "set by systemd: where READY=1 / STOPPING=1 go")      \
-  X(JOURNAL_STREAM, "JOURNAL_STREAM", "any", "", "all",                                                          \
-    "set by systemd: log lines carry priority prefixes for journald")                                         \
+  X(JOURNAL_STREAM, "JOURNAL_STREAM", "DEVICE:INODE", "", "all",                                                 \
+    "set by systemd: log lines carry priority prefixes for journald while stderr is the stream it names "     \
+    "(st_dev:st_ino); inherited where stderr is elsewhere (a terminal, a file), it is ignored")                \
   X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "", "all",                                                       \
     "a daemon that cannot write /run/gmlake puts its socket and control endpoint here (unset: it asks for "     \
     "--socket/--control); clients and gmlakectl look here after /run/gmlake (never in /tmp)")

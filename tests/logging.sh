@@ -2,7 +2,9 @@
 # tests/logging.sh BUILD: what gmlaked logs and how.
 # The level: --log-level or the config file's log-level, else GMLAKE_LOG (a
 # bad value warned about, naming what it accepts and what is used), else
-# info; a reload without log-level goes back to GMLAKE_LOG's.
+# info; a reload without log-level goes back to GMLAKE_LOG's. Priority
+# prefixes ("<6>") only when stderr is the stream JOURNAL_STREAM names
+# (DEVICE:INODE), not when the variable was merely inherited.
 set -e
 BUILD=${1:-build}
 B="$(pwd)/$BUILD"
@@ -69,3 +71,18 @@ for _ in $(seq 100); do grep -q reloaded "$d/log" && break; sleep 0.05; done
   fail "SIGHUP: a file without log-level did not go back to GMLAKE_LOG=warn, or one with it did not take it"
 stop
 echo "  SIGHUP: without log-level in the file GMLAKE_LOG=warn holds (that reload unlogged), with log-level = info it is logged"
+
+# JOURNAL_STREAM: prefixes only when stderr is the stream it names
+run JOURNAL_STREAM=8:1 -- --config "$d/plain.conf"
+serving && ! grep -q '^<' "$d/log" || fail "JOURNAL_STREAM=8:1 (not stderr's): priority prefixes on a file"
+: > "$d/log"
+js=$(stat -c '%d:%i' "$d/log")
+start JOURNAL_STREAM="$js" -- --config "$d/plain.conf"
+stop
+grep -q '^<6>serving device' "$d/log" && ! grep -q 'gmlaked\[' "$d/log" ||
+  fail "JOURNAL_STREAM=$js (stderr's own DEVICE:INODE): no priority prefixes"
+for bad in junk 8 "$js"x; do
+  run JOURNAL_STREAM="$bad" -- --config "$d/plain.conf"
+  serving && ! grep -q '^<' "$d/log" || fail "JOURNAL_STREAM=$bad: priority prefixes"
+done
+echo "  JOURNAL_STREAM: prefixes (<6>) when it names stderr ($js), none for another stream (8:1) or junk"

@@ -278,7 +278,7 @@ else
 fi
 echo "== the daemon as a service: --version, sd_notify READY/STATUS, SIGHUP reload ($BUILD)"
 tests/service.sh "$BUILD"
-echo "== what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG) ($BUILD)"
+echo "== what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG), journald's prefixes ($BUILD)"
 tests/logging.sh "$BUILD"
 echo "== how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
