@@ -1,20 +1,26 @@
-/* log.c: one place that decides what gets printed and how. Under systemd
- * (JOURNAL_STREAM set) lines carry "<prio>" prefixes so journald keeps levels. */
+/* log.c: one place that decides what gets printed and how. Under systemd,
+ * when stderr is the journal's stream (JOURNAL_STREAM names its device and
+ * inode), lines carry "<prio>" prefixes so journald keeps levels. */
 #include "log.h"
 #include "gmlake.h"
 #include "options.h"
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static int log_level = -1;
 static const char *log_ident = "gmlake";
+static const char *const level_names[] = {"", "", "", "error", "warn", "", "info", "debug"};
 
 void gml_log_set_level(int level) { log_level = level; }
 void gml_log_set_ident(const char *ident) { log_ident = ident; }
+const char *gml_log_level_name(int level) { return level_names[level & 7]; }
 
 int gml_log_parse_level(const char *s) {
   static const struct { const char *name; int level; } names[] = {
@@ -24,25 +30,47 @@ int gml_log_parse_level(const char *s) {
   return GML_EINVAL;
 }
 
+int gml_log_set_level_from_env(int def) {
+  const char *env = gml_env(GML_ENV_LOG);
+  int l = env ? gml_log_parse_level(env) : -1;
+  log_level = l >= 0 ? l : def; /* set before the warning below, which would come back here */
+  if (env && l < 0)
+    gml_log(GML_LOG_WARN, "%s=%s: not a level (%s); using %s", gml_env_name(GML_ENV_LOG), env, gml_env_accepts(GML_ENV_LOG),
+            gml_log_level_name(def));
+  return l >= 0;
+}
+
 static int effective_level(void) {
-  if (log_level < 0) {
-    const char *env = gml_env(GML_ENV_LOG);
-    int l = env ? gml_log_parse_level(env) : -1;
-    log_level = l >= 0 ? l : GML_LOG_WARN;
-    if (env && l < 0) gml_log(GML_LOG_WARN, "GMLAKE_LOG=%s: not a level (%s); using warn", env, gml_env_accepts(GML_ENV_LOG));
-  }
+  if (log_level < 0) gml_log_set_level_from_env(GML_LOG_WARN);
   return log_level;
 }
 
+/* systemd.exec(5): JOURNAL_STREAM is "DEVICE:INODE" of the stream it
+ * connected stderr to. A shell started under systemd passes it on to what it
+ * runs with stderr on a terminal or a file: prefixes only where stderr is
+ * that stream still. */
+static int to_journal;
+static void check_journal_stream(void) {
+  const char *js = gml_env(GML_ENV_JOURNAL_STREAM);
+  unsigned long long dev, ino;
+  int end = 0;
+  struct stat st;
+  if (!js || sscanf(js, "%llu:%llu%n", &dev, &ino, &end) != 2 || js[end] || fstat(STDERR_FILENO, &st)) return;
+  to_journal = (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+int gml_log_level(void) { return effective_level(); }
+
 void gml_log(int level, const char *fmt, ...) {
   if (level > effective_level()) return;
-  static const char *const tags[] = {"", "", "", "error", "warn", "", "info", "debug"};
+  static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
+  pthread_once(&journal_once, check_journal_stream);
   char line[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  if (gml_env(GML_ENV_JOURNAL_STREAM)) {
+  if (to_journal) {
     fprintf(stderr, "<%d>%s\n", level, line);
   } else {
     struct timespec ts;
@@ -51,6 +79,6 @@ void gml_log(int level, const char *fmt, ...) {
     localtime_r(&ts.tv_sec, &tm);
     char when[32];
     strftime(when, sizeof when, "%H:%M:%S", &tm);
-    fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000, log_ident, tags[level & 7], line);
+    fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000, log_ident, level_names[level & 7], line);
   }
 }

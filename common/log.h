@@ -4,7 +4,14 @@
 enum gml_log_level { GML_LOG_ERROR = 3, GML_LOG_WARN = 4, GML_LOG_INFO = 6, GML_LOG_DEBUG = 7 };
 /* -1: GMLAKE_LOG decides, read (and a bad value warned about) at the next line. */
 void gml_log_set_level(int level);
+/* GMLAKE_LOG's level now, else def (unset or bad: a bad value is warned
+ * about, naming the variable, the value, what it accepts and def); 1 when
+ * GMLAKE_LOG gave it. The library's level is this with warn, gmlaked's (no
+ * --log-level or log-level in its config) with info. */
+int gml_log_set_level_from_env(int def);
+int gml_log_level(void); /* the level lines are printed at now */
 int gml_log_parse_level(const char *s); /* GML_EINVAL when unknown */
+const char *gml_log_level_name(int level); /* "warn" */
 void gml_log_set_ident(const char *ident);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define GML_ERR(...) gml_log(GML_LOG_ERROR, __VA_ARGS__)

@@ -62,8 +62,9 @@
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                       \
     "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "      \
     "without a daemon (leases fail with GML_EDAEMON)")                                                          \
-  X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn", "all",                                                   \
-    "log level (gmlaked: its --log-level or config wins)")                                                      \
+  X(LOG, "GMLAKE_LOG", "error, warn, info, debug", "warn (gmlaked: info)", "all",                                   \
+    "log level (gmlaked: its --log-level or config file's log-level wins; a bad value warns, naming what is "    \
+    "used)")                                                                                                     \
   X(CONTROL, "GMLAKE_CONTROL", "url", "ipc:///run/gmlake/gmlake-N.ctl", "gmlakectl",                             \
     "the daemon's control endpoint (--control or --device wins)")                                                        \
   X(REPLAY_COST, "GMLAKE_REPLAY_COST", "unmap,map,access,sync", "18,28,0,100", "gmlake-replay",                  \
@@ -73,8 +74,9 @@
   X(DAEMON_CONFIG, "GMLAKED_CONFIG", "path", "/etc/gmlake/gmlaked.conf", "gmlaked",                              \
     "config file (--config wins); when set, it must exist")                                                     \
   X(NOTIFY_SOCKET, "NOTIFY_SOCKET", "path", "", "gmlaked", "set by systemd: where READY=1 / STOPPING=1 go")      \
-  X(JOURNAL_STREAM, "JOURNAL_STREAM", "any", "", "all",                                                          \
-    "set by systemd: log lines carry priority prefixes for journald")                                         \
+  X(JOURNAL_STREAM, "JOURNAL_STREAM", "DEVICE:INODE", "", "all",                                                 \
+    "set by systemd: log lines carry priority prefixes for journald while stderr is the stream it names "     \
+    "(st_dev:st_ino); inherited where stderr is elsewhere (a terminal, a file), it is ignored")                \
   X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "", "all",                                                       \
     "a daemon that cannot write /run/gmlake puts its socket and control endpoint here (unset: it asks for "     \
     "--socket/--control); clients and gmlakectl look here after /run/gmlake (never in /tmp)")

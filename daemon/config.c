@@ -30,6 +30,7 @@ enum opt_type {
   OPT_CHOICE,   /* one of the words of `choices` */
   OPT_BACKEND,  /* "auto" or a backend of common/backend.c's table */
   OPT_URL,      /* text with "://" */
+  OPT_HOSTPORT, /* "ADDR:PORT" of a listener (ADDR a name, an IPv4 or [IPv6] address, or empty: all; PORT 1-65535), or "" */
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
   OPT_CONFIG,   /* the config file (read before the other flags) */
@@ -74,7 +75,8 @@ static const config_option options[] = {
     {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
     {"socket-group", "NAME", OPT_GROUP, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
      NULL},
-    {"log-level", "L", OPT_LOGLEVEL, AT(log_level), "info", "error, warn, info (default) or debug", 0, 0, 0, NULL},
+    {"log-level", "L", OPT_LOGLEVEL, AT(log_level), NULL, "error, warn, info or debug (default: $GMLAKE_LOG, else info)", 0,
+     0, 0, NULL},
     {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
      0, NULL},
     {"quota", "'PID|uid:UID|cgroup:PATH BYTES'", OPT_QUOTA, AT(quotas), NULL,
@@ -95,7 +97,7 @@ static const config_option options[] = {
      "out of fds: accepting pauses this long (default %D)", 1, 60000, 10, NULL},
     {"control-insecure-tcp", NULL, OPT_FLAG, AT(control_insecure_tcp), NULL,
      "allow a tcp:// control URL: anyone who reaches it may change the lake (unauthenticated)", 0, 0, 0, NULL},
-    {"metrics-listen", "ADDR:PORT", OPT_STRING, AT(metrics_listen), NULL,
+    {"metrics-listen", "ADDR:PORT", OPT_HOSTPORT, AT(metrics_listen), NULL,
      "serve Prometheus text on http://ADDR:PORT/metrics (default: off)", 0, 127, 0, NULL},
     {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
      NULL},
@@ -162,6 +164,18 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   case OPT_URL:
     if (!strstr(val, "://") || strlen(val) >= o->size) return -1;
     break;
+  case OPT_HOSTPORT: {
+    if (!*val) break; /* "": off (a flag that turns off the file's) */
+    const char *colon = strrchr(val, ':');
+    if (!colon || strlen(val) > (size_t)o->max || strlen(val) >= o->size || !isdigit((unsigned char)colon[1])) return -1;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 1 || port > 65535) return -1;
+    size_t hl = (size_t)(colon - val);
+    if (hl && (val[0] == '[') != (val[hl - 1] == ']')) return -1; /* [IPv6] */
+    for (const char *h = val; h < colon; h++)
+      if (!isalnum((unsigned char)*h) && !strchr(".-_:[]%", *h)) return -1;
+    break;
+  }
   case OPT_LOGLEVEL: {
     int l = gml_log_parse_level(val);
     if (l < 0) return -1;
@@ -212,7 +226,9 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
                "daemon's own group)", key, val, val, key);
     else
       snprintf(err, errlen, "bad value for %s: '%s'%s", key, val,
-               o->type == OPT_QUOTA && !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')" : "");
+               o->type == OPT_QUOTA && !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')"
+               : o->type == OPT_HOSTPORT ? " (ADDR:PORT, PORT 1-65535: 127.0.0.1:9400, [::1]:9400, :9400 for all addresses)"
+                                         : "");
     return -1;
   }
   return 0;

@@ -1,8 +1,9 @@
 /* config.h: gmlaked's settings, in one place. Built-in defaults, then the
  * config file (/etc/gmlake/gmlaked.conf, $GMLAKED_CONFIG or --config), then
- * the command line: flags win. One table of options (config.c) drives the
- * file parser, the flag parser and --help; a bad value is an error at start
- * that names its key. */
+ * the command line: flags win. The log level has no built-in default: set
+ * by neither, gmlaked takes $GMLAKE_LOG, else info (main.c). One table of
+ * options (config.c) drives the file parser, the flag parser and --help; a
+ * bad value is an error at start that names its key. */
 #ifndef GML_CONFIG_H
 #define GML_CONFIG_H
 #include <stdint.h>
@@ -31,7 +32,7 @@ typedef struct gmld_config {
   int adopt_window_s;         /* hand-overs (Adopt) are taken this long after start, then refused */
   int lease_wait_ms;          /* a lease the lake cannot serve at once waits this long for reclaims */
   int foreground;
-  int log_level;
+  int log_level;              /* GML_LOG_*; 0: not set here (gmlaked takes $GMLAKE_LOG, else info) */
   unsigned socket_mode;
   char socket_group[64];
   char config_path[256];

@@ -109,6 +109,16 @@ static int apply_quotas(gmld *d) {
   return applied;
 }
 
+/* The log level: --log-level or the config file's, else $GMLAKE_LOG (a bad
+ * value warned about), else info. Returns where it came from. */
+static const char *apply_log_level(const gmld_config *c) {
+  if (c->log_level) {
+    gml_log_set_level(c->log_level);
+    return "--log-level or the config file";
+  }
+  return gml_log_set_level_from_env(GML_LOG_INFO) ? "GMLAKE_LOG" : "the default";
+}
+
 /* SIGHUP: the config file (and the same command line) read again; the limit,
  * the quotas and the log level take its values. A file that does not parse
  * changes nothing. Other settings take effect at the next start. */
@@ -126,9 +136,8 @@ static void on_reload(uv_signal_t *h, int signum) {
   if (bad) {
     GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
   } else {
-    static const char *const level[] = {"", "", "", "error", "warn", "", "info", "debug"};
     d->cfg.log_level = nc.log_level;
-    gml_log_set_level(nc.log_level);
+    const char *from = apply_log_level(&nc);
     snprintf(d->cfg.limit, sizeof d->cfg.limit, "%s", nc.limit);
     broker_set_limit(&d->br, limit);
     memcpy(d->cfg.quotas, nc.quotas, sizeof nc.quotas);
@@ -136,9 +145,9 @@ static void on_reload(uv_signal_t *h, int signum) {
     int applied = apply_quotas(d);
     char lb[32], left_out[48] = "";
     if (applied < nc.nquotas) snprintf(left_out, sizeof left_out, " (%d not set: see above)", nc.nquotas - applied);
-    GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s",
+    GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s (%s)",
              d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
-             applied, left_out, level[nc.log_level & 7]);
+             applied, left_out, gml_log_level_name(gml_log_level()), from);
     sessions_serve_pending(d);
     daemon_refill(d);
   }
@@ -180,7 +189,8 @@ int main(int argc, char **argv) {
     free(d); /* --help, --version (0) or a bad setting (2) */
     return rc > 0 ? 0 : 2;
   }
-  gml_log_set_level(c->log_level);
+  const char *level_from = apply_log_level(c);
+  GML_DEBUG("log level debug (%s)", level_from);
   /* the control endpoint defaults to the socket's directory: a daemon given
    * only --socket put it in /run/gmlake, beside (or in place of) the system
    * daemon's */

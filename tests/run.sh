@@ -233,6 +233,20 @@ sed -nE 's/^# ([a-z-]+( = .*| +#.*|))$/\1/p' systemd/gmlaked.conf.example > "$d/
 # socket-group must name a group that exists: where `groupadd gmlake` was not run, root's group stands in
 getent group gmlake >/dev/null || sed -i "s/^socket-group = gmlake/socket-group = $(getent group 0 | cut -d: -f1)/" "$d/example.conf"
 "$BUILD/gmlaked" --config "$d/example.conf" --help >/dev/null || { echo "systemd/gmlaked.conf.example, uncommented, does not parse" >&2; exit 1; }
+# man gmlaked's EXIT STATUS: 2 for a bad option, said naming it, before anything is set up (--metrics-listen
+# nohost was taken, then refused once the sockets were up: exit 1)
+grep -A2 '^\.SH EXIT STATUS' man/man8/gmlaked.8 | grep -q '^2 for a bad option' || { echo "man gmlaked: no exit status 2 for a bad option" >&2; exit 1; }
+: > "$d/empty.conf"
+for bad in "--metrics-listen nohost" "--metrics-listen 127.0.0.1:http" "--creators 0" "--log-level loud"; do
+  set +e
+  # shellcheck disable=SC2086
+  timeout 20 "$BUILD/gmlaked" --config "$d/empty.conf" --backend host --socket "$d/sock" --control "ipc://$d/ctl" $bad 2> "$d/err"
+  rc=$?
+  set -e
+  [ $rc = 2 ] && grep -q "(option ${bad%% *})" "$d/err" && [ ! -e "$d/sock" ] ||
+    { cat "$d/err" >&2; echo "gmlaked $bad: exit $rc, not 2 naming ${bad%% *} before setting anything up" >&2; exit 1; }
+done
+echo "  a bad option (--metrics-listen nohost, --creators 0, ...): exit 2, named, nothing set up"
 rm -rf "$d"
 # every command of gmlakectl --help in man gmlakectl
 cmds=$("$BUILD/gmlakectl" --help | sed -n '/^commands:/,$ s/^  \([a-z]\{1,\}\).*/\1/p')
@@ -278,6 +292,8 @@ else
 fi
 echo "== the daemon as a service: --version, sd_notify READY/STATUS, SIGHUP reload ($BUILD)"
 tests/service.sh "$BUILD"
+echo "== what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG), journald's prefixes ($BUILD)"
+tests/logging.sh "$BUILD"
 echo "== how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
 echo "== make install, the installed unit, gmlake.pc, man pages ($BUILD)"
