@@ -607,6 +607,7 @@ START_TEST(test_quota_and_limit) {
   ck_assert_int_ne(sh(out, sizeof out, "grep 'lease of 0 chunk' %s/daemon.log", tmpdir), 0);
   snprintf(args, sizeof args, "quota %d 0", pid_a);
   ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_msg(strstr(out, "cleared"), "quota 0: %s", out); /* it said "set to 0 bytes" */
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 1");
   /* past the lake's limit: a clear out-of-memory, and the daemon goes on */
   r = client_cmd(&a, "alloc %d", 40 << 20);

@@ -57,6 +57,14 @@ static void ctl_error(const ctl *c, int code, const char *fmt, ...) {
   fflush(stdout);
 }
 
+/* A daemon that took the connection and closed it at once keeps its control slots (8 a user, 16 for
+ * root): say so, since only its log says why (before: "Connection shutdown", nothing more). */
+static const char *slots_hint(int rv) {
+  return rv == NNG_ECLOSED || rv == NNG_ECONNSHUT ? " (the daemon closed the connection: it answers at most 8 control "
+                                                    "connections of a user at once, 16 of root; close others, or see its log)"
+                                                  : "";
+}
+
 static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
   const char *url = c->url;
   nng_socket s;
@@ -72,7 +80,7 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
     char hint[256] = "";
     const char *path = !strncmp(url, "ipc://", 6) ? url + 6 : !strncmp(url, "unix://", 7) ? url + 7 : NULL;
     if (rv == NNG_EPERM && path && gml_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
-    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s", url, nng_strerror(rv), hint);
+    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s%s", url, nng_strerror(rv), hint, slots_hint(rv));
     nng_close(s);
     return NULL;
   }
@@ -91,7 +99,7 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
       if (!rep) ctl_error(c, GML_EPROTO, "malformed reply");
     }
   }
-  if (rv) ctl_error(c, GML_EDAEMON, "%s: %s", url, nng_strerror(rv));
+  if (rv) ctl_error(c, GML_EDAEMON, "%s: %s%s", url, nng_strerror(rv), slots_hint(rv));
   nng_close(s);
   if (rep && rep->code) {
     /* the daemon's own words; the code's generic text only when it sent none
@@ -340,6 +348,7 @@ static int cmd_quota(ctl *c) {
   req.set_quota = &quota;
   if (!(c->reply = call(c, &req))) return 1;
   if (c->json) printf("{\"ok\":true}\n");
+  else if (!v) printf("quota of %s cleared\n", c->args[0]);
   else printf("quota of %s set to %llu bytes\n", c->args[0], (unsigned long long)v);
   return 0;
 }
