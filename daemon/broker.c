@@ -387,7 +387,7 @@ static int ask_idle(broker *b, broker_client *c, uint64_t now_ns, broker_decisio
   /* what the free chunks it may take (clean, or its uid's) do not cover: one serve takes 128 at most, a
    * stream the rest (before: all but 128 asked; on the H100 A gave 39.5 GiB where 20 were wanted) */
   const lake *lk = b->lk;
-  uint64_t free_now = (uint64_t)lk->nfree_clean + (lk->nfree > lk->nfree_clean ? lake_free_of(lk, c->uid) : 0);
+  uint64_t free_now = (uint64_t)lk->nfree_clean + lake_free_of(lk, c->uid);
   uint64_t need = c->lease.count > free_now ? c->lease.count - free_now : 0, have = 0;
   for (const broker_client *o = b->clients; o; o = o->next) have += idle_chunks(b, c, o, now_ns);
   if (!need || have < need) return 0;
@@ -559,7 +559,7 @@ uint64_t broker_refill(broker *b, uint64_t now_ns) {
     if (c->lease.pending && c->lease.from_idle) {
       from_idle = 1;
     } else if (c->lease.pending) {
-      uint32_t own = lk->nfree > lk->nfree_clean ? lake_free_of(lk, c->uid) : 0;
+      uint32_t own = lake_free_of(lk, c->uid);
       waiting += c->lease.count > own ? c->lease.count - own : 0;
     }
   uint64_t want = (b->prefetch_suspended || from_idle ? 0 : b->prefetch_chunks) + waiting;

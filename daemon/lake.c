@@ -147,6 +147,7 @@ void lake_unadopt(lake *lk, uint32_t idx) {
 
 uint32_t lake_free_of(const lake *lk, uint32_t uid) {
   uint32_t n = 0;
+  if (lk->nfree == lk->nfree_clean) return 0; /* no tainted free chunk: no scan (the lease paths ask often) */
   for (uint32_t j = 0; j < lk->nfree; j++) {
     const lake_chunk *c = &lk->chunks[lk->free_stack[j]];
     n += c->tainted && c->tenant == uid;
