@@ -8,6 +8,7 @@
 #endif
 #include "gmlake.h"
 #include "options.h"
+#include "statsview.h"
 #include "util.h"
 #include <ctype.h>
 #include <errno.h>
@@ -532,17 +533,13 @@ int main(int argc, char **argv) {
     double fd = r.torch_default_reserved ? 1.0 - (double)r.torch_default_allocated / (double)r.torch_default_reserved : 0;
     double fe = r.torch_expandable_reserved ? 1.0 - (double)r.torch_expandable_allocated / (double)r.torch_expandable_reserved : 0;
     if (json) {
-      char esc[2 * 256 + 1], *e = esc; /* the file's name as a JSON string: " \\ and controls escaped */
-      for (const char *q = name; *q && e < esc + sizeof esc - 7; q++)
-        e += (*q == '"' || *q == '\\') ? sprintf(e, "\\%c", *q)
-             : (unsigned char)*q < 32 ? sprintf(e, "\\u%04x", (unsigned char)*q)
-                                      : (*e = *q, 1);
-      *e = 0;
-      printf("{\"trace\":\"%s\",\"backend\":\"%s\",\"mode\":\"%s\",\"peak_allocated\":%llu,\"peak_reserved\":%llu,"
+      printf("{\"trace\":");
+      print_json_string(stdout, name); /* gmlakectl's JSON strings: " \\ and controls escaped */
+      printf(",\"backend\":\"%s\",\"mode\":\"%s\",\"peak_allocated\":%llu,\"peak_reserved\":%llu,"
              "\"frag\":%.6f,\"torch_default_reserved\":%llu,\"torch_expandable_reserved\":%llu,\"ops_per_s\":%.0f,"
              "\"alloc_p50_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"free_p50_ns\":%.0f,\"free_p99_ns\":%.0f,\"allocs\":%llu,"
              "\"frees\":%llu,\"maps\":%llu,\"unmaps\":%llu,\"chunks_leased\":%llu,\"wall_s\":%.3f,\"guard\":%d}\n",
-             esc, r.backend, r.mode == GML_MODE_DAEMON ? "daemon" : "embedded", (unsigned long long)r.peak_allocated,
+             r.backend, r.mode == GML_MODE_DAEMON ? "daemon" : "embedded", (unsigned long long)r.peak_allocated,
              (unsigned long long)r.peak_reserved, r.frag, (unsigned long long)r.torch_default_reserved,
              (unsigned long long)r.torch_expandable_reserved, r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50,
              r.free_p99, (unsigned long long)r.allocs, (unsigned long long)r.frees, (unsigned long long)r.maps,
