@@ -506,8 +506,12 @@ END_TEST
  * count that request as sent. Before, it did not: the client's answered count
  * ran one ahead of the broker's sent count for ever, so a later lease that
  * asked it took "every client asked has answered" as true at once, went on
- * as answered short and created chunks (here 64 beside what it asked of A). */
-START_TEST(test_idle_hog_after_operator_trim) {
+ * as answered short and created chunks (here 64 beside what it asked of A).
+ * restart: the same after a daemon restart: the library counted the reclaim
+ * requests it served over its whole life, the new daemon's session from 0,
+ * so a client that had served one was "answered" the moment the new daemon
+ * asked it (found by an attacker trial). The counters are per connection now. */
+static void idle_hog_after_operator_trim(int restart) {
   start_daemon("--limit 640MiB --prefetch 0");
   proc a = client_start(), b = client_start();
   int pid_a = client_ready(&a);
@@ -525,62 +529,34 @@ START_TEST(test_idle_hog_after_operator_trim) {
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  if (restart) {
+    kill(daemon_pid, SIGKILL);
+    waitpid(daemon_pid, NULL, 0);
+    launch_daemon();
+    ck_assert_int_eq(stat_wait("clients", 2, 4000), 2);
+  }
+  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20); /* after a restart: A's cache handed over */
   msleep(1200); /* A idles past BROKER_IDLE_MS */
   int total = (int)stat_num("chunks_total");
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
-  sh(out, sizeof out, "grep -c 'no chunk created for it' %s/daemon.log", tmpdir);
-  ck_assert_int_eq(atoi(out), 1);
+  if (!restart) {
+    sh(out, sizeof out, "grep -c 'no chunk created for it' %s/daemon.log", tmpdir);
+    ck_assert_int_eq(atoi(out), 1);
+  }
   sh(out, sizeof out, "grep -c 'answered short' %s/daemon.log", tmpdir);
   ck_assert_msg(atoi(out) == 0, "the lease went on as answered short: %s", out);
   ck_assert_int_eq(stat_num("chunks_total"), total); /* nothing created for B */
-  ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
+  if (!restart) ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
+
+START_TEST(test_idle_hog_after_operator_trim) { idle_hog_after_operator_trim(0); }
 END_TEST
 
-/* The same after a restart: the library counted the reclaim requests it
- * served over its whole life, the new daemon's session from 0, so a client
- * that had served one was "answered" the moment the new daemon asked it
- * (found by an attacker trial: chunks created beside what was asked). The
- * counters are per connection now. */
-START_TEST(test_idle_hog_after_restart) {
-  start_daemon("--limit 640MiB --prefetch 0");
-  proc a = client_start(), b = client_start();
-  int pid_a = client_ready(&a);
-  client_ready(&b);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 64 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 64 << 20, 4000), 64 << 20);
-  char out[4096], arg[64];
-  snprintf(arg, sizeof arg, "trim --client %d", pid_a);
-  ck_assert_int_eq(ctl(out, sizeof out, arg), 0); /* A serves one request of this daemon */
-  long long leased = -1;
-  for (int i = 0; i < 200 && (leased = client_num(pid_a, "leased_bytes")) != 0; i++) usleep(20000);
-  ck_assert_int_eq(leased, 0);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  kill(daemon_pid, SIGKILL);
-  waitpid(daemon_pid, NULL, 0);
-  launch_daemon();
-  ck_assert_int_eq(stat_wait("clients", 2, 4000), 2);
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20); /* A's cache handed over */
-  msleep(1200);
-  int total = (int)stat_num("chunks_total");
-  const char *r = client_cmd(&b, "alloc %d", 512 << 20);
-  ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
-  sh(out, sizeof out, "grep -c 'answered short' %s/daemon.log", tmpdir);
-  ck_assert_msg(atoi(out) == 0, "the lease went on as answered short: %s", out);
-  ck_assert_int_eq(stat_num("chunks_total"), total);
-  ck_assert_int_eq(client_finish(&a), 0);
-  ck_assert_int_eq(client_finish(&b), 0);
-  ck_assert_int_eq(stop_daemon(), 0);
-}
+START_TEST(test_idle_hog_after_restart) { idle_hog_after_operator_trim(1); }
 END_TEST
 
 /* The idle client asked does not answer (stopped): B is not held for it
