@@ -58,11 +58,12 @@ static void ctl_error(const ctl *c, int code, const char *fmt, ...) {
 }
 
 /* A daemon that took the connection and closed it at once keeps its control slots (8 a user, 16 for
- * root): say so, since only its log says why (before: "Connection shutdown", nothing more). */
+ * root): say so, since only its log says why (before: "Connection shutdown" or "Connection reset",
+ * as the close reached nng, nothing more). */
 static const char *slots_hint(int rv) {
-  return rv == NNG_ECLOSED || rv == NNG_ECONNSHUT ? " (the daemon closed the connection: it answers at most 8 control "
-                                                    "connections of a user at once, 16 of root; close others, or see its log)"
-                                                  : "";
+  if (rv != NNG_ECLOSED && rv != NNG_ECONNSHUT && rv != NNG_ECONNRESET) return "";
+  return " (the daemon closed the connection: it answers at most 8 control connections of a user at once, 16 of root; "
+         "close others, or see its log)";
 }
 
 static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
