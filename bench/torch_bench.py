@@ -260,8 +260,12 @@ def table(workloads):
     repeats = int(os.environ.get("GMLAKE_BENCH_REPEATS", "1"))
     configs = [c for c in os.environ.get("GMLAKE_BENCH_CONFIGS", ",".join(CONFIGS)).split(",")]
     for w in workloads:
-        # runs of one workload interleaved (ABCD ABCD): the GPU's speed drifts between processes
-        for rep, c in [(r, c) for r in range(repeats) for c in configs]:
+        # runs of one workload interleaved, the order rotated each repeat (ABC BCA CAB): the GPU's
+        # speed drifts between processes, and no config should always run in the same place
+        order = [(r, configs[(r + j) % len(configs)]) for r in range(repeats) for j in range(len(configs))]
+        if os.environ.get("GMLAKE_BENCH_ROTATE", "1") == "0":
+            order = [(r, c) for r in range(repeats) for c in configs]
+        for rep, c in order:
             base_c = c.split("+")[0]
             d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if base_c == "gmlake_daemon"
                  else Daemon() if base_c == "gmlake_daemon_cold" else None)
