@@ -29,3 +29,9 @@ for c, rr in runs.items():
     print("%-16s runs %2d  ms/step %6.1f  vs default %.3fx  by_rep median %.3fx (%d of %d <= 1.03)  mean %.3fx  "
           "resv/alloc max %.3f  losses %s" % (c, len(rr), med, med / bm, S.median(rep), within, len(rep),
                                              mean / bmean, ratio, "same" if same else "DIFF"))
+    # per CPU speed: ms/step over the run's cpu probe (runs that recorded one), against default's
+    norm = lambda rs: [r["ms_per_step"] / r["cpu_probe_us"] for r in rs if r.get("cpu_probe_us")]
+    n, nb = norm(rr.values()), norm(base.values())
+    if n and nb:
+        print("%-16s runs %2d  per CPU speed (ms/step / probe) vs default %.3fx  (each run: %s)" % (
+            "", len(n), S.median(n) / S.median(nb), ", ".join("%.3f" % (x / S.median(nb)) for x in n)))

@@ -116,6 +116,9 @@ def run_one(workload, config, steps=None):
     if config.startswith("gmlake"):
         import gmlake as gm
     step_us = []
+    # the CPU's speed beside each step (these steps are bound by Python's kernel launches, and one
+    # process's CPU runs up to ~15% slower than the next one's here): a fixed pure-Python loop, timed
+    probe = []
     for i in range(n):
         step_us.append(time.time_ns() // 1000)
         s0 = gm.stats() if gm and i else None
@@ -124,7 +127,9 @@ def run_one(workload, config, steps=None):
             from torch.profiler import profile, ProfilerActivity
             prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
             prof.__enter__()
-        torch.cuda.synchronize(); t = time.perf_counter()
+        torch.cuda.synchronize()
+        probe.append(cpu_probe())
+        t = time.perf_counter()
         losses.append(step(i))
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t) * 1e3
@@ -150,7 +155,7 @@ def run_one(workload, config, steps=None):
                ms_mean=round(statistics.mean(times), 2),
                losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1),
                driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None,
-               steps=trace)
+               steps=trace, cpu_probe_us=round(statistics.median(probe[2:] or probe), 1))
     if config.startswith("gmlake"):
         import gmlake
         st = gmlake.stats()
@@ -167,6 +172,14 @@ def run_one(workload, config, steps=None):
     if config == "trace":
         res["trace"] = write_trace(torch, workload, res, step_us)
     print("RESULT " + json.dumps(res), flush=True)
+
+
+def cpu_probe():
+    t = time.perf_counter()
+    x = 0
+    for i in range(20000):
+        x += i * i
+    return (time.perf_counter() - t) * 1e6
 
 
 class Daemon:
