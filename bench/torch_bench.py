@@ -167,11 +167,29 @@ def run_one(workload, config, steps=None):
     else:
         st = torch.cuda.memory_stats()
         res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])
+    res["threads"] = thread_cpu()
     res["frag"] = round(1 - res["peak_allocated"] / res["peak_reserved"], 4)
     res["ratio"] = round(res["peak_reserved"] / res["peak_allocated"], 4)
     if config == "trace":
         res["trace"] = write_trace(torch, workload, res, step_us)
     print("RESULT " + json.dumps(res), flush=True)
+
+
+def thread_cpu():
+    """The process's threads that used CPU (name, seconds user+system, involuntary switches),
+    busiest first, and how many CPUs the process may run on: where a run's CPU went."""
+    out, hz = [], os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            st = open("/proc/self/task/%s/stat" % tid).read()
+            name, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+            sw = [l for l in open("/proc/self/task/%s/status" % tid) if l.startswith("nonvoluntary_ctxt_switches")]
+            out.append((name, round((int(rest[11]) + int(rest[12])) / hz, 2), int(sw[0].split()[1]) if sw else -1,
+                        int(tid) == os.getpid()))
+        except (OSError, ValueError, IndexError):
+            pass
+    out.sort(key=lambda t: -t[1])
+    return dict(cpus=len(os.sched_getaffinity(0)), n=len(out), busiest=out[:6])
 
 
 def cpu_probe():
