@@ -215,6 +215,20 @@ static int daemon_lease(gml_client *c, size_t n, int optional, gml_phys *phys, u
   return got ? (int)got : rc ? rc : GML_EBACKEND;
 }
 
+void gml_daemon_clock(gml_client *c, uint64_t daemon_mono_ns) {
+  c->clock_skew = (int64_t)(gml_now_ns() - daemon_mono_ns); /* the reply's transit: microseconds, on one host */
+  c->clock_known = daemon_mono_ns != 0;
+}
+
+int gml_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r) {
+  if (!c->clock_known || !r->sent_ns || !r->valid_ms) return 0;
+  int64_t age = (int64_t)(gml_now_ns() - r->sent_ns) - c->clock_skew;
+  if (age <= (int64_t)(r->valid_ms * 1000000ull)) return 0;
+  GML_INFO("a reclaim request of the daemon came %.1f s after it was sent (this process was stopped?): its lease is "
+           "over, the cache stays", (double)age / 1e9);
+  return 1;
+}
+
 static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids) {
   return daemon_lease(ctx, n, optional, phys, ids, NULL, NULL);
 }
@@ -393,6 +407,7 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   c->client_id = reply->hello_reply->client_id;
   c->daemon_instance = reply->hello_reply->instance;
   c->max_stream = GML_MIN(reply->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX);
+  gml_daemon_clock(c, reply->hello_reply->mono_ns);
   free_received(reply, NULL, 0);
   return 0;
 }

@@ -137,6 +137,9 @@ struct gml_client {
   uint64_t client_id;
   uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; link.c) */
   uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none) */
+  int64_t clock_skew;        /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
+                              * set them apart; 0 and unused when the daemon does not say) */
+  int clock_known;
   int lease_refused;         /* a streamed lease ended with this refusal: the next acquire returns it at once */
   int daemon_gone;          /* set by link.c's reader (atomic) */
   struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
@@ -194,6 +197,11 @@ void gml_link_end(gml_client *c);
 void gml_client_test_nostream(gml_client *c);
 /* client.c: send the allocator's numbers to the daemon now. */
 void gml_client_report(gml_client *c);
+/* The daemon's clock against ours, from a hello reply's mono_ns (0: not said). */
+void gml_daemon_clock(gml_client *c, uint64_t daemon_mono_ns);
+/* A reclaim request that came after its valid_ms on our clock (we were
+ * stopped): its lease is over; answered without giving anything back. */
+int gml_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r);
 /* From the keeper thread every REPORT_INTERVAL_NS: a report only where the
  * numbers changed since the last one and no other thread is talking to the
  * daemon, so `gmlakectl clients` is never more than that behind an idle

@@ -81,6 +81,7 @@ struct gml_link {
   int lost;                /* one of them could not be queued (no memory): the call fails */
   uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
   uint64_t reclaims_got;   /* reclaim requests received */
+  uint64_t moot;           /* ... of them moot when they came (gml_reclaim_moot), not answered yet */
   char path[256];          /* the daemon's socket, to reconnect to ("": never) */
   int rsock;               /* the socket of a reconnection under way (-1: none): shut down by gml_link_stop */
   uint64_t reconnects;
@@ -144,7 +145,8 @@ static void *reader_main(void *arg) {
     if (in->seq == 0) {
       if (in->msg_case == GMLAKE__ENVELOPE__MSG_RECLAIM) {
         uint64_t want = in->reclaim->bytes ? in->reclaim->bytes : UINT64_MAX; /* 0 asks for everything idle */
-        l->reclaim_want = want > UINT64_MAX - l->reclaim_want ? UINT64_MAX : l->reclaim_want + want;
+        if (gml_reclaim_moot(c, in->reclaim)) l->moot++; /* answered, nothing given: its lease is over */
+        else l->reclaim_want = want > UINT64_MAX - l->reclaim_want ? UINT64_MAX : l->reclaim_want + want;
         l->reclaims_got++;
         pthread_cond_broadcast(&l->cv);
       } else {
@@ -260,7 +262,7 @@ static void sleep_ms(int ms) {
 static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
   uint64_t t0 = gml_now_ns(), got = 0;
   size_t left = 0;
-  for (;;) {
+  for (; want;) { /* 0: only moot requests, answered with nothing */
     size_t max = want == UINT64_MAX ? 0 : (size_t)(want - got);
     got += gml_alloc_release_ready(&c->alloc, max, &left);
     if ((want != UINT64_MAX && got >= want) || !left) break;
@@ -268,7 +270,7 @@ static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
     sleep_ms(1); /* the rest is mapped where a stream may still use it: poll the fence again */
   }
   __atomic_store_n(&c->reclaims_served, answers, __ATOMIC_RELAXED); /* the report below answers them all */
-  GML_INFO("gave %llu bytes of idle cache back to the lake in %.1f ms (asked %llu)", (unsigned long long)got,
+  if (want) GML_INFO("gave %llu bytes of idle cache back to the lake in %.1f ms (asked %llu)", (unsigned long long)got,
            (double)(gml_now_ns() - t0) / 1e6, want == UINT64_MAX ? 0ull : (unsigned long long)want);
   gml_client_report(c);
 }
@@ -316,6 +318,7 @@ static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64
     *no_adopt = r->hello_reply->no_adopt;
     *instance = inst;
     c->max_stream = GML_MIN(r->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
+    gml_daemon_clock(c, r->hello_reply->mono_ns);
   }
   free_msg(r, NULL, 0);
   return rc;
@@ -511,9 +514,9 @@ static void *keeper_main(void *arg) {
   uint64_t backoff_ms = 10;
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
-    if (l->reclaim_want) {
+    if (l->reclaim_want || l->moot) {
       uint64_t want = l->reclaim_want, answers = l->reclaims_got;
-      l->reclaim_want = 0;
+      l->reclaim_want = l->moot = 0;
       pthread_mutex_unlock(&l->mu);
       serve_reclaim(c, want, answers);
       pthread_mutex_lock(&l->mu);

@@ -179,7 +179,7 @@ static void ctl_trim(ctl_call *k) {
       fail(k, GML_EINVAL, "no client with that pid");
       return;
     }
-    session_send_reclaim(s, 0);
+    session_send_reclaim(s, 0, 0);
     broker_reclaim_sent(&s->bc);
   }
   k->rep->trimmed_chunks = lake_trim(&d->lk, 0);

@@ -21,7 +21,10 @@
 #define GRANT_QUEUE_MAX (32 * 1024)
 
 /* Ask the clients the broker names (most idle cache first) for idle cache,
- * each for what the broker asks of it. */
+ * each for what the broker asks of it. The request is moot once the lease
+ * is over: twice its wait bound after it is sent (a stream's bound restarts
+ * with each batch), a client that gets it later (it was stopped) keeps its
+ * cache. */
 static void ask_reclaim(gmld *d, const broker_client *asker) {
   broker_client *few[32], **who = few;
   size_t n = broker_reclaim_targets(&d->br, asker, few, GML_ARRAY_LEN(few));
@@ -30,7 +33,7 @@ static void ask_reclaim(gmld *d, const broker_client *asker) {
     else who = few, n = GML_ARRAY_LEN(few); /* out of memory: the most idle ones */
   }
   for (size_t i = 0; i < n; i++) {
-    session_send_reclaim(session_of(who[i]), who[i]->reclaim_ask);
+    session_send_reclaim(session_of(who[i]), who[i]->reclaim_ask, 2 * d->br.lease_wait_ns / 1000000);
     GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
              (unsigned long long)who[i]->reclaim_ask);
   }

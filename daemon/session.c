@@ -130,10 +130,10 @@ void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...
   send_error(s, seq, code, "%s", msg);
 }
 
-void session_send_reclaim(session *s, uint64_t bytes) {
+void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReclaimRequest r = GMLAKE__RECLAIM_REQUEST__INIT;
-  r.bytes = bytes;
+  r.bytes = bytes, r.sent_ns = gml_now_ns(), r.valid_ms = valid_ms;
   env.msg_case = GMLAKE__ENVELOPE__MSG_RECLAIM;
   env.reclaim = &r;
   session_send(s, &env, NULL, 0);
@@ -201,7 +201,7 @@ static void handle_hello(request *rq) {
   r.client_id = s->bc.id;
   r.instance = d->instance;
   r.max_stream = BROKER_MAX_STREAM;
-  r.no_adopt = late;
+  r.no_adopt = late, r.mono_ns = gml_now_ns();
   env.seq = rq->env->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;

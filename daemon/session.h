@@ -51,7 +51,7 @@ void grant_more(session *s); /* s's send queue drained: its streamed lease gets 
  * SESSION_QUEUED_FDS while all queues together are under their budget. */
 int session_fds_room(const session *s);
 void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines; timeouts */
-void session_send_reclaim(session *s, uint64_t bytes);
+void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms); /* valid_ms 0: until served */
 /* For the other message handlers (shares.c): a reply with its fds, an error reply. */
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);
 void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -561,9 +561,13 @@ END_TEST
 
 /* The idle client asked does not answer (stopped): B is not held for it
  * past BROKER_IDLE_STALL_MS (0.5 s): the daemon creates what the limit
- * allows, and B gets all of it well within the lease wait. */
-START_TEST(test_idle_hog_stopped) {
-  start_daemon("--limit 1024MiB --prefetch 0");
+ * allows, and B gets all of it well within the lease wait. A running again
+ * within the request's validity (twice the lease wait) serves it: its
+ * chunks go back free. Stopped longer (long_stop), the lease is long over
+ * when A reads the request: A answers it and keeps its cache (before, it
+ * gave its 512 MiB back whenever it ran again, for a lease served long ago). */
+static void idle_hog_stopped(int long_stop) {
+  start_daemon(long_stop ? "--limit 1024MiB --prefetch 0 --lease-wait 1000" : "--limit 1024MiB --prefetch 0");
   proc a = client_start(), b = client_start();
   int pid_a = client_ready(&a);
   client_ready(&b);
@@ -576,6 +580,7 @@ START_TEST(test_idle_hog_stopped) {
   double t0 = now_ms();
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   double dt = now_ms() - t0;
+  if (long_stop) msleep(2500); /* the request is 2.5 s old past its 2 s */
   kill(pid_a, SIGCONT);
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
   printf("  idle hog, A stopped: B served in %.1f ms (created after 500 ms without an answer)\n", dt);
@@ -584,13 +589,27 @@ START_TEST(test_idle_hog_stopped) {
   sh(out, sizeof out, "grep -c 'gave nothing for a while' %s/daemon.log", tmpdir);
   ck_assert_int_eq(atoi(out), 1);
   ck_assert_int_eq(stat_num("chunks_total"), 512); /* 256 created for B */
-  /* A, running again, serves the request it got: its chunks go back free */
-  ck_assert_int_eq(stat_wait("chunks_free", 256, 4000), 256);
-  ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
+  if (long_stop) {
+    ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* A runs again and has read the request */
+    msleep(500);
+    ck_assert_int_eq(stat_num("chunks_free"), 0);
+    ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 512 << 20);
+    ck_assert_int_eq(client_num(pid_a, "cached"), 512 << 20);
+    ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0"); /* from its cache: the lake is at its limit */
+  } else {
+    /* A, running again, serves the request it got: its chunks go back free */
+    ck_assert_int_eq(stat_wait("chunks_free", 256, 4000), 256);
+    ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
+  }
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
+
+START_TEST(test_idle_hog_stopped) { idle_hog_stopped(0); }
+END_TEST
+
+START_TEST(test_idle_hog_stopped_past_lease) { idle_hog_stopped(1); }
 END_TEST
 
 /* GMLAKE_STREAM_MAP=1: the library's reader imports each reply's chunks and
@@ -836,6 +855,7 @@ int main(void) {
   tcase_add_test(tc, test_idle_hog_after_operator_trim);
   tcase_add_test(tc, test_idle_hog_after_restart);
   tcase_add_test(tc, test_idle_hog_stopped);
+  tcase_add_test(tc, test_idle_hog_stopped_past_lease);
   tcase_add_test(tc, test_idle_hog_stream_map);
   tcase_add_test(tc, test_pause_resume_across_clients);
   tcase_add_test(tc, test_uid_quota_over_two_processes);
