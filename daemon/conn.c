@@ -165,6 +165,24 @@ int conn_pidfd_open(pid_t pid) {
 #endif
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+int conn_peer_pidfd(int sock, pid_t pid, int *gone) {
+  int fd = -1;
+  socklen_t len = sizeof fd;
+  *gone = 0;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0) {
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return fd;
+  }
+  if (errno == ESRCH || errno == EINVAL) { /* the kernel knows the option: its process has exited */
+    *gone = 1;
+    return -1;
+  }
+  return conn_pidfd_open(pid); /* an older kernel (ENOPROTOOPT) */
+}
+
 int conn_process_gone(int pidfd, pid_t pid) {
   if (pidfd >= 0) {
     struct pollfd p = {pidfd, POLLIN, 0};

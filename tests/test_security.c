@@ -1362,6 +1362,59 @@ START_TEST(test_share_mapper_watch_per_process) {
 }
 END_TEST
 
+/* The child: connects, hands the connection to the parent (socket sv) and exits. */
+static void connect_hand_over_exit(int sv) {
+  int c = raw_connect();
+  char b = 'x';
+  struct iovec iov = {&b, 1};
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &c, sizeof c);
+  _exit(c < 0 || sendmsg(sv, &m, 0) != 1);
+}
+
+/* A connection whose connecting process exited before its hello is refused:
+ * the daemon reads the pid and cgroup that pid and cgroup quotas bind from
+ * that process (before: a process in a cgroup with a quota forked a child
+ * that connected, handed it the socket and exited; its cgroup read as "",
+ * no cgroup quota covered it and it leased 12 chunks past a quota of 4). */
+START_TEST(test_exited_connector_refused) {
+  start_daemon("--limit 8MiB --prefetch 0");
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  pid_t pid = fork();
+  if (pid == 0) connect_hand_over_exit(sv[1]);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char b;
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {&b, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  ck_assert_int_eq(recvmsg(sv[0], &m, 0), 1);
+  int s;
+  memcpy(&s, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof s);
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  send_hello(s, "handed-over");
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  ck_assert_msg(!r || r->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY, "a connection of an exited process was served");
+  if (r) {
+    ck_assert_int_eq(r->msg_case, GMLAKE__ENVELOPE__MSG_ERROR);
+    ck_assert_int_eq(r->error->code, GML_EPERM);
+    gmlake__envelope__free_unpacked(r, NULL);
+  }
+  ck_assert(closed_by_daemon(s));
+  ck_assert_int_ge(count_log("the process that connected has exited"), 1);
+  int ok = raw_session("alive"); /* a connection of a living process is served as before */
+  ck_assert_int_ge(ok, 0);
+  close(ok), close(s), close(sv[0]), close(sv[1]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* The child: moves itself into cgroup dir arg, then as a client leases
  * 2 chunks (its quota) and one more; 0 when the third was refused. */
 static int lease_in_cgroup(void *arg) {
@@ -1745,6 +1798,7 @@ int main(void) {
   tcase_add_test(tc, test_share_duplicate_ids);
   tcase_add_test(tc, test_cgroup_quota_covers_children);
   tcase_add_test(tc, test_share_mapper_watch_per_process);
+  tcase_add_test(tc, test_exited_connector_refused);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
