@@ -165,6 +165,42 @@ int conn_pidfd_open(pid_t pid) {
 #endif
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77 /* Linux 6.5 */
+#endif
+/* The pid a pidfd stands for (its fdinfo's "Pid:": -1 once exited and reaped), 0 if unknown. */
+static pid_t pidfd_pid(int fd) {
+  char path[64], line[128];
+  pid_t pid = 0;
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+  FILE *f = fopen(path, "re");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Pid:", 4)) {
+      pid = (pid_t)atoi(line + 4);
+      break;
+    }
+  if (f) fclose(f);
+  return pid;
+}
+
+int conn_peer_pidfd(int sock, pid_t pid, int *gone) {
+  int fd = -1;
+  socklen_t len = sizeof fd;
+  *gone = 0;
+  if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0) {
+    pid_t p = pidfd_pid(fd);
+    if (p == pid) return fd; /* the process SO_PEERCRED names (a socket pair's creator is another) */
+    close(fd);
+    if (p == -1) *gone = 1;
+    return p == -1 ? -1 : conn_pidfd_open(pid);
+  }
+  if (errno == ESRCH || errno == EINVAL) { /* the kernel knows the option: its process has exited */
+    *gone = 1;
+    return -1;
+  }
+  return conn_pidfd_open(pid); /* an older kernel (ENOPROTOOPT) */
+}
+
 int conn_process_gone(int pidfd, pid_t pid) {
   if (pidfd >= 0) {
     struct pollfd p = {pidfd, POLLIN, 0};

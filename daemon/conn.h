@@ -50,6 +50,11 @@ void conn_set_mode_group(const char *path, unsigned mode, const char *group);
 
 /* A pidfd of pid (-1 where the kernel has none), and whether that process is gone. */
 int conn_pidfd_open(pid_t pid);
+/* A pidfd of the process that connected socket sock (SO_PEERPIDFD: that
+ * process, even if its pid was reused since; else pidfd_open(pid)). -1 with
+ * *gone set when the kernel says it has exited (a process that connected,
+ * handed the socket on and exited: its pid and cgroup are no one's quotas). */
+int conn_peer_pidfd(int sock, pid_t pid, int *gone);
 int conn_process_gone(int pidfd, pid_t pid);
 /* Its cgroup: the v2 (unified) path of /proc/PID/cgroup ("" when none or
  * unreadable), printable characters only. */

@@ -102,9 +102,9 @@ static int session_send(session *s, Gmlake__Envelope *env, const int *fds, int n
   return 0;
 }
 
-static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...) {
-  char msg[1024]; /* an out-of-memory refusal carries the lake-wide picture */
+/* An Error reply (a refusal's message carries the lake-wide picture). */
+void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) {
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -118,17 +118,9 @@ static void send_error(session *s, uint64_t seq, int code, const char *fmt, ...)
   env.error = &e;
   session_send(s, &env, NULL, 0);
 }
+#define send_error session_send_error
 
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send(s, env, fds, nfds); }
-
-void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) {
-  char msg[1024]; /* an out-of-memory refusal carries the lake-wide picture */
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  send_error(s, seq, code, "%s", msg);
-}
 
 void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
@@ -192,6 +184,14 @@ static void handle_hello(request *rq) {
                     "start (adopt-window %d s): refused, it keeps them uncounted", (unsigned long long)s->bc.id,
                     (int)s->bc.pid, (unsigned)s->bc.uid, (double)(gml_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
   conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
+  if (s->peer_gone || conn_process_gone(s->pidfd, s->bc.pid)) { /* after the cgroup read: it was that process's */
+    /* its pid and cgroup are what pid and cgroup quotas bind: a process that connected, handed the socket on
+     * and exited left a connection in no cgroup (before: a lease past its cgroup's quota) */
+    send_error(s, rq->env->seq, GML_EPERM, "the process that connected (pid %d) has exited: a connection is served "
+               "to the process that made it", (int)s->bc.pid);
+    session_doom(s, "the process that connected has exited");
+    return;
+  }
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__HelloReply r = GMLAKE__HELLO_REPLY__INIT;
   r.protocol_version = GML_PROTOCOL_VERSION;
@@ -555,7 +555,7 @@ int session_open(gmld *d, int fd, const struct ucred *cred) {
   s->bc.id = ++d->next_client_id;
   s->bc.pid = cred->pid;
   s->bc.uid = cred->uid;
-  s->pidfd = conn_pidfd_open(cred->pid);
+  s->pidfd = conn_peer_pidfd(fd, cred->pid, &s->peer_gone);
   s->connect_ns = gml_now_ns();
   if (!d->fds_queued_max) fds_budget_init(d);
   s->txq.nfds_all = &d->fds_queued;

@@ -16,7 +16,8 @@ typedef struct session {
   int fd;                   /* -1 once closed */
   uv_poll_t poll;
   int poll_events;
-  int pidfd;
+  int pidfd;                /* of the process that connected (conn_peer_pidfd) */
+  int peer_gone;            /* the kernel said that process had exited when it was accepted */
   int hello_done;
   uint64_t adopted;         /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
   int backlog;              /* complete frames wait in rx beyond this turn's read budget */

@@ -397,6 +397,15 @@ void shares_session_closed(session *s, int gone) {
     next = sh->next; /* sh may go */
     mapper *m = mapper_of(sh, s->bc.id);
     if (!m) continue;
+    /* its process is watched for this share already (an earlier connection of it): one watch a process,
+     * not one a connection (before, a process that attached, closed and connected again left one pidfd
+     * each time: 20,000 connections filled the daemon's fd table and no one could connect) */
+    mapper *o = sh->mappers;
+    while (o && !(o->polling && o->pid == s->bc.pid && !conn_process_gone(o->pidfd, o->pid))) o = o->next;
+    if (o && !gone) {
+      mapper_remove(m); /* not the last: o stays */
+      continue;
+    }
     int fd = gone || d->stopping || s->pidfd < 0 ? -1 : fcntl(s->pidfd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) {
       if (!gone && !d->stopping) GML_WARN("cannot watch pid %d: share '%s' forgets it", (int)s->bc.pid, sh->key);

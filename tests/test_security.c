@@ -1316,6 +1316,105 @@ START_TEST(test_share_duplicate_ids) {
 }
 END_TEST
 
+/* A process that attaches a share, closes its connection and connects again
+ * is watched once for that share, not once a connection: each closed
+ * connection left a dup of its pidfd in the daemon while the process lived
+ * (before: 20,000 attach-and-close connections of one process filled the
+ * daemon's fd table, accept paused on EMFILE and no user could connect). */
+START_TEST(test_share_mapper_watch_per_process) {
+  start_daemon("--limit 4MiB --prefetch 0");
+  int s = raw_session("publisher");
+  ck_assert_int_ge(s, 0);
+  uint64_t id;
+  int fd;
+  ck_assert_int_eq(lease_now(s, 2, 1, &id, &fd), 1);
+  close(fd);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "w", q.n_chunk_ids = 1, q.chunk_ids = &id, q.size = 4096;
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  send_env(s, &env, NULL, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  ck_assert(r && r->msg_case == GMLAKE__ENVELOPE__MSG_SHARE_REPLY);
+  gmlake__envelope__free_unpacked(r, NULL);
+  int base = daemon_fds();
+  for (int i = 0; i < 300; i++) {
+    int a = raw_session("attach-and-go");
+    ck_assert_int_ge(a, 0);
+    Gmlake__Envelope e2 = GMLAKE__ENVELOPE__INIT;
+    Gmlake__AttachRequest at = GMLAKE__ATTACH_REQUEST__INIT;
+    at.key = "w", at.first = 0, at.count = 1;
+    e2.seq = 2, e2.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, e2.attach = &at;
+    send_env(a, &e2, NULL, 0);
+    int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    r = recv_env(a, fds, &nfds);
+    ck_assert(r && r->msg_case == GMLAKE__ENVELOPE__MSG_ATTACH_REPLY && nfds == 1);
+    gmlake__envelope__free_unpacked(r, NULL);
+    close(fds[0]);
+    close(a);
+  }
+  int n = 0;
+  for (int t = 0; t < 100 && (n = daemon_fds()) > base + 8; t++) msleep(20);
+  printf("  300 attach-and-close connections of one process: daemon fds %d -> %d\n", base, n);
+  ck_assert_msg(n <= base + 8, "the daemon holds %d more fds after 300 connections of one process", n - base);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* The child: connects, hands the connection to the parent (socket sv) and exits. */
+static void connect_hand_over_exit(int sv) {
+  int c = raw_connect();
+  char b = 'x';
+  struct iovec iov = {&b, 1};
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &c, sizeof c);
+  _exit(c < 0 || sendmsg(sv, &m, 0) != 1);
+}
+
+/* A connection whose connecting process exited before its hello is refused:
+ * the daemon reads the pid and cgroup that pid and cgroup quotas bind from
+ * that process (before: a process in a cgroup with a quota forked a child
+ * that connected, handed it the socket and exited; its cgroup read as "",
+ * no cgroup quota covered it and it leased 12 chunks past a quota of 4). */
+START_TEST(test_exited_connector_refused) {
+  start_daemon("--limit 8MiB --prefetch 0");
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  pid_t pid = fork();
+  if (pid == 0) connect_hand_over_exit(sv[1]);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char b;
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  struct iovec iov = {&b, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  ck_assert_int_eq(recvmsg(sv[0], &m, 0), 1);
+  int s;
+  memcpy(&s, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof s);
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  send_hello(s, "handed-over");
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  ck_assert_msg(!r || r->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY, "a connection of an exited process was served");
+  if (r) {
+    ck_assert_int_eq(r->msg_case, GMLAKE__ENVELOPE__MSG_ERROR);
+    ck_assert_int_eq(r->error->code, GML_EPERM);
+    gmlake__envelope__free_unpacked(r, NULL);
+  }
+  ck_assert(closed_by_daemon(s));
+  ck_assert_int_ge(count_log("the process that connected has exited"), 1);
+  int ok = raw_session("alive"); /* a connection of a living process is served as before */
+  ck_assert_int_ge(ok, 0);
+  close(ok), close(s), close(sv[0]), close(sv[1]);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* The child: moves itself into cgroup dir arg, then as a client leases
  * 2 chunks (its quota) and one more; 0 when the third was refused. */
 static int lease_in_cgroup(void *arg) {
@@ -1698,6 +1797,8 @@ int main(void) {
   tcase_add_test(tc, test_detached_share_not_reused_after_restart);
   tcase_add_test(tc, test_share_duplicate_ids);
   tcase_add_test(tc, test_cgroup_quota_covers_children);
+  tcase_add_test(tc, test_share_mapper_watch_per_process);
+  tcase_add_test(tc, test_exited_connector_refused);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
