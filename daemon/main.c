@@ -236,12 +236,8 @@ int main(int argc, char **argv) {
   trust_install(d);
   d->listen_fd = -1;
   d->loop = uv_default_loop();
-  if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
-  if (sessions_listen(d) || control_start(d) || metrics_start(d)) {
-    sessions_stop_listening(d); /* the client socket file too: another daemon may own the control URL */
-    creator_stop(&d->cr);
-    return 1;
-  }
+  /* the signals first: once the socket is there, a service manager may send
+   * them (a SIGHUP or SIGTERM before killed the daemon outright) */
   uv_signal_init(d->loop, &d->sigterm);
   uv_signal_init(d->loop, &d->sigint);
   d->sigterm.data = d->sigint.data = d;
@@ -251,6 +247,12 @@ int main(int argc, char **argv) {
   uv_signal_init(d->loop, &d->sighup);
   d->sighup.data = d;
   uv_signal_start(&d->sighup, on_reload, SIGHUP);
+  if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
+  if (sessions_listen(d) || control_start(d) || metrics_start(d)) {
+    sessions_stop_listening(d); /* the client socket file too: another daemon may own the control URL */
+    creator_stop(&d->cr);
+    return 1;
+  }
   uv_timer_init(d->loop, &d->tick);
   d->tick.data = d;
   uv_timer_start(&d->tick, on_tick, 50, 50);
