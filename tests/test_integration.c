@@ -925,6 +925,9 @@ START_TEST(test_ctl_errors) {
   ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control ipc://%s stats 2>&1", bindir, sock_path), 1);
   ck_assert_msg(strstr(out, "that is its clients' socket") && !strstr(out, "control connections"), "the clients' socket: %s",
                 out);
+  /* and a client given the control endpoint as its socket (before: "protocol error: " and nothing more) */
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gml-testclient %s </dev/null 2>&1", bindir, ctl_url + 6), 1);
+  ck_assert_msg(strstr(out, "no hello reply") && strstr(out, "the control endpoint (gmlake-N.ctl) is gmlakectl's"), "%s", out);
   /* extra arguments, every command; then watch's interval */
   static const char *const bad[] = {"stats extra", "clients x", "chunks x", "shares x", "trim x", "limit 8MiB x",
                                     "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0", "watch --interval abc",
