@@ -281,6 +281,11 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
   int lineno = 0, rc = 0;
   while (fgets(line, sizeof line, f)) {
     lineno++;
+    if (!strchr(line, '\n') && !feof(f)) { /* its rest would be read as the next line (a comment's tail as a key) */
+      fprintf(stderr, "gmlaked: %s:%d: line longer than %zu bytes\n", path, lineno, sizeof line - 2);
+      rc = -1;
+      break;
+    }
     char *p = line;
     char *hash = strchr(p, '#');
     if (hash) *hash = 0;

@@ -280,6 +280,16 @@ START_TEST(test_bad_value_says_what_is_accepted) {
     ck_assert_int_eq(load_said(&c, cases[i][0], cases[i][1], said, sizeof said), GML_EINVAL);
     ck_assert_msg(strstr(said, cases[i][2]) && strstr(said, cases[i][0] + 2), "%s %s: '%s'", cases[i][0], cases[i][1], said);
   }
+  /* a line past the reader's buffer is refused as such: its tail was read as a line of its own, a
+   * long comment's last words as a key ("unknown setting", on a line 2 the file did not have) */
+  char longline[700];
+  snprintf(longline, sizeof longline, "# %0600d limit = 1GiB\nlimit = 2GiB", 0);
+  write_conf(longline);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, ":1: line longer than 510 bytes"), "%s", said);
+  write_conf("limit = 2GiB"); /* a last line without a newline is whole */
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
+  ck_assert_str_eq(c.limit, "2GiB");
   write_conf("control-insecure-tcp = maybe\n");
   ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
   ck_assert_msg(strstr(said, ":1: bad value for control-insecure-tcp: 'maybe' (a flag: the key alone, or yes / no)"), "%s",
