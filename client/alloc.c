@@ -22,11 +22,11 @@
 
 static void format_oom(gml_allocator *a, size_t size, int rc) {
   char s1[32], s2[32], s3[32], s4[32];
-  snprintf(a->last_error, sizeof a->last_error,
-           "out of memory: asked %s, allocated %s, cached %s, held %s%s%s", gml_format_bytes(size, s1, sizeof s1),
-           gml_format_bytes(a->allocated, s2, sizeof s2), gml_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3),
-           gml_format_bytes(reserved_bytes(a), s4, sizeof s4), rc == GML_EQUOTA ? " (quota reached)" : "",
-           rc == GML_EDAEMON ? " (daemon gone)" : "");
+  snprintf(a->last_error, sizeof a->last_error, "%s: asked %s, allocated %s, cached %s, held %s%s",
+           rc == GML_EDAEMON ? "no new chunks: the daemon is gone (a lease fails until it is back)" : "out of memory",
+           gml_format_bytes(size, s1, sizeof s1), gml_format_bytes(a->allocated, s2, sizeof s2),
+           gml_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3), gml_format_bytes(reserved_bytes(a), s4, sizeof s4),
+           rc == GML_EQUOTA ? " (quota reached)" : "");
 }
 
 /* Size 0, or more than half the virtual range (by default twice the

@@ -385,7 +385,11 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   env.hello = &h;
   daemon_reply r;
   int rc = daemon_request(c, &env, &r);
-  if (rc) return rc;
+  if (rc) { /* e.g. gmlakectl's endpoint named as the socket: its nng closes what is no SP greeting */
+    snprintf(c->last_error, sizeof c->last_error, "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
+             "the control endpoint (gmlake-N.ctl) is gmlakectl's", gml_strerror(rc));
+    return rc;
+  }
   Gmlake__Envelope *reply = r.env;
   free_received(NULL, r.fds, r.nfds);
   if (reply->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY) {

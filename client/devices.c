@@ -29,7 +29,11 @@ gml_client *gml_device_client_if_open(int device) {
 
 gml_client *gml_device_client(int device) {
   gml_client *c = gml_device_client_if_open(device);
-  if (c || device < 0 || device >= MAX_DEVICES) return c;
+  if (c) return c;
+  if (device < 0 || device >= MAX_DEVICES) { /* said: the caller's error points at the log (python's "the log above") */
+    GML_ERR("cannot open the lake of device %d: not a device index (0 to %d)", device, MAX_DEVICES - 1);
+    return NULL;
+  }
   pthread_mutex_lock(&open_lock);
   if (!clients[device]) {
     gml_open_opts o = {0}; /* the backend: GMLAKE_BACKEND, else the one default, auto */

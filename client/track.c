@@ -231,12 +231,16 @@ int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, vo
       rc = GML_ENOMEM;
       goto out;
     }
+    int64_t ooms = c->ctr.ooms;
     rc = alloc_with_retry(c, size, stream, &p);
     note_reserved(c);
     if (rc) {
       free(r);
-      if (c->ctr.ooms == 0 || !strstr(c->last_error, "out of memory"))
-        snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
+      /* alloc_with_retry wrote its out-of-memory report (and counted it), or
+       * the allocator's own words say why (the daemon gone, a backend error):
+       * never an earlier failure's report (before, a GML_EDAEMON after a quota
+       * refusal kept that refusal as gml_last_error) */
+      if (c->ctr.ooms == ooms) snprintf(c->last_error, sizeof c->last_error, "%s", c->alloc.last_error);
       goto out;
     }
     r->ptr = (uintptr_t)p;

@@ -137,7 +137,7 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   switch (o->type) {
   case OPT_INT: {
     long n = strtol(val, &end, o->base);
-    if (*end || n < o->min || n > o->max) return -1;
+    if (!*val || *end || n < o->min || n > o->max) return -1; /* "socket-mode =" is no mode 0000 */
     if (o->size == sizeof(int)) *(int *)at = (int)n;
     else return -1;
     return 0;
@@ -182,7 +182,11 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     *(int *)at = l;
     return 0;
   }
-  case OPT_FLAG: *(int *)at = 1; return 0;
+  case OPT_FLAG: /* the key alone, or a yes/no in the file (before, any value turned it on: "= no" too) */
+    if (!*val || has_word("yes true on 1", val)) *(int *)at = 1;
+    else if (has_word("no false off 0", val)) *(int *)at = 0;
+    else return -1;
+    return 0;
   case OPT_CONFIG: break;
   case OPT_QUOTA: {
     /* the holder, then the bytes after the last blank (a cgroup's path may hold blanks) */
@@ -213,6 +217,32 @@ static const config_option *find_option(const char *name) {
   return NULL;
 }
 
+/* What o accepts, for the message that refuses a value (" (...)"). */
+static void accepted(const config_option *o, const char *val, char *buf, size_t len) {
+  switch (o->type) {
+  case OPT_INT:
+    if (o->base == 8) snprintf(buf, len, " (octal permissions, e.g. 0660)");
+    else snprintf(buf, len, " (a number from %ld to %ld)", o->min, o->max);
+    break;
+  case OPT_SIZE: snprintf(buf, len, " (bytes: 256MiB, 2G, 1048576)"); break;
+  case OPT_LIMIT: snprintf(buf, len, " (bytes, e.g. 60GiB, or a share of the device from 1%% to 100%%)"); break;
+  case OPT_STRING: snprintf(buf, len, " (%ld to %ld bytes)", o->min, GML_MIN(o->max, (long)o->size - 1)); break;
+  case OPT_CHOICE: snprintf(buf, len, " (one of: %s)", o->choices); break;
+  case OPT_BACKEND: snprintf(buf, len, " (one of: %s)", gml_backend_names()); break;
+  case OPT_URL: snprintf(buf, len, " (a URL: ipc:///PATH, or tcp://HOST:PORT with control-insecure-tcp)"); break;
+  case OPT_LOGLEVEL: snprintf(buf, len, " (error, warn, info or debug)"); break;
+  case OPT_FLAG: snprintf(buf, len, " (a flag: the key alone, or yes / no)"); break;
+  case OPT_QUOTA:
+    snprintf(buf, len, "%s", !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')"
+                                               : " (PID, uid:UID or cgroup:/PATH, then bytes: 'uid:1000 8GiB')");
+    break;
+  case OPT_HOSTPORT:
+    snprintf(buf, len, " (ADDR:PORT, PORT 1-65535: 127.0.0.1:9400, [::1]:9400, :9400 for all addresses)");
+    break;
+  default: buf[0] = 0;
+  }
+}
+
 /* Apply one setting; returns 0 or -1 with a message naming the key. */
 static int apply_setting(gmld_config *c, const char *key, const char *val, char *err, size_t errlen) {
   const config_option *o = find_option(key);
@@ -224,11 +254,11 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
     if (o->type == OPT_GROUP) /* the daemon would serve a socket nobody of the intended group can reach */
       snprintf(err, errlen, "bad value for %s: no group '%s' (create it first: groupadd %s; or leave %s out to keep the "
                "daemon's own group)", key, val, val, key);
-    else
-      snprintf(err, errlen, "bad value for %s: '%s'%s", key, val,
-               o->type == OPT_QUOTA && !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')"
-               : o->type == OPT_HOSTPORT ? " (ADDR:PORT, PORT 1-65535: 127.0.0.1:9400, [::1]:9400, :9400 for all addresses)"
-                                         : "");
+    else {
+      char what[128];
+      accepted(o, val, what, sizeof what);
+      snprintf(err, errlen, "bad value for %s: '%s'%s", key, val, what);
+    }
     return -1;
   }
   return 0;
@@ -251,6 +281,11 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
   int lineno = 0, rc = 0;
   while (fgets(line, sizeof line, f)) {
     lineno++;
+    if (!strchr(line, '\n') && !feof(f)) { /* its rest would be read as the next line (a comment's tail as a key) */
+      fprintf(stderr, "gmlaked: %s:%d: line longer than %zu bytes\n", path, lineno, sizeof line - 2);
+      rc = -1;
+      break;
+    }
     char *p = line;
     char *hash = strchr(p, '#');
     if (hash) *hash = 0;

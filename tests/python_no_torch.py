@@ -58,6 +58,10 @@ env.pop("GMLAKE_BACKEND", None)
 p = subprocess.run([sys.executable, "-c", "import gmlake\ntry:\n  gmlake.open(0)\nexcept gmlake.GMLakeError as e:\n  print(e)"],
                    env=env, capture_output=True, text=True)
 assert p.returncode == 0 and "cannot open the lake of device 0" in p.stdout and "GMLAKE_BACKEND=host" in p.stdout, (p.stdout, p.stderr)
+# a device index out of range: the error points at the log, which says why (it said nothing)
+p = subprocess.run([sys.executable, "-c", "import gmlake\ntry:\n  gmlake.open(64)\nexcept gmlake.GMLakeError as e:\n  print(e)"],
+                   env=dict(os.environ, GMLAKE_LOG="error"), capture_output=True, text=True)
+assert "the log above says why" in p.stdout and "device 64: not a device index (0 to 63)" in p.stderr, (p.stdout, p.stderr)
 c = gmlake.open()  # device 0's client, as the PyTorch layer would open it (GMLAKE_BACKEND=host)
 assert c and gmlake.open(0) == c == grow.client_for(0)
 assert gmlake.stats()["allocated"] == 0  # a client now, before anything is allocated

@@ -214,6 +214,89 @@ START_TEST(test_usage_from_table) {
 }
 END_TEST
 
+/* What config_load says on stderr for these arguments (config file conf). */
+static int load_said(gmld_config *c, const char *a1, const char *a2, char *said, size_t len) {
+  char *argv[8] = {"gmlaked", "--config", conf, (char *)a1, (char *)a2};
+  int argc = 3 + (a1 != NULL) + (a1 && a2);
+  FILE *f = tmpfile();
+  ck_assert_ptr_nonnull(f);
+  fflush(stderr);
+  int saved = dup(2);
+  dup2(fileno(f), 2);
+  int rc = config_load(c, argc, argv);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(f);
+  size_t n = fread(said, 1, len - 1, f);
+  said[n] = 0;
+  fclose(f);
+  return rc;
+}
+
+/* A flag in the file takes its key alone or yes/no: before, any value turned
+ * it on, so "control-insecure-tcp = no" allowed an unauthenticated tcp://
+ * control. An empty number is refused: "socket-mode =" made the socket 0000. */
+START_TEST(test_flag_values) {
+  gmld_config c;
+  static const struct { const char *line; int rc, on; } cases[] = {
+      {"control-insecure-tcp\n", 0, 1},        {"control-insecure-tcp = yes\n", 0, 1},
+      {"control-insecure-tcp = no\n", 0, 0},   {"control-insecure-tcp = off\n", 0, 0},
+      {"control-insecure-tcp = 0\n", 0, 0},    {"control-insecure-tcp = maybe\n", GML_EINVAL, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    write_conf(cases[i].line);
+    ck_assert_msg(load(&c, NULL, NULL, NULL, NULL) == cases[i].rc, "%s: not %d", cases[i].line, cases[i].rc);
+    if (!cases[i].rc) ck_assert_msg(c.control_insecure_tcp == cases[i].on, "%s: not %d", cases[i].line, cases[i].on);
+  }
+  write_conf("control-insecure-tcp = no\n"); /* the flag still wins over the file */
+  ck_assert_int_eq(load(&c, "--control-insecure-tcp", NULL, NULL, NULL), 0);
+  ck_assert_int_eq(c.control_insecure_tcp, 1);
+  write_conf("socket-mode =\n");
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
+  write_conf("device =\n");
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
+}
+END_TEST
+
+/* A refused value is told with what the setting accepts (before: only
+ * "bad value for creators: '0'", the range in no message). */
+START_TEST(test_bad_value_says_what_is_accepted) {
+  gmld_config c;
+  char said[512];
+  write_conf("");
+  static const char *const cases[][3] = {
+      {"--creators", "0", "(a number from 1 to 64)"},
+      {"--lease-wait", "-1", "(a number from 0 to 600000)"},
+      {"--socket-mode", "999", "(octal permissions, e.g. 0660)"},
+      {"--log-level", "loud", "(error, warn, info or debug)"},
+      {"--backend", "gpu", "(one of: auto, "},
+      {"--limit", "lots", "(bytes, e.g. 60GiB, or a share of the device from 1% to 100%)"},
+      {"--prefetch", "lots", "(bytes: 256MiB"},
+      {"--control", "/run/gmlake/gmlake-0.ctl", "(a URL: ipc:///PATH"},
+      {"--quota", "uid:1000", "(holder and bytes are one value"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ck_assert_int_eq(load_said(&c, cases[i][0], cases[i][1], said, sizeof said), GML_EINVAL);
+    ck_assert_msg(strstr(said, cases[i][2]) && strstr(said, cases[i][0] + 2), "%s %s: '%s'", cases[i][0], cases[i][1], said);
+  }
+  /* a line past the reader's buffer is refused as such: its tail was read as a line of its own, a
+   * long comment's last words as a key ("unknown setting", on a line 2 the file did not have) */
+  char longline[700];
+  snprintf(longline, sizeof longline, "# %0600d limit = 1GiB\nlimit = 2GiB", 0);
+  write_conf(longline);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, ":1: line longer than 510 bytes"), "%s", said);
+  write_conf("limit = 2GiB"); /* a last line without a newline is whole */
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
+  ck_assert_str_eq(c.limit, "2GiB");
+  write_conf("control-insecure-tcp = maybe\n");
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, ":1: bad value for control-insecure-tcp: 'maybe' (a flag: the key alone, or yes / no)"), "%s",
+                said);
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -224,6 +307,8 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_quota_holders);
   tcase_add_test(tc, test_metrics_listen);
   tcase_add_test(tc, test_usage_from_table);
+  tcase_add_test(tc, test_flag_values);
+  tcase_add_test(tc, test_bad_value_says_what_is_accepted);
   suite_add_tcase(s, tc);
   return s;
 }

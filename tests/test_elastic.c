@@ -660,6 +660,30 @@ START_TEST(test_idle_hog_stream_map) {
 }
 END_TEST
 
+/* A lease that fails because the daemon is gone says so in gml_last_error,
+ * not in an earlier failure's words (before: after a quota refusal, every
+ * later GML_EDAEMON still read "quota of 4.00 MiB reached").*/
+START_TEST(test_error_after_daemon_gone) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start_env("GMLAKE_RECONNECT=0");
+  client_ready(&a);
+  char args[64], out[4096];
+  snprintf(args, sizeof args, "quota uid:%u 4MiB", (unsigned)getuid());
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  const char *r = client_cmd(&a, "alloc %d", 8 << 20);
+  ck_assert_msg(!strncmp(r, "err -8 ", 7) && strstr(r, "quota"), "a lease past the quota: '%s'", r);
+  kill(daemon_pid, SIGKILL);
+  int st;
+  waitpid(daemon_pid, &st, 0);
+  r = client_cmd(&a, "alloc %d", 8 << 20);
+  ck_assert_msg(!strncmp(r, "err -2 ", 7), "expected GML_EDAEMON, got '%s'", r);
+  ck_assert_msg(!strstr(r, "quota") && strstr(r, "daemon is gone"), "not why it failed now: '%s'", r);
+  ck_assert_int_eq(client_finish(&a), 0);
+  launch_daemon();
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A uid: quota counts all the user's processes together. */
 START_TEST(test_uid_quota_over_two_processes) {
   start_daemon("--limit 64MiB --prefetch 0");
@@ -859,6 +883,7 @@ int main(void) {
   tcase_add_test(tc, test_idle_hog_stream_map);
   tcase_add_test(tc, test_pause_resume_across_clients);
   tcase_add_test(tc, test_uid_quota_over_two_processes);
+  tcase_add_test(tc, test_error_after_daemon_gone);
   tcase_add_test(tc, test_process_quota_over_connections);
   tcase_add_test(tc, test_daemon_restart_keeps_memory);
   suite_add_tcase(s, tc);

@@ -916,6 +916,18 @@ START_TEST(test_ctl_errors) {
                       bindir), 1);
   ck_assert_msg(strstr(out, "gmlake-3.ctl"), "GMLAKE_CONTROL won over --device: %s", out);
   ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_CONTROL=%s %s/gmlakectl stats --json 2>&1", ctl_url, bindir), 0);
+  /* an endpoint that is not one says what it is (before: "Invalid argument" for a bare path, "Connection
+   * refused" where nothing is, and for the clients' socket a hint about the daemon's control slots) */
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s/gmlake-0.ctl stats 2>&1", bindir, tmpdir), 2);
+  ck_assert_msg(strstr(out, "bad control endpoint") && strstr(out, "a URL, e.g. ipc://"), "a bare path: %s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control ipc://%s/none.ctl stats 2>&1", bindir, tmpdir), 1);
+  ck_assert_msg(strstr(out, "none.ctl does not exist: is the daemon running"), "no such endpoint: %s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control ipc://%s stats 2>&1", bindir, sock_path), 1);
+  ck_assert_msg(strstr(out, "that is its clients' socket") && !strstr(out, "control connections"), "the clients' socket: %s",
+                out);
+  /* and a client given the control endpoint as its socket (before: "protocol error: " and nothing more) */
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gml-testclient %s </dev/null 2>&1", bindir, ctl_url + 6), 1);
+  ck_assert_msg(strstr(out, "no hello reply") && strstr(out, "the control endpoint (gmlake-N.ctl) is gmlakectl's"), "%s", out);
   /* extra arguments, every command; then watch's interval */
   static const char *const bad[] = {"stats extra", "clients x", "chunks x", "shares x", "trim x", "limit 8MiB x",
                                     "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0", "watch --interval abc",

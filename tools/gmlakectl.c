@@ -60,8 +60,12 @@ static void ctl_error(const ctl *c, int code, const char *fmt, ...) {
 /* A daemon that took the connection and closed it at once keeps its control slots (8 a user, 16 for
  * root): say so, since only its log says why (before: "Connection shutdown" or "Connection reset",
  * as the close reached nng, nothing more). */
-static const char *slots_hint(int rv) {
+static const char *slots_hint(int rv, const char *url) {
   if (rv != NNG_ECLOSED && rv != NNG_ECONNSHUT && rv != NNG_ECONNRESET) return "";
+  size_t n = strlen(url);
+  if (n > 5 && !strcmp(url + n - 5, ".sock")) /* the clients' socket closes what is no client's hello */
+    return " (the daemon closed the connection: that is its clients' socket; gmlakectl talks to its control endpoint, "
+           "gmlake-N.ctl)";
   return " (the daemon closed the connection: it answers at most 8 control connections of a user at once, 16 of root; "
          "close others, or see its log)";
 }
@@ -81,7 +85,10 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
     char hint[256] = "";
     const char *path = !strncmp(url, "ipc://", 6) ? url + 6 : !strncmp(url, "unix://", 7) ? url + 7 : NULL;
     if (rv == NNG_EPERM && path && gml_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
-    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s%s", url, nng_strerror(rv), hint, slots_hint(rv));
+    /* nng says "Connection refused" for a path where nothing is */
+    if (rv == NNG_ECONNREFUSED && path && access(path, F_OK) && errno == ENOENT)
+      snprintf(hint, sizeof hint, " (%s does not exist: is the daemon running, with this control endpoint?)", path);
+    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s%s", url, nng_strerror(rv), hint, slots_hint(rv, url));
     nng_close(s);
     return NULL;
   }
@@ -100,7 +107,7 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
       if (!rep) ctl_error(c, GML_EPROTO, "malformed reply");
     }
   }
-  if (rv) ctl_error(c, GML_EDAEMON, "%s: %s%s", url, nng_strerror(rv), slots_hint(rv));
+  if (rv) ctl_error(c, GML_EDAEMON, "%s: %s%s", url, nng_strerror(rv), slots_hint(rv, url));
   nng_close(s);
   if (rep && rep->code) {
     /* the daemon's own words; the code's generic text only when it sent none
@@ -406,7 +413,7 @@ static const struct command {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gmlakectl [--control URL | --device N] [--json] COMMAND\n"
-             "       gmlakectl --version\n"
+             "       gmlakectl --version | --help\n"
              "commands:\n");
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
     char left[64];
@@ -467,6 +474,10 @@ int main(int argc, char **argv) {
                                  "unset (give --control)", device, device);
       return 1;
     }
+  }
+  if (!strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
+    ctl_error(&c, GML_EINVAL, "bad control endpoint '%s': a URL, e.g. ipc://%s", url, url[0] == '/' ? url : "/run/gmlake/gmlake-0.ctl");
+    return 2;
   }
   c.url = url;
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
