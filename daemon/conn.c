@@ -5,6 +5,7 @@
 #include "conn.h"
 #include "gmlake.h"
 #include "log.h"
+#include "util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -226,4 +227,54 @@ void conn_process_cgroup(pid_t pid, char *out, size_t len) {
     break;
   }
   fclose(f);
+}
+
+/* ---------- a user's share of the log ---------- */
+
+#define LOG_USERS 256 /* users tracked at once; the one heard from last the longest ago makes room */
+#define LOG_BURST 40  /* lines about one user's connections at once */
+#define LOG_PER_S 10  /* ... and a second after that */
+
+static struct log_budget {
+  uint32_t uid;
+  int used;
+  double tokens;
+  uint64_t at_ns, dropped;
+} logb[LOG_USERS];
+
+static void log_dropped(struct log_budget *b) {
+  if (b->dropped)
+    GML_WARN("uid %u: %llu log line(s) about its connections left out (over %d a second)", (unsigned)b->uid,
+             (unsigned long long)b->dropped, LOG_PER_S);
+  b->dropped = 0;
+}
+
+int conn_log_ok(uint32_t uid) {
+  uint64_t now = gml_now_ns();
+  struct log_budget *b = NULL, *lru = &logb[0];
+  for (int i = 0; i < LOG_USERS && !b; i++) {
+    if (logb[i].used && logb[i].uid == uid) b = &logb[i];
+    else if (!logb[i].used ? lru->used : lru->used && logb[i].at_ns < lru->at_ns) lru = &logb[i];
+  }
+  if (!b) {
+    b = lru;
+    if (b->used) log_dropped(b);
+    *b = (struct log_budget){uid, 1, LOG_BURST, now, 0};
+  }
+  b->tokens += (double)(now - b->at_ns) / 1e9 * LOG_PER_S;
+  if (b->tokens > LOG_BURST) b->tokens = LOG_BURST;
+  b->at_ns = now;
+  if (b->tokens < 1) {
+    b->dropped++;
+    return 0;
+  }
+  b->tokens -= 1;
+  log_dropped(b);
+  return 1;
+}
+
+void conn_log_tick(void) {
+  uint64_t now = gml_now_ns();
+  for (int i = 0; i < LOG_USERS; i++)
+    if (logb[i].used && logb[i].dropped && now - logb[i].at_ns > 1000000000ull) log_dropped(&logb[i]);
 }

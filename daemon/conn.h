@@ -48,6 +48,18 @@ int conn_claim_path(const char *path);
 /* --socket-mode and --socket-group on a socket file ("" = the daemon's group). */
 void conn_set_mode_group(const char *path, unsigned mode, const char *group);
 
+/* A user's share of the log: a line about one of its connections (connected,
+ * left, a protocol error) may be written when this says 1: 40 at once, 10 a
+ * second after that, per uid, so that no group member can make the daemon
+ * log as fast as it can connect. The lines left out are counted and said in
+ * one line, at the user's next line let through or by conn_log_tick (called
+ * every tick: a second after the user's last). */
+int conn_log_ok(uint32_t uid);
+void conn_log_tick(void);
+#define CONN_LOG(lvl, uid, ...) ((lvl) <= gml_log_level() && conn_log_ok(uid) ? gml_log((lvl), __VA_ARGS__) : (void)0)
+#define CONN_INFO(uid, ...) CONN_LOG(GML_LOG_INFO, uid, __VA_ARGS__)
+#define CONN_WARN(uid, ...) CONN_LOG(GML_LOG_WARN, uid, __VA_ARGS__)
+
 /* A pidfd of pid (-1 where the kernel has none), and whether that process is gone. */
 int conn_pidfd_open(pid_t pid);
 /* A pidfd of the process that connected socket sock (SO_PEERPIDFD: that

@@ -61,7 +61,7 @@ static void send_chunks(session *s, const broker_decision *dec) {
   uint64_t ns = gml_now_ns() - dec->since_ns;
   broker_record_latency(&d->br, ns);
   if (s->bc.lease.asked > BROKER_MAX_LEASE) /* a streamed lease: one line for the operator (and the GPU bench) */
-    GML_INFO("streamed lease of %u chunk(s) to client %llu (pid %d) served in %.1f ms", s->bc.lease.asked,
+    CONN_INFO(s->bc.uid, "streamed lease of %u chunk(s) to client %llu (pid %d) served in %.1f ms", s->bc.lease.asked,
              (unsigned long long)s->bc.id, (int)s->bc.pid, (double)ns / 1e6);
 }
 
@@ -79,11 +79,11 @@ void grant_more(session *s) { serve_stream(s); }
 /* Reclaim requests first, then s's answer (nothing while its lease waits). */
 static void carry_out(session *s, const broker_decision *dec) {
   if (dec->from_idle)
-    GML_INFO("client %llu (pid %d) waits for %u chunk(s), more than the free ones: idle clients' idle cache covers the rest, "
+    CONN_INFO(s->bc.uid, "client %llu (pid %d) waits for %u chunk(s), more than the free ones: idle clients' idle cache covers the rest, "
              "%llu bytes asked of them alone, no chunk created for it", (unsigned long long)s->bc.id, (int)s->bc.pid,
              s->bc.lease.count, (unsigned long long)dec->reclaim_bytes);
   if (dec->idle_short) { /* chunks for it may be created now, not at the next tick */
-    GML_INFO("lease of client %llu (pid %d): the idle clients asked answered short of it or gave nothing for a while, "
+    CONN_INFO(s->bc.uid, "lease of client %llu (pid %d): the idle clients asked answered short of it or gave nothing for a while, "
              "%u chunk(s) still wanted: creating what the limit allows, asking the rest of any client with idle cache",
              (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count);
     daemon_refill(s->d);

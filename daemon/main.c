@@ -166,6 +166,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 static void on_tick(uv_timer_t *t) {
   gmld *d = t->data;
   sessions_tick(d);
+  conn_log_tick();
   uint32_t over = broker_trim_over_limit(&d->br);
   if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (handed over after the restart)", over);
   metrics_tick(d);

@@ -206,7 +206,7 @@ static void handle_hello(request *rq) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;
   session_send(s, &env, NULL, 0);
-  GML_INFO("client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
+  CONN_INFO(s->bc.uid, "client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
            (unsigned)s->bc.uid, s->bc.name, s->bc.cgroup[0] ? s->bc.cgroup : "-");
 }
 
@@ -331,7 +331,7 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   if (bad) {
     d->counters.protocol_errors++;
-    GML_WARN("protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, bad);
+    CONN_WARN(s->bc.uid, "protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, bad);
     session_close(s, bad);
     return -1;
   }
@@ -358,7 +358,7 @@ static int take_frames(session *s, int *budget) {
   }
   if (k < 0) {
     s->d->counters.protocol_errors++;
-    GML_WARN("client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
+    CONN_WARN(s->bc.uid, "client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
              GML_MAX_FRAME);
     session_close(s, "oversize frame");
     return -1;
@@ -379,14 +379,14 @@ static void session_read(session *s) {
     long r = gml_rx_fill(&s->rx, s->fd);
     if (s->rx.fds_received) {
       s->d->counters.protocol_errors++;
-      GML_WARN("client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
+      CONN_WARN(s->bc.uid, "client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
       session_close(s, "unexpected fds");
       return;
     }
     if (r == GML_EAGAIN) break;
     if (r == 0 && s->rx.len > s->rx.off) {
       s->d->counters.protocol_errors++;
-      GML_WARN("client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
+      CONN_WARN(s->bc.uid, "client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
       session_close(s, "truncated frame");
       return;
     }
@@ -527,10 +527,10 @@ static void session_close(session *s, const char *why) {
     } else {
       free(p);
       if (s->pidfd >= 0) close(s->pidfd);
-      GML_WARN("cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->bc.pid, (unsigned long long)held);
+      CONN_WARN(s->bc.uid, "cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->bc.pid, (unsigned long long)held);
     }
   }
-  GML_INFO("client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid, why,
+  CONN_INFO(s->bc.uid, "client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid, why,
            (unsigned long long)held, gone || d->stopping ? "back in the lake" : "parked until its process exits");
   broker_remove_client(&d->br, &s->bc);
   uv_poll_stop(&s->poll);

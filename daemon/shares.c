@@ -281,7 +281,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   sh->next = d->shares;
   d->shares = sh;
   mapper_add(sh, s);
-  GML_INFO("client %llu (pid %d, uid %u) shares '%s': %u chunk(s), %llu bytes", (unsigned long long)s->bc.id, (int)s->bc.pid,
+  CONN_INFO(s->bc.uid, "client %llu (pid %d, uid %u) shares '%s': %u chunk(s), %llu bytes", (unsigned long long)s->bc.id, (int)s->bc.pid,
            (unsigned)s->bc.uid, sh->key, sh->n, (unsigned long long)sh->size);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ShareReply rep = GMLAKE__SHARE_REPLY__INIT;
@@ -301,7 +301,7 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
     return;
   }
   if (!allowed(sh, s->bc.uid)) {
-    GML_WARN("client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
              (unsigned)s->bc.uid, sh->key, (unsigned)sh->uid);
     session_send_error(s, seq, GML_EPERM, "share '%s' belongs to another user and does not allow uid %u", sh->key, (unsigned)s->bc.uid);
     return;

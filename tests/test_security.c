@@ -1415,6 +1415,53 @@ START_TEST(test_exited_connector_refused) {
 }
 END_TEST
 
+/* One connection of another user: hello, its reply, gone. */
+static int one_session(void *arg) {
+  (void)arg;
+  int s = raw_session("other-user");
+  if (s >= 0) close(s);
+  return s >= 0 ? 0 : 1;
+}
+
+/* A group member connects and breaks the protocol 300 times as fast as it
+ * can: the daemon logs at most 40 lines about that user's connections at
+ * once and 10 a second after, then one line saying how many it left out;
+ * another user's connection is still logged. Before: three lines per
+ * connection (connected, the protocol error, left), 900 here, and ~20 MB in
+ * 3 s when an attacker tried (attacker trial). */
+START_TEST(test_log_budget_per_user) {
+  start_daemon("--limit 8MiB --socket-mode 0666");
+  double t0 = (double)gml_now_ns() / 1e6;
+  for (int i = 0; i < 300; i++) {
+    int s = raw_session("noisy");
+    ck_assert_int_ge(s, 0);
+    Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+    Gmlake__HelloReply hr = GMLAKE__HELLO_REPLY__INIT; /* the daemon's message, not a client's */
+    env.seq = 2;
+    env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
+    env.hello_reply = &hr;
+    size_t len;
+    uint8_t *f = frame_of(&env, &len);
+    ck_assert_int_eq(send(s, f, len, MSG_NOSIGNAL), (ssize_t)len);
+    free(f);
+    ck_assert(closed_by_daemon(s));
+    close(s);
+  }
+  double secs = ((double)gml_now_ns() / 1e6 - t0) / 1000;
+  ck_assert_int_eq(as_uid(NOBODY, one_session, NULL), 0);
+  msleep(1300); /* a second after the noisy user's last line: the count of those left out */
+  int lines = count_log("noisy") + count_log("protocol error") + count_log("(pid ");
+  int allowed = 40 + (int)(10 * (secs + 1.5)) + 1;
+  printf("  300 broken connections in %.1f s: %d log lines about them (at most %d)\n", secs, lines, allowed);
+  ck_assert_msg(lines <= 3 * allowed, "%d lines", lines); /* each line matches at most three needles */
+  ck_assert_msg(count_log("uid 0: ") >= 1 && count_log("left out") >= 1, "no line says how many were left out");
+  char want[64];
+  snprintf(want, sizeof want, "uid %d (other-user)", NOBODY);
+  ck_assert_int_eq(count_log(want), 1); /* another user's connection: logged */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* The child: moves itself into cgroup dir arg, then as a client leases
  * 2 chunks (its quota) and one more; 0 when the third was refused. */
 static int lease_in_cgroup(void *arg) {
@@ -1799,6 +1846,7 @@ int main(void) {
   tcase_add_test(tc, test_cgroup_quota_covers_children);
   tcase_add_test(tc, test_share_mapper_watch_per_process);
   tcase_add_test(tc, test_exited_connector_refused);
+  tcase_add_test(tc, test_log_budget_per_user);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   SRunner *sr = srunner_create(su);
