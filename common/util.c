@@ -143,11 +143,27 @@ const char *gml_errname(int err) {
 
 uint32_t gml_version(void) { return GML_VERSION; }
 
+/* A cgroup's path as /proc/PID/cgroup gives it: "/" or "/a/b", no empty,
+ * "." or ".." part, no trailing "/" (another spelling never matches a
+ * process, so its quota would bind nothing). */
+static int cgroup_path_canonical(const char *p) {
+  if (*p != '/' || strlen(p) >= GML_QUOTA_CGROUP_MAX) return 0;
+  if (!p[1]) return 1;
+  for (const char *c = p; *c; ) {
+    const char *e = strchr(c + 1, '/');
+    size_t n = e ? (size_t)(e - c - 1) : strlen(c + 1);
+    if (!n || (n == 1 && c[1] == '.') || (n == 2 && c[1] == '.' && c[2] == '.')) return 0;
+    if (!e) break;
+    c = e;
+  }
+  return 1;
+}
+
 int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup) {
   *key = 0, *cgroup = NULL;
   if (!strncmp(s, "cgroup:", 7)) {
     *kind = GML_QUOTA_CGROUP, *cgroup = s + 7;
-    return s[7] == '/' && strlen(s + 7) < GML_QUOTA_CGROUP_MAX ? 0 : GML_EINVAL;
+    return cgroup_path_canonical(s + 7) ? 0 : GML_EINVAL;
   }
   *kind = strncmp(s, "uid:", 4) ? GML_QUOTA_PID : GML_QUOTA_UID;
   const char *p = *kind == GML_QUOTA_UID ? s + 4 : s;

@@ -149,6 +149,18 @@ int conn_listen_unix(const char *path, unsigned mode, const char *group) {
     return GML_ESYS;
   }
   conn_set_mode_group(path, mode, group);
+  /* clients trust a socket only in a directory its owner alone may write
+   * (client/discover.c): say so now, not in every client's error */
+  char dir[sizeof sa.sun_path];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) dir[1] = 0; /* the root */
+  else if (slash) *slash = 0;
+  struct stat st;
+  if (stat(slash ? dir : ".", &st) == 0 && (st.st_mode & 022))
+    GML_WARN("%s is in %s, a directory others may write: clients refuse such a socket (another user could have "
+             "put it there); give it a directory of its own (e.g. /tmp/gmlake-$USER/lake.sock, mode 0755)",
+             path, slash ? dir : ".");
   if (listen(fd, 128) != 0) {
     close(fd);
     return GML_ESYS;

@@ -134,6 +134,18 @@ done
 dpid=
 echo "  SIGHUP as soon as the socket appears: reloaded, 10 of 10 daemons serve on"
 
+# a socket in a directory others may write (as /tmp itself): the daemon says clients refuse it
+mkdir "$d/open" && chmod 1777 "$d/open"
+"$B/gmlaked" --backend host --socket "$d/open/s" --control "ipc://$d/open.ctl" --prefetch 0 2>"$d/open.log" &
+dpid=$!
+for _ in $(seq 100); do grep -q "serving device" "$d/open.log" && break; sleep 0.05; done
+grep -q "a directory others may write: clients refuse such a socket" "$d/open.log" ||
+  fail "no warning for a socket in a directory others may write: $(cat "$d/open.log")"
+kill -TERM $dpid
+wait $dpid || fail "daemon did not stop cleanly"
+dpid=
+echo "  a socket in a directory others may write: the daemon warns that clients refuse it"
+
 # a flag on the command line wins over the file, across a reload too
 printf 'backend = host\nlimit = 64MiB\nprefetch = 0\n' > "$d/gmlaked.conf"
 "$B/gmlaked" --config "$d/gmlaked.conf" --limit 16MiB --socket "$d/sock" --control "ipc://$d/ctl" 2>"$d/daemon.log" &

@@ -169,7 +169,11 @@ START_TEST(test_quota_holders) {
   snprintf(longq, sizeof longq, "%s 1GiB", longpath);
   const char *bad[] = {"cgroup:relative 1GiB", "cgroup: 1GiB", "cgroup:/ lots", "cgroup:/", "1GiB",
                        "uid:4294967295 1GiB", "uid: 1GiB", "uid:x 1GiB", "-1 1GiB", "2147483648 1GiB",
-                       "42x 1GiB", longq};
+                       "42x 1GiB", longq,
+                       /* another spelling of a cgroup never matches /proc/PID/cgroup: refused, not a quota
+                        * that binds nothing (new-user trial: cgroup:/a/../b was taken) */
+                       "cgroup:/a/../b 1GiB", "cgroup:/a/./b 1GiB", "cgroup://a 1GiB", "cgroup:/a/ 1GiB",
+                       "cgroup:/.. 1GiB", "cgroup:/a/.. 1GiB"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     write_conf("");
     ck_assert_msg(load(&c, "--quota", bad[i], NULL, NULL) == GML_EINVAL, "--quota '%s' accepted", bad[i]);

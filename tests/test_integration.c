@@ -894,6 +894,20 @@ START_TEST(test_ctl_errors) {
                       "assert \"no process 999999\" in o[\"error\"][\"message\"], o' 2>&1",
                       bindir, ctl_url, GML_ENOENT),
                    0);
+  /* trim, limit and quota: one outcome shape with --json (before: {"trimmed_chunks":N}, the stats
+   * object alone, {"ok":true}) */
+  ck_assert_int_eq(sh(out, sizeof out,
+                      "c='%s/gmlakectl --control %s --json'; { $c trim; $c limit 16MiB; $c quota 'uid:4321' 1MiB; "
+                      "$c quota uid:4321 0; } | /usr/bin/python3 -c '"
+                      "import json, sys\nt, l, q, z = [json.loads(x) for x in sys.stdin]\n"
+                      "assert all(o[\"ok\"] is True for o in (t, l, q, z)), (t, l, q, z)\n"
+                      "assert [o[\"command\"] for o in (t, l, q, z)] == [\"trim\", \"limit\", \"quota\", \"quota\"]\n"
+                      "assert t[\"trimmed_chunks\"] >= 0 and \"client_pid\" not in t, t\n"
+                      "assert l[\"limit_bytes\"] == 16 << 20 == l[\"stats\"][\"limit_bytes\"], l\n"
+                      "assert (q[\"holder\"], q[\"bytes\"], q[\"cleared\"]) == (\"uid:4321\", 1 << 20, False), q\n"
+                      "assert (z[\"bytes\"], z[\"cleared\"]) == (0, True), z' 2>&1",
+                      bindir, ctl_url),
+                   0);
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, tid_thread, NULL), 0);
   pthread_mutex_lock(&tid_lock);

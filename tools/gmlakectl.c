@@ -288,7 +288,11 @@ static int cmd_trim(ctl *c) {
   trim.client_pid = c->pid;
   req.trim = &trim;
   if (!(c->reply = call(c, &req))) return 1;
-  if (c->json) printf("{\"trimmed_chunks\":%llu}\n", (unsigned long long)c->reply->trimmed_chunks);
+  if (c->json) {
+    printf("{\"ok\":true,\"command\":\"trim\",\"trimmed_chunks\":%llu", (unsigned long long)c->reply->trimmed_chunks);
+    if (c->pid) printf(",\"client_pid\":%d", c->pid);
+    printf("}\n");
+  }
   else printf("released %llu free chunk(s) to the driver%s\n", (unsigned long long)c->reply->trimmed_chunks,
               c->pid ? "; asked the client for its idle cache" : "");
   return 0;
@@ -326,8 +330,13 @@ static int cmd_limit(ctl *c) {
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES;
   req.set_limit_bytes = v;
   if (!(c->reply = call(c, &req))) return 1;
-  if (c->json) print_json(&c->reply->stats->base), putchar('\n');
-  else printf("limit set to %llu bytes\n", (unsigned long long)v);
+  if (c->json) {
+    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,\"stats\":", (unsigned long long)v);
+    print_json(&c->reply->stats->base);
+    printf("}\n");
+  } else {
+    printf("limit set to %llu bytes\n", (unsigned long long)v);
+  }
   return 0;
 }
 
@@ -345,7 +354,7 @@ static int cmd_quota(ctl *c) {
   uint32_t key;
   const char *cgroup;
   if (gml_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
-    ctl_error(c, GML_EINVAL, "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH)", c->args[0]);
+    ctl_error(c, GML_EINVAL, "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH as /proc/PID/cgroup shows it: no '.', '..', '//' or trailing '/')", c->args[0]);
     return 2;
   }
   if (kind == GML_QUOTA_CGROUP) quota.cgroup = (char *)cgroup; /* protobuf-c's string fields are char * */
@@ -355,8 +364,11 @@ static int cmd_quota(ctl *c) {
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_QUOTA;
   req.set_quota = &quota;
   if (!(c->reply = call(c, &req))) return 1;
-  if (c->json) printf("{\"ok\":true}\n");
-  else if (!v) printf("quota of %s cleared\n", c->args[0]);
+  if (c->json) {
+    printf("{\"ok\":true,\"command\":\"quota\",\"holder\":");
+    print_json_string(stdout, c->args[0]);
+    printf(",\"bytes\":%llu,\"cleared\":%s}\n", (unsigned long long)v, v ? "false" : "true");
+  } else if (!v) printf("quota of %s cleared\n", c->args[0]);
   else printf("quota of %s set to %llu bytes\n", c->args[0], (unsigned long long)v);
   return 0;
 }
