@@ -100,19 +100,13 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
     c->lease.served_since_ask += n;
     return 1;
   }
-  c->lease.pending = 0;
-  c->lease.reclaim_asked = 0;
-  c->lease.from_idle = 0;
+  c->lease.pending = c->lease.reclaim_asked = c->lease.from_idle = 0;
   b->counters->lease_count++;
   return 1;
 }
 
 /* One process's part of the lake, for the out-of-memory message. */
-typedef struct holder {
-  pid_t pid;
-  const char *name;
-  uint64_t leased, allocated, cached, paused;
-} holder;
+typedef struct holder { pid_t pid; uint32_t uid; const char *name; uint64_t leased, allocated, cached, paused; } holder;
 
 /* Who holds the lake, per process (its connections and parked chunks
  * summed), most leased first; at most max, returns how many processes. */
@@ -125,7 +119,7 @@ static size_t holders(const broker *b, holder *h, size_t max) {
       if (k == n) {
         all++;
         if (n == max) continue; /* counted, not listed */
-        h[n++] = (holder){o->pid, o->name, 0, 0, 0, 0};
+        h[n++] = (holder){o->pid, o->uid, o->name, 0, 0, 0, 0};
       }
       h[k].leased += o->leased_chunks * b->lk->cs;
       h[k].allocated += o->allocated;
@@ -143,7 +137,8 @@ static size_t holders(const broker *b, holder *h, size_t max) {
 
 /* "asked X; the lake holds H of limit L (F free, P parked); held by: pid N
  * (name) leased .. allocated .. cached .., ...": the lake-wide picture an
- * out-of-memory error carries to the client (and PyTorch's OOM message). */
+ * out-of-memory error carries to the client (and PyTorch's OOM message).
+ * Another user's process is "a process of uid U": its numbers, not who. */
 static void lake_picture(const broker *b, const broker_client *asker, char *out, size_t len) {
   const lake *lk = b->lk;
   char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32], sent[64] = "";
@@ -157,9 +152,12 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
   holder h[8];
   size_t all = holders(b, h, GML_ARRAY_LEN(h)), n = GML_MIN(all, GML_ARRAY_LEN(h));
   for (size_t i = 0; i < n && o < len; i++) {
-    o += (size_t)snprintf(out + o, len - o, "%s pid %d (%s%s) leased %s allocated %s cached %s", i ? ";" : "", (int)h[i].pid,
-                          h[i].name, h[i].pid == asker->pid ? ", the asker" : "", gml_format_bytes(h[i].leased, s1, sizeof s1),
-                          gml_format_bytes(h[i].allocated, s2, sizeof s2), gml_format_bytes(h[i].cached, s3, sizeof s3));
+    char who[96];
+    if (h[i].uid == asker->uid) snprintf(who, sizeof who, "pid %d (%s%s)", (int)h[i].pid, h[i].name, h[i].pid == asker->pid ? ", the asker" : "");
+    else snprintf(who, sizeof who, "a process of uid %u", (unsigned)h[i].uid);
+    o += (size_t)snprintf(out + o, len - o, "%s %s leased %s allocated %s cached %s", i ? ";" : "", who,
+                          gml_format_bytes(h[i].leased, s1, sizeof s1), gml_format_bytes(h[i].allocated, s2, sizeof s2),
+                          gml_format_bytes(h[i].cached, s3, sizeof s3));
     if (o < len && h[i].paused)
       o += (size_t)snprintf(out + o, len - o, " paused %s", gml_format_bytes(h[i].paused, s4, sizeof s4));
   }

@@ -82,6 +82,7 @@ typedef struct ctl_call {
   Gmlake__LakeStats stats;
   void *to_free[2];
   int may_change;           /* the peer may send requests that change the lake */
+  long viewer;              /* the peer's uid when it may see only its own user's processes (-1: all) */
 } ctl_call;
 
 static void with_stats(ctl_call *k) {
@@ -107,11 +108,12 @@ static void ctl_clients(ctl_call *k) {
   }
   size_t i = 0;
   for (const broker_client *c = b->clients; c; c = c->next, i++) {
+    int other = k->viewer >= 0 && c->uid != (uint32_t)k->viewer; /* another user's: its numbers, not who */
     gmlake__client_info__init(&ci[i]);
     ci[i].client_id = c->id;
-    ci[i].pid = c->pid;
+    ci[i].pid = other ? 0 : c->pid;
     ci[i].uid = c->uid;
-    ci[i].name = (char *)c->name;
+    ci[i].name = other ? "" : (char *)c->name;
     ci[i].leased_chunks = c->leased_chunks;
     ci[i].leased_bytes = c->leased_chunks * k->d->lk.cs;
     ci[i].allocated = c->allocated;
@@ -119,7 +121,7 @@ static void ctl_clients(ctl_call *k) {
     ci[i].stitched = c->stitched;
     ci[i].largest_free = c->largest_free;
     broker_quota_room(b, c, &ci[i].quota_bytes, NULL, 0); /* the quota that binds it most (0: none) */
-    ci[i].cgroup = (char *)c->cgroup;
+    ci[i].cgroup = other ? "" : (char *)c->cgroup;
     ci[i].paused = c->paused;
     ci[i].paused_saved = c->paused_saved;
     ci[i].since = c->since;
@@ -154,7 +156,7 @@ static void ctl_chunks(ctl_call *k) {
     ci[j].owner_pid = 0;
     if (c->state == CHUNK_LEASED)
       for (const broker_client *o = k->d->br.clients; o; o = o->next)
-        if (o->id == c->owner) ci[j].owner_pid = o->pid;
+        if (o->id == c->owner) ci[j].owner_pid = k->viewer < 0 || o->uid == (uint32_t)k->viewer ? o->pid : -3;
     if (c->state == CHUNK_PARKED) ci[j].owner_pid = -1;
     if (c->state == CHUNK_SHARED) ci[j].owner_pid = -2;
     cp[j] = &ci[j];
@@ -166,7 +168,7 @@ static void ctl_chunks(ctl_call *k) {
 }
 
 static void ctl_shares(ctl_call *k) {
-  k->rep->n_shares = shares_info(k->d, &k->rep->shares);
+  k->rep->n_shares = shares_info(k->d, k->viewer, &k->rep->shares);
   with_stats(k);
 }
 
@@ -256,10 +258,11 @@ static void handle_request(ctl_call *k) {
 }
 
 int control_handle(gmld *d, const uint8_t *req_buf, size_t req_len, uint8_t **reply, size_t *reply_len) {
-  return control_handle_as(d, 1, req_buf, req_len, reply, reply_len);
+  return control_handle_as(d, 1, -1, req_buf, req_len, reply, reply_len);
 }
 
-int control_handle_as(gmld *d, int may_change, const uint8_t *req_buf, size_t req_len, uint8_t **reply, size_t *reply_len) {
+int control_handle_as(gmld *d, int may_change, long viewer, const uint8_t *req_buf, size_t req_len, uint8_t **reply,
+                      size_t *reply_len) {
   Gmlake__CtlReply rep = GMLAKE__CTL_REPLY__INIT;
   Gmlake__CtlRequest *req = NULL;
   if (req_len > GML_MAX_FRAME) {
@@ -271,7 +274,7 @@ int control_handle_as(gmld *d, int may_change, const uint8_t *req_buf, size_t re
     rep.message = "malformed control request";
     d->counters.protocol_errors++;
   }
-  ctl_call k = {.d = d, .req = req, .rep = &rep, .may_change = may_change};
+  ctl_call k = {.d = d, .req = req, .rep = &rep, .may_change = may_change, .viewer = viewer};
   gmlake__lake_stats__init(&k.stats);
   if (req) handle_request(&k);
   size_t n = gmlake__ctl_reply__get_packed_size(&rep);

@@ -10,8 +10,11 @@ int control_start(struct gmld *d);
  * target runs what the daemon runs. Returns 0 or GML_ENOMEM. */
 int control_handle(struct gmld *d, const uint8_t *req, size_t req_len, uint8_t **reply, size_t *reply_len);
 /* The same for a peer that may (1) or may not (0) change the lake: requests
- * marked `changes` in control.c's table get GML_EPERM when it may not. */
-int control_handle_as(struct gmld *d, int may_change, const uint8_t *req, size_t req_len, uint8_t **reply,
+ * marked `changes` in control.c's table get GML_EPERM when it may not. A
+ * viewer uid (not -1: a peer that is neither root nor the daemon's user)
+ * sees other users' clients without pid, name or cgroup, their chunks as
+ * another user's, and only the shares it may attach. */
+int control_handle_as(struct gmld *d, int may_change, long viewer, const uint8_t *req, size_t req_len, uint8_t **reply,
                       size_t *reply_len);
 void control_stop(struct gmld *d);
 #endif

@@ -120,7 +120,7 @@ static int conn_request(ctl_conn *c, const uint8_t *msg, size_t n) {
   }
   uint8_t *out;
   size_t outn;
-  if (control_handle_as(c->d, c->may_change, msg + bt, n - bt, &out, &outn)) return -1;
+  if (control_handle_as(c->d, c->may_change, c->trusted || c->uid < 0 ? -1 : c->uid, msg + bt, n - bt, &out, &outn)) return -1;
   int rc = conn_send(c, msg, bt, out, outn);
   free(out);
   return rc;

@@ -64,7 +64,7 @@ static char *metrics_text(gmld *d, size_t *len) {
   size_t outn;
   if (n > sizeof buf) return NULL;
   gmlake__ctl_request__pack(&req, buf);
-  if (control_handle_as(d, 0, buf, n, &out, &outn)) return NULL;
+  if (control_handle_as(d, 0, -1, buf, n, &out, &outn)) return NULL;
   Gmlake__CtlReply *r = gmlake__ctl_reply__unpack(NULL, outn, out);
   free(out);
   if (!r || !r->stats) {

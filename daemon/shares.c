@@ -29,6 +29,7 @@ typedef struct mapper {
   share *sh;
   uint64_t session_id; /* 0 once its session closed (its process lives on) */
   pid_t pid;
+  uid_t uid;
   uint32_t refs;       /* attaches not yet detached (the publisher's share counts one) */
   int pidfd;           /* watched once the session closed */
   uv_poll_t poll;
@@ -158,7 +159,7 @@ static int mapper_add(share *sh, session *s) {
     if (!(m = calloc(1, sizeof *m))) return GML_ENOMEM;
     m->sh = sh;
     m->session_id = s->bc.id;
-    m->pid = s->bc.pid;
+    m->pid = s->bc.pid, m->uid = s->bc.uid;
     m->pidfd = -1;
     m->next = sh->mappers;
     sh->mappers = m;
@@ -430,11 +431,12 @@ void shares_close_all(gmld *d) {
   }
 }
 
-size_t shares_info(gmld *d, Gmlake__ShareInfo ***out) {
+size_t shares_info(gmld *d, long viewer, Gmlake__ShareInfo ***out) {
   size_t n = 0, k = 0;
   for (share *sh = d->shares; sh; sh = sh->next) n++;
   Gmlake__ShareInfo **v = calloc(n ? n : 1, sizeof *v);
   for (share *sh = d->shares; v && sh; sh = sh->next) {
+    if (viewer >= 0 && !allowed(sh, (uid_t)viewer)) continue; /* another user's that it may not attach: not shown */
     Gmlake__ShareInfo *i = calloc(1, sizeof *i);
     size_t nm = 0;
     for (mapper *m = sh->mappers; m; m = m->next) nm++;
@@ -447,10 +449,11 @@ size_t shares_info(gmld *d, Gmlake__ShareInfo ***out) {
     i->key = sh->key;
     i->size = sh->size;
     i->chunks = sh->n;
-    i->publisher_pid = sh->publisher_pid;
+    i->publisher_pid = viewer < 0 || sh->uid == (uid_t)viewer ? sh->publisher_pid : 0;
     i->publisher_uid = sh->uid;
     nm = 0;
-    for (mapper *m = sh->mappers; m; m = m->next) pids[nm++] = m->pid;
+    for (mapper *m = sh->mappers; m; m = m->next)
+      if (viewer < 0 || m->uid == (uid_t)viewer) pids[nm++] = m->pid; /* other users' processes: not named */
     i->mapper_pids = pids;
     i->n_mapper_pids = nm;
     i->content_hash.data = sh->hash;

@@ -28,7 +28,7 @@ void shares_handle(session *s, const Gmlake__Envelope *env);
 void shares_session_closed(session *s, int gone);
 void shares_close_all(gmld *d);
 /* The control RPC's view: one ShareInfo a share (freed with shares_free_info). */
-size_t shares_info(gmld *d, Gmlake__ShareInfo ***out);
+size_t shares_info(gmld *d, long viewer, Gmlake__ShareInfo ***out); /* viewer: control_handle_as */
 void shares_free_info(Gmlake__ShareInfo **info, size_t n);
 /* Bytes of shares the session maps. */
 uint64_t shares_bytes_of(gmld *d, uint64_t session_id);

@@ -289,6 +289,29 @@ START_TEST(test_out_of_memory_names_the_holders) {
 }
 END_TEST
 
+/* ... but another user's processes by their numbers only: "a process of uid
+ * U", no pid, no name (before, any user's failed lease named every other
+ * user's processes). */
+START_TEST(test_out_of_memory_hides_other_users) {
+  broker_client h1, asker;
+  client(&h1, 1, 101, 0);
+  h1.uid = 2000;
+  snprintf(h1.name, sizeof h1.name, "secret-job");
+  fill_lake(&h1);
+  h1.allocated = 10 * cs;
+  client(&asker, 3, 202, 0);
+  snprintf(asker.name, sizeof asker.name, "server");
+  broker_decision d;
+  broker_lease(&br, &asker, 7, 4, 0, 0, &d);
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_msg(strstr(d.message, "held by: a process of uid 2000 leased 20.00 MiB allocated 20.00 MiB"), "message: %s",
+                d.message);
+  ck_assert_msg(!strstr(d.message, "secret-job") && !strstr(d.message, "pid 101"), "message: %s", d.message);
+  ck_assert_msg(strstr(d.message, "pid 202 (server, the asker)"), "message: %s", d.message);
+}
+END_TEST
+
 /* A full lake: the lease waits, the clients with idle cache are asked (most
  * idle first, the asker and those with less than a chunk idle not at all),
  * once; the deadline passed, the lease is refused. */
@@ -1054,6 +1077,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_adopt_room_per_user);
   tcase_add_test(tc, test_trim_over_limit);
   tcase_add_test(tc, test_out_of_memory_names_the_holders);
+  tcase_add_test(tc, test_out_of_memory_hides_other_users);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
   tcase_add_test(tc, test_full_lake_nobody_to_ask);

@@ -501,6 +501,38 @@ START_TEST(test_control_authorization) {
 }
 END_TEST
 
+/* Another user reading the lake (nobody, through the group) sees root's
+ * client by its numbers only: no pid, name or cgroup in `clients`, its
+ * chunks as another user's ('o', owner_pid -3) in `chunks`; root sees all.
+ * Before, every group member read every user's pids, process names and
+ * cgroups (new-user trial). */
+START_TEST(test_control_hides_other_users) {
+  start_daemon("--limit 8MiB --prefetch 0 --socket-group nogroup");
+  int s = raw_session("root-secret-job");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[1];
+  int fds[1];
+  ck_assert_int_eq(lease_now(s, 2, 1, ids, fds), 1);
+  close(fds[0]);
+  ck_assert_int_eq(stat_wait("chunks_leased", 1, 2000), 1);
+  char out[8192], pid[32];
+  snprintf(pid, sizeof pid, "\"pid\":%d,", (int)getpid());
+  ck_assert_int_eq(ctl(out, sizeof out, "clients --json"), 0);
+  ck_assert_msg(strstr(out, "root-secret-job") && strstr(out, pid), "root's view: %s", out);
+  ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "clients --json") == 0, "clients as nobody: %s", out);
+  ck_assert_msg(!strstr(out, "root-secret-job") && !strstr(out, pid) && !strstr(out, "cgroup\":\"/"), "nobody's view: %s", out);
+  ck_assert_msg(strstr(out, "\"leased_chunks\":1"), "nobody's view keeps the numbers: %s", out);
+  ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "clients") == 0 && strstr(out, "(another user)"), "table: %s", out);
+  ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "chunks --json") == 0, "chunks as nobody: %s", out);
+  snprintf(pid, sizeof pid, "\"owner_pid\":%d", (int)getpid());
+  ck_assert_msg(strstr(out, "\"owner_pid\":-3") && !strstr(out, pid), "nobody's chunks: %s", out);
+  ck_assert_int_eq(ctl(out, sizeof out, "chunks --json"), 0);
+  ck_assert_msg(strstr(out, pid), "root's chunks: %s", out);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A second daemon on the same control URL or client socket refuses to
  * start, saying why, and leaves the first one's files alone; tcp:// control
  * only with --control-insecure-tcp. */
@@ -1846,6 +1878,7 @@ int main(void) {
   tcase_add_test(tc, test_cgroup_quota_covers_children);
   tcase_add_test(tc, test_share_mapper_watch_per_process);
   tcase_add_test(tc, test_exited_connector_refused);
+  tcase_add_test(tc, test_control_hides_other_users);
   tcase_add_test(tc, test_log_budget_per_user);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);

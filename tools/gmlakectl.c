@@ -146,7 +146,9 @@ static void print_clients(const Gmlake__CtlReply *r) {
       snprintf(uc, sizeof uc, "  uncounted %s", gml_format_bytes(c->uncounted, u1, 32));
       uncounted += c->uncounted, nuncounted++;
     }
-    printf("%-8d %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s\n", c->pid, c->uid, c->name,
+    char pid[16] = "-"; /* 0: another user's process, not named to us */
+    if (c->pid) snprintf(pid, sizeof pid, "%d", c->pid);
+    printf("%-8s %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s\n", pid, c->uid, c->pid ? c->name : "(another user)",
            gml_format_bytes(c->leased_bytes, a, 32), gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
            c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since, gml_format_bytes(c->growable_mapped, g, 32),
            gml_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz, uc);
@@ -163,12 +165,14 @@ static void print_clients(const Gmlake__CtlReply *r) {
 static void print_chunks(const Gmlake__CtlReply *r) {
   /* one character a chunk, 64 a row: '.' free, a letter per client, '#' parked */
   int pids[52], npids = 0;
-  printf("%zu chunks of %llu MiB ('.' free, '#' parked by a process that left, 'S' shared, letters: clients)\n", r->n_chunks,
+  printf("%zu chunks of %llu MiB ('.' free, '#' parked by a process that left, 'S' shared, 'o' another user's, letters: "
+         "clients)\n", r->n_chunks,
          (unsigned long long)(r->stats ? r->stats->chunk_size >> 20 : 0));
   for (size_t i = 0; i < r->n_chunks; i++) {
     int pid = r->chunks[i]->owner_pid;
     char ch = '.';
     if (pid == -2) ch = 'S';
+    else if (pid == -3) ch = 'o';
     else if (pid < 0) ch = '#';
     else if (pid > 0) {
       int k = 0;
