@@ -97,9 +97,12 @@ START_TEST(test_bad_environment_with_daemon) {
   ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
   ck_assert_msg(strstr(said, "GMLAKE_BACKEND=gpu: not a backend; it accepts auto, cuda, host") && !strstr(said, "asked for"),
                 "%s", said);
-  setenv("GMLAKE_BACKEND", "cuda", 1);
+  const char *other = strcmp(backend, "host") ? "host" : "cuda"; /* a real backend the daemon does not run */
+  setenv("GMLAKE_BACKEND", other, 1);
   ck_assert_int_eq(open_saying(path, said, sizeof said), GML_ENODEV);
-  ck_assert_msg(strstr(said, "daemon runs the host backend, cuda was asked for"), "%s", said);
+  char want[96];
+  snprintf(want, sizeof want, "daemon runs the %s backend, %s was asked for", backend, other);
+  ck_assert_msg(strstr(said, want), "%s", said);
   unsetenv("GMLAKE_BACKEND");
   setenv("GMLAKE_MODE", "embeded", 1);
   ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
@@ -221,9 +224,11 @@ START_TEST(test_growable_range) {
   ck_assert_msg(strstr(mout, "# TYPE gmlake_growable_mapped_bytes gauge\n") &&
                     strstr(mout, "# TYPE gmlake_growable_unmapped_bytes gauge\n") && !strstr(mout, "gmlake_growable_mapped_total"),
                 "metrics: %s", mout);
-  ck_assert_msg(strstr(mout, "gmlake_growable_mapped_bytes{device=\"0\",gpu_uuid=\"host-0\"} 12582912\n") &&
-                    strstr(mout, "gmlake_growable_unmapped_bytes{device=\"0\",gpu_uuid=\"host-0\"} 20971520\n"),
-                "metrics: %s", mout);
+  /* the label is the GPU's UUID on cuda, host-N on the host backend (a 32 KiB message is too long for check) */
+  const char *gm = strstr(mout, "gmlake_growable_mapped_bytes{device=\"0\",gpu_uuid=\""),
+             *gu = strstr(mout, "gmlake_growable_unmapped_bytes{device=\"0\",gpu_uuid=\"");
+  ck_assert_msg(gm && gu && !strncmp(strchr(gm, '}'), "} 12582912\n", 11) && !strncmp(strchr(gu, '}'), "} 20971520\n", 11),
+                "metrics: %.2000s", gm ? gm : mout);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 30 << 20, 2 << 20), "ok"); /* a chunk at the far end */
   ck_assert_int_eq(stat_num("chunks_leased"), 7);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned (chunks of 2097152) or past the end (33554432 bytes)");
@@ -368,7 +373,8 @@ START_TEST(test_dedup) {
   const char *r = client_cmd(&c, "dedup %d hash-of-the-weights", 4 << 20);
   ck_assert_msg(!strncmp(r, "err -15 ", 8), "a collision was not refused: '%s'", r);
   ck_assert_str_eq(client_cmd(&c, "gread 0"), "tag 8000"); /* C keeps its own, writable */
-  ck_assert_str_eq(client_cmd(&c, "gwrite 0"), "wrote");
+  /* (the test client writes with the CPU: device memory faults on cuda whatever its access) */
+  ck_assert_str_eq(client_cmd(&c, "gwrite 0"), strcmp(backend, "host") ? "fault" : "wrote");
   ck_assert_int_eq(stat_num("chunks_leased"), 2);
   char out[4096];
   ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
