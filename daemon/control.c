@@ -192,6 +192,7 @@ static void ctl_trim(ctl_call *k) {
 
 static void ctl_set_limit(ctl_call *k) {
   uint64_t lim = k->req->set_limit_bytes;
+  lim -= lim % k->d->lk.cs; /* whole chunks, as the default limit (`limit 1%` was taken to the byte) */
   if (broker_set_limit(&k->d->br, lim)) {
     fail(k, GML_EINVAL, "limit below one chunk");
     return;

@@ -129,7 +129,7 @@ static void on_reload(uv_signal_t *h, int signum) {
   gmld_config nc;
   uint64_t limit = 0;
   const char *bad = NULL;
-  if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration does not parse (see above)";
+  if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration cannot be read or does not parse (see above)";
   else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit";
   else if (strcmp(nc.socket_group, d->cfg.socket_group) || nc.socket_mode != d->cfg.socket_mode)
     GML_WARN("SIGHUP: socket-group and socket-mode take effect at the next start, not now");

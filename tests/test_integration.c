@@ -634,7 +634,8 @@ START_TEST(test_quota_and_limit) {
   ck_assert_int_eq(ctl(out, sizeof out, "limit 1%"), 0);
   long long total = stat_num("device_total_bytes"), lim = stat_num("limit_bytes");
   ck_assert_int_gt(total, 0);
-  ck_assert_msg(lim == (long long)(1 / 100.0 * (double)total), "limit %lld of %lld", lim, total);
+  long long pct = (long long)(1 / 100.0 * (double)total), cs = stat_num("chunk_size");
+  ck_assert_msg(lim == pct - pct % cs, "limit %lld of %lld", lim, total); /* whole chunks */
   ck_assert_int_ne(ctl(out, sizeof out, "limit lots 2>/dev/null"), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -914,6 +915,10 @@ START_TEST(test_ctl_errors) {
                       "assert (z[\"bytes\"], z[\"cleared\"]) == (0, True), z' 2>&1",
                       bindir, ctl_url),
                    0);
+  /* a limit is whole chunks, as the default one (new-user trial: `limit 1%` was taken to the byte) */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 17MiB"), 0);
+  ck_assert_msg(strstr(out, "limit set to 16777216 bytes (whole chunks)"), "%s", out);
+  ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20);
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, tid_thread, NULL), 0);
   pthread_mutex_lock(&tid_lock);

@@ -335,11 +335,13 @@ static int cmd_limit(ctl *c) {
   req.set_limit_bytes = v;
   if (!(c->reply = call(c, &req))) return 1;
   if (c->json) {
-    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,\"stats\":", (unsigned long long)v);
+    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,\"stats\":",
+           (unsigned long long)c->reply->stats->limit_bytes);
     print_json(&c->reply->stats->base);
     printf("}\n");
   } else {
-    printf("limit set to %llu bytes\n", (unsigned long long)v);
+    printf("limit set to %llu bytes%s\n", (unsigned long long)c->reply->stats->limit_bytes,
+           c->reply->stats->limit_bytes != v ? " (whole chunks)" : "");
   }
   return 0;
 }
