@@ -531,7 +531,7 @@ static void session_close(session *s, const char *why) {
     }
   }
   CONN_INFO(s->bc.uid, "client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid, why,
-           (unsigned long long)held, gone || d->stopping ? "back in the lake" : "parked until its process exits");
+           (unsigned long long)held, !held ? "held" : gone || d->stopping ? "back in the lake" : "parked until its process exits");
   broker_remove_client(&d->br, &s->bc);
   uv_poll_stop(&s->poll);
   if (s->fd_wait) d->fd_waiters--;
