@@ -37,7 +37,7 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   gml_rx_take_fds(&s->rx, (int)n, fds); /* adopt_check: they are there */
   if (broker_adopt_room(&d->br, &s->bc, n) < n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
-    GML_WARN("client %llu (pid %d, uid %u): its hand-over of %u more chunk(s) is past what the lake adopts (its limit for one "
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): its hand-over of %u more chunk(s) is past what the lake adopts (its limit for one "
              "user, twice its limit for all): refused, it keeps its chunks uncounted",
              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, n);
     session_send_error(s, req->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
@@ -46,7 +46,7 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   char who[160] = "";
   if (broker_quota_room(&d->br, &s->bc, NULL, who, sizeof who) < n) { /* what it holds counts as any lease does */
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
-    GML_WARN("client %llu (pid %d, uid %u): its hand-over is over the quota of %s: refused, it keeps its chunks uncounted",
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): its hand-over is over the quota of %s: refused, it keeps its chunks uncounted",
              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, who);
     session_send_error(s, req->seq, GML_EQUOTA, "handing over %u more chunk(s) is over the quota of %s", n, who);
     return;
@@ -82,7 +82,7 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   s->adopted += done;
   if (done < n) { /* not a chunk of ours (wrong size, not importable): the client is confused or hostile */
     for (uint32_t i = done; i < n; i++) close(fds[i]);
-    GML_WARN("client %llu (pid %d, uid %u): chunk %u of its adoption %s: closing it", (unsigned long long)s->bc.id,
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): chunk %u of its adoption %s: closing it", (unsigned long long)s->bc.id,
              (int)s->bc.pid, (unsigned)s->bc.uid, done, why);
     session_send_error(s, req->seq, GML_EPROTO, "chunk %u of an adoption %s", done, why);
     session_doom(s, "an adoption of what is not a chunk of the lake's");
@@ -96,7 +96,7 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT_REPLY;
   env.adopt_reply = &r;
   session_send_msg(s, &env, NULL, 0);
-  GML_INFO("client %llu (pid %d) handed over %u chunk(s) it held before the restart (%llu now)", (unsigned long long)s->bc.id,
+  CONN_INFO(s->bc.uid, "client %llu (pid %d) handed over %u chunk(s) it held before the restart (%llu now)", (unsigned long long)s->bc.id,
            (int)s->bc.pid, n, (unsigned long long)s->bc.leased_chunks);
 }
 
@@ -113,7 +113,7 @@ const char *adopt_seen(session *s, const Gmlake__Envelope *env) {
   if (s->rx.nkept) return "file descriptors with a message other than an Adopt";
   s->rx.keep_max = 0; /* the hand-over is over: no more fds from it */
   if (!s->adopted) return NULL;
-  GML_INFO("client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id, (int)s->bc.pid,
+  CONN_INFO(s->bc.uid, "client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id, (int)s->bc.pid,
            (unsigned long long)s->adopted);
   s->adopted = 0;
   return NULL;
@@ -130,7 +130,7 @@ void adopt_session_closing(session *s) {
     }
   s->bc.leased_chunks -= dropped;
   s->adopted = 0;
-  GML_WARN("client %llu (pid %d) left before its hand-over was complete: the %llu chunk(s) it handed over are dropped "
+  CONN_WARN(s->bc.uid, "client %llu (pid %d) left before its hand-over was complete: the %llu chunk(s) it handed over are dropped "
            "from the lake (it keeps them and offers them all again when it reconnects)",
            (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned long long)dropped);
 }

@@ -115,7 +115,7 @@ static size_t holders(const broker *b, holder *h, size_t max) {
   for (int l = 0; l < 2; l++)
     for (const broker_client *o = l ? b->parked : b->clients; o; o = o->next) {
       size_t k = 0;
-      while (k < n && h[k].pid != o->pid) k++;
+      while (k < n && (h[k].pid != o->pid || h[k].uid != o->uid)) k++; /* a pid used again by another user: two */
       if (k == n) {
         all++;
         if (n == max) continue; /* counted, not listed */

@@ -34,7 +34,7 @@ static void ask_reclaim(gmld *d, const broker_client *asker) {
   }
   for (size_t i = 0; i < n; i++) {
     session_send_reclaim(session_of(who[i]), who[i]->reclaim_ask, 2 * d->br.lease_wait_ns / 1000000);
-    GML_INFO("asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
+    CONN_INFO(asker->uid, "asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
              (unsigned long long)who[i]->reclaim_ask);
   }
   if (who != few) free(who);

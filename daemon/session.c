@@ -473,7 +473,7 @@ static void on_parked_exit(uv_poll_t *h, int status, int events) {
   gmld *d = p->d;
   release_owner_chunks(d, p->owner);
   broker_unpark(&d->br, &p->bc);
-  GML_INFO("process %d exited: its parked chunks are back in the lake", (int)p->pid);
+  CONN_INFO(p->bc.uid, "process %d exited: its parked chunks are back in the lake", (int)p->pid);
   for (parked_owner **pp = &d->parked; *pp; pp = &(*pp)->next)
     if (*pp == p) {
       *pp = p->next;

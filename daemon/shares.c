@@ -122,7 +122,7 @@ static void share_destroy(share *sh) {
       break;
     }
   broker_unpublish(&d->br, &sh->pub);
-  GML_INFO("share '%s' has no mapper left: its %u chunk(s) are back in the lake", sh->key, sh->n);
+  CONN_INFO(sh->uid, "share '%s' has no mapper left: its %u chunk(s) are back in the lake", sh->key, sh->n);
   free(sh->idx), free(sh->ro_fds), free(sh);
   if (!d->stopping) sessions_serve_pending(d);
 }
@@ -171,7 +171,7 @@ static int mapper_add(share *sh, session *s) {
 static void on_mapper_exit(uv_poll_t *h, int status, int events) {
   (void)status, (void)events;
   mapper *m = h->data;
-  GML_INFO("process %d exited: it maps share '%s' no more", (int)m->pid, m->sh->key);
+  CONN_INFO(m->uid, "process %d exited: it maps share '%s' no more", (int)m->pid, m->sh->key);
   mapper_remove(m);
 }
 
@@ -234,18 +234,20 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
     }
   }
   if (!code && (!sh || (!strcmp(d->be->name, "host") && !ro))) code = GML_ENOMEM;
-  if (code == GML_EEXIST) { /* who holds it, so the user knows what ends it */
+  if (code == GML_EEXIST) { /* who holds it, so the user knows what ends it: its own user's pids, others counted */
     char who[200] = "";
-    int pub_maps = 0;
+    int pub_maps = 0, others = 0;
     size_t k = 0;
     for (mapper *m = old->mappers; m; m = m->next) {
       pub_maps |= m->pid == old->publisher_pid;
-      if (k < sizeof who - 16) k += (size_t)snprintf(who + k, sizeof who - k, "%s%d", k ? ", " : "", (int)m->pid);
+      if (m->uid != s->bc.uid) others++; /* an attacher of another uid: not named (README, Trust model) */
+      else if (k < sizeof who - 16) k += (size_t)snprintf(who + k, sizeof who - k, "%s%d", k ? ", " : "", (int)m->pid);
     }
-    session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by pid %s; it ends when they detach "
+    if (others) snprintf(who + k, sizeof who - k, "%s%d process(es) of other users", k ? " and " : "", others);
+    session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by %s%s; it ends when they detach "
                        "or exit", old->key, strcmp(old->key, r->key) ? " with that content hash, for " : "",
                        strcmp(old->key, r->key) ? r->key : "", (int)old->publisher_pid,
-                       pub_maps ? "" : " (which no longer maps it)", who);
+                       pub_maps ? "" : " (which no longer maps it)", k ? "pid " : "", who);
     free(idx), free(ro);
     return;
   }
@@ -409,7 +411,7 @@ void shares_session_closed(session *s, int gone) {
     }
     int fd = gone || d->stopping || s->pidfd < 0 ? -1 : fcntl(s->pidfd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) {
-      if (!gone && !d->stopping) GML_WARN("cannot watch pid %d: share '%s' forgets it", (int)s->bc.pid, sh->key);
+      if (!gone && !d->stopping) CONN_WARN(s->bc.uid, "cannot watch pid %d: share '%s' forgets it", (int)s->bc.pid, sh->key);
       mapper_remove(m);
       continue;
     }

@@ -312,6 +312,28 @@ START_TEST(test_out_of_memory_hides_other_users) {
 }
 END_TEST
 
+/* A pid used again: a connection whose process exited (its socket passed
+ * on, no name) and another user's process that got its pid later are two
+ * holders, not one: the asker's user is not shown the other user's process
+ * name under its own connection's pid (before, the picture summed them as
+ * "pid 101 (secret-job)" for the asker of uid 1000: attacker trial 2). */
+START_TEST(test_out_of_memory_pid_reused_by_another_user) {
+  broker_client victim, stale, asker;
+  client(&victim, 1, 101, 0);
+  victim.uid = 2000;
+  snprintf(victim.name, sizeof victim.name, "secret-job");
+  fill_lake(&victim);
+  client(&stale, 2, 101, 0); /* uid 1000, its hello named nothing */
+  client(&asker, 3, 202, 0);
+  broker_decision d;
+  broker_lease(&br, &asker, 7, 4, 0, 0, &d);
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_msg(!strstr(d.message, "secret-job"), "message: %s", d.message);
+  ck_assert_msg(strstr(d.message, "a process of uid 2000 leased 20.00 MiB"), "message: %s", d.message);
+}
+END_TEST
+
 /* A full lake: the lease waits, the clients with idle cache are asked (most
  * idle first, the asker and those with less than a chunk idle not at all),
  * once; the deadline passed, the lease is refused. */
@@ -1078,6 +1100,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_trim_over_limit);
   tcase_add_test(tc, test_out_of_memory_names_the_holders);
   tcase_add_test(tc, test_out_of_memory_hides_other_users);
+  tcase_add_test(tc, test_out_of_memory_pid_reused_by_another_user);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
   tcase_add_test(tc, test_full_lake_nobody_to_ask);

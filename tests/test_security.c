@@ -1840,6 +1840,159 @@ START_TEST(test_queued_fds_bounded) {
 }
 END_TEST
 
+
+/* ---------- attacker trial 2: other users' pids, the log's per-user share ---------- */
+
+/* The reply to env on s: 0 for a reply of kind want, an Error's code (its message into msg), or -1. */
+static int call_env(int s, Gmlake__Envelope *env, Gmlake__Envelope__MsgCase want, char *msg, size_t msglen) {
+  send_env(s, env, NULL, 0);
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+  for (int i = 0; i < nfds; i++) close(fds[i]);
+  int rc = !r ? -1 : r->msg_case == want ? 0 : r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? r->error->code : -1;
+  if (r && r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR && msg) snprintf(msg, msglen, "%s", r->error->message);
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  return rc;
+}
+
+/* Lease a chunk on s and publish it as key (any uid may attach it); 0 or the share's error code. */
+static int share_one(int s, uint64_t seq, const char *key, char *msg, size_t msglen) {
+  uint64_t id;
+  int fd;
+  if (lease_now(s, seq, 1, &id, &fd) != 1) return -1;
+  close(fd);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest r = GMLAKE__SHARE_REQUEST__INIT;
+  r.key = (char *)key, r.size = 2 << 20, r.n_chunk_ids = 1, r.chunk_ids = &id, r.allow_any_uid = 1;
+  env.seq = seq + 1, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &r;
+  return call_env(s, &env, GMLAKE__ENVELOPE__MSG_SHARE_REPLY, msg, msglen);
+}
+
+static int attach_key(int s, uint64_t seq, const char *key) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = (char *)key, a.first = 0, a.count = 1;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  return call_env(s, &env, GMLAKE__ENVELOPE__MSG_ATTACH_REPLY, NULL, 0);
+}
+
+static int detach_key(int s, uint64_t seq, const char *key) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__DetachRequest d = GMLAKE__DETACH_REQUEST__INIT;
+  d.key = (char *)key;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env.detach = &d;
+  return call_env(s, &env, GMLAKE__ENVELOPE__MSG_DETACH_REPLY, NULL, 0);
+}
+
+/* As nobody: attach root's share "pub", say so on arg[0], hold it until arg[1] closes. */
+static int attach_and_hold(void *arg) {
+  int *p = arg, s = raw_session("other-users-attacher");
+  if (s < 0 || attach_key(s, 2, "pub@0")) return 2;
+  char c;
+  if (write(p[0], "a", 1) != 1 || read(p[1], &c, 1) < 0) return 3;
+  return 0;
+}
+
+/* Whether text holds the number n as a whole number (not inside another). */
+static int has_number(const char *text, long n) {
+  char want[24];
+  int len = snprintf(want, sizeof want, "%ld", n);
+  for (const char *p = text; (p = strstr(p, want)); p++)
+    if ((p == text || p[-1] < '0' || p[-1] > '9') && (p[len] < '0' || p[len] > '9')) return 1;
+  return 0;
+}
+
+/* A publisher that publishes its key again is told who maps the share:
+ * its own user's processes by pid, another user's attachers only counted
+ * (as the control socket's `shares` shows them). Before: "mapped by pid
+ * P1, P2" named every attacher's pid, other users' too (attacker trial 2). */
+START_TEST(test_share_exists_hides_other_users) {
+  start_daemon("--limit 8MiB --prefetch 0 --socket-mode 0666");
+  int s = raw_session("publisher");
+  ck_assert_int_ge(s, 0);
+  char msg[1024] = "";
+  ck_assert_int_eq(share_one(s, 2, "pub", msg, sizeof msg), 0);
+  int up[2], down[2];
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(99);
+    close(up[0]), close(down[1]);
+    int p[2] = {up[1], down[0]};
+    _exit(attach_and_hold(p));
+  }
+  close(up[1]), close(down[0]);
+  char c;
+  ck_assert_int_eq(read(up[0], &c, 1), 1);
+  ck_assert_int_eq(share_one(s, 4, "pub", msg, sizeof msg), GML_EEXIST);
+  printf("  publishing 'pub' again: %s\n", msg);
+  ck_assert_msg(!has_number(msg, child), "the error names pid %d of uid %d: %s", (int)child, NOBODY, msg);
+  ck_assert_msg(has_number(msg, getpid()) && strstr(msg, "1 process(es) of other users"), "%s", msg);
+  close(down[1]);
+  int st;
+  waitpid(child, &st, 0);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  close(up[0]), close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* As nobody, as fast as it can: publish a chunk and detach it (the share
+ * ends) for 1 s; ask the control socket to change the limit 500 times; hand
+ * over a file that is no chunk 60 times. Prints what it did on stdout. */
+static int log_flooder(void *arg) {
+  (void)arg;
+  int s = raw_session("flooder"), cycles = 0, asks = 0, adopts = 0;
+  if (s < 0) return 2;
+  uint64_t seq = 10, end = gml_now_ns() + 1000000000ull;
+  while (gml_now_ns() < end && share_one(s, seq, "k", NULL, 0) == 0 && detach_key(s, seq + 2, "k") == 0) seq += 3, cycles++;
+  int c = ctl_raw(1);
+  /* ipc frame: type 1, 64-bit BE length 6, backtrace 0x80000001, body {field 5 varint 1} (`limit 1`) */
+  static const uint8_t req[15] = {1, 0, 0, 0, 0, 0, 0, 0, 6, 0x80, 0, 0, 1, 0x28, 0x01};
+  for (; c >= 0 && asks < 500; asks++) {
+    uint8_t hdr[9], body[512];
+    if (send(c, req, sizeof req, MSG_NOSIGNAL) != sizeof req || recv(c, hdr, 9, MSG_WAITALL) != 9) break;
+    uint64_t n = 0;
+    for (int i = 1; i < 9; i++) n = n << 8 | hdr[i];
+    if (n > sizeof body || recv(c, body, n, MSG_WAITALL) != (ssize_t)n) break;
+  }
+  char path[] = "/tmp/gmlake-sec-flood.XXXXXX";
+  int file = mkstemp(path);
+  unlink(path);
+  if (file < 0 || ftruncate(file, 2 << 20)) return 3;
+  for (; adopts < 60 && adopt_one(file) == 0; adopts++) {}
+  printf("  flooder (uid %d): %d shares published and ended, %d control changes asked, %d foreign hand-overs\n", NOBODY,
+         cycles, asks, adopts);
+  fflush(stdout);
+  return cycles > 50 && asks == 500 && adopts == 60 ? 0 : 4;
+}
+
+/* Every line a group member's requests make the daemon write counts in its
+ * share of the log (40 at once, 10 a second): a share that ends, a mapper
+ * that exits, a control request refused, a hand-over refused. Before, those
+ * were written whatever the rate: nobody made ~one line per publish and
+ * detach (thousands a second), one per control request refused and one per
+ * hand-over of what is no chunk (attacker trial 2). */
+START_TEST(test_log_budget_covers_every_line) {
+  start_daemon("--limit 8MiB --prefetch 0 --socket-mode 0666");
+  double t0 = (double)gml_now_ns() / 1e9;
+  ck_assert_int_eq(as_uid(NOBODY, log_flooder, NULL), 0);
+  double secs = (double)gml_now_ns() / 1e9 - t0;
+  msleep(1300); /* a second after its last line: the count of those left out */
+  int ended = count_log("has no mapper left"), refused = count_log("it changes the lake"),
+      adopts = count_log("of its adoption"), shared = count_log("shares 'k'");
+  int lines = ended + refused + adopts + shared, allowed = 40 + (int)(10 * (secs + 1.5)) + 1;
+  printf("  in %.1f s: %d log lines (%d shares ended, %d shared, %d control refusals, %d hand-overs; at most %d)\n", secs,
+         lines, ended, shared, refused, adopts, allowed);
+  ck_assert_msg(lines <= allowed, "%d lines about one user's requests in %.1f s (at most %d)", lines, secs, allowed);
+  char want[64];
+  snprintf(want, sizeof want, "uid %d: ", NOBODY);
+  ck_assert_msg(count_log(want) >= 1 && count_log("left out") >= 1, "no line says how many were left out");
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
@@ -1882,6 +2035,12 @@ int main(void) {
   tcase_add_test(tc, test_log_budget_per_user);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
+  TCase *tc2 = tcase_create("trial2"); /* attacker trial 2: CK_RUN_CASE=trial2 runs these alone */
+  tcase_set_timeout(tc2, 60);
+  tcase_add_checked_fixture(tc2, setup, NULL);
+  tcase_add_test(tc2, test_share_exists_hides_other_users);
+  tcase_add_test(tc2, test_log_budget_covers_every_line);
+  suite_add_tcase(su, tc2);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
