@@ -247,7 +247,12 @@ static void handle_request(ctl_call *k) {
   for (size_t i = 0; i < GML_ARRAY_LEN(routes); i++)
     if (routes[i].kind == k->req->req_case) {
       if (routes[i].changes && !k->may_change) {
-        GML_WARN("control: '%s' refused: it changes the lake, for root or the daemon's user only", routes[i].name);
+        /* the asker's user's share of the log (conn.h): one control connection
+         * asked as fast as it read its replies, a line each, unbounded */
+        if (k->viewer >= 0)
+          CONN_WARN((uint32_t)k->viewer, "control: '%s' of uid %ld refused: it changes the lake, for root or the daemon's user only",
+                    routes[i].name, k->viewer);
+        else GML_WARN("control: '%s' refused: it changes the lake, for root or the daemon's user only", routes[i].name);
         fail(k, GML_EPERM, "permission denied: changing the lake is for root or the daemon's user (reading is allowed)");
         return;
       }
