@@ -421,6 +421,12 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&b, "gensure %d", 2 << 20), "ok");
   share_tags(&b, 1, 4);
   ck_assert_str_eq(client_cmd(&b, "share open %d any", 2 << 20), "ok");
+  { /* nobody's view of root's share: its publisher's pid is not named, '-' as in clients (it read 0) */
+    char tab[4096], pub[16] = "";
+    ck_assert_int_eq(ctl_as(65534, tab, sizeof tab, "shares"), 0);
+    const char *row = strstr(tab, "\nopen ");
+    ck_assert_msg(row && sscanf(row, " %*s %*s %*s %*s %15s", pub) == 1 && !strcmp(pub, "-"), "nobody's shares: %s", tab);
+  }
   /* keys are per user: a plain name is one's own; another user's share is named NAME@UID */
   ck_assert_msg(!strncmp(client_cmd(&n, "attach open"), "err -13 ", 8), "a plain key found another user's share");
   ck_assert_str_eq(client_cmd(&n, "attach open@0"), "ok 2097152");
@@ -460,6 +466,26 @@ START_TEST(test_share_other_user) {
   ck_assert_int_eq(stat_num("chunks_shared"), 2); /* nobody still maps 'open' and its own 'mine' */
   ck_assert_int_eq(client_finish(&n), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A key may hold any printable ASCII, '"' and '\\' too: `shares --json` escapes it (it printed
+ * it raw, so a group member's share allowing everyone made every reader's JSON unparsable). */
+START_TEST(test_share_key_json) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  proc a = client_start();
+  client_ready(&a);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&a, "share q\"k\\ %d any", 2 << 20), "ok");
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
+  ck_assert_msg(strstr(out, "[{\"key\":\"q\\\"k\\\\\",\"size\":2097152,"), "shares: %s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --json shares | python3 -c 'import json,sys; print(json.load(sys.stdin)[0][\"key\"])'",
+                      bindir, ctl_url), 0);
+  ck_assert_str_eq(out, "q\"k\\\n");
+  ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -1030,6 +1056,7 @@ int main(void) {
   tcase_add_test(tc, test_share_attach);
   tcase_add_test(tc, test_dedup);
   tcase_add_test(tc, test_share_other_user);
+  tcase_add_test(tc, test_share_key_json);
   tcase_add_test(tc, test_share_outlives_connection);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);

@@ -528,6 +528,10 @@ START_TEST(test_control_hides_other_users) {
   ck_assert_msg(strstr(out, "\"owner_pid\":-3") && !strstr(out, pid), "nobody's chunks: %s", out);
   ck_assert_int_eq(ctl(out, sizeof out, "chunks --json"), 0);
   ck_assert_msg(strstr(out, pid), "root's chunks: %s", out);
+  /* metrics: root's bytes under cgroup "(other users)", not "unknown" (nor under root's cgroup's name) */
+  ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "metrics") == 0, "metrics as nobody: %s", out);
+  ck_assert_msg(strstr(out, "cgroup=\"(other users)\",kind=\"leased\"} 2097152") && !strstr(out, "cgroup=\"unknown\""),
+                "nobody's metrics: %.400s", strstr(out, "gmlake_cgroup_bytes{") ? strstr(out, "gmlake_cgroup_bytes{") : out);
   close(s);
   ck_assert_int_eq(stop_daemon(), 0);
 }
