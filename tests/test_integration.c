@@ -409,6 +409,8 @@ START_TEST(test_share_other_user) {
     client_finish(&n), client_finish(&a), stop_daemon();
     return;
   }
+  int pid_n = 0;
+  sscanf(ready, "ready %d", &pid_n);
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 8 << 20), " "), "ok");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
   share_tags(&a, 1, 3);
@@ -430,6 +432,19 @@ START_TEST(test_share_other_user) {
   /* keys are per user: a plain name is one's own; another user's share is named NAME@UID */
   ck_assert_msg(!strncmp(client_cmd(&n, "attach open"), "err -13 ", 8), "a plain key found another user's share");
   ck_assert_str_eq(client_cmd(&n, "attach open@0"), "ok 2097152");
+  { /* root publishing 'open' again is told who maps it: nobody's process by its uid, not its pid */
+    proc c2 = client_start();
+    client_ready(&c2);
+    ck_assert_str_eq(strtok((char *)client_cmd(&c2, "grow %d", 4 << 20), " "), "ok");
+    ck_assert_str_eq(client_cmd(&c2, "gensure %d", 2 << 20), "ok");
+    char dup[512], pid_s[32];
+    snprintf(dup, sizeof dup, "%s", client_cmd(&c2, "share open %d", 2 << 20));
+    snprintf(pid_s, sizeof pid_s, "pid %d", pid_n);
+    int named = 0; /* "pid N" not followed by a digit (another pid may begin with N's digits) */
+    for (const char *q = dup; (q = strstr(q, pid_s));) q += strlen(pid_s), named |= *q < '0' || *q > '9';
+    ck_assert_msg(!strncmp(dup, "err -12 ", 8) && strstr(dup, "a process of uid 65534") && !named, "%s", dup);
+    ck_assert_int_eq(client_finish(&c2), 0);
+  }
   ck_assert_str_eq(client_cmd(&n, "aread 0"), "tag 4000");
   ck_assert_str_eq(client_cmd(&n, "awrite 0"), strcmp(backend, "host") ? "fault" : "fault protected");
   /* nobody publishes its own 'mine' (allowing everyone): root's processes still attach root's */
