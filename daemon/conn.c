@@ -8,6 +8,7 @@
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <grp.h>
 #include <poll.h>
@@ -133,6 +134,42 @@ void conn_set_mode_group(const char *path, unsigned mode, const char *group) {
   if (chmod(path, mode) != 0) GML_WARN("chmod %s: %s", path, strerror(errno));
 }
 
+/* Clients trust a socket only where no one else could have put it
+ * (client/discover.c): its own directory written by its owner alone, and no
+ * directory above it written by others unless sticky (/tmp). Say so now, not
+ * in every client's error (only the socket's own directory was looked at: a
+ * socket in a 0755 directory under a 0777 one was refused by every client
+ * while the daemon said nothing). */
+static void warn_shared_dirs(const char *path) {
+  char dir[PATH_MAX], real[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) dir[1] = 0; /* the root */
+  else if (slash) *slash = 0;
+  if (!realpath(slash ? dir : ".", real)) return;
+  size_t n = strlen(real);
+  for (size_t end = 0; end <= n; end++) { /* each directory from / down to the socket's own */
+    if ((end < n && real[end] != '/') || (end == n && n == 1)) continue;
+    char c = real[end];
+    real[end] = 0;
+    struct stat st;
+    const char *at = end ? real : "/";
+    int own = end == n || n == 1, shared = stat(at, &st) == 0 && (st.st_mode & 022);
+    if (shared && (own || !(st.st_mode & S_ISVTX))) {
+      if (own)
+        GML_WARN("%s is in %s, a directory others may write: clients refuse such a socket (another user could have "
+                 "put it there); give it a directory of its own (e.g. /tmp/gmlake-$USER/lake.sock, mode 0755)", path, at);
+      else
+        GML_WARN("%s lies under %s, a directory others may write (mode %04o, not sticky): clients refuse such a socket "
+                 "(another user could have put another directory there); give it a directory of its own (e.g. "
+                 "/tmp/gmlake-$USER/lake.sock, mode 0755)", path, at, (unsigned)(st.st_mode & 07777));
+      real[end] = c;
+      return;
+    }
+    real[end] = c;
+  }
+}
+
 int conn_listen_unix(const char *path, unsigned mode, const char *group) {
   int rc = conn_claim_path(path);
   if (rc) return rc;
@@ -149,18 +186,7 @@ int conn_listen_unix(const char *path, unsigned mode, const char *group) {
     return GML_ESYS;
   }
   conn_set_mode_group(path, mode, group);
-  /* clients trust a socket only in a directory its owner alone may write
-   * (client/discover.c): say so now, not in every client's error */
-  char dir[sizeof sa.sun_path];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) dir[1] = 0; /* the root */
-  else if (slash) *slash = 0;
-  struct stat st;
-  if (stat(slash ? dir : ".", &st) == 0 && (st.st_mode & 022))
-    GML_WARN("%s is in %s, a directory others may write: clients refuse such a socket (another user could have "
-             "put it there); give it a directory of its own (e.g. /tmp/gmlake-$USER/lake.sock, mode 0755)",
-             path, slash ? dir : ".");
+  warn_shared_dirs(path);
   if (listen(fd, 128) != 0) {
     close(fd);
     return GML_ESYS;

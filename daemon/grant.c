@@ -102,8 +102,14 @@ static void carry_out(session *s, const broker_decision *dec) {
     uint64_t now = gml_now_ns();
     int again = s->bc.refusal_logged_code == dec->code && now - s->bc.refusal_logged_ns < 1000000000ull;
     if (!again) s->bc.refusal_logged_ns = now, s->bc.refusal_logged_code = dec->code;
-    gml_log(again ? GML_LOG_DEBUG : GML_LOG_WARN, "lease of %u chunk(s) refused to client %llu (pid %d): %s%s", dec->count,
-            (unsigned long long)s->bc.id, (int)s->bc.pid, dec->why, again ? " (again)" : "");
+    /* and a warning is in its user's share of the log (conn.h): a user connecting
+     * again and again to be refused at once wrote a line each time, unbounded */
+    if (again)
+      gml_log(GML_LOG_DEBUG, "lease of %u chunk(s) refused to client %llu (pid %d): %s (again)", dec->count,
+              (unsigned long long)s->bc.id, (int)s->bc.pid, dec->why);
+    else
+      CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
+                (int)s->bc.pid, dec->why);
     session_send_error(s, dec->seq, dec->code, "%s", dec->message);
     break;
   }

@@ -234,20 +234,22 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
     }
   }
   if (!code && (!sh || (!strcmp(d->be->name, "host") && !ro))) code = GML_ENOMEM;
-  if (code == GML_EEXIST) { /* who holds it, so the user knows what ends it: its own user's pids, others counted */
+  if (code == GML_EEXIST) { /* who holds it, so the user knows what ends it */
     char who[200] = "";
-    int pub_maps = 0, others = 0;
+    int pub_maps = 0;
     size_t k = 0;
     for (mapper *m = old->mappers; m; m = m->next) {
       pub_maps |= m->pid == old->publisher_pid;
-      if (m->uid != s->bc.uid) others++; /* an attacher of another uid: not named (README, Trust model) */
-      else if (k < sizeof who - 16) k += (size_t)snprintf(who + k, sizeof who - k, "%s%d", k ? ", " : "", (int)m->pid);
+      /* another user's mapper (the share allows it): its uid, not its pid (control.c's rule) */
+      if (k < sizeof who - 40 && m->uid == s->bc.uid)
+        k += (size_t)snprintf(who + k, sizeof who - k, "%spid %d", k ? ", " : "", (int)m->pid);
+      else if (k < sizeof who - 40)
+        k += (size_t)snprintf(who + k, sizeof who - k, "%sa process of uid %u", k ? ", " : "", (unsigned)m->uid);
     }
-    if (others) snprintf(who + k, sizeof who - k, "%s%d process(es) of other users", k ? " and " : "", others);
-    session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by %s%s; it ends when they detach "
+    session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by %s; it ends when they detach "
                        "or exit", old->key, strcmp(old->key, r->key) ? " with that content hash, for " : "",
                        strcmp(old->key, r->key) ? r->key : "", (int)old->publisher_pid,
-                       pub_maps ? "" : " (which no longer maps it)", k ? "pid " : "", who);
+                       pub_maps ? "" : " (which no longer maps it)", who);
     free(idx), free(ro);
     return;
   }

@@ -145,6 +145,19 @@ kill -TERM $dpid
 wait $dpid || fail "daemon did not stop cleanly"
 dpid=
 echo "  a socket in a directory others may write: the daemon warns that clients refuse it"
+# its own directory 0755, but one above it others may write and not sticky: clients refuse it all the
+# same (client/discover.c walks the whole path), and the daemon said nothing (new-user trial)
+mkdir -p "$d/wide/own" && chmod 0777 "$d/wide" && chmod 0755 "$d/wide/own"
+"$B/gmlaked" --backend host --socket "$d/wide/own/s" --control "ipc://$d/wide.ctl" --prefetch 0 2>"$d/wide.log" &
+dpid=$!
+for _ in $(seq 100); do grep -q "serving device" "$d/wide.log" && break; sleep 0.05; done
+grep -q "lies under $d/wide, a directory others may write (mode 0777, not sticky): clients refuse such a socket" "$d/wide.log" ||
+  fail "no warning for a socket under a directory others may write: $(cat "$d/wide.log")"
+! grep -q "others may write" "$d/hup.log" || fail "a warning for a socket in a directory of the daemon's own: $(cat "$d/hup.log")"
+kill -TERM $dpid
+wait $dpid || fail "daemon did not stop cleanly"
+dpid=
+echo "  a socket under a directory others may write (not sticky): the daemon warns that clients refuse it"
 
 # a flag on the command line wins over the file, across a reload too
 printf 'backend = host\nlimit = 64MiB\nprefetch = 0\n' > "$d/gmlaked.conf"

@@ -409,6 +409,8 @@ START_TEST(test_share_other_user) {
     client_finish(&n), client_finish(&a), stop_daemon();
     return;
   }
+  int pid_n = 0;
+  sscanf(ready, "ready %d", &pid_n);
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 8 << 20), " "), "ok");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
   share_tags(&a, 1, 3);
@@ -421,9 +423,28 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&b, "gensure %d", 2 << 20), "ok");
   share_tags(&b, 1, 4);
   ck_assert_str_eq(client_cmd(&b, "share open %d any", 2 << 20), "ok");
+  { /* nobody's view of root's share: its publisher's pid is not named, '-' as in clients (it read 0) */
+    char tab[4096], pub[16] = "";
+    ck_assert_int_eq(ctl_as(65534, tab, sizeof tab, "shares"), 0);
+    const char *row = strstr(tab, "\nopen ");
+    ck_assert_msg(row && sscanf(row, " %*s %*s %*s %*s %15s", pub) == 1 && !strcmp(pub, "-"), "nobody's shares: %s", tab);
+  }
   /* keys are per user: a plain name is one's own; another user's share is named NAME@UID */
   ck_assert_msg(!strncmp(client_cmd(&n, "attach open"), "err -13 ", 8), "a plain key found another user's share");
   ck_assert_str_eq(client_cmd(&n, "attach open@0"), "ok 2097152");
+  { /* root publishing 'open' again is told who maps it: nobody's process by its uid, not its pid */
+    proc c2 = client_start();
+    client_ready(&c2);
+    ck_assert_str_eq(strtok((char *)client_cmd(&c2, "grow %d", 4 << 20), " "), "ok");
+    ck_assert_str_eq(client_cmd(&c2, "gensure %d", 2 << 20), "ok");
+    char dup[512], pid_s[32];
+    snprintf(dup, sizeof dup, "%s", client_cmd(&c2, "share open %d", 2 << 20));
+    snprintf(pid_s, sizeof pid_s, "pid %d", pid_n);
+    int named = 0; /* "pid N" not followed by a digit (another pid may begin with N's digits) */
+    for (const char *q = dup; (q = strstr(q, pid_s));) q += strlen(pid_s), named |= *q < '0' || *q > '9';
+    ck_assert_msg(!strncmp(dup, "err -12 ", 8) && strstr(dup, "a process of uid 65534") && !named, "%s", dup);
+    ck_assert_int_eq(client_finish(&c2), 0);
+  }
   ck_assert_str_eq(client_cmd(&n, "aread 0"), "tag 4000");
   ck_assert_str_eq(client_cmd(&n, "awrite 0"), strcmp(backend, "host") ? "fault" : "fault protected");
   /* nobody publishes its own 'mine' (allowing everyone): root's processes still attach root's */
@@ -460,6 +481,26 @@ START_TEST(test_share_other_user) {
   ck_assert_int_eq(stat_num("chunks_shared"), 2); /* nobody still maps 'open' and its own 'mine' */
   ck_assert_int_eq(client_finish(&n), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* A key may hold any printable ASCII, '"' and '\\' too: `shares --json` escapes it (it printed
+ * it raw, so a group member's share allowing everyone made every reader's JSON unparsable). */
+START_TEST(test_share_key_json) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  proc a = client_start();
+  client_ready(&a);
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
+  ck_assert_str_eq(client_cmd(&a, "share q\"k\\ %d any", 2 << 20), "ok");
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
+  ck_assert_msg(strstr(out, "[{\"key\":\"q\\\"k\\\\\",\"size\":2097152,"), "shares: %s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --json shares | python3 -c 'import json,sys; print(json.load(sys.stdin)[0][\"key\"])'",
+                      bindir, ctl_url), 0);
+  ck_assert_str_eq(out, "q\"k\\\n");
+  ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -1035,6 +1076,7 @@ int main(void) {
   tcase_add_test(tc, test_share_attach);
   tcase_add_test(tc, test_dedup);
   tcase_add_test(tc, test_share_other_user);
+  tcase_add_test(tc, test_share_key_json);
   tcase_add_test(tc, test_share_outlives_connection);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);

@@ -528,6 +528,10 @@ START_TEST(test_control_hides_other_users) {
   ck_assert_msg(strstr(out, "\"owner_pid\":-3") && !strstr(out, pid), "nobody's chunks: %s", out);
   ck_assert_int_eq(ctl(out, sizeof out, "chunks --json"), 0);
   ck_assert_msg(strstr(out, pid), "root's chunks: %s", out);
+  /* metrics: root's bytes under cgroup "(other users)", not "unknown" (nor under root's cgroup's name) */
+  ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "metrics") == 0, "metrics as nobody: %s", out);
+  ck_assert_msg(strstr(out, "cgroup=\"(other users)\",kind=\"leased\"} 2097152") && !strstr(out, "cgroup=\"unknown\""),
+                "nobody's metrics: %.400s", strstr(out, "gmlake_cgroup_bytes{") ? strstr(out, "gmlake_cgroup_bytes{") : out);
   close(s);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -1494,6 +1498,73 @@ START_TEST(test_log_budget_per_user) {
 }
 END_TEST
 
+/* n control requests that change the lake (trim) on one connection, as fast
+ * as the replies come: 0 when every one was refused (GML_EPERM). */
+static int refused_control_requests(void *arg) {
+  int n = *(int *)arg, refused = 0;
+  nng_socket req;
+  if (nng_req0_open(&req) != 0) return 100;
+  nng_socket_set_ms(req, NNG_OPT_RECVTIMEO, 3000);
+  if (nng_dial(req, ctl_url, NULL, 0) != 0) {
+    nng_close(req);
+    return 101;
+  }
+  Gmlake__CtlRequest r = GMLAKE__CTL_REQUEST__INIT;
+  Gmlake__TrimRequest t = GMLAKE__TRIM_REQUEST__INIT;
+  r.req_case = GMLAKE__CTL_REQUEST__REQ_TRIM;
+  r.trim = &t;
+  uint8_t buf[64];
+  size_t len = gmlake__ctl_request__pack(&r, buf);
+  for (int i = 0; i < n; i++) {
+    void *in;
+    size_t inlen;
+    if (nng_send(req, buf, len, 0) != 0 || nng_recv(req, &in, &inlen, NNG_FLAG_ALLOC) != 0) break;
+    Gmlake__CtlReply *rep = gmlake__ctl_reply__unpack(NULL, inlen, in);
+    nng_free(in, inlen);
+    refused += rep && rep->code == GML_EPERM;
+    if (rep) gmlake__ctl_reply__free_unpacked(rep, NULL);
+  }
+  nng_close(req);
+  return refused == n ? 0 : 1;
+}
+
+/* Refusals in a user's share of the log too: a lease over the limit on a new
+ * connection each time (refused at once; the once-a-second bound was per
+ * connection), and a group member's control requests that change the lake
+ * on one connection. Before, each was a line, however many: 200 + 200 here
+ * (new-user trial). */
+START_TEST(test_log_budget_refusals) {
+  start_daemon("--limit 8MiB --socket-mode 0666");
+  double t0 = (double)gml_now_ns() / 1e6;
+  for (int i = 0; i < 200; i++) {
+    int s = raw_session("over-the-limit");
+    ck_assert_int_ge(s, 0);
+    send_lease(s, 2, 64, 0); /* 128 MiB of a lake limited to 8 */
+    Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+    ck_assert(r && r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR);
+    gmlake__envelope__free_unpacked(r, NULL);
+    close(s);
+  }
+  int n = 200;
+  ck_assert_int_eq(as_uid(NOBODY, refused_control_requests, &n), 0);
+  double secs = ((double)gml_now_ns() / 1e6 - t0) / 1000;
+  msleep(1300); /* a second after each user's last line: the counts of those left out */
+  int allowed = 40 + (int)(10 * (secs + 1.5)) + 1;
+  int leases = count_log("refused to client"), ctl_lines = count_log("refused: it changes the lake");
+  printf("  200 refused leases and 200 refused control requests in %.1f s: %d and %d log lines (at most %d each)\n", secs,
+         leases, ctl_lines, allowed);
+  ck_assert_msg(leases <= allowed, "%d lines about refused leases", leases);
+  ck_assert_msg(ctl_lines <= allowed, "%d lines about refused control requests", ctl_lines);
+  ck_assert_int_ge(ctl_lines, 1); /* logged, naming the user */
+  char want[64];
+  snprintf(want, sizeof want, "of uid %d refused", NOBODY);
+  ck_assert_int_ge(count_log(want), 1);
+  snprintf(want, sizeof want, "uid %d: ", NOBODY);
+  ck_assert_msg(count_log("uid 0: ") >= 1 && count_log(want) >= 1, "no line says how many were left out");
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* The child: moves itself into cgroup dir arg, then as a client leases
  * 2 chunks (its quota) and one more; 0 when the third was refused. */
 static int lease_in_cgroup(void *arg) {
@@ -1928,7 +1999,7 @@ START_TEST(test_share_exists_hides_other_users) {
   ck_assert_int_eq(share_one(s, 4, "pub", msg, sizeof msg), GML_EEXIST);
   printf("  publishing 'pub' again: %s\n", msg);
   ck_assert_msg(!has_number(msg, child), "the error names pid %d of uid %d: %s", (int)child, NOBODY, msg);
-  ck_assert_msg(has_number(msg, getpid()) && strstr(msg, "1 process(es) of other users"), "%s", msg);
+  ck_assert_msg(has_number(msg, getpid()) && strstr(msg, "a process of uid 65534"), "%s", msg);
   close(down[1]);
   int st;
   waitpid(child, &st, 0);
@@ -2033,6 +2104,7 @@ int main(void) {
   tcase_add_test(tc, test_exited_connector_refused);
   tcase_add_test(tc, test_control_hides_other_users);
   tcase_add_test(tc, test_log_budget_per_user);
+  tcase_add_test(tc, test_log_budget_refusals);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
   suite_add_tcase(su, tc);
   TCase *tc2 = tcase_create("trial2"); /* attacker trial 2: CK_RUN_CASE=trial2 runs these alone */

@@ -197,14 +197,18 @@ static void print_shares(const Gmlake__CtlReply *r, int json) {
     if (s->allow_any_uid) snprintf(allows, sizeof allows, "any uid");
     else if (s->n_allow_uids) snprintf(allows, sizeof allows, "uid +%zu", s->n_allow_uids);
     else snprintf(allows, sizeof allows, "same uid");
-    if (json)
-      printf("%s{\"key\":\"%s\",\"size\":%llu,\"chunks\":%llu,\"publisher_pid\":%d,\"publisher_uid\":%u,"
+    char pub[16] = "-"; /* 0: another user's process, not named to us */
+    if (s->publisher_pid) snprintf(pub, sizeof pub, "%d", s->publisher_pid);
+    if (json) { /* a key may hold '"' and '\\' (any printable ASCII): escaped, as every string */
+      printf("%s{\"key\":", i ? "," : "");
+      print_json_string(stdout, s->key);
+      printf(",\"size\":%llu,\"chunks\":%llu,\"publisher_pid\":%d,\"publisher_uid\":%u,"
              "\"mapper_pids\":[%s],\"allow_any_uid\":%s,\"since\":%.3f}",
-             i ? "," : "", s->key, (unsigned long long)s->size, (unsigned long long)s->chunks, s->publisher_pid,
-             s->publisher_uid, pids, s->allow_any_uid ? "true" : "false", s->since);
-    else
-      printf("%-24.24s %12s %7llu %8d %6u  %-10s %s\n", s->key, gml_format_bytes(s->size, sz, 32),
-             (unsigned long long)s->chunks, s->publisher_pid, s->publisher_uid, allows, pids);
+             (unsigned long long)s->size, (unsigned long long)s->chunks, s->publisher_pid, s->publisher_uid, pids,
+             s->allow_any_uid ? "true" : "false", s->since);
+    } else
+      printf("%-24.24s %12s %7llu %8s %6u  %-10s %s\n", s->key, gml_format_bytes(s->size, sz, 32),
+             (unsigned long long)s->chunks, pub, s->publisher_uid, allows, pids);
   }
   if (json) printf("]\n");
   else if (!r->n_shares) printf("(no shares)\n");

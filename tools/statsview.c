@@ -323,7 +323,12 @@ static void print_cgroup_metrics(FILE *o, const Gmlake__CtlReply *r, const label
   int other = 0;
   for (size_t i = 0; i < r->n_clients; i++) {
     const Gmlake__ClientInfo *c = r->clients[i];
-    const char *name = c->cgroup && c->cgroup[0] ? c->cgroup : "unknown";
+    /* another user's client as a reader other than root and the daemon's user
+     * gets it (pid 0, no name, no cgroup: daemon/control.c): its bytes under
+     * "(other users)", not "unknown" beside its real cgroup's row, which then
+     * counted only the reader's own processes */
+    int hidden = !c->pid && !(c->name && c->name[0]) && !(c->cgroup && c->cgroup[0]);
+    const char *name = hidden ? "(other users)" : c->cgroup && c->cgroup[0] ? c->cgroup : "unknown";
     size_t k = 0;
     while (k < ncg && strcmp(cg[k], name)) k++;
     if (k == ncg) {
