@@ -222,10 +222,12 @@ int gml_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max
   if (!b) {
     rc = GML_EBADPTR;
   } else {
-    uint32_t first = slot_of(a, b->addr), last = slot_of(a, b->addr + b->size - 1);
+    /* the caller's bytes (ptr, usable): in guard mode the block's start and its guards lie
+     * around them, and a whole-slot guard maps no chunk of this block */
+    uint32_t first = slot_of(a, b->ptr), last = slot_of(a, b->ptr + b->usable - 1);
     *n = last - first + 1;
-    *offset = b->addr - slot_addr(a, first);
-    *size = b->size;
+    *offset = b->ptr - slot_addr(a, first);
+    *size = b->usable;
     if (*n > max) rc = GML_EINVAL;
     for (uint32_t s = first; !rc && s <= last; s++) phys[s - first] = a->chunks[a->slot_chunk[s]].phys;
   }

@@ -300,7 +300,10 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   int rc = io_full(s, &w.token, sizeof w.token, 1);
   if (!rc) rc = io_full(s, &rep, sizeof rep, 0);
   if (!rc && rep.status) rc = rep.status;
-  if (!rc && (rep.n == 0 || rep.n > IPC_MAX_CHUNKS || rep.chunk_size != c->alloc.cs)) rc = GML_EPROTO;
+  /* the pointer and size handed back lie in what is mapped, and are the exported allocation's */
+  if (!rc && (rep.n == 0 || rep.n > IPC_MAX_CHUNKS || rep.chunk_size != c->alloc.cs || rep.offset >= c->alloc.cs ||
+              rep.size < w.size || rep.size > (uint64_t)rep.n * c->alloc.cs - rep.offset))
+    rc = GML_EPROTO;
   int *fds = rc ? NULL : calloc(rep.n, sizeof *fds);
   gml_phys *phys = rc ? NULL : calloc(rep.n, sizeof *phys);
   if (!rc && (!fds || !phys)) rc = GML_ENOMEM;

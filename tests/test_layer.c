@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <grp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/mman.h>
@@ -433,6 +434,87 @@ START_TEST(test_ipc_refuses_other_uid) {
 }
 END_TEST
 
+/* Guard mode: an exported allocation's pointer lies past its block's start
+ * (the end abuts the guard). The receiver got the block's start and its size
+ * with the guards: it read and wrote other bytes than the exporter's. */
+START_TEST(test_ipc_guard_mode_pointer) {
+  gml_open_opts o = {0};
+  o.backend = "host", o.mode = GML_MODE_EMBEDDED, o.guard = GML_GUARD_END;
+  gml_client *g;
+  ck_assert_int_eq(gml_open(&o, &g), 0);
+  char pat[1000], got[1000] = {0};
+  memset(pat, 0x5a, sizeof pat);
+  void *p, *q = NULL;
+  size_t sz = 0;
+  ck_assert_int_eq(gml_alloc(g, sizeof pat, 0, &p), 0);
+  ck_assert_int_eq(gml_write(g, p, pat, sizeof pat), 0);
+  gml_ipc_handle h;
+  ck_assert_int_eq(gml_ipc_export(g, p, &h), 0);
+  ck_assert_int_eq(gml_ipc_open(C, &h, &q, &sz), 0); /* the same process: its own socket answers */
+  ck_assert_uint_eq(sz, 1024);
+  ck_assert_int_eq(gml_read(C, got, q, sizeof got), 0);
+  ck_assert_msg(!memcmp(got, pat, sizeof got), "the receiver's pointer is not the allocation's (first byte %#x)", (unsigned char)got[0]);
+  ck_assert_int_eq(gml_ipc_close(C, q), 0);
+  gml_free(g, p);
+  gml_close(g);
+}
+END_TEST
+
+/* An answer for a handle (a process of ours: a stale pid's, or buggy) whose
+ * offset or size lies past the chunks it sent: gml_ipc_open gave a pointer
+ * a TiB past its 2 MiB mapping and a size of a PiB. */
+static int fake_ls;
+static uint64_t fake_reply[4]; /* status|n, offset, size, chunk_size */
+
+static void *fake_exporter(void *arg) {
+  (void)arg;
+  int c = accept(fake_ls, NULL, NULL);
+  uint64_t token;
+  if (c < 0 || read(c, &token, sizeof token) != sizeof token || write(c, fake_reply, sizeof fake_reply) != sizeof fake_reply)
+    return NULL;
+  int mfd = memfd_create("fake", MFD_CLOEXEC);
+  char byte = 0, cbuf[CMSG_SPACE(sizeof(int))], b;
+  struct iovec iov = {&byte, 1};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
+  if (!ftruncate(mfd, 2 * MiB)) (void)!sendmsg(c, &m, 0);
+  close(mfd);
+  (void)!read(c, &b, 1);
+  close(c);
+  return NULL;
+}
+
+START_TEST(test_ipc_reply_out_of_range) {
+  ck_assert_uint_eq(C->alloc.cs, 2 * MiB);
+  const uint64_t bad[][2] = {{1ull << 40, 4096}, {0, 1ull << 50}, {2 * MiB - 512, 4096}, {0, 512}};
+  for (int i = 0; i < 4; i++) {
+    uint64_t nonce = 0xa77ac3000 + (uint64_t)i;
+    struct { uint32_t magic, version; int32_t pid, device; uint64_t nonce, token, size, chunk_size; } w = {
+        0x4b4c4d47u, 1, getpid(), 0, nonce, 77, 4096, 2 * MiB};
+    gml_ipc_handle h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.bytes, &w, sizeof w);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)getpid(), (unsigned long long)nonce);
+    fake_ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_eq(bind(fake_ls, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)), 0);
+    ck_assert_int_eq(listen(fake_ls, 1), 0);
+    fake_reply[0] = 1ull << 32, fake_reply[1] = bad[i][0], fake_reply[2] = bad[i][1], fake_reply[3] = 2 * MiB;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fake_exporter, NULL), 0);
+    void *q = NULL;
+    size_t sz = 0;
+    int rc = gml_ipc_open(C, &h, &q, &sz);
+    pthread_join(t, NULL);
+    close(fake_ls);
+    ck_assert_msg(rc == GML_EPROTO, "offset %llu size %llu: rc %d, pointer %p, %zu bytes", (unsigned long long)bad[i][0],
+                  (unsigned long long)bad[i][1], rc, q, sz);
+  }
+}
+END_TEST
+
 /* ---------- pool checkpoints (cudagraph trees) ---------- */
 
 static int has_ptr(void *const *v, size_t n, const void *p) {
@@ -607,6 +689,8 @@ Suite *layer_suite(void) {
   tcase_add_test(tc, test_device_clients);
   tcase_add_test(tc, test_ipc_between_processes);
   tcase_add_test(tc, test_ipc_refuses_other_uid);
+  tcase_add_test(tc, test_ipc_guard_mode_pointer);
+  tcase_add_test(tc, test_ipc_reply_out_of_range);
   suite_add_tcase(s, tc);
   return s;
 }
