@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -130,14 +131,32 @@ static int recv_fds(int sock, int *fds, size_t n) {
 
 /* ---------- the exporting side ---------- */
 
+/* Anyone may connect (an abstract name has no mode): a line per refusal let another user fill this
+ * process's log, so one a second at most, with the count since the last. */
+static void refused_peer(uid_t uid) {
+  static uint64_t last_ns, quiet;
+  uint64_t now = gml_now_ns();
+  if (last_ns && now - last_ns < 1000000000ull) {
+    quiet++;
+    return;
+  }
+  GML_WARN("ipc: refused a peer of another user (uid %u; %llu more refused since the last such line)", (unsigned)uid,
+           (unsigned long long)quiet);
+  last_ns = now, quiet = 0;
+}
+
 static void serve_one(int s) {
   struct ucred cr;
   socklen_t cl = sizeof cr;
   uint64_t token;
   if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != geteuid()) {
-    GML_WARN("ipc: refused a peer of another user");
+    refused_peer(cl == sizeof cr ? cr.uid : (uid_t)-1);
     return;
   }
+  /* one peer at a time: one that sends no token or reads nothing holds the others 5 s at most */
+  struct timeval tv = {5, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   if (io_full(s, &token, sizeof token, 0)) return;
   ipc_reply rep = {.status = GML_EBADPTR};
   gml_phys *phys = NULL;

@@ -515,6 +515,58 @@ START_TEST(test_ipc_reply_out_of_range) {
 }
 END_TEST
 
+/* Any user may connect to an exporter's socket (an abstract name has no
+ * mode): each refusal was a line in the exporter's log, so another user
+ * wrote as many lines there as it liked. Needs root (the peer setuid()s). */
+START_TEST(test_ipc_refusals_bounded_in_log) {
+  if (geteuid() != 0) return;
+  void *p = xalloc(4096, 0);
+  gml_ipc_handle h;
+  ck_assert_int_eq(gml_ipc_export(C, p, &h), 0);
+  int32_t pid;
+  uint64_t nonce;
+  memcpy(&pid, h.bytes + 8, sizeof pid);
+  memcpy(&nonce, h.bytes + 16, sizeof nonce);
+  char path[] = "/tmp/gml-ipc-log-XXXXXX";
+  int lf = mkstemp(path), saved = dup(2);
+  ck_assert_int_ge(lf, 0);
+  fflush(stderr);
+  dup2(lf, 2);
+  pid_t m = fork();
+  if (m == 0) { /* nobody, connecting again and again */
+    if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) _exit(99);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)pid, (unsigned long long)nonce);
+    for (int i = 0; i < 300; i++) {
+      int s = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len))) _exit(1);
+      char b;
+      (void)!read(s, &b, 1); /* until refused */
+      close(s);
+    }
+    _exit(0);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(m, &st, 0), m);
+  void *q;
+  ck_assert_int_eq(gml_ipc_open(C, &h, &q, NULL), 0); /* answered after every refusal */
+  ck_assert_int_eq(gml_ipc_close(C, q), 0);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the peer failed: %d", st);
+  char buf[65536];
+  ssize_t n = pread(lf, buf, sizeof buf - 1, 0);
+  close(lf);
+  unlink(path);
+  buf[n > 0 ? n : 0] = 0;
+  int lines = 0;
+  for (char *at = buf; (at = strstr(at, "refused a peer of another user")); at++) lines++;
+  ck_assert_msg(lines >= 1 && lines <= 3, "%d lines for 300 refusals", lines);
+  gml_free(C, p);
+}
+END_TEST
+
 /* ---------- pool checkpoints (cudagraph trees) ---------- */
 
 static int has_ptr(void *const *v, size_t n, const void *p) {
@@ -691,6 +743,7 @@ Suite *layer_suite(void) {
   tcase_add_test(tc, test_ipc_refuses_other_uid);
   tcase_add_test(tc, test_ipc_guard_mode_pointer);
   tcase_add_test(tc, test_ipc_reply_out_of_range);
+  tcase_add_test(tc, test_ipc_refusals_bounded_in_log);
   suite_add_tcase(s, tc);
   return s;
 }
