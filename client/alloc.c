@@ -258,7 +258,7 @@ size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
 
 size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
   pthread_mutex_lock(&a->lock);
-  size_t max_chunks = max_bytes ? (max_bytes + a->cs - 1) / a->cs : SIZE_MAX;
+  size_t max_chunks = max_bytes ? max_bytes / a->cs + (max_bytes % a->cs != 0) : SIZE_MAX; /* no wrap near 2^64 */
   /* mapped chunks are unmapped from every slot once the device is done */
   if (!a->no_device_waits && gml_policy_trim_reaches_mapped(a, max_chunks)) {
     if (a->be->ops->synchronize(a->be) == 0) a->safe_tick = a->tick + 1;

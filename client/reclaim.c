@@ -38,7 +38,7 @@ static void flush_batch(gml_allocator *a, gml_phys *phys, uint64_t *ids, size_t 
 
 size_t gml_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left) {
   pthread_mutex_lock(&a->lock);
-  size_t max_chunks = max_bytes ? (max_bytes + a->cs - 1) / a->cs : SIZE_MAX;
+  size_t max_chunks = max_bytes ? max_bytes / a->cs + (max_bytes % a->cs != 0) : SIZE_MAX; /* no wrap near 2^64 */
   /* This pass counts as an operation, so whatever was released before it
    * has a smaller tick than a fence armed now; the fence's events are
    * recorded after every release so far (no operation runs meanwhile). */

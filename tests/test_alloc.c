@@ -113,6 +113,25 @@ static void run_shape(const size_t *mib, int n, unsigned char fill) {
   for (int i = 0; i < n; i++) gml_alloc_free(&A, p[i]);
 }
 
+/* A reclaim of nearly 2^64 bytes (the daemon's word: several asks summed,
+ * or one odd one) is everything idle: rounding it up to whole chunks wrapped
+ * to 0 chunks and nothing went back. */
+START_TEST(test_release_huge_is_all) {
+  for (int ready = 0; ready < 2; ready++) {
+    void *p;
+    ck_assert_int_eq(gml_alloc_malloc(&A, 5 * MiB, 0, &p), 0);
+    ck_assert_int_eq(gml_alloc_free(&A, p), 0);
+    size_t held = src.live, left = 0;
+    ck_assert_uint_gt(held, 0);
+    size_t got = 0;
+    if (!ready) got = gml_alloc_release_idle(&A, SIZE_MAX - 100);
+    for (int i = 0; ready && i < 3; i++) got += gml_alloc_release_ready(&A, SIZE_MAX - 100, &left); /* a fence, then past it */
+    ck_assert_msg(got == held * 2 * MiB, "%s: %zu of %zu bytes", ready ? "ready" : "idle", got, held * 2 * MiB);
+    ck_assert_uint_eq(src.live, 0);
+  }
+}
+END_TEST
+
 START_TEST(test_repeated_shapes_map_nothing) {
   static const size_t s1[] = {10, 6, 8, 1}, s2[] = {4, 12, 3, 7, 2};
   run_shape(s1, 4, 1), run_shape(s2, 5, 2);
@@ -366,6 +385,7 @@ Suite *alloc_suite(void) {
   tcase_add_test(tc, test_oom_is_clear_and_recoverable);
   tcase_add_test(tc, test_release_idle);
   tcase_add_test(tc, test_repeated_shapes_map_nothing);
+  tcase_add_test(tc, test_release_huge_is_all);
   tcase_add_test(tc, test_headroom_takes_fresh_chunks);
   tcase_add_test(tc, test_no_headroom_stitches);
   tcase_add_loop_test(tc, test_randomized_against_model, 0, 2);
