@@ -221,7 +221,7 @@ void gml_daemon_clock(gml_client *c, uint64_t daemon_mono_ns) {
 }
 
 int gml_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r) {
-  if (!c->clock_known || !r->sent_ns || !r->valid_ms) return 0;
+  if (!c->clock_known || !r->sent_ns || !r->valid_ms || r->valid_ms > INT64_MAX / 1000000) return 0; /* valid for ever */
   int64_t age = (int64_t)(gml_now_ns() - r->sent_ns) - c->clock_skew;
   if (age <= (int64_t)(r->valid_ms * 1000000ull)) return 0;
   GML_INFO("a reclaim request of the daemon came %.1f s after it was sent (this process was stopped?): its lease is "
