@@ -74,6 +74,19 @@ gmlake.pause()
 gmlake.resume()
 with gmlake.tagged(3):
     pass
+# a refusal names what was wrong (is_mapped said only "invalid argument"), and a released range says so
+# (ensure() after release() raised the message of the client's last error, here the one below)
+try:
+    r.is_mapped(1 << 40)
+    raise AssertionError("is_mapped past the end")
+except gmlake.GMLakeError as e:
+    assert "is past the end of the range" in str(e), e
 r.release()
 assert gmlake.stats(0)["growable_mapped"] == 0
+for call in (lambda: r.ensure(1), lambda: r.shrink(0), lambda: r.is_mapped(0), lambda: r.map_bytes(0, r.chunk_size)):
+    try:
+        call()
+        raise AssertionError("a released range was used")
+    except gmlake.GMLakeError as e:
+        assert str(e) == "growable range already released", e
 print("  without torch: gmlake.open(), stats() of device 0, growable ranges, trim, pause/resume work")
