@@ -40,8 +40,11 @@ class _Info(ctypes.Structure):
 
 class _OpenOpts(ctypes.Structure):
     # mirrors gml_open_opts in gmlake.h
+    # mirrors gml_open_opts in gmlake.h, every member: the library reads guard, guard_grain and borrow
+    # too (without them it read what lay past the struct: a stray guard or borrow setting, now GML_EINVAL)
     _fields_ = [("device", ctypes.c_int), ("backend", ctypes.c_char_p), ("socket_path", ctypes.c_char_p),
-                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t)]
+                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t), ("guard", ctypes.c_int),
+                ("guard_grain", ctypes.c_size_t), ("borrow", ctypes.c_int)]
 
 
 _bound = None
