@@ -129,8 +129,9 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
     p->fd = p->dirfd < 0 ? -1 : openat(p->dirfd, p->base, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (p->fd < 0) {
       char why[sizeof p->path + 64];
-      snprintf(why, sizeof why, "%s: %s", path, strerror(errno));
-      return fail(c, GML_ESYS, "pause: cannot create %s (a pause file must be new)", why);
+      int e = errno;
+      snprintf(why, sizeof why, "%s: %s%s", path, strerror(e), e == EEXIST || e == ELOOP ? " (a pause file must be new)" : "");
+      return fail(c, GML_ESYS, "pause: cannot create %s", why);
     }
     p->host_size = GML_MIN(total, (size_t)PAUSE_BOUNCE);
   } else {
@@ -169,7 +170,7 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   if (path && !*path) /* was GML_ESYS from open(""), while Python's path="" was taken for none */
     return gml_fail(c, GML_EINVAL, "%s: an empty path (NULL for none)", fn);
   gml_allocator *a = &c->alloc;
-  if (a->guard) return fail(c, GML_EINVAL, "pause: %s", "not in guard mode (a remap would drop the guards)");
+  if (a->guard) return fail(c, GML_EINVAL, "pause: %s", "refused in guard mode (a remap would drop the guards)");
   struct gml_pause *p = calloc(1, sizeof *p);
   if (!p) return GML_ENOMEM;
   p->flags = flags;

@@ -47,6 +47,15 @@ int gml_open_options(const gml_open_opts *o, gml_options *opt) {
     GML_ERR("gml_open_opts.mode %d: not a mode (0, GML_MODE_DAEMON, GML_MODE_EMBEDDED)", o->mode);
     return GML_EINVAL;
   }
+  if (o->guard != 0 && o->guard != GML_GUARD_OFF && o->guard != GML_GUARD_END && o->guard != GML_GUARD_BOTH) {
+    GML_ERR("gml_open_opts.guard %d: not a guard mode (0: as GMLAKE_GUARD says, GML_GUARD_OFF, GML_GUARD_END, GML_GUARD_BOTH)",
+            o->guard);
+    return GML_EINVAL;
+  }
+  if (o->borrow < -1 || o->borrow > 1) {
+    GML_ERR("gml_open_opts.borrow %d: 0 (as GMLAKE_BORROW says), 1 (on) or -1 (off)", o->borrow);
+    return GML_EINVAL;
+  }
   if (opt->mode < 0) {
     GML_ERR("GMLAKE_MODE=%s: not a mode; it accepts %s (unset: the daemon if reachable, else embedded)", opt->mode_text,
             gml_env_accepts(GML_ENV_MODE));

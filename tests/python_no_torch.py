@@ -62,6 +62,13 @@ assert p.returncode == 0 and "cannot open the lake of device 0" in p.stdout and 
 p = subprocess.run([sys.executable, "-c", "import gmlake\ntry:\n  gmlake.open(64)\nexcept gmlake.GMLakeError as e:\n  print(e)"],
                    env=dict(os.environ, GMLAKE_LOG="error"), capture_output=True, text=True)
 assert "the log above says why" in p.stdout and "device 64: not a device index (0 to 63)" in p.stderr, (p.stdout, p.stderr)
+# the ctypes mirror of gml_open_opts has every member of the header's (it lacked guard, guard_grain and
+# borrow: gml_open read them from past the struct, and refused the stray values)
+import re  # noqa: E402
+hdr = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "gmlake.h")).read()
+body = re.search(r"typedef struct gml_open_opts \{(.*?)\} gml_open_opts;", hdr, re.S).group(1)
+members = [re.search(r"(\w+);", line).group(1) for line in body.splitlines() if ";" in line.split("/*")[0]]
+assert [f[0] for f in grow._OpenOpts._fields_] == members, (grow._OpenOpts._fields_, members)
 c = gmlake.open()  # device 0's client, as the PyTorch layer would open it (GMLAKE_BACKEND=host)
 assert c and gmlake.open(0) == c == grow.client_for(0)
 assert gmlake.stats()["allocated"] == 0  # a client now, before anything is allocated
@@ -74,6 +81,19 @@ gmlake.pause()
 gmlake.resume()
 with gmlake.tagged(3):
     pass
+# a refusal names what was wrong (is_mapped said only "invalid argument"), and a released range says so
+# (ensure() after release() raised the message of the client's last error, here the one below)
+try:
+    r.is_mapped(1 << 40)
+    raise AssertionError("is_mapped past the end")
+except gmlake.GMLakeError as e:
+    assert "is past the end of the range" in str(e), e
 r.release()
 assert gmlake.stats(0)["growable_mapped"] == 0
+for call in (lambda: r.ensure(1), lambda: r.shrink(0), lambda: r.is_mapped(0), lambda: r.map_bytes(0, r.chunk_size)):
+    try:
+        call()
+        raise AssertionError("a released range was used")
+    except gmlake.GMLakeError as e:
+        assert str(e) == "growable range already released", e
 print("  without torch: gmlake.open(), stats() of device 0, growable ranges, trim, pause/resume work")

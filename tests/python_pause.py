@@ -13,7 +13,8 @@ lib.gml_close.argtypes = [ctypes.c_void_p]
 
 class Opts(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("backend", ctypes.c_char_p), ("socket_path", ctypes.c_char_p),
-                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t)]
+                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t),
+                ("guard", ctypes.c_int), ("guard_grain", ctypes.c_size_t), ("borrow", ctypes.c_int)]  # all of gml_open_opts
 
 
 c = ctypes.c_void_p()

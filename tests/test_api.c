@@ -202,6 +202,13 @@ START_TEST(test_env_refused) {
   unsetenv("GMLAKE_MODE");
   ck_assert_int_eq(open_saying(&mode5, &c, &said), GML_EINVAL);
   ck_assert_msg(strstr(said, "gml_open_opts.mode 5: not a mode"), "%s", said);
+  /* guard and borrow too (guard 7 opened, guard mode off or on by the variable, silently) */
+  gml_open_opts guard7 = {.backend = "host", .mode = GML_MODE_EMBEDDED, .guard = 7};
+  ck_assert_int_eq(open_saying(&guard7, &c, &said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "gml_open_opts.guard 7: not a guard mode"), "%s", said);
+  gml_open_opts borrow2 = {.backend = "host", .mode = GML_MODE_EMBEDDED, .borrow = 2};
+  ck_assert_int_eq(open_saying(&borrow2, &c, &said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "gml_open_opts.borrow 2: 0 (as GMLAKE_BORROW says), 1 (on) or -1 (off)"), "%s", said);
 
   setenv("GMLAKE_MODE", "embedded", 1);
   const char *limits[] = {"lots", "8 GB of it", "150%", "-1"};

@@ -296,6 +296,21 @@ START_TEST(test_share_attach) {
   ck_assert_int_eq(stat_num("chunks_shared"), 3);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stat_num("shares"), 1);
+  /* what the daemon would refuse as a protocol error (closing the connection: GML_EDAEMON, "daemon
+   * unreachable or gone", the range's chunks parked) the library refuses first, saying what is wrong */
+  ck_assert_str_eq(strtok((char *)client_cmd(&c, "grow %d", 4 << 20), " "), "ok");
+  ck_assert_str_eq(client_cmd(&c, "gensure %d", 2 << 20), "ok");
+  char longkey[201];
+  memset(longkey, 'k', 200), longkey[200] = 0;
+  ck_assert_str_eq(client_cmd(&c, "share %s %d", longkey, 2 << 20),
+                   "err -3 gml_share: a key of 200 bytes: a key is 1 to 127 bytes of '!' to '~'");
+  ck_assert_str_eq(client_cmd(&c, "share many %d uids:65", 2 << 20),
+                   "err -3 gml_share 'many': 65 allow_uids, at most 64 (or allow_any_uid)");
+  ck_assert_str_eq(client_cmd(&c, "share big %d", 6 << 20), "err -3 gml_share: size 6291456: 1 to the range's 4194304 bytes");
+  ck_assert_str_eq(client_cmd(&c, "attach"), "err -3 gml_attach: key is NULL or empty");
+  ck_assert_int_eq(stat_num("protocol_errors"), 0);
+  ck_assert_str_eq(client_cmd(&c, "share many %d uids:64", 2 << 20), "ok"); /* the same connection */
+  ck_assert_str_eq(client_cmd(&c, "gdestroy"), "ok");
   ck_assert_str_eq(client_cmd(&a, "share again %d", 2 << 20), "err -3 range already shared as 'weights'");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 10 << 20), "err -3 growable range: shared as 'weights': read-only, its chunks are the share's");
   ck_assert_str_eq(client_cmd(&a, "gwrite 0"), "fault"); /* the publisher cannot write it either */

@@ -16,6 +16,7 @@
  * "ready PID CHUNK_SIZE BACKEND MODE". */
 #include "gmlake.h"
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,10 +244,16 @@ int main(int argc, char **argv) {
       }
       printf("\n");
     } else if (g && !strcmp(cmd, "share")) {
-      char key[128], who[32] = "", hash[128] = "";
+      char key[320], who[32] = "", hash[128] = ""; /* a key past the daemon's 127 bytes: the library refuses it */
       unsigned long long size = 0;
-      if (sscanf(line, "%*s %127s %llu %31s %127s", key, &size, who, hash) < 2) size = 0;
+      if (sscanf(line, "%*s %319s %llu %31s %127s", key, &size, who, hash) < 2) size = 0;
       gml_share_opts so = {.allow_any_uid = !strcmp(who, "any")};
+      uint32_t uids[100]; /* who "uids:N": N uids allowed */
+      if (!strncmp(who, "uids:", 5)) {
+        so.n_allow_uids = (size_t)(atoi(who + 5) > 100 ? 100 : atoi(who + 5));
+        for (size_t i = 0; i < so.n_allow_uids; i++) uids[i] = 5000 + (uint32_t)i;
+        so.allow_uids = uids;
+      }
       if (hash[0]) so.hash = hash, so.hash_len = strlen(hash);
       rc = gml_share(g, (size_t)size, key, &so);
       if (rc) printf("err %d %s\n", rc, gml_last_error(c));

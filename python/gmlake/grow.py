@@ -40,8 +40,11 @@ class _Info(ctypes.Structure):
 
 class _OpenOpts(ctypes.Structure):
     # mirrors gml_open_opts in gmlake.h
+    # mirrors gml_open_opts in gmlake.h, every member: the library reads guard, guard_grain and borrow
+    # too (without them it read what lay past the struct: a stray guard or borrow setting, now GML_EINVAL)
     _fields_ = [("device", ctypes.c_int), ("backend", ctypes.c_char_p), ("socket_path", ctypes.c_char_p),
-                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t)]
+                ("mode", ctypes.c_int), ("limit_bytes", ctypes.c_size_t), ("guard", ctypes.c_int),
+                ("guard_grain", ctypes.c_size_t), ("borrow", ctypes.c_int)]
 
 
 _bound = None
@@ -177,11 +180,15 @@ class GrowableRange:
         self.base, self.chunk_size, self.reserved = info.base, info.chunk_size, info.reserved
         return self
 
-    def info(self):
-        if not self._h:
+    def _handle(self):
+        if not self._h:  # gml_growable_*(NULL) is GML_EINVAL with another call's message
             raise GMLakeError("growable range already released")
+        return self._h
+
+    def info(self):
+        h = self._handle()
         i = _Info()
-        _check(self._lib.gml_growable_info_get(self._h, ctypes.byref(i)), "growable info")
+        _check(self._lib.gml_growable_info_get(h, ctypes.byref(i)), "growable info", self._client)
         return i
 
     def _rows_bytes(self, n_rows):
@@ -196,23 +203,23 @@ class GrowableRange:
         cannot give the chunks; then nothing new is mapped."""
         nb = self._rows_bytes(n_rows)
         if nb:
-            _check(self._lib.gml_growable_ensure(self._h, nb), "growable ensure(%d rows)" % n_rows, self._client)
+            _check(self._lib.gml_growable_ensure(self._handle(), nb), "growable ensure(%d rows)" % n_rows, self._client)
         return self.mapped_rows
 
     def shrink(self, n_rows):
         """Give back every chunk no row below n_rows touches. Returns mapped_rows."""
         nb = self._rows_bytes(n_rows)
-        _check(self._lib.gml_growable_shrink(self._h, nb), "growable shrink(%d rows)" % n_rows, self._client)
+        _check(self._lib.gml_growable_shrink(self._handle(), nb), "growable shrink(%d rows)" % n_rows, self._client)
         return self.mapped_rows
 
     def map_bytes(self, offset, length):
-        _check(self._lib.gml_growable_map(self._h, offset, length), "growable map", self._client)
+        _check(self._lib.gml_growable_map(self._handle(), offset, length), "growable map", self._client)
 
     def unmap_bytes(self, offset, length):
-        _check(self._lib.gml_growable_unmap(self._h, offset, length), "growable unmap", self._client)
+        _check(self._lib.gml_growable_unmap(self._handle(), offset, length), "growable unmap", self._client)
 
     def is_mapped(self, offset):
-        return _check(self._lib.gml_growable_is_mapped(self._h, offset), "growable is_mapped") == 1
+        return _check(self._lib.gml_growable_is_mapped(self._handle(), offset), "growable is_mapped", self._client) == 1
 
     @property
     def mapped_bytes(self):
