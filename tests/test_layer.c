@@ -470,7 +470,7 @@ static void *fake_exporter(void *arg) {
   (void)arg;
   int c = accept(fake_ls, NULL, NULL);
   uint64_t token;
-  if (c < 0 || read(c, &token, sizeof token) != sizeof token || write(c, fake_reply, sizeof fake_reply) != sizeof fake_reply)
+  if (c < 0 || read(c, &token, sizeof token) != sizeof token || send(c, fake_reply, sizeof fake_reply, MSG_NOSIGNAL) != sizeof fake_reply)
     return NULL;
   int mfd = memfd_create("fake", MFD_CLOEXEC);
   char byte = 0, cbuf[CMSG_SPACE(sizeof(int))], b;
@@ -479,7 +479,7 @@ static void *fake_exporter(void *arg) {
   struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
   cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
-  if (!ftruncate(mfd, 2 * MiB)) (void)!sendmsg(c, &m, 0);
+  if (!ftruncate(mfd, 2 * MiB)) (void)!sendmsg(c, &m, MSG_NOSIGNAL); /* the client may have refused and closed: no SIGPIPE */
   close(mfd);
   (void)!read(c, &b, 1);
   close(c);
