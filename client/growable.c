@@ -81,8 +81,9 @@ static int check_range(gml_growable *g, size_t offset, size_t len) {
     return GML_EBACKEND;
   }
   if (offset % g->cs || len % g->cs || offset > g->size || len > g->size - offset) {
-    set_error(g->c, "growable range: offset %zu / length %zu not chunk-aligned (chunks of %zu) or past the end (%zu bytes)",
-              offset, len, g->cs, g->size);
+    if (offset % g->cs || len % g->cs)
+      set_error(g->c, "growable range: offset %zu / length %zu not chunk-aligned (chunks of %zu)", offset, len, g->cs);
+    else set_error(g->c, "growable range: offset %zu / length %zu past the end (%zu bytes)", offset, len, g->size);
     return GML_EINVAL;
   }
   return 0;

@@ -302,7 +302,8 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   share *sh = r->key && *r->key ? find_named(d, r->key, s->bc.uid)
                                  : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
   if (!sh) {
-    session_send_error(s, seq, GML_ENOENT, "no share %s", r->key && *r->key ? r->key : "with that content hash");
+    session_send_error(s, seq, GML_ENOENT, "no share %s%s", r->key && *r->key ? r->key : "with that content hash",
+                       r->key && *r->key && !strchr(r->key, '@') ? " of this user (another user's is NAME@UID)" : "");
     return;
   }
   if (!allowed(sh, s->bc.uid)) {

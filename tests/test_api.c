@@ -217,7 +217,7 @@ START_TEST(test_env_refused) {
     ck_assert_int_eq(open_saying(&host, &c, &said), GML_EINVAL);
     char want[128];
     snprintf(want, sizeof want, "GMLAKE_LIMIT=%s: not a limit; it accepts bytes", limits[i]);
-    ck_assert_msg(strstr(said, want) && strstr(said, "a share of the device (40%)"), "%s", said);
+    ck_assert_msg(strstr(said, want) && strstr(said, "a share of the device from 1% to 100% (40%)"), "%s", said);
   }
   gml_open_opts host_limited = {.backend = "host", .limit_bytes = 8 << 20}; /* explicit wins: the variable is not read */
   ck_assert_int_eq(open_saying(&host_limited, &c, &said), 0);
