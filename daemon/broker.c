@@ -3,6 +3,7 @@
 #include "gmlake.h"
 #include "util.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks) {
@@ -108,37 +109,38 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
 /* One process's part of the lake, for the out-of-memory message. */
 typedef struct holder { pid_t pid; uint32_t uid; const char *name; uint64_t leased, allocated, cached, paused; } holder;
 
-/* Who holds the lake, per process (its connections and parked chunks
- * summed), most leased first; at most max, returns how many processes. */
+static uint64_t process_of(const holder *h) { return (uint64_t)h->uid << 32 | (uint32_t)h->pid; }
+static int by_process(const void *x, const void *y) { return (process_of(x) > process_of(y)) - (process_of(x) < process_of(y)); }
+/* Who holds the lake, per process (its connections and parked chunks summed): the max that lease
+ * the most, most first; returns how many processes in all (SIZE_MAX: out of memory). */
 static size_t holders(const broker *b, holder *h, size_t max) {
-  size_t n = 0, all = 0;
+  size_t n = 0, all = 0, listed = 0;
+  for (const broker_client *o = b->parked; o; o = o->next) n++;
+  holder *v = malloc((b->nclients + n + 1) * sizeof *v);
+  if (!v) return SIZE_MAX;
+  n = 0;
   for (int l = 0; l < 2; l++)
-    for (const broker_client *o = l ? b->parked : b->clients; o; o = o->next) {
-      size_t k = 0;
-      while (k < n && (h[k].pid != o->pid || h[k].uid != o->uid)) k++; /* a pid used again by another user: two */
-      if (k == n) {
-        all++;
-        if (n == max) continue; /* counted, not listed */
-        h[n++] = (holder){o->pid, o->uid, o->name, 0, 0, 0, 0};
-      }
-      h[k].leased += o->leased_chunks * b->lk->cs;
-      h[k].allocated += o->allocated;
-      h[k].cached += o->cached;
-      h[k].paused += o->paused;
-      if (!h[k].name[0]) h[k].name = o->name;
+    for (const broker_client *o = l ? b->parked : b->clients; o; o = o->next)
+      v[n++] = (holder){o->pid, o->uid, o->name, o->leased_chunks * b->lk->cs, o->allocated, o->cached, o->paused};
+  qsort(v, n, sizeof *v, by_process); /* a process's entries side by side (a pid used again by another user: two) */
+  for (size_t i = 0; i < n; all++) {
+    holder p = v[i];
+    for (i++; i < n && process_of(&v[i]) == process_of(&p); i++) {
+      p.leased += v[i].leased, p.allocated += v[i].allocated, p.cached += v[i].cached, p.paused += v[i].paused;
+      p.name = p.name[0] ? p.name : v[i].name;
     }
-  for (size_t i = 1; i < n; i++) /* insertion sort: few processes */
-    for (size_t k = i; k > 0 && h[k - 1].leased < h[k].leased; k--) {
-      holder t = h[k];
-      h[k] = h[k - 1], h[k - 1] = t;
-    }
+    if (listed == max && (!max || h[max - 1].leased >= p.leased)) continue; /* counted, not listed */
+    size_t k = listed < max ? listed++ : max - 1;
+    for (; k > 0 && h[k - 1].leased < p.leased; k--) h[k] = h[k - 1];
+    h[k] = p;
+  }
+  free(v);
   return all;
 }
 
-/* "asked X; the lake holds H of limit L (F free, P parked); held by: pid N
- * (name) leased .. allocated .. cached .., ...": the lake-wide picture an
- * out-of-memory error carries to the client (and PyTorch's OOM message).
- * Another user's process is "a process of uid U": its numbers, not who. */
+/* "asked X; the lake holds H of limit L (F free, P parked); held by: pid N (name) leased .. allocated .. cached ..,
+ * ...": the lake-wide picture an out-of-memory error carries to the client (and PyTorch's OOM message). Another
+ * user's process is "a process of uid U": its numbers, not who. */
 static void lake_picture(const broker *b, const broker_client *asker, char *out, size_t len) {
   const lake *lk = b->lk;
   char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32], sent[64] = "";
@@ -150,7 +152,7 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
                               gml_format_bytes((uint64_t)lk->nfree * lk->cs, s4, sizeof s4),
                               gml_format_bytes(lk->parked * lk->cs, s5, sizeof s5));
   holder h[8];
-  size_t all = holders(b, h, GML_ARRAY_LEN(h)), n = GML_MIN(all, GML_ARRAY_LEN(h));
+  size_t all = holders(b, h, GML_ARRAY_LEN(h)), n = all == SIZE_MAX ? 0 : GML_MIN(all, GML_ARRAY_LEN(h));
   for (size_t i = 0; i < n && o < len; i++) {
     char who[96];
     if (h[i].uid == asker->uid) snprintf(who, sizeof who, "pid %d (%s%s)", (int)h[i].pid, h[i].name, h[i].pid == asker->pid ? ", the asker" : "");
@@ -161,8 +163,8 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
     if (o < len && h[i].paused)
       o += (size_t)snprintf(out + o, len - o, " paused %s", gml_format_bytes(h[i].paused, s4, sizeof s4));
   }
-  if (o < len && all > n) snprintf(out + o, len - o, "; and %zu more process(es)", all - n);
-  if (!all && o < len) snprintf(out + o, len - o, " nobody");
+  if (o < len && (!all || all == SIZE_MAX)) snprintf(out + o, len - o, "%s", all ? " (not known: out of memory)" : " nobody");
+  else if (o < len && all > n) snprintf(out + o, len - o, "; and %zu more process(es)", all - n);
 }
 
 static void refuse(broker *b, broker_client *c, broker_decision *d, int code, const char *why) {

@@ -334,6 +334,29 @@ START_TEST(test_out_of_memory_pid_reused_by_another_user) {
 }
 END_TEST
 
+/* More processes than the picture lists (8): the ones listed are those that
+ * lease the most, and each process left out is counted once. Before, the
+ * first 8 met were listed (the newest connections: the process that held the
+ * whole lake, connected first, was left out), and a process left out was
+ * counted once a connection ("and 4 more" for 3). */
+START_TEST(test_out_of_memory_lists_the_most_leased) {
+  static broker_client hog, asker, few[10];
+  client(&hog, 1, 101, 0);
+  snprintf(hog.name, sizeof hog.name, "hog");
+  fill_lake(&hog);
+  client(&few[0], 10, 301, 0); /* one process, two connections */
+  client(&few[1], 11, 301, 0);
+  for (int i = 2; i < 10; i++) client(&few[i], 10 + (uint64_t)i, 300 + i, 0);
+  client(&asker, 3, 202, 0);
+  broker_decision d;
+  broker_lease(&br, &asker, 7, 4, 0, 0, &d);
+  broker_review(&br, &asker, BROKER_LEASE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_msg(strstr(d.message, "held by: pid 101 (hog) leased 20.00 MiB"), "message: %s", d.message);
+  ck_assert_msg(strstr(d.message, "; and 3 more process(es)"), "message: %s", d.message); /* 11 processes, 8 listed */
+}
+END_TEST
+
 /* A full lake: the lease waits, the clients with idle cache are asked (most
  * idle first, the asker and those with less than a chunk idle not at all),
  * once; the deadline passed, the lease is refused. */
@@ -1100,6 +1123,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_trim_over_limit);
   tcase_add_test(tc, test_out_of_memory_names_the_holders);
   tcase_add_test(tc, test_out_of_memory_hides_other_users);
+  tcase_add_test(tc, test_out_of_memory_lists_the_most_leased);
   tcase_add_test(tc, test_out_of_memory_pid_reused_by_another_user);
   tcase_add_test(tc, test_wait_reclaim_refuse);
   tcase_add_test(tc, test_reclaimed_chunks_serve_the_waiting_lease);
