@@ -85,6 +85,12 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
     Gmlake__Envelope *in;
     rc = gml_wire_recv(c->sock, &in, fds, nfds, GML_MAX_LEASE_CHUNKS);
     if (rc) goto gone;
+    if (in->seq == 0 && in->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) { /* a connection refused (max-clients): why, then closed */
+      snprintf(c->last_error, sizeof c->last_error, "the daemon refused this connection: %s", in->error->message);
+      free_received(in, fds, *nfds);
+      rc = GML_EDAEMON;
+      goto gone;
+    }
     if (in->seq == 0) {
       handle_unsolicited(c, in);
       free_received(in, fds, *nfds);
@@ -384,10 +390,12 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
   daemon_reply r;
+  c->last_error[0] = 0;
   int rc = daemon_request(c, &env, &r);
   if (rc) { /* e.g. gmlakectl's endpoint named as the socket: its nng closes what is no SP greeting */
-    snprintf(c->last_error, sizeof c->last_error, "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
-             "the control endpoint (gmlake-N.ctl) is gmlakectl's", gml_strerror(rc));
+    if (!c->last_error[0]) /* else the daemon said why it refused the connection */
+      snprintf(c->last_error, sizeof c->last_error, "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
+               "the control endpoint (gmlake-N.ctl) is gmlakectl's", gml_strerror(rc));
     return rc;
   }
   Gmlake__Envelope *reply = r.env;

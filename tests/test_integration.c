@@ -946,6 +946,24 @@ START_TEST(test_control_beside_socket) {
 }
 END_TEST
 
+/* A connection the daemon refuses (max-clients-per-uid, max-clients) gets the
+ * daemon's reason in one error frame before the close: the library says it.
+ * Before, the frame was an "unexpected unsolicited message" and the failed
+ * hello said "no hello reply: not a gmlaked's clients' socket? the control
+ * endpoint is gmlakectl's", sending the user to check a path that was right. */
+START_TEST(test_refused_connection_says_why) {
+  start_daemon("--limit 16MiB --prefetch 0 --max-clients-per-uid 1");
+  proc a = client_start();
+  client_ready(&a);
+  char out[8192];
+  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_MODE=daemon %s/gml-testclient %s </dev/null 2>&1", bindir, sock_path), 1);
+  ck_assert_msg(strstr(out, "too many connections of this user (max-clients-per-uid)"), "%s", out);
+  ck_assert_msg(!strstr(out, "no hello reply") && !strstr(out, "gmlakectl"), "%s", out);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 START_TEST(test_ctl_errors) {
   start_daemon("--limit 16MiB --prefetch 0");
   char out[8192];
@@ -1105,6 +1123,7 @@ int main(void) {
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
   tcase_add_test(tc, test_ctl_json);
   tcase_add_test(tc, test_ctl_errors);
+  tcase_add_test(tc, test_refused_connection_says_why);
   tcase_add_test(tc, test_control_beside_socket);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
