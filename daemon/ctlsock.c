@@ -120,7 +120,10 @@ static int conn_request(ctl_conn *c, const uint8_t *msg, size_t n) {
   }
   uint8_t *out;
   size_t outn;
-  if (control_handle_as(c->d, c->may_change, c->trusted || c->uid < 0 ? -1 : c->uid, msg + bt, n - bt, &out, &outn)) return -1;
+  /* all for root, the daemon's uid and --control-insecure-tcp; an ipc peer whose credentials could
+   * not be read sees no one's processes (uid (uid_t)-1 is no one's) */
+  long viewer = c->trusted || (c->uid < 0 && c->may_change) ? -1 : c->uid >= 0 ? c->uid : (long)UINT32_MAX;
+  if (control_handle_as(c->d, c->may_change, viewer, msg + bt, n - bt, &out, &outn)) return -1;
   int rc = conn_send(c, msg, bt, out, outn);
   free(out);
   return rc;
