@@ -146,7 +146,7 @@ static void refused_peer(uid_t uid) {
 }
 
 static void serve_one(int s) {
-  struct ucred cr;
+  struct ucred cr = {.uid = (uid_t)-1}; /* as said when getsockopt fails */
   socklen_t cl = sizeof cr;
   uint64_t token;
   if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != geteuid()) {
@@ -307,7 +307,7 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   }
   /* the exporter may be gone and another user's process bound its name (abstract names are listed in
    * /proc/net/unix): only a process of ours is asked, and its fds mapped */
-  struct ucred cr;
+  struct ucred cr = {.uid = (uid_t)-1}; /* as said when getsockopt fails */
   socklen_t cl = sizeof cr;
   if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != geteuid()) {
     snprintf(c->last_error, sizeof c->last_error, "ipc: the process answering for %d runs as another user (uid %u): refused",
