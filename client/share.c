@@ -118,22 +118,17 @@ static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, co
   return rc;
 }
 
-/* What the daemon takes (daemon/shares.c): checked here, since a request it
- * refuses is a protocol error there, which closes the connection (the caller
- * got GML_EDAEMON, "daemon unreachable or gone", and its chunks were parked) */
-#define SHARE_KEY_MAX 127
-#define SHARE_META_MAX 1024
-#define SHARE_UIDS_MAX 64
+/* What the daemon takes (wire.h): checked here, since a request it refuses
+ * is a protocol error there, which closes the connection (the caller got
+ * GML_EDAEMON, "daemon unreachable or gone", and its chunks were parked) */
 static int check_key(gml_client *c, const char *what, const char *key) {
   if (!key) return fail(c, GML_EINVAL, "%s: key is NULL", what);
-  size_t n = strlen(key);
-  for (size_t i = 0; i < n && i <= SHARE_KEY_MAX; i++)
-    if ((unsigned char)key[i] < 33 || (unsigned char)key[i] > 126)
-      return fail(c, GML_EINVAL, "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)",
-                  what, i, (unsigned char)key[i], SHARE_KEY_MAX);
-  if (n < 1 || n > SHARE_KEY_MAX)
-    return fail(c, GML_EINVAL, "%s: a key of %zu bytes: a key is 1 to %d bytes of '!' to '~'", what, n, SHARE_KEY_MAX);
-  return 0;
+  size_t bad;
+  if (gml_share_key_ok(key, &bad)) return 0;
+  if (bad != SIZE_MAX)
+    return fail(c, GML_EINVAL, "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)",
+                what, bad, (unsigned char)key[bad], GML_SHARE_KEY_MAX);
+  return fail(c, GML_EINVAL, "%s: a key of %zu bytes: a key is 1 to %d bytes of '!' to '~'", what, strlen(key), GML_SHARE_KEY_MAX);
 }
 
 int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *o) {
@@ -143,12 +138,12 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
     return fail(c, GML_EINVAL, "gml_share: size %zu: 1 to the range's %zu bytes", size, g->size);
   int krc = check_key(c, "gml_share", key);
   if (krc) return krc;
-  if (o && o->meta_len > SHARE_META_MAX)
-    return fail(c, GML_EINVAL, "gml_share '%s': meta of %zu bytes, at most %d", key, o->meta_len, SHARE_META_MAX);
-  if (o && o->hash && o->hash_len > 64)
-    return fail(c, GML_EINVAL, "gml_share '%s': a hash of %zu bytes, at most 64", key, o->hash_len);
-  if (o && o->n_allow_uids > SHARE_UIDS_MAX)
-    return fail(c, GML_EINVAL, "gml_share '%s': %zu allow_uids, at most %d (or allow_any_uid)", key, o->n_allow_uids, SHARE_UIDS_MAX);
+  if (o && o->meta_len > GML_SHARE_META_MAX)
+    return fail(c, GML_EINVAL, "gml_share '%s': meta of %zu bytes, at most %d", key, o->meta_len, GML_SHARE_META_MAX);
+  if (o && o->hash && o->hash_len > GML_SHARE_HASH_MAX)
+    return fail(c, GML_EINVAL, "gml_share '%s': a hash of %zu bytes, at most %d", key, o->hash_len, GML_SHARE_HASH_MAX);
+  if (o && o->n_allow_uids > GML_SHARE_UIDS_MAX)
+    return fail(c, GML_EINVAL, "gml_share '%s': %zu allow_uids, at most %d (or allow_any_uid)", key, o->n_allow_uids, GML_SHARE_UIDS_MAX);
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
   size_t n = (size + g->cs - 1) / g->cs;
   pthread_mutex_lock(&c->grow.lock);
@@ -376,8 +371,8 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
   if (!g) return GML_EINVAL;
   gml_client *c = g->c;
   if (!size || size > g->size) return fail(c, GML_EINVAL, "gml_dedup: size %zu: 1 to the range's %zu bytes", size, g->size);
-  if (!hash || !hash_len || hash_len > 64)
-    return fail(c, GML_EINVAL, "gml_dedup: a hash of %zu bytes (1 to 64)", hash ? hash_len : (size_t)0);
+  if (!hash || !hash_len || hash_len > GML_SHARE_HASH_MAX)
+    return fail(c, GML_EINVAL, "gml_dedup: a hash of %zu bytes (1 to %d)", hash ? hash_len : (size_t)0, GML_SHARE_HASH_MAX);
   if (!deduped) return fail(c, GML_EINVAL, "gml_dedup: deduped is NULL");
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
   if (g->shared) return fail(c, GML_EINVAL, "range already shared as '%s'", g->key);

@@ -226,3 +226,11 @@ void gml_rx_free(gml_rx *rx) {
   free(rx->buf);
   memset(rx, 0, sizeof *rx);
 }
+
+int gml_share_key_ok(const char *k, size_t *bad) {
+  size_t n = k ? strlen(k) : 0, at = SIZE_MAX;
+  for (size_t i = 0; i < n && i <= GML_SHARE_KEY_MAX && at == SIZE_MAX; i++)
+    if ((unsigned char)k[i] < 33 || (unsigned char)k[i] > 126) at = i;
+  if (bad) *bad = at;
+  return at == SIZE_MAX && n >= 1 && n <= GML_SHARE_KEY_MAX;
+}

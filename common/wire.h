@@ -17,6 +17,17 @@
  * latency histogram (Prometheus gmlake_lease_duration_seconds). */
 #define GML_LEASE_LAT_BOUNDS_US {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000}
 #define GML_LEASE_LAT_NBOUNDS 15
+/* What a ShareRequest may carry (the daemon refuses more as a protocol error,
+ * which closes the connection: the library checks first). */
+#define GML_SHARE_KEY_MAX 127   /* key bytes */
+#define GML_SHARE_HASH_MAX 64   /* content hash bytes */
+#define GML_SHARE_META_MAX 1024 /* meta bytes */
+#define GML_SHARE_UIDS_MAX 64   /* allow_uids */
+
+/* A share key: 1 to GML_SHARE_KEY_MAX bytes of '!' to '~'. 1 when k is one;
+ * else 0, with *bad (may be NULL) the offset of its first byte outside that
+ * range, or SIZE_MAX when its length is the fault (NULL: length). */
+int gml_share_key_ok(const char *k, size_t *bad);
 
 /* Serialize env into a malloc'd frame (length prefix included). */
 int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);

@@ -19,10 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHARE_KEY_MAX 127
-#define SHARE_HASH_MAX 64
-#define SHARE_META_MAX 1024
-#define SHARE_UIDS_MAX 64
+#define SHARE_KEY_MAX GML_SHARE_KEY_MAX /* wire.h: what a request may carry */
+#define SHARE_HASH_MAX GML_SHARE_HASH_MAX
+#define SHARE_META_MAX GML_SHARE_META_MAX
+#define SHARE_UIDS_MAX GML_SHARE_UIDS_MAX
 
 typedef struct mapper {
   struct mapper *next;
@@ -177,21 +177,13 @@ static void on_mapper_exit(uv_poll_t *h, int status, int events) {
 
 /* ---------- requests ---------- */
 
-static int valid_key(const char *k) {
-  size_t n = k ? strlen(k) : 0;
-  if (n < 1 || n > SHARE_KEY_MAX) return 0;
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)k[i] < 33 || (unsigned char)k[i] > 126) return 0;
-  return 1;
-}
-
 /* What a share request must be, against the lake: a valid key, a size its
  * chunks cover exactly, chunks the client holds, each once (their lake
  * indices into idx). */
 static const char *check_share(session *s, const Gmlake__ShareRequest *r, uint32_t *idx) {
   gmld *d = s->d;
   size_t n = r->n_chunk_ids;
-  if (!valid_key(r->key)) return "share key empty, too long or not printable";
+  if (!gml_share_key_ok(r->key, NULL)) return "share key empty, too long or not printable";
   if (n < 1 || r->size == 0 || r->size > (uint64_t)n * d->lk.cs || r->size <= (uint64_t)(n - 1) * d->lk.cs)
     return "share size does not match its chunks";
   if (r->content_hash.len > SHARE_HASH_MAX || r->meta.len > SHARE_META_MAX || r->n_allow_uids > SHARE_UIDS_MAX)
