@@ -292,7 +292,7 @@ int conn_log_ok(uint32_t uid) {
   struct log_budget *b = NULL, *lru = &logb[0];
   for (int i = 0; i < LOG_USERS && !b; i++) {
     if (logb[i].used && logb[i].uid == uid) b = &logb[i];
-    else if (!logb[i].used ? lru->used : lru->used && logb[i].at_ns < lru->at_ns) lru = &logb[i];
+    else if (lru->used && (!logb[i].used || logb[i].at_ns < lru->at_ns)) lru = &logb[i]; /* a free one, else the oldest */
   }
   if (!b) {
     b = lru;

@@ -108,7 +108,7 @@ static void ctl_clients(ctl_call *k) {
   }
   size_t i = 0;
   for (const broker_client *c = b->clients; c; c = c->next, i++) {
-    int other = k->viewer >= 0 && c->uid != (uint32_t)k->viewer; /* another user's: its numbers, not who */
+    int other = !control_sees(k->viewer, c->uid); /* another user's: its numbers, not who */
     gmlake__client_info__init(&ci[i]);
     ci[i].client_id = c->id;
     ci[i].pid = other ? 0 : c->pid;
@@ -156,7 +156,7 @@ static void ctl_chunks(ctl_call *k) {
     ci[j].owner_pid = 0;
     if (c->state == CHUNK_LEASED)
       for (const broker_client *o = k->d->br.clients; o; o = o->next)
-        if (o->id == c->owner) ci[j].owner_pid = k->viewer < 0 || o->uid == (uint32_t)k->viewer ? o->pid : -3;
+        if (o->id == c->owner) ci[j].owner_pid = control_sees(k->viewer, o->uid) ? o->pid : -3;
     if (c->state == CHUNK_PARKED) ci[j].owner_pid = -1;
     if (c->state == CHUNK_SHARED) ci[j].owner_pid = -2;
     cp[j] = &ci[j];

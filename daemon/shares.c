@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include "shares.h"
+#include "control.h"
 #include "daemon.h"
 #include "session.h"
 #include "gmlake.h"
@@ -233,10 +234,9 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
     for (mapper *m = old->mappers; m; m = m->next) {
       pub_maps |= m->pid == old->publisher_pid;
       /* another user's mapper (the share allows it): its uid, not its pid (control.c's rule) */
-      if (k < sizeof who - 40 && m->uid == s->bc.uid)
-        k += (size_t)snprintf(who + k, sizeof who - k, "%spid %d", k ? ", " : "", (int)m->pid);
-      else if (k < sizeof who - 40)
-        k += (size_t)snprintf(who + k, sizeof who - k, "%sa process of uid %u", k ? ", " : "", (unsigned)m->uid);
+      if (k >= sizeof who - 40) continue;
+      if (m->uid == s->bc.uid) k += (size_t)snprintf(who + k, sizeof who - k, "%spid %d", k ? ", " : "", (int)m->pid);
+      else k += (size_t)snprintf(who + k, sizeof who - k, "%sa process of uid %u", k ? ", " : "", (unsigned)m->uid);
     }
     session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by %s; it ends when they detach "
                        "or exit", old->key, strcmp(old->key, r->key) ? " with that content hash, for " : "",
@@ -446,11 +446,11 @@ size_t shares_info(gmld *d, long viewer, Gmlake__ShareInfo ***out) {
     i->key = sh->key;
     i->size = sh->size;
     i->chunks = sh->n;
-    i->publisher_pid = viewer < 0 || sh->uid == (uid_t)viewer ? sh->publisher_pid : 0;
+    i->publisher_pid = control_sees(viewer, sh->uid) ? sh->publisher_pid : 0;
     i->publisher_uid = sh->uid;
     nm = 0;
     for (mapper *m = sh->mappers; m; m = m->next)
-      if (viewer < 0 || m->uid == (uid_t)viewer) pids[nm++] = m->pid; /* other users' processes: not named */
+      if (control_sees(viewer, m->uid)) pids[nm++] = m->pid; /* other users' processes: not named */
     i->mapper_pids = pids;
     i->n_mapper_pids = nm;
     i->content_hash.data = sh->hash;
