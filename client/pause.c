@@ -119,9 +119,7 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
       return fail(c, GML_EINVAL, "pause: a path of at most %s bytes", "255");
     snprintf(p->path, sizeof p->path, "%s", path);
     char dir[sizeof p->path];
-    char *slash = strrchr(p->path, '/');
-    p->base = slash ? slash + 1 : p->path;
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - p->path) + (slash == p->path) : 1, slash ? p->path : ".");
+    p->base = gml_path_dir(p->path, dir, sizeof dir);
     if (!*p->base) return fail(c, GML_EINVAL, "pause: %s: a directory, not a file name", p->path);
     p->dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     /* a new file only: one that exists (another user may have made it, mode 0666, in a directory both

@@ -188,3 +188,10 @@ int gml_socket_access_hint(const char *path, char *buf, size_t len) {
   snprintf(buf, len, "only its owner (%s) and group %s may use it; `id` lists this login's groups", owner, g->gr_name);
   return 0;
 }
+
+const char *gml_path_dir(const char *path, char *dir, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, len, ".");
+  else snprintf(dir, len, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  return slash ? slash + 1 : path;
+}

@@ -47,6 +47,10 @@ int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char *
  * cannot be stat'ed or its group has no name. The client library and
  * gmlakectl say the same. */
 int gml_socket_access_hint(const char *path, char *buf, size_t len);
+/* path's directory into dir ("." when path names none, "/" for one in the
+ * root); returns path's last component (a pointer into path, "" after a
+ * trailing '/'). */
+const char *gml_path_dir(const char *path, char *dir, size_t len);
 /* Percentile (0..100) of an unsorted array of n values; sorts it in place. */
 double gml_percentile_u64(uint64_t *v, size_t n, double pct);
 #endif

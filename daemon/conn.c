@@ -142,11 +142,8 @@ void conn_set_mode_group(const char *path, unsigned mode, const char *group) {
  * while the daemon said nothing). */
 static void warn_shared_dirs(const char *path) {
   char dir[PATH_MAX], real[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) dir[1] = 0; /* the root */
-  else if (slash) *slash = 0;
-  if (!realpath(slash ? dir : ".", real)) return;
+  gml_path_dir(path, dir, sizeof dir);
+  if (!realpath(dir, real)) return;
   size_t n = strlen(real);
   for (size_t end = 0; end <= n; end++) { /* each directory from / down to the socket's own */
     if ((end < n && real[end] != '/') || (end == n && n == 1)) continue;
