@@ -47,6 +47,28 @@ START_TEST(test_idle_client_gives_back) {
 END_TEST
 
 
+/* A caches bytes (allocated, freed) and the daemon knows it (its report). */
+static void cache_and_report(proc *a, long long bytes) {
+  ck_assert_str_eq(client_cmd(a, "alloc %lld", bytes), "ok 0");
+  ck_assert_str_eq(client_cmd(a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(a, "flush"), "ok");
+  ck_assert_int_eq(stat_wait("cached", bytes, 4000), bytes);
+}
+
+/* The test client's "timing" line: where its leases' time went (gml_stats). */
+typedef struct lease_timing {
+  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us, maps, unmaps;
+} lease_timing;
+
+static lease_timing timing_of(proc *b) {
+  lease_timing t;
+  const char *r = client_cmd(b, "timing");
+  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
+                          "maps %llu unmaps %llu", &t.calls, &t.streamed, &t.wait_us, &t.import_us, &t.map_us, &t.mapcall_us,
+                          &t.access_us, &t.maps, &t.unmaps), 9);
+  return t;
+}
+
 /* A field of the client with that pid in `gmlakectl clients --json` (-1: none). */
 static long long client_num(int pid, const char *key) {
   static char out[65536];
@@ -407,10 +429,7 @@ START_TEST(test_idle_hog_streamed) {
   proc a = client_start(), b = client_start();
   int pid_a = client_ready(&a);
   client_ready(&b);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  cache_and_report(&a, 512 << 20);
   ck_assert_str_eq(client_cmd(&a, "alloc 4096"), "ok 0"); /* A allocates (from its cache) and says so */
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
   ck_assert_str_eq(client_cmd(&b, "cost 400 0 0"), "ok");
@@ -418,25 +437,21 @@ START_TEST(test_idle_hog_streamed) {
   const char *r = client_cmd(&b, "alloc %d", 512 << 20); /* 256 chunks: 64 new ones under the limit, 192 of A's */
   double dt = now_ms() - t0;
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
-  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us, maps, unmaps;
-  r = client_cmd(&b, "timing");
-  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
-                          "maps %llu unmaps %llu", &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us, &maps,
-                          &unmaps), 9);
-  ck_assert_uint_eq(maps, 256); /* each slot mapped once, nothing mapped again */
-  ck_assert_uint_eq(unmaps, 0);
+  lease_timing t = timing_of(&b);
+  ck_assert_uint_eq(t.maps, 256); /* each slot mapped once, nothing mapped again */
+  ck_assert_uint_eq(t.unmaps, 0);
   printf("  idle hog, 256 chunks at 400 us an import: B served in %.1f ms: waited for the daemon %.1f ms, imported %.1f ms, "
-         "mapped %.1f ms (%llu request(s), %llu chunks streamed)\n", dt, wait_us / 1e3, import_us / 1e3,
-         (map_us - wait_us - import_us) / 1e3, calls, streamed);
-  ck_assert_uint_eq(calls, 1);
-  ck_assert_uint_eq(streamed, 256);
-  ck_assert_uint_ge(import_us, 256 * 400);
+         "mapped %.1f ms (%llu request(s), %llu chunks streamed)\n", dt, t.wait_us / 1e3, t.import_us / 1e3,
+         (t.map_us - t.wait_us - t.import_us) / 1e3, t.calls, t.streamed);
+  ck_assert_uint_eq(t.calls, 1);
+  ck_assert_uint_eq(t.streamed, 256);
+  ck_assert_uint_ge(t.import_us, 256 * 400);
   /* The daemon's work (A's reclaim, creating 64 chunks) hides behind B's
    * imports: B waits less for replies than it spends importing. Not a
    * tighter ratio: on CI's 2 cores the daemon, A and B's spinning imports
    * share the CPUs (29 ms of waits beside 52 ms of imports there at 200 us an
    * import), and an unstreamed lease would wait for all 256 replies first. */
-  ck_assert_msg(wait_us < import_us, "B waited %llu us for replies beside %llu us of imports", wait_us, import_us);
+  ck_assert_msg(t.wait_us < t.import_us, "B waited %llu us for replies beside %llu us of imports", t.wait_us, t.import_us);
   /* one reclaim request, for exactly what creating could not cover; A keeps the rest */
   char out[256];
   sh(out, sizeof out, "grep -c 'asked client' %s/daemon.log", tmpdir);
@@ -462,10 +477,7 @@ START_TEST(test_idle_hog_from_idle_cache) {
   proc a = client_start(), b = client_start();
   int pid_a = client_ready(&a);
   client_ready(&b);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  cache_and_report(&a, 512 << 20);
   msleep(1200); /* A idles past BROKER_IDLE_MS (1 s) since its last allocation */
   ck_assert_int_eq(stat_num("chunks_total"), 256);
   ck_assert_str_eq(client_cmd(&b, "cost 400 0 0"), "ok");
@@ -473,16 +485,12 @@ START_TEST(test_idle_hog_from_idle_cache) {
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   double dt = now_ms() - t0;
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
-  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us, maps, unmaps;
-  r = client_cmd(&b, "timing");
-  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
-                          "maps %llu unmaps %llu", &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us, &maps,
-                          &unmaps), 9);
+  lease_timing t = timing_of(&b);
   printf("  idle hog, A idle: B served in %.1f ms from A's cache alone (waited for the daemon %.1f ms, imported %.1f ms)\n", dt,
-         wait_us / 1e3, import_us / 1e3);
-  ck_assert_uint_eq(calls, 1);
-  ck_assert_uint_eq(streamed, 256);
-  ck_assert_msg(wait_us < import_us, "B waited %llu us for replies beside %llu us of imports", wait_us, import_us);
+         t.wait_us / 1e3, t.import_us / 1e3);
+  ck_assert_uint_eq(t.calls, 1);
+  ck_assert_uint_eq(t.streamed, 256);
+  ck_assert_msg(t.wait_us < t.import_us, "B waited %llu us for replies beside %llu us of imports", t.wait_us, t.import_us);
   /* one request to A, for all of it; no chunk created: the lake holds A's 256, now B's */
   char out[256];
   sh(out, sizeof out, "grep -c 'asked client' %s/daemon.log", tmpdir);
@@ -516,10 +524,7 @@ static void idle_hog_after_operator_trim(int restart) {
   proc a = client_start(), b = client_start();
   int pid_a = client_ready(&a);
   client_ready(&b);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 64 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 64 << 20, 4000), 64 << 20);
+  cache_and_report(&a, 64 << 20);
   char out[4096], arg[64];
   snprintf(arg, sizeof arg, "trim --client %d", pid_a);
   ck_assert_int_eq(ctl(out, sizeof out, arg), 0);
@@ -571,10 +576,7 @@ static void idle_hog_stopped(int long_stop) {
   proc a = client_start(), b = client_start();
   int pid_a = client_ready(&a);
   client_ready(&b);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  cache_and_report(&a, 512 << 20);
   msleep(1200);
   kill(pid_a, SIGSTOP);
   double t0 = now_ms();
@@ -621,10 +623,7 @@ START_TEST(test_idle_hog_stream_map) {
   proc a = client_start(), b = client_start_env("GMLAKE_STREAM_MAP=1");
   client_ready(&a);
   client_ready(&b);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
-  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20);
+  cache_and_report(&a, 512 << 20);
   /* set-access cheap beside an import: the allocating thread, done mapping a
    * batch, waits for the reader's next imports most of the time (a wide
    * margin for the check below on a loaded 2-core CI box) */
@@ -633,22 +632,18 @@ START_TEST(test_idle_hog_stream_map) {
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   double dt = now_ms() - t0;
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
-  unsigned long long calls, streamed, wait_us, import_us, map_us, mapcall_us, access_us, maps, unmaps;
-  r = client_cmd(&b, "timing");
-  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
-                          "maps %llu unmaps %llu", &calls, &streamed, &wait_us, &import_us, &map_us, &mapcall_us, &access_us, &maps,
-                          &unmaps), 9);
-  ck_assert_uint_eq(maps, 256); /* each slot mapped once, nothing mapped again */
-  ck_assert_uint_eq(unmaps, 0);
+  lease_timing t = timing_of(&b);
+  ck_assert_uint_eq(t.maps, 256); /* each slot mapped once, nothing mapped again */
+  ck_assert_uint_eq(t.unmaps, 0);
   printf("  idle hog, mapped as it comes (GMLAKE_STREAM_MAP=1; 100 us an import, 10 us a set-access): %.1f ms; imports %.1f ms "
-         "on the reader, map + set-access %.1f ms, the allocating thread waited %.1f ms\n", dt, import_us / 1e3,
-         (mapcall_us + access_us) / 1e3, wait_us / 1e3);
-  ck_assert_uint_eq(calls, 1);
-  ck_assert_uint_eq(streamed, 256);
-  ck_assert_uint_ge(import_us, 256 * 100);
-  ck_assert_uint_ge(access_us, 256 * 10);
+         "on the reader, map + set-access %.1f ms, the allocating thread waited %.1f ms\n", dt, t.import_us / 1e3,
+         (t.mapcall_us + t.access_us) / 1e3, t.wait_us / 1e3);
+  ck_assert_uint_eq(t.calls, 1);
+  ck_assert_uint_eq(t.streamed, 256);
+  ck_assert_uint_ge(t.import_us, 256 * 100);
+  ck_assert_uint_ge(t.access_us, 256 * 10);
   /* the imports were the reader's: the allocating thread waited for them */
-  ck_assert_msg(wait_us * 2 >= import_us, "waited %llu us beside %llu us of imports on the reader", wait_us, import_us);
+  ck_assert_msg(t.wait_us * 2 >= t.import_us, "waited %llu us beside %llu us of imports on the reader", t.wait_us, t.import_us);
   ck_assert_str_eq(client_cmd(&b, "tag 0 7"), "ok");
   char want[4096] = "tags";
   for (int k = 0; k < 256; k++) snprintf(want + strlen(want), sizeof want - strlen(want), " %d", 7000 + k);
