@@ -63,6 +63,8 @@ def taker_main(nbytes):
     gmlake.enable(mode="daemon")
     torch.empty(1 << 20, device="cuda")  # open the client first: the time below is the lease's
     torch.cuda.synchronize()
+    probe = sorted(cpu_probe() for _ in range(30))[15]  # this core's speed (bench/cpu_cores.py)
+    cpu = last_cpu()
     s0 = gmlake.stats()
     t0 = time.monotonic()
     try:
@@ -83,7 +85,24 @@ def taker_main(nbytes):
                       "lease_p99_ms": g("lease_p99_ns") / 1e6, "map_s": g("map_ns") / 1e9,
                       "wait_s": g("lease_wait_ns") / 1e9, "import_s": g("import_ns") / 1e9,
                       "mapcall_s": g("map_call_ns") / 1e9, "access_s": g("access_ns") / 1e9,
-                      "streamed": g("chunks_streamed"), "chunks": g("chunks_leased")}), flush=True)
+                      "streamed": g("chunks_streamed"), "chunks": g("chunks_leased"),
+                      "cpu_probe_us": round(probe, 1), "cpu": cpu, "cpu_after": last_cpu()}), flush=True)
+
+
+def cpu_probe():
+    """torch_bench's CPU probe: a fixed pure-Python loop, in us (~900 on a fast core of the H100 host)"""
+    t = time.perf_counter()
+    x = 0
+    for i in range(20000):
+        x += i * i
+    return (time.perf_counter() - t) * 1e6
+
+
+def last_cpu():
+    try:
+        return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def train_main(steps, pause):
@@ -157,11 +176,12 @@ def idle_hog(a, env, hog, run_no, variant=""):
     # GMLAKE_STREAM_MAP=1: the reader thread imports while B's thread waits or maps: its wait holds the imports
     known = got.get("wait_s", 0) + (0 if variant else got.get("import_s", 0)) + got.get("mapcall_s", 0) + got.get("access_s", 0)
     print("%s: B's %.3f s: waiting for the daemon%s %.3f s, importing %.3f s%s, map calls %.3f s, set-access %.3f s, "
-          "other %.3f s; %d chunks, %d lease call(s) (p50 %.2f ms), %d chunks streamed" % (
+          "other %.3f s; %d chunks, %d lease call(s) (p50 %.2f ms), %d chunks streamed; B on core %s..%s, CPU probe %s us" % (
               tag, got["seconds"], " and the reader's imports" if variant else "", got.get("wait_s", 0),
               got.get("import_s", 0), " (on the reader thread)" if variant else "", got.get("mapcall_s", 0),
               got.get("access_s", 0), got["seconds"] - known, got.get("chunks", 0), got.get("lease_calls", 0),
-              got.get("lease_p50_ms", 0), got.get("streamed", 0)))
+              got.get("lease_p50_ms", 0), got.get("streamed", 0), got.get("cpu"), got.get("cpu_after"),
+              got.get("cpu_probe_us")))
     lines = open(os.path.join(tmp, "daemon.log")).read().splitlines()
     for l in lines:
         if "idle cache" in l or "streamed lease" in l or "refused" in l:

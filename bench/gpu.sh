@@ -2,7 +2,7 @@
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
 #                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
-#                [overlap]
+#                [overlap] [cpus]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
@@ -40,6 +40,8 @@
 # lake:   bench/lake_bench.py: three PyTorch processes with staggered peaks (a notebook that goes
 #         idle, a training, bursty inference; units of 1 GiB) on one daemon limited to 1.05x the
 #         most they allocate together: lake peak against max total allocated; PASS/FAIL
+# cpus:   the host's CPU topology (lscpu, NUMA, the GPU's affinity) and each core's speed at
+#         torch_bench's CPU probe (bench/cpu_cores.py): which cores GMLAKE_BENCH_CPUS should pin
 # elastic: bench/elastic.py: the idle hog (A caches 40 GiB and idles, B gets 40 GiB of a 60 GiB
 #         lake within a second; 3 runs, where B's time went) and a training paused/resumed between
 #         steps (same losses); PASS/FAIL. ELASTIC_ARGS: more arguments (e.g. --hog-only --hog-runs 5)
@@ -83,6 +85,13 @@ if has overlap; then
     "$BUILD/vmm_overlap" >> "$OUTDIR/overlap.txt" 2>&1
   fi
   cat "$OUTDIR/overlap.txt" | tee -a "$SUMMARY"
+fi
+
+if has cpus; then
+  { lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA|L3|CPU max MHz)';
+    nvidia-smi topo -m 2>/dev/null | head -4; cat /sys/fs/cgroup/cpu.max 2>/dev/null | sed 's/^/cgroup cpu.max: /';
+    grep -E '^(cpu  )' /proc/stat | sed 's/^/stat: /';
+    python3 bench/cpu_cores.py 3; } 2>&1 | tee "$OUTDIR/cpus.txt" | tee -a "$SUMMARY"
 fi
 
 if has test; then

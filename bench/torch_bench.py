@@ -22,10 +22,9 @@ def run_one(workload, config, steps=None):
     for kv in config.split("+")[1:]:  # e.g. gmlake_embedded+GMLAKE_CHUNK_SIZE=8388608: a variant
         k, v = kv.split("=", 1)
         os.environ[k] = v
-    cpus = os.environ.get("GMLAKE_BENCH_CPUS")  # e.g. 4-7: run on these cores only (less run-to-run noise?)
+    cpus = parse_cpus(os.environ.get("GMLAKE_BENCH_CPUS", ""))  # e.g. 4-7 or 1,3,8-9: these cores only
     if cpus:
-        lo, _, hi = cpus.partition("-")
-        os.sched_setaffinity(0, range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, cpus)
     if config == "expandable":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     if config.endswith("_8m"):
@@ -192,6 +191,33 @@ def thread_cpu():
     return dict(cpus=len(os.sched_getaffinity(0)), n=len(out), busiest=out[:6])
 
 
+def parse_cpus(text):
+    """'4-7' or '1,3,8-9' -> [cores]; '' or 'auto...' -> [] (auto is chosen per run by table)"""
+    if not text or text.startswith("auto"):
+        return []
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def fastest_cores(k):
+    """The k cores running the CPU probe fastest now, pinned to each in turn (bench/cpu_cores.py
+    found cores of the H100 host 1.2-1.9x slower than the others, the same ones call after call:
+    a run's Python thread landing on one made its steps that much slower, whatever the allocator).
+    Every configuration is pinned the same way, so the comparison stays fair."""
+    cores = sorted(os.sched_getaffinity(0))
+    speed = {}
+    for c in cores:
+        os.sched_setaffinity(0, [c])
+        v = sorted(cpu_probe() for _ in range(25))
+        speed[c] = v[len(v) // 2]
+    os.sched_setaffinity(0, cores)
+    best = sorted(cores, key=lambda c: speed[c])[:k]
+    return sorted(best), [round(speed[c], 1) for c in sorted(best)], round(max(speed.values()), 1)
+
+
 def cpu_probe():
     t = time.perf_counter()
     x = 0
@@ -212,7 +238,8 @@ class Daemon:
         if preallocate:
             args += ["--preallocate", preallocate]
         self.log = open(os.path.join(self.dir, "daemon.log"), "w")
-        self.p = subprocess.Popen(args, stderr=self.log)
+        pin = parse_cpus(os.environ.get("GMLAKE_BENCH_PIN", "") or os.environ.get("GMLAKE_BENCH_CPUS", ""))
+        self.p = subprocess.Popen(args, stderr=self.log, preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
         for _ in range(200):
             if os.path.exists(self.sock):
                 break
@@ -298,10 +325,18 @@ def table(workloads):
             order = [(r, c) for r in range(repeats) for c in configs]
         for rep, c in order:
             base_c = c.split("+")[0]
+            pin = os.environ.get("GMLAKE_BENCH_CPUS", "")
+            if pin.startswith("auto"):  # auto or auto:K: the K fastest cores now (default 4), for this run
+                cores, speeds, slowest = fastest_cores(int(pin.partition(":")[2] or 4))
+                os.environ["GMLAKE_BENCH_PIN"] = ",".join(map(str, cores))
             d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if base_c == "gmlake_daemon"
                  else Daemon() if base_c == "gmlake_daemon_cold" else None)
             env = {"GMLAKE_SOCKET": d.sock} if d else {}
+            if pin.startswith("auto"):
+                env["GMLAKE_BENCH_CPUS"] = os.environ["GMLAKE_BENCH_PIN"]
             r = collect(spawn(w, c, env))
+            if pin.startswith("auto"):
+                r["pinned"] = dict(cores=cores, probe_us=speeds, slowest_core_us=slowest)
             if d:
                 r["daemon_exit"] = d.stop()
                 r["lake_warmup_s"] = getattr(d, "warm_s", None)

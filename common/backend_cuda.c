@@ -125,7 +125,11 @@ static int cuda_va_reserve(gml_backend *be, size_t size, uintptr_t *va) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
   CUdeviceptr d;
-  CU_CALL(p, cuMemAddressReserve(&d, size, be->chunk_size, 0, 0));
+  /* aligned to the largest power of two dividing the chunk: the driver refuses
+   * an alignment that is no power of two (GMLAKE_CHUNK_SIZE=6MiB failed every
+   * reservation), and a granularity multiple is all a mapping needs */
+  size_t align = be->chunk_size & (~be->chunk_size + 1);
+  CU_CALL(p, cuMemAddressReserve(&d, size, align, 0, 0));
   *va = (uintptr_t)d;
   return 0;
 }
