@@ -174,21 +174,23 @@ def run_one(workload, config, steps=None):
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def thread_cpu():
+def thread_cpu(pid="self"):
     """The process's threads that used CPU (name, seconds user+system, involuntary switches),
     busiest first, and how many CPUs the process may run on: where a run's CPU went."""
     out, hz = [], os.sysconf("SC_CLK_TCK")
-    for tid in os.listdir("/proc/self/task"):
+    main = os.getpid() if pid == "self" else pid
+    for tid in os.listdir("/proc/%s/task" % pid):
         try:
-            st = open("/proc/self/task/%s/stat" % tid).read()
+            st = open("/proc/%s/task/%s/stat" % (pid, tid)).read()
             name, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
-            sw = [l for l in open("/proc/self/task/%s/status" % tid) if l.startswith("nonvoluntary_ctxt_switches")]
+            sw = [l for l in open("/proc/%s/task/%s/status" % (pid, tid)) if l.startswith("nonvoluntary_ctxt_switches")]
             out.append((name, round((int(rest[11]) + int(rest[12])) / hz, 2), int(sw[0].split()[1]) if sw else -1,
-                        int(tid) == os.getpid()))
+                        int(tid) == main))
         except (OSError, ValueError, IndexError):
             pass
     out.sort(key=lambda t: -t[1])
-    return dict(cpus=len(os.sched_getaffinity(0)), n=len(out), busiest=out[:6])
+    return dict(cpus=len(os.sched_getaffinity(0 if pid == "self" else pid)), n=len(out), busiest=out[:6],
+                total_s=round(sum(t[1] for t in out), 2))
 
 
 def parse_cpus(text):
@@ -238,7 +240,10 @@ class Daemon:
         if preallocate:
             args += ["--preallocate", preallocate]
         self.log = open(os.path.join(self.dir, "daemon.log"), "w")
-        pin = parse_cpus(os.environ.get("GMLAKE_BENCH_PIN", "") or os.environ.get("GMLAKE_BENCH_CPUS", ""))
+        # the daemon runs where the system puts it (a service beside the training), unless told:
+        # GMLAKE_BENCH_DAEMON_CPUS=same (the training's cores) or a list
+        dc = os.environ.get("GMLAKE_BENCH_DAEMON_CPUS", "")
+        pin = parse_cpus(os.environ.get("GMLAKE_BENCH_PIN", "") or os.environ.get("GMLAKE_BENCH_CPUS", "") if dc == "same" else dc)
         self.p = subprocess.Popen(args, stderr=self.log, preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
         for _ in range(200):
             if os.path.exists(self.sock):
@@ -256,12 +261,18 @@ class Daemon:
                     break
                 time.sleep(0.2)
             self.warm_s = round(time.time() - t0, 1)
+        self.cpu0 = thread_cpu(self.p.pid)["total_s"]  # what the start and the lake's creation cost
 
     def ctl_cmd(self, *args):
         return subprocess.run([os.path.join(BUILD, "gmlakectl"), "--control", self.ctl, *args],
                               capture_output=True, text=True).stdout
 
     def stop(self):
+        try:  # the daemon's own CPU over its life (a run's lake warm-up included): what serving cost
+            self.cpu = thread_cpu(self.p.pid)
+            self.cpu["during_run_s"] = round(self.cpu["total_s"] - self.cpu0, 2)
+        except OSError:
+            self.cpu = None
         self.p.terminate(); rc = self.p.wait(30); self.log.close()
         return rc
 
@@ -339,6 +350,7 @@ def table(workloads):
                 r["pinned"] = dict(cores=cores, probe_us=speeds, slowest_core_us=slowest)
             if d:
                 r["daemon_exit"] = d.stop()
+                r["daemon_cpu"] = d.cpu
                 r["lake_warmup_s"] = getattr(d, "warm_s", None)
             r.setdefault("workload", w); r.setdefault("config", c); r["repeat"] = rep
             rows.append(r)
