@@ -79,7 +79,7 @@ struct gml_backend {
 };
 
 /* The cuda backend's chunk unless GMLAKE_CHUNK_SIZE says otherwise. */
-#define GML_CUDA_DEFAULT_CHUNK (4u << 20)
+#define GML_CUDA_DEFAULT_CHUNK (6u << 20)
 
 /* What the caller's options (options.h: GMLAKE_CHUNK_SIZE, GMLAKE_LIBCUDA)
  * say to the backends; NULL opts or members keep the defaults. */

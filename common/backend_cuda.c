@@ -335,9 +335,12 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
     snprintf(be->uuid, sizeof be->uuid, "cuda-%d", device);
   }
   be->granularity = gran > (2u << 20) ? gran : (2u << 20);
-  /* 4 MiB by default: a new mapping costs one cuMemSetAccess (~25 us) per chunk
-   * whatever its size (BENCHMARKS.md), so twice the chunk is half the stitching
-   * time; measured reserved/allocated stayed <= 1.011 on the PyTorch workloads. */
+  /* 6 MiB by default: a chunk costs the same driver time whatever its size
+   * (import ~35-55 us, cuMemSetAccess ~25-35 us, cuMemUnmap ~18 us; BENCHMARKS.md),
+   * so the chunk count is what moving memory costs: 40 GiB taken from an idle
+   * process in 0.53-0.56 s against 0.75-0.99 s with 4 MiB (run70), steady-state
+   * maps a third fewer; reserved/allocated 1.018-1.025 on the three PyTorch
+   * trainings against 1.018-1.020 with 4 MiB, 1.034 with 8 MiB (gpt2_ckpt). */
   be->chunk_size = gml_round_up(GML_CUDA_DEFAULT_CHUNK, be->granularity);
   be->ops = &cuda_ops;
   be->priv = p;
