@@ -53,8 +53,8 @@ def test_snapshot(mode):
     path = os.path.join(d, "snap.pickle")
     r = lake.run(mode, """
         torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
-        def make():
-            return torch.randn(1024, 1024, device="cuda")
+        def make():  # 64 MiB: x owns whole chunks whatever their size (4 MiB would share one with y)
+            return torch.randn(4096, 4096, device="cuda")
         x = make(); y = x * 2; del x
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
