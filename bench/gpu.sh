@@ -202,7 +202,7 @@ if has kvcache && case " $KV_MODES " in *" daemon "*) true;; *) false;; esac; th
 fi
 if has lake; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/lake_bench.py --backend cuda --torch \
-    --unit 1GiB --seconds 8 --build "$BUILD" 2>&1 | tee "$OUTDIR/lake_bench.txt" | grep -E '^lake bench' | tee -a "$SUMMARY"
+    --unit 1536MiB --seconds 8 --build "$BUILD" 2>&1 | tee "$OUTDIR/lake_bench.txt" | grep -E '^lake bench' | tee -a "$SUMMARY"
 fi
 if has elastic; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/elastic.py --build "$BUILD" ${ELASTIC_ARGS:-} 2>&1 |
