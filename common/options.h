@@ -32,7 +32,7 @@
   X(VA_SIZE, "GMLAKE_VA_SIZE", "bytes", "2x device memory, 64 GiB-1 TiB", "library",                             \
     "virtual address space the allocator reserves (at least 64 chunks: less warns and takes 64); one "        \
     "allocation may take at most half of it (the default's bound: the device's memory)")                                        \
-  X(CHUNK_SIZE, "GMLAKE_CHUNK_SIZE", "bytes", "cuda 4 MiB, host 2 MiB", "library, gmlaked",                       \
+  X(CHUNK_SIZE, "GMLAKE_CHUNK_SIZE", "bytes", "cuda 6 MiB, host 2 MiB", "library, gmlaked",                       \
     "chunk size, a multiple of the device's granularity, at most 1 GiB; a client in daemon mode takes its "      \
     "daemon's")                                                                                                  \
   X(LIBCUDA, "GMLAKE_LIBCUDA", "path", "libcuda.so.1", "library, gmlaked", "the CUDA driver library to dlopen")  \

@@ -11,7 +11,8 @@
 #define GML_MAX_FRAME (64 * 1024)   /* larger lengths close the connection */
 #define GML_MAX_LEASE_CHUNKS 128    /* chunk ids (and fds) per message */
 /* The most chunks one streamed lease asks (LeaseRequest.streamed): 256 GiB of
- * 4 MiB chunks; the daemon says its own bound in HelloReply.max_stream. */
+ * 4 MiB chunks, 384 GiB of 6 MiB ones (the cuda default); the daemon says
+ * its own bound in HelloReply.max_stream. */
 #define GML_MAX_STREAM_LEASE 65536
 /* Upper bounds (microseconds) of LakeStats.lease_latency_bucket: the lease
  * latency histogram (Prometheus gmlake_lease_duration_seconds). */

@@ -6,7 +6,7 @@ row by row as it is needed, in place (libgmlake-client's gml_growable_*).
     kv[:n] = ...        # an ordinary tensor: its storage is the whole reserved range
     kv.shrink(m)        # the chunks wholly past row m go back to the lake
 
-Rows are along dim 0. Memory comes in chunks (2 or 4 MiB): ensure(n) maps the
+Rows are along dim 0. Memory comes in chunks (2 MiB on the host, 6 MiB on cuda): ensure(n) maps the
 chunks that rows [0, n) touch, shrink(m) unmaps only chunks no row < m touches,
 so mapped_rows() may exceed n. Mapping more never moves or copies the rows already
 there: kv.data_ptr() never changes.
