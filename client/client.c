@@ -14,6 +14,7 @@
 #include "util.h"
 #include "wire.h"
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +80,12 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
   if (rc) return rc;
   rc = gml_wire_send(c->sock, frame, len, NULL, 0);
   free(frame);
-  if (rc) goto gone;
-  if (!want_reply) return 0;
+  /* a refused connection's reason may wait unread behind a send that failed
+   * (the daemon closed first: EPIPE): read what is there before giving up */
+  int sent = rc;
+  struct pollfd pf = {.fd = c->sock, .events = POLLIN};
+  if (sent && poll(&pf, 1, 0) != 1) goto gone;
+  if (!sent && !want_reply) return 0;
   for (;;) {
     Gmlake__Envelope *in;
     rc = gml_wire_recv(c->sock, &in, fds, nfds, GML_MAX_LEASE_CHUNKS);
@@ -89,6 +94,11 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
       snprintf(c->last_error, sizeof c->last_error, "the daemon refused this connection: %s", in->error->message);
       free_received(in, fds, *nfds);
       rc = GML_EDAEMON;
+      goto gone;
+    }
+    if (sent) { /* the request never went: whatever else came, the connection is gone */
+      free_received(in, fds, *nfds);
+      rc = sent;
       goto gone;
     }
     if (in->seq == 0) {
