@@ -80,11 +80,10 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
   if (rc) return rc;
   rc = gml_wire_send(c->sock, frame, len, NULL, 0);
   free(frame);
-  /* a refused connection's reason may wait unread behind a send that failed
-   * (the daemon closed first: EPIPE): read what is there before giving up */
+  /* a refused connection's reason may wait unread behind a failed send (the
+   * daemon closed first: EPIPE): read what is there before giving up */
   int sent = rc;
-  struct pollfd pf = {.fd = c->sock, .events = POLLIN};
-  if (sent && poll(&pf, 1, 0) != 1) goto gone;
+  if (sent && poll(&(struct pollfd){.fd = c->sock, .events = POLLIN}, 1, 0) != 1) goto gone;
   if (!sent && !want_reply) return 0;
   for (;;) {
     Gmlake__Envelope *in;
@@ -97,8 +96,7 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
       goto gone;
     }
     if (sent) { /* the request never went: whatever else came, the connection is gone */
-      free_received(in, fds, *nfds);
-      rc = sent;
+      free_received(in, fds, *nfds), rc = sent;
       goto gone;
     }
     if (in->seq == 0) {
