@@ -142,7 +142,8 @@ GML_API int gml_close(gml_client *c);
 GML_API int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);
 GML_API int gml_free(gml_client *c, void *ptr);
 GML_API int gml_stats_get(gml_client *c, gml_stats *out);
-/* Give every idle cached chunk back (to the daemon, or to the driver when embedded). */
+/* Give every idle cached chunk back (to the daemon, or to the driver when embedded);
+ * *released_bytes (released_bytes may be NULL): how many bytes went back. */
 GML_API int gml_trim(gml_client *c, size_t *released_bytes);
 /* Copy between host memory and memory this client allocated (a plain
  * memcpy on the host backend, cuMemcpy on cuda): for tests and tools. */
@@ -305,6 +306,7 @@ GML_API void *gmlake_torch_malloc(ssize_t size, int device, void *stream);
 GML_API void gmlake_torch_free(void *ptr, ssize_t size, int device, void *stream);
 /* Fill *out for that device's client; returns 0, or GML_EINVAL if none is open. */
 GML_API int gmlake_torch_stats(int device, gml_stats *out);
+/* gml_trim on that device's client: 0, or GML_EINVAL if none is open (the bytes: gml_trim's released_bytes). */
 GML_API int gmlake_torch_trim(int device);
 /* gml_block_of / gml_block_list on that device's client (python: gmlake.block_of). */
 GML_API int gmlake_torch_block_of(int device, uintptr_t addr, gml_block_info *out);
