@@ -241,7 +241,8 @@ GML_API int gml_growable_destroy(gml_growable *g);
  * never land on a paused allocation's addresses; freeing a paused allocation
  * is allowed (it is not restored); the caller must not touch paused memory
  * (on the host backend it is unmapped: SIGSEGV). A second pause before resume
- * is GML_EINVAL. A resume the lake cannot serve returns GML_ENOMEM (or
+ * is GML_EINVAL, and so is a resume with nothing paused (gml_last_error: "not
+ * paused"). A resume the lake cannot serve returns GML_ENOMEM (or
  * GML_EQUOTA) with the rest still paused: call it again. Growable ranges are
  * not paused. gml_stats' paused_bytes/paused_saved, and `gmlakectl clients`,
  * show it. */
