@@ -289,6 +289,8 @@ GML_API int gml_share(gml_growable *g, size_t size, const char *key, const gml_s
  * Keys are per user: "NAME" is this user's share; "NAME@UID" is user UID's
  * (another user's share is never found by its plain name, so one who
  * published a name first cannot feed another user's attachers).
+ * The key is checked here as gml_share's is (NAME@UID: NAME so), else
+ * GML_EINVAL, gml_last_error saying what a key is; nothing is sent then.
  * *size: the published size; meta/meta_len (in: capacity, out: length) may be NULL.
  * GML_ENOENT: no such share; GML_EPERM: not allowed. */
 GML_API int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len);
