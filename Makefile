@@ -33,7 +33,7 @@ COMMON_SRC := common/options.c common/log.c common/util.c common/fdkeep.c common
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
 DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c
-CLIENT_SRC += client/link.c client/reclaim.c client/pause.c client/snapshot.c
+CLIENT_SRC += client/link.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o

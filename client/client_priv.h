@@ -193,6 +193,21 @@ int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
 int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
                          size_t *nchunks);
 void gml_link_end(gml_client *c);
+/* adopt.c: a reconnection's messages on its new socket (link.c's reconnect, its locks held; no
+ * reader runs on it yet). The adopting hello: 0, or a failure with why saying what happened. */
+int gml_adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t *instance, char *why, size_t whylen);
+/* Our chunks handed over in Adopt batches of up to GML_MAX_LEASE_CHUNKS: gml_adopt_add (an fn of
+ * gml_grow_each_chunk and gml_share_handover, ctx a batch) sends each full batch, gml_adopt_flush the
+ * rest; the daemon's ids replace the old ones in place; the first failure stays in rc. */
+typedef struct gml_adopt_batch {
+  gml_client *c;
+  int sock, rc;
+  size_t n, total;
+  gml_phys phys[GML_MAX_LEASE_CHUNKS];
+  uint64_t old[GML_MAX_LEASE_CHUNKS], *idp[GML_MAX_LEASE_CHUNKS];
+} gml_adopt_batch;
+void gml_adopt_add(void *ctx, gml_phys phys, uint64_t *id);
+int gml_adopt_flush(gml_adopt_batch *b);
 /* client.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams nothing. */
 void gml_client_test_nostream(gml_client *c);
 /* client.c: send the allocator's numbers to the daemon now. */

@@ -34,7 +34,7 @@
  * follows the last batch; a connection that ends before (a batch refused,
  * an export failed, the socket gone) has its chunks dropped from the new
  * lake, not parked, and the next attempt offers every chunk again, so none
- * is counted twice or lost. Not a restart (the hello reply names the
+ * is counted twice or lost (the messages: adopt.c). Not a restart (the hello reply names the
  * daemon instance we connected to last: the daemon closed our connection,
  * a protocol error): it parked our chunks under our pid, so nothing is
  * handed over; their ids get GML_ID_PARKED and are released locally only.
@@ -85,6 +85,7 @@ struct gml_link {
   char path[256];          /* the daemon's socket, to reconnect to ("": never) */
   int rsock;               /* the socket of a reconnection under way (-1: none): shut down by gml_link_stop */
   uint64_t reconnects;
+  char said[320];          /* why the last reconnection's hello failed, as logged ("": it did not) */
 };
 
 typedef struct link_msg { /* a reply the reader received, with its fds (or the chunks it imported from them) */
@@ -277,104 +278,6 @@ static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
 
 /* ---------- the daemon restarted: reconnect and hand the chunks over ---------- */
 
-/* Send env on sock (no reader runs on it yet) and receive its reply. */
-static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int *fds, int nfds, Gmlake__Envelope **reply) {
-  env->seq = ++c->seq;
-  uint8_t *frame;
-  size_t len;
-  int rc = gml_wire_encode(env, &frame, &len);
-  if (rc) return rc;
-  rc = gml_wire_send(sock, frame, len, fds, nfds);
-  free(frame);
-  while (!rc) {
-    int rfds[GML_MAX_LEASE_CHUNKS], rn = 0;
-    if ((rc = gml_wire_recv(sock, reply, rfds, &rn, GML_MAX_LEASE_CHUNKS))) break;
-    free_msg(NULL, rfds, rn);
-    if ((*reply)->seq == env->seq) return 0;
-    free_msg(*reply, NULL, 0); /* a request of the new daemon's (reclaim): nothing idle is handed over yet */
-  }
-  return rc;
-}
-
-static int adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t *instance) {
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
-  Gmlake__Hello h;
-  char name[GML_HELLO_NAME];
-  gml_hello_init(&h, name);
-  h.adopting = 1;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
-  env.hello = &h;
-  int rc = direct_call(c, sock, &env, NULL, 0, &r);
-  if (rc) return rc;
-  if (r->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY || r->hello_reply->chunk_size != c->be->chunk_size ||
-      strcmp(r->hello_reply->backend, c->be->name)) {
-    GML_ERR("the daemon back at %s is not the one we held chunks of (%s): not reconnecting", c->link->path,
-            r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY ? "another chunk size or backend" : "no hello reply");
-    rc = GML_EPROTO;
-  } else {
-    c->client_id = r->hello_reply->client_id;
-    uint64_t inst = r->hello_reply->instance;
-    *same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
-    *no_adopt = r->hello_reply->no_adopt;
-    *instance = inst;
-    c->max_stream = GML_MIN(r->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
-    gml_daemon_clock(c, r->hello_reply->mono_ns);
-  }
-  free_msg(r, NULL, 0);
-  return rc;
-}
-
-typedef struct adopt_batch {
-  gml_client *c;
-  int sock, rc;
-  size_t n, total;
-  gml_phys phys[GML_MAX_LEASE_CHUNKS];
-  uint64_t old[GML_MAX_LEASE_CHUNKS], *idp[GML_MAX_LEASE_CHUNKS];
-} adopt_batch;
-
-/* Hand the batch's chunks over; their ids become the new daemon's. */
-static int adopt_flush(adopt_batch *b) {
-  if (!b->n || b->rc) return b->rc;
-  gml_backend *be = b->c->be;
-  int fds[GML_MAX_LEASE_CHUNKS];
-  size_t k = 0;
-  for (; k < b->n; k++)
-    if ((b->rc = be->ops->chunk_export(be, b->phys[k], &fds[k]))) {
-      GML_ERR("cannot hand chunk %zu over to the new daemon: its export failed: %s", b->total + k, gml_strerror(b->rc));
-      break;
-    }
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
-  Gmlake__AdoptRequest ar = GMLAKE__ADOPT_REQUEST__INIT;
-  ar.n_old_ids = b->n;
-  ar.old_ids = b->old;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT;
-  env.adopt = &ar;
-  if (!b->rc) b->rc = direct_call(b->c, b->sock, &env, fds, (int)b->n, &r);
-  free_msg(NULL, fds, (int)k); /* sent (the daemon has its own copies) or not */
-  if (b->rc) return b->rc;
-  if (r->msg_case != GMLAKE__ENVELOPE__MSG_ADOPT_REPLY || r->adopt_reply->n_chunk_ids != b->n) {
-    GML_ERR("the new daemon did not adopt our chunks: %s",
-            r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? r->error->message : "unexpected reply");
-    int code = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? r->error->code : 0;
-    b->rc = code == GML_EQUOTA || code == GML_ENOMEM ? code : GML_EPROTO; /* refused: kept as ours (reconnect) */
-  } else {
-    for (size_t i = 0; i < b->n; i++) *b->idp[i] = r->adopt_reply->chunk_ids[i];
-    b->total += b->n;
-    b->n = 0;
-  }
-  free_msg(r, NULL, 0);
-  return b->rc;
-}
-
-static void adopt_add(void *ctx, gml_phys phys, uint64_t *id) {
-  adopt_batch *b = ctx;
-  if (b->rc || !*id) return; /* id 0: not a chunk of the daemon's */
-  b->phys[b->n] = phys;
-  b->old[b->n] = *id & ~(GML_ID_PARKED | GML_ID_UNCOUNTED);
-  b->idp[b->n++] = id;
-  if (b->n == GML_MAX_LEASE_CHUNKS) adopt_flush(b);
-}
-
 /* A chunk kept ours, released locally only: the same daemon closed our connection and parked it
  * under our pid (GML_ID_PARKED), or a restarted one took no hand-over (and GML_ID_UNCOUNTED). */
 typedef struct local_mark { uint64_t bits; size_t n; } local_mark;
@@ -418,8 +321,12 @@ static int reconnect(gml_client *c) {
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   int same = 0, no_adopt = 0;
   uint64_t inst = 0;
-  int rc = adopt_hello(c, s, &same, &no_adopt, &inst);
-  if (rc) {
+  char why[sizeof l->said];
+  int rc = gml_adopt_hello(c, s, &same, &no_adopt, &inst, why, sizeof why);
+  if (rc) { /* said once a reason: the keeper tries again up to every second while it lasts */
+    gml_log(strcmp(why, l->said) ? GML_LOG_WARN : GML_LOG_DEBUG, "reconnecting to the daemon at %s: %s (trying again)",
+            l->path, why);
+    memcpy(l->said, why, sizeof why);
     pthread_mutex_lock(&l->mu);
     l->rsock = -1;
     pthread_mutex_unlock(&l->mu);
@@ -427,7 +334,8 @@ static int reconnect(gml_client *c) {
     return rc;
   }
   gml_allocator *a = &c->alloc;
-  adopt_batch b = {.c = c, .sock = s};
+  gml_adopt_batch b = {.c = c, .sock = s};
+  l->said[0] = 0;
   pthread_mutex_lock(&a->lock);
   pthread_mutex_lock(&c->grow.lock);
   pthread_mutex_lock(&c->conn_lock);
@@ -444,11 +352,11 @@ static int reconnect(gml_client *c) {
     if (!same) gml_share_handover(c, mark_local, &shared, 0);
   } else {
     for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
-      if (a->chunks[i].list != GML_CL_DEAD) adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
-    gml_grow_each_chunk(c, adopt_add, &b);
-    gml_share_handover(c, adopt_add, &b, 1); /* published ranges' chunks too: published again after */
+      if (a->chunks[i].list != GML_CL_DEAD) gml_adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
+    gml_grow_each_chunk(c, gml_adopt_add, &b);
+    gml_share_handover(c, gml_adopt_add, &b, 1); /* published ranges' chunks too: published again after */
   }
-  rc = adopt_flush(&b);
+  rc = gml_adopt_flush(&b);
   if (!rc) {
     /* what no lake counts now: all we hold (a daemon that took none), nothing (one that took all), or
      * as before (the same daemon: those it never counted stay so, the rest it keeps parked) */

@@ -233,9 +233,9 @@ int gml_resume(gml_client *c) {
   int rc = 0;
   pthread_mutex_lock(&a->lock);
   struct gml_pause *p = c->pause;
-  if (!p) {
+  if (!p) { /* as a second pause is refused: a resume meant for another client, or after a failed pause */
     pthread_mutex_unlock(&a->lock);
-    return 0;
+    return gml_fail(c, GML_EINVAL, "gml_resume: not paused (gml_pause first)");
   }
   a->tick++;
   for (size_t i = 0; i < p->n && !rc; i++) {

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "util.h"
 #include "wire.h"
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,17 +119,34 @@ static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, co
   return rc;
 }
 
+/* "NAME@UID": user UID's share NAME, as an attach may name it (daemon/shares.c, find_named). */
+static int other_users_key(const char *key) {
+  const char *at = strrchr(key, '@');
+  char name[GML_SHARE_KEY_MAX + 1], *end;
+  if (!at || at == key || (size_t)(at - key) > GML_SHARE_KEY_MAX || at[1] < '0' || at[1] > '9') return 0;
+  errno = 0;
+  unsigned long uid = strtoul(at + 1, &end, 10);
+  if (*end || errno || uid > UINT32_MAX) return 0;
+  memcpy(name, key, (size_t)(at - key));
+  name[at - key] = 0;
+  return gml_share_key_ok(name, NULL);
+}
+
 /* What the daemon takes (wire.h): checked here, since a request it refuses
  * is a protocol error there, which closes the connection (the caller got
- * GML_EDAEMON, "daemon unreachable or gone", and its chunks were parked) */
-static int check_key(gml_client *c, const char *what, const char *key) {
+ * GML_EDAEMON, "daemon unreachable or gone", and its chunks were parked);
+ * an attach's key too (attach: NAME@UID allowed), which the daemon answered
+ * "no share" whatever was wrong with it */
+static int check_key(gml_client *c, const char *what, const char *key, int attach) {
   if (!key) return fail(c, GML_EINVAL, "%s: key is NULL", what);
   size_t bad;
-  if (gml_share_key_ok(key, &bad)) return 0;
+  if (gml_share_key_ok(key, &bad) || (attach && other_users_key(key))) return 0;
+  const char *other = attach ? " (another user's share: NAME@UID)" : "";
   if (bad != SIZE_MAX)
-    return fail(c, GML_EINVAL, "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)",
-                what, bad, (unsigned char)key[bad], GML_SHARE_KEY_MAX);
-  return fail(c, GML_EINVAL, "%s: a key of %zu bytes: a key is 1 to %d bytes of '!' to '~'", what, strlen(key), GML_SHARE_KEY_MAX);
+    return fail(c, GML_EINVAL, "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)%s",
+                what, bad, (unsigned char)key[bad], GML_SHARE_KEY_MAX, other);
+  return fail(c, GML_EINVAL, "%s: a key of %zu bytes: a key is 1 to %d bytes of '!' to '~'%s", what, strlen(key),
+              GML_SHARE_KEY_MAX, other);
 }
 
 int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *o) {
@@ -136,7 +154,7 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
   gml_client *c = g->c;
   if (!size || size > g->size)
     return fail(c, GML_EINVAL, "gml_share: size %zu: 1 to the range's %zu bytes", size, g->size);
-  int krc = check_key(c, "gml_share", key);
+  int krc = check_key(c, "gml_share", key, 0);
   if (krc) return krc;
   if (o && o->meta_len > GML_SHARE_META_MAX)
     return fail(c, GML_EINVAL, "gml_share '%s': meta of %zu bytes, at most %d", key, o->meta_len, GML_SHARE_META_MAX);
@@ -217,6 +235,8 @@ static int attach_call(gml_client *c, const char *key, const void *hash, size_t 
 int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len) {
   if (!c) return GML_EINVAL;
   if (!key || !*key || !out) return fail(c, GML_EINVAL, "gml_attach: %s", !out ? "out is NULL" : "key is NULL or empty");
+  int krc = check_key(c, "gml_attach", key, 1); /* nothing sent: the connection stays as it was */
+  if (krc) return krc;
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
   Gmlake__Envelope *r;
   int fds[GML_MAX_LEASE_CHUNKS], nfds;

@@ -142,7 +142,8 @@ GML_API int gml_close(gml_client *c);
 GML_API int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);
 GML_API int gml_free(gml_client *c, void *ptr);
 GML_API int gml_stats_get(gml_client *c, gml_stats *out);
-/* Give every idle cached chunk back (to the daemon, or to the driver when embedded). */
+/* Give every idle cached chunk back (to the daemon, or to the driver when embedded);
+ * *released_bytes (released_bytes may be NULL): how many bytes went back. */
 GML_API int gml_trim(gml_client *c, size_t *released_bytes);
 /* Copy between host memory and memory this client allocated (a plain
  * memcpy on the host backend, cuMemcpy on cuda): for tests and tools. */
@@ -240,7 +241,8 @@ GML_API int gml_growable_destroy(gml_growable *g);
  * never land on a paused allocation's addresses; freeing a paused allocation
  * is allowed (it is not restored); the caller must not touch paused memory
  * (on the host backend it is unmapped: SIGSEGV). A second pause before resume
- * is GML_EINVAL. A resume the lake cannot serve returns GML_ENOMEM (or
+ * is GML_EINVAL, and so is a resume with nothing paused (gml_last_error: "not
+ * paused"). A resume the lake cannot serve returns GML_ENOMEM (or
  * GML_EQUOTA) with the rest still paused: call it again. Growable ranges are
  * not paused. gml_stats' paused_bytes/paused_saved, and `gmlakectl clients`,
  * show it. */
@@ -287,6 +289,8 @@ GML_API int gml_share(gml_growable *g, size_t size, const char *key, const gml_s
  * Keys are per user: "NAME" is this user's share; "NAME@UID" is user UID's
  * (another user's share is never found by its plain name, so one who
  * published a name first cannot feed another user's attachers).
+ * The key is checked here as gml_share's is (NAME@UID: NAME so), else
+ * GML_EINVAL, gml_last_error saying what a key is; nothing is sent then.
  * *size: the published size; meta/meta_len (in: capacity, out: length) may be NULL.
  * GML_ENOENT: no such share; GML_EPERM: not allowed. */
 GML_API int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len);
@@ -305,6 +309,7 @@ GML_API void *gmlake_torch_malloc(ssize_t size, int device, void *stream);
 GML_API void gmlake_torch_free(void *ptr, ssize_t size, int device, void *stream);
 /* Fill *out for that device's client; returns 0, or GML_EINVAL if none is open. */
 GML_API int gmlake_torch_stats(int device, gml_stats *out);
+/* gml_trim on that device's client: 0, or GML_EINVAL if none is open (the bytes: gml_trim's released_bytes). */
 GML_API int gmlake_torch_trim(int device);
 /* gml_block_of / gml_block_list on that device's client (python: gmlake.block_of). */
 GML_API int gmlake_torch_block_of(int device, uintptr_t addr, gml_block_info *out);

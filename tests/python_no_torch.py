@@ -1,11 +1,12 @@
 """python/gmlake installed without torch (run by tests/run.sh, from the
 folder pip installed it into, argv[1]): the ctypes parts work (stats() with
-no device is device 0's, growable ranges, trim, pause/resume), and what needs
+no device is device 0's, growable ranges, trim and the bytes it gave back, pause/resume), and what needs
 PyTorch raises GMLakeError saying so, never a bare ModuleNotFoundError;
 stats() and trim() with no client open raise GMLakeError (trim returned -3)
 naming gmlake.open(), which opens device 0's client without torch (there was
 no public way: GrowableRange wanted a raw gml_client*), and says what to do
 where the backend would be host memory and a GPU's is needed."""
+import ctypes
 import glob
 import os
 import subprocess
@@ -76,7 +77,16 @@ r = gmlake.GrowableRange(c, 1000, 4096)
 assert r.ensure(600) >= 600
 st = gmlake.stats()
 assert st["backend"] == "host" and st["growable_mapped"] == r.mapped_bytes > 0, st
-assert gmlake.trim() >= 0
+# trim() returns the bytes it gave back (it returned gmlake_torch_trim's 0 whatever went back)
+lib = gmlake._load()
+lib.gml_alloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+lib.gml_free.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+p = ctypes.c_void_p()
+assert lib.gml_alloc(c, 8 << 20, None, ctypes.byref(p)) == 0 and lib.gml_free(c, p) == 0
+before = gmlake.stats()["reserved"]
+n = gmlake.trim()
+assert n == before - gmlake.stats()["reserved"] >= 8 << 20, (n, before, gmlake.stats()["reserved"])
+assert gmlake.trim() == 0  # nothing idle left
 gmlake.pause()
 gmlake.resume()
 with gmlake.tagged(3):

@@ -1,6 +1,7 @@
 """gmlake.pause/resume/paused/tagged (python/gmlake/pause.py) on an embedded
 client opened through ctypes (host backend, no torch): bytes kept at the same
-addresses, memory given back while paused, tags, the context manager."""
+addresses, memory given back while paused, tags, the context manager, a
+resume() with nothing paused refused."""
 import ctypes
 import gmlake
 
@@ -55,6 +56,11 @@ try:
 except gmlake.GMLakeError as e:
     assert "already paused" in str(e), e
 gmlake.resume(client=c)
+try:  # nothing paused: refused, saying so (gml_resume returned 0 and resume() passed silently)
+    gmlake.resume(client=c)
+    raise SystemExit("resume() with nothing paused should fail")
+except gmlake.GMLakeError as e:
+    assert "not paused (gml_pause first)" in str(e), e
 try:  # discard saves nothing: a path with it is refused (it was ignored: nothing saved, no error)
     gmlake.pause(discard=True, path="/tmp/gmlake-python-pause-discard", client=c)
     raise SystemExit("pause(discard=True, path=...) should fail")

@@ -7,10 +7,14 @@
 #include "harness.h"
 #include "util.h"
 #include <check.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -855,6 +859,88 @@ START_TEST(test_daemon_restart_keeps_memory) {
 }
 END_TEST
 
+/* One connection to a fake daemon listening on lfd (5 s at most for it),
+ * answered as how says: 'r' refuses it as a full daemon does (an Error of
+ * seq 0 before the close: max-clients), 'e' answers the hello with an Error
+ * of its seq, 'c' with a HelloReply of another chunk size. */
+static void fake_daemon_answer(int lfd, char how) {
+  struct pollfd pf = {.fd = lfd, .events = POLLIN};
+  ck_assert_int_eq(poll(&pf, 1, 5000), 1);
+  int s = accept(lfd, NULL, NULL);
+  ck_assert_int_ge(s, 0);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *in = NULL;
+  Gmlake__Error e = GMLAKE__ERROR__INIT;
+  Gmlake__HelloReply hr = GMLAKE__HELLO_REPLY__INIT;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  if (how != 'r') {
+    ck_assert_int_eq(gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS), 0);
+    ck_assert_int_eq(in->msg_case, GMLAKE__ENVELOPE__MSG_HELLO);
+    ck_assert(in->hello->adopting);
+    env.seq = in->seq;
+  }
+  if (how == 'c') {
+    hr.protocol_version = GML_PROTOCOL_VERSION, hr.chunk_size = 4 << 20, hr.backend = "host";
+    env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY, env.hello_reply = &hr;
+  } else {
+    e.code = how == 'r' ? GML_EDAEMON : GML_EPROTO;
+    e.message = how == 'r' ? "too many connections (max-clients)" : "protocol version 1 not supported (daemon speaks 9)";
+    env.msg_case = GMLAKE__ENVELOPE__MSG_ERROR, env.error = &e;
+  }
+  ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
+  if (in) gmlake__envelope__free_unpacked(in, NULL);
+  close(s);
+}
+
+/* A reconnection whose hello fails says why: refused as the daemon was full,
+ * the hello answered by an error, a daemon of another chunk size. Before, a
+ * refusal said nothing at all (its error frame, of seq 0, was dropped while
+ * waiting for the hello's reply) and an error answer was logged as "not the
+ * one we held chunks of (no hello reply): not reconnecting" (it was, there
+ * was a reply, and it tried again); the real daemon back, it reconnects. */
+START_TEST(test_reconnect_failure_says_why) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  char logpath[128];
+  snprintf(logpath, sizeof logpath, "%s/client.log", tmpdir);
+  int err = dup(2), lf = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ck_assert_int_ge(lf, 0);
+  dup2(lf, 2); /* the client's stderr, its log */
+  proc a = client_start();
+  dup2(err, 2);
+  close(err), close(lf);
+  client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  unlink(sock_path);
+  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(listen(lfd, 4), 0);
+  fake_daemon_answer(lfd, 'r');
+  fake_daemon_answer(lfd, 'e');
+  fake_daemon_answer(lfd, 'c');
+  close(lfd);
+  unlink(sock_path);
+  launch_daemon();
+  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2); /* the real one: reconnected, its 2 chunks handed over */
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 1");
+  ck_assert_int_eq(client_finish(&a), 0);
+  char said[16384] = "";
+  FILE *f = fopen(logpath, "r");
+  ck_assert_ptr_nonnull(f);
+  said[fread(said, 1, sizeof said - 1, f)] = 0;
+  fclose(f);
+  ck_assert_msg(strstr(said, "refused the connection: too many connections (max-clients)"), "%s", said);
+  ck_assert_msg(strstr(said, "refused our hello: protocol version 1 not supported (daemon speaks 9)"), "%s", said);
+  ck_assert_msg(strstr(said, "it serves host chunks of 4.00 MiB, we hold host chunks of 2.00 MiB"), "%s", said);
+  ck_assert_msg(!strstr(said, "no hello reply") && !strstr(said, "not reconnecting"), "%s", said);
+  for (char *line = strtok(said, "\n"); line; line = strtok(NULL, "\n"))
+    if (strstr(line, "reconnecting to the daemon")) printf("  %s\n", strstr(line, "reconnecting"));
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("elastic");
   TCase *tc = tcase_create("lake");
@@ -882,6 +968,11 @@ int main(void) {
   tcase_add_test(tc, test_process_quota_over_connections);
   tcase_add_test(tc, test_daemon_restart_keeps_memory);
   suite_add_tcase(s, tc);
+  TCase *rc = tcase_create("reconnect"); /* CK_RUN_CASE=reconnect runs it alone */
+  tcase_set_timeout(rc, 60);
+  tcase_add_checked_fixture(rc, harness_setup, NULL);
+  tcase_add_test(rc, test_reconnect_failure_says_why);
+  suite_add_tcase(s, rc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
   srunner_run_all(sr, CK_NORMAL);

@@ -309,6 +309,15 @@ START_TEST(test_share_attach) {
                    "err -3 gml_share 'many': 65 allow_uids, at most 64 (or allow_any_uid)");
   ck_assert_str_eq(client_cmd(&c, "share big %d", 6 << 20), "err -3 gml_share: size 6291456: 1 to the range's 4194304 bytes");
   ck_assert_str_eq(client_cmd(&c, "attach"), "err -3 gml_attach: key is NULL or empty");
+  /* an attach's key too, where the daemon said only "no share" (GML_ENOENT) for a key with a space or of
+   * 200 bytes; NAME@UID (another user's share) passes with NAME up to 127 bytes, and the daemon answers */
+  ck_assert_str_eq(client_cmd(&c, "attach %s", longkey), "err -3 gml_attach: a key of 200 bytes: a key is 1 to 127 "
+                   "bytes of '!' to '~' (another user's share: NAME@UID)");
+  ck_assert_str_eq(client_cmd(&c, "attach we ights"), "err -3 gml_attach: the key's byte 2 is 0x20: a key is 1 to 127 "
+                   "bytes of '!' to '~' (no space, tab or control) (another user's share: NAME@UID)");
+  char named[160];
+  snprintf(named, sizeof named, "%.127s@%u", longkey, (unsigned)getuid());
+  ck_assert_msg(!strncmp(client_cmd(&c, "attach %s", named), "err -13 attach: no share ", 25), "%s", client_cmd(&c, "attach %s", named));
   ck_assert_int_eq(stat_num("protocol_errors"), 0);
   ck_assert_str_eq(client_cmd(&c, "share many %d uids:64", 2 << 20), "ok"); /* the same connection */
   ck_assert_str_eq(client_cmd(&c, "gdestroy"), "ok");

@@ -66,7 +66,11 @@ START_TEST(test_pause_keeps_bytes_at_same_addresses) {
   ck_assert_uint_eq(st.paused_bytes, 0);
   for (int i = 0; i < 5; i++) ck_assert_int_eq(gml_free(c, p[i]), 0);
   ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
-  ck_assert_int_eq(gml_resume(c), 0); /* nothing paused: nothing to do */
+  /* nothing paused: refused, saying so (it returned 0, so a resume meant for another client, or
+   * after a pause that failed, passed unnoticed), as a second pause is */
+  ck_assert_int_eq(gml_resume(c), GML_EINVAL);
+  ck_assert_str_eq(gml_last_error(c), "gml_resume: not paused (gml_pause first)");
+  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
   gml_close(c);
 }
 END_TEST

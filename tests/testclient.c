@@ -266,9 +266,11 @@ int main(int argc, char **argv) {
       if (rc) printf("err %d %s\n", rc, gml_last_error(c));
       else printf("ok deduped %d\n", deduped);
     } else if (!strcmp(cmd, "attach") && !att) {
-      char key[128], meta[64];
+      char key[512], meta[64]; /* the rest of the line: a key with a space or past 127 bytes reaches gml_attach */
       size_t size = 0, ml = sizeof meta;
-      if (sscanf(line, "%*s %127s", key) != 1) key[0] = 0;
+      const char *k = strstr(line, "attach") + strlen("attach");
+      snprintf(key, sizeof key, "%s", *k == ' ' ? k + 1 : k);
+      key[strcspn(key, "\n")] = 0;
       rc = gml_attach(c, key, &att, &size, meta, &ml);
       if (rc) printf("err %d %s\n", rc, gml_last_error(c));
       else printf("ok %zu\n", size);

@@ -615,10 +615,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, "make the lake PyTorch's CUDA allocator (before any CUDA allocation)");
   m.def("installed", [] { return the_allocator && get() == the_allocator; });
   m.def("stats", &stats, py::arg("device"));
-  m.def("trim", [](int device) {
+  m.def("trim", [](int device) -> py::object {  // the bytes given back; None: no client (gmlake.trim raises)
     gml_client* c = gml_device_client_if_open(device);
+    if (!c) return py::none();
     size_t n = 0;
-    if (c) gml_trim(c, &n);
-    return n;
+    gml_trim(c, &n);
+    return py::int_(n);
   });
 }

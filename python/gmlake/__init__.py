@@ -99,8 +99,10 @@ def _load():
         _lib = ctypes.CDLL(library_path())
         _lib.gmlake_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_Stats)]
         _lib.gmlake_torch_stats.restype = ctypes.c_int
-        _lib.gmlake_torch_trim.argtypes = [ctypes.c_int]
-        _lib.gmlake_torch_trim.restype = ctypes.c_int
+        _lib.gml_device_client_if_open.argtypes = [ctypes.c_int]
+        _lib.gml_device_client_if_open.restype = ctypes.c_void_p
+        _lib.gml_trim.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        _lib.gml_trim.restype = ctypes.c_int
         if hasattr(_lib, "gmlake_torch_block_of"):
             _lib.gmlake_torch_block_of.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.POINTER(_BlockInfo)]
             _lib.gmlake_torch_block_of.restype = ctypes.c_int
@@ -219,18 +221,24 @@ def stats(device=None):
 
 
 def trim(device=None):
-    """Give idle cached chunks back (to the daemon, or to the driver when embedded)."""
+    """Give idle cached chunks back (to the daemon, or to the driver when embedded); returns the bytes
+    given back (0 when nothing was idle). GMLakeError when no client is open on the device."""
     device = _device(device)
     if enabled():
-        return _ext().trim(int(device))
-    rc = _load().gmlake_torch_trim(int(device))
-    if rc == -3:  # GML_EINVAL: no client on that device (it returned the bare code)
+        n = _ext().trim(int(device))
+    else:  # gml_trim itself: gmlake_torch_trim says only 0 or an error, so this returned 0 whatever went back
+        lib = _load()
+        c = lib.gml_device_client_if_open(int(device))
+        n = None
+        if c:
+            released = ctypes.c_size_t(0)
+            from . import grow
+            grow._check(lib.gml_trim(c, ctypes.byref(released)), "gmlake.trim(device=%d)" % device, c)
+            n = released.value
+    if n is None:
         raise GMLakeError("no GMLake client is open on device %d (nothing allocated yet? gmlake.open(%d) "
                           "opens it)" % (device, device))
-    if rc < 0:
-        from . import grow
-        grow._check(rc, "gmlake.trim(device=%d)" % device)
-    return rc
+    return n
 
 
 def pool():

@@ -18,7 +18,8 @@ pause() waits for the device to finish first. Do not touch paused tensors until
 resume() (on the host backend they are unmapped: SIGSEGV). Allocation goes on
 while paused (it leases memory as usual, never at a paused tensor's address);
 resume() that the lake cannot serve raises GMLakeError with the rest still
-paused: call it again. path= saves the content to that file (created 0600,
+paused: call it again; resume() with nothing paused raises GMLakeError ("not
+paused"), as a second pause() does. path= saves the content to that file (created 0600,
 removed at resume) instead of host memory.
 
 No torch is needed here: the client is the device's (gmlake.enable()'s) or
@@ -94,7 +95,7 @@ def pause(discard=False, tag=0, path=None, device=None, client=None):
 
 
 def resume(device=None, client=None):
-    """Lease memory again, map it at the same addresses, restore the content."""
+    """Lease memory again, map it at the same addresses, restore the content (GMLakeError: nothing paused)."""
     c = _client(device, client)
     _check(_lib().gml_resume(c), "gmlake.resume", c)
 
