@@ -108,9 +108,10 @@ if has lease; then
     d=$(mktemp -d)
     "$BUILD/gmlaked" --backend $be --socket $d/s --control ipc://$d/c --prefetch 2GiB --limit 8GiB --log-level warn 2>$d/log &
     dp=$!
-    for i in $(seq 100); do
-      n=$("$BUILD/gmlakectl" --control ipc://$d/c stats --json 2>/dev/null | sed -n 's/.*"chunks_free":\([0-9]*\).*/\1/p')
-      [ "${n:-0}" -ge 1000 ] && break; sleep 0.1
+    for i in $(seq 100); do # until the prefetch is made: 2 GiB of whole chunks (1000 and more were 2 MiB ones only)
+      st=$("$BUILD/gmlakectl" --control ipc://$d/c stats --json 2>/dev/null)
+      n=$(echo "$st" | sed -n 's/.*"chunks_free":\([0-9]*\).*/\1/p'); cs=$(echo "$st" | sed -n 's/.*"chunk_size":\([0-9]*\).*/\1/p')
+      [ "${cs:-0}" -gt 0 ] && [ "${n:-0}" -ge $(((2 << 30) / cs)) ] && break; sleep 0.1
     done
     r=$(printf 'leasebench 500\nclose\n' | "$BUILD/gml-testclient" $d/s | grep 'lease calls')
     say "lease latency, $be backend (daemon round trip + import, 1 chunk, $n pre-created): $r"
