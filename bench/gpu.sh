@@ -38,8 +38,9 @@
 #         then a short training's memory_viz snapshot and memory_summary into $OUT
 #         (TORCHTEST="test_two_devices test_ddp": only those checks, no snapshot)
 # lake:   bench/lake_bench.py: three PyTorch processes with staggered peaks (a notebook that goes
-#         idle, a training, bursty inference; units of 1 GiB) on one daemon limited to 1.05x the
-#         most they allocate together: lake peak against max total allocated; PASS/FAIL
+#         idle, a training, bursty inference; units of 1536 MiB, a multiple of the 6 MiB chunk) on
+#         one daemon limited to 1.05x the most they allocate together: lake peak against max total
+#         allocated; PASS/FAIL
 # cpus:   the host's CPU topology (lscpu, NUMA, the GPU's affinity) and each core's speed at
 #         torch_bench's CPU probe (bench/cpu_cores.py): which cores GMLAKE_BENCH_CPUS should pin
 # elastic: bench/elastic.py: the idle hog (A caches 40 GiB and idles, B gets 40 GiB of a 60 GiB
