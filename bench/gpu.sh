@@ -38,8 +38,9 @@
 #         then a short training's memory_viz snapshot and memory_summary into $OUT
 #         (TORCHTEST="test_two_devices test_ddp": only those checks, no snapshot)
 # lake:   bench/lake_bench.py: three PyTorch processes with staggered peaks (a notebook that goes
-#         idle, a training, bursty inference; units of 1 GiB) on one daemon limited to 1.05x the
-#         most they allocate together: lake peak against max total allocated; PASS/FAIL
+#         idle, a training, bursty inference; units of 1536 MiB, a multiple of the 6 MiB chunk) on
+#         one daemon limited to 1.05x the most they allocate together: lake peak against max total
+#         allocated; PASS/FAIL
 # cpus:   the host's CPU topology (lscpu, NUMA, the GPU's affinity) and each core's speed at
 #         torch_bench's CPU probe (bench/cpu_cores.py): which cores GMLAKE_BENCH_CPUS should pin
 # elastic: bench/elastic.py: the idle hog (A caches 40 GiB and idles, B gets 40 GiB of a 60 GiB
@@ -108,9 +109,10 @@ if has lease; then
     d=$(mktemp -d)
     "$BUILD/gmlaked" --backend $be --socket $d/s --control ipc://$d/c --prefetch 2GiB --limit 8GiB --log-level warn 2>$d/log &
     dp=$!
-    for i in $(seq 100); do
-      n=$("$BUILD/gmlakectl" --control ipc://$d/c stats --json 2>/dev/null | sed -n 's/.*"chunks_free":\([0-9]*\).*/\1/p')
-      [ "${n:-0}" -ge 1000 ] && break; sleep 0.1
+    for i in $(seq 100); do # until the prefetch is made: 2 GiB of whole chunks (1000 and more were 2 MiB ones only)
+      st=$("$BUILD/gmlakectl" --control ipc://$d/c stats --json 2>/dev/null)
+      n=$(echo "$st" | sed -n 's/.*"chunks_free":\([0-9]*\).*/\1/p'); cs=$(echo "$st" | sed -n 's/.*"chunk_size":\([0-9]*\).*/\1/p')
+      [ "${cs:-0}" -gt 0 ] && [ "${n:-0}" -ge $(((2 << 30) / cs)) ] && break; sleep 0.1
     done
     r=$(printf 'leasebench 500\nclose\n' | "$BUILD/gml-testclient" $d/s | grep 'lease calls')
     say "lease latency, $be backend (daemon round trip + import, 1 chunk, $n pre-created): $r"

@@ -5,7 +5,8 @@ allocate together.
 
     bench/lake_bench.py [--backend host|cuda] [--unit BYTES] [--seconds S] [--torch] [--json]
 
-Processes (sizes in units; --unit 4MiB on the host in make test, 1GiB on a GPU):
+Processes (sizes in units, a multiple of the lake's chunk; --unit 4MiB on the host in make test, 1536MiB
+on a GPU, whose 6 MiB chunks do not divide 1 GiB):
   notebook   allocates 8 units, frees them at 0.5 s, then sits idle to the end
              (its cache is reclaimed by the daemon while it makes no call)
   trainer    from 0.6 s: 4 units of weights kept, then steps every 50 ms, each

@@ -53,7 +53,8 @@ def test_snapshot(mode):
     path = os.path.join(d, "snap.pickle")
     r = lake.run(mode, """
         torch.cuda.memory._record_memory_history(max_entries=100000, stacks="python")
-        def make():  # 64 MiB: x owns whole chunks whatever their size (4 MiB would share one with y)
+        def make():  # 64 MiB: chunks of up to 32 MiB lie wholly in x, unmapped once it is freed (of 6 MiB: 9 or
+            # more; x's ends may share a chunk with a neighbour, as a 4 MiB x shared its only one with y)
             return torch.randn(4096, 4096, device="cuda")
         x = make(); y = x * 2; del x
         torch.cuda.synchronize()
