@@ -57,21 +57,22 @@ printf 'a 1 4096 0\nf 1\0junk\nf 1\n' > "$d/nul.trace" # its double free was mis
 refuses nul 'line 2 has a NUL byte'
 echo "  --json names a trace with \" and \\ as valid JSON; --check abc/-1/5x and a NUL byte in a line refused"
 rm -rf "$d"
-# The allocator's acceptance: fragmentation at peak <= 2% on every trace, and
-# (plain build only: sanitizers slow the hot path) alloc/free medians <= 1 us;
-# with the host backend's 2 MiB chunks and with the cuda backend's 4 MiB.
-for cs in 2MiB 4MiB; do
-echo "  chunks of $cs"
-GMLAKE_CHUNK_SIZE=$cs "$BUILD/gmlake-replay" --json tests/traces/*.trace.gz | python3 -c '
+# The allocator's acceptance: fragmentation at peak <= 2% on every trace with the
+# host backend's 2 MiB chunks (issue 3), reserved <= 1.03x allocated with the cuda
+# backend's 6 MiB (issues 4 and 11: frag <= 1 - 1/1.03), and (plain build only:
+# sanitizers slow the hot path) alloc/free medians <= 1 us.
+for cs in 2MiB:0.02 6MiB:0.0291; do
+echo "  chunks of ${cs%%:*}"
+GMLAKE_CHUNK_SIZE=${cs%%:*} "$BUILD/gmlake-replay" --json tests/traces/*.trace.gz | python3 -c '
 import json, sys
-san = sys.argv[1] == "1"
+san, bound = sys.argv[1] == "1", float(sys.argv[2])
 bad = 0
 for line in sys.stdin:
     r = json.loads(line)
-    ok = r["frag"] <= 0.02 and (san or (r["alloc_p50_ns"] <= 1000 and r["free_p50_ns"] <= 1000))
-    print("  %-20s frag %.2f%%  alloc p50 %dns  free p50 %dns  %s" % (r["trace"], 100 * r["frag"], r["alloc_p50_ns"], r["free_p50_ns"], "ok" if ok else "FAILED"))
+    ok = r["frag"] <= bound and (san or (r["alloc_p50_ns"] <= 1000 and r["free_p50_ns"] <= 1000))
+    print("  %-20s frag %.2f%% (at most %.2f%%)  alloc p50 %dns  free p50 %dns  %s" % (r["trace"], 100 * r["frag"], 100 * bound, r["alloc_p50_ns"], r["free_p50_ns"], "ok" if ok else "FAILED"))
     bad += not ok
-sys.exit(1 if bad else 0)' "${SAN:-0}"
+sys.exit(1 if bad else 0)' "${SAN:-0}" "${cs#*:}"
 done
 echo "== guard mode on every recorded trace (a false report would kill the replay), and what it costs"
 # finest guards (host: pages), and whole 2 MiB chunks as the cuda backend makes them;
