@@ -130,7 +130,7 @@ static void on_reload(uv_signal_t *h, int signum) {
   uint64_t limit = 0;
   const char *bad = NULL;
   if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration cannot be read or does not parse (see above)";
-  else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit";
+  else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit (a size of one chunk or more, or a percentage)";
   else if (strcmp(nc.socket_group, d->cfg.socket_group) || nc.socket_mode != d->cfg.socket_mode)
     GML_WARN("SIGHUP: socket-group and socket-mode take effect at the next start, not now");
   if (bad) {
@@ -226,7 +226,8 @@ int main(int argc, char **argv) {
   d->be->ops->mem_info(d->be, &freeb, &total);
   d->device_total = total;
   if (!(limit = config_limit(d, c))) {
-    fprintf(stderr, "gmlaked: bad value for limit: '%s'\n", c->limit[0] ? c->limit : "the default");
+    fprintf(stderr, "gmlaked: bad value for limit: '%s' (a size of at least one chunk, %zu bytes, or a percentage of the "
+            "device's memory)\n", c->limit[0] ? c->limit : "the default", d->be->chunk_size);
     return 2;
   }
   lake_init(&d->lk, d->be, limit);

@@ -574,6 +574,7 @@ START_TEST(test_daemon_bad_inputs) {
       {"--prefetch 1e300", "bad value for prefetch"}, {"--preallocate 1e30TiB", "bad value for preallocate"},
       {"--device abc", "bad value for device"},        {"--config %s", "not a regular file"},
       {"--socket %s/file", "is not a socket"},
+      {"--limit 1MiB", "at least one chunk, 2097152 bytes"}, /* below one chunk: it said only "bad value" */
   };
   char out[4096], args[256], path[128];
   snprintf(path, sizeof path, "%s/file", tmpdir);
