@@ -255,6 +255,10 @@ codes=$(sed -n 's/^ *X(\(E[A-Z]*\), \(-[0-9]*\),.*/\1:\2/p' include/gmlake.h)
 for e in $codes; do
   grep -qF ".BR GML_${e%%:*} \" (\\${e#*:})\"" man/man3/gmlake.3 || { echo "man 3 gmlake lacks GML_${e%%:*} (${e#*:})" >&2; exit 1; }
 done
+# man gmlaked's default cuda chunk is common/backend.h's (it said 4 MiB after the default became 6 MiB)
+mib=$(sed -n 's/^#define GML_CUDA_DEFAULT_CHUNK (\([0-9]*\)u << 20)$/\1/p' common/backend.h)
+[ -n "$mib" ] || { echo "could not read GML_CUDA_DEFAULT_CHUNK from common/backend.h" >&2; exit 1; }
+grep -qF "chunks ($mib\\ MiB by default on the" man/man8/gmlaked.8 || { echo "man gmlaked does not say the cuda default chunk, $mib MiB" >&2; exit 1; }
 echo "  $(echo "$opts" | wc -l) gmlaked options in man gmlaked and the example config (which parses), $(echo "$cmds" | wc -l) gmlakectl commands in man gmlakectl, $(echo "$codes" | wc -l) GML_E* codes in man 3 gmlake"
 echo "== source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
