@@ -80,10 +80,10 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
   if (rc) return rc;
   rc = gml_wire_send(c->sock, frame, len, NULL, 0);
   free(frame);
-  /* a refused connection's reason may wait unread behind a failed send (the
-   * daemon closed first: EPIPE): read what is there before giving up */
+  /* a refused connection's reason may wait unread behind a failed send (the daemon
+   * closed first: EPIPE): read what is there (if a reply is wanted) before giving up */
   int sent = rc;
-  if (sent && poll(&(struct pollfd){.fd = c->sock, .events = POLLIN}, 1, 0) != 1) goto gone;
+  if (sent && (!nfds || poll(&(struct pollfd){.fd = c->sock, .events = POLLIN}, 1, 0) != 1)) goto gone;
   if (!sent && !want_reply) return 0;
   for (;;) {
     Gmlake__Envelope *in;

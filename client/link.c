@@ -51,6 +51,7 @@
 #define _GNU_SOURCE
 #endif
 #include "client_priv.h"
+#include "discover.h"
 #include "log.h"
 #include "options.h"
 #include "util.h"
@@ -286,18 +287,6 @@ static void mark_local(void *ctx, gml_phys phys, uint64_t *id) {
   if (*id) *id |= ((local_mark *)ctx)->bits, ((local_mark *)ctx)->n++;
 }
 
-static int connect_unix(const char *path) {
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (strlen(path) >= sizeof sa.sun_path) return -1;
-  memcpy(sa.sun_path, path, strlen(path) + 1);
-  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
-    close(s);
-    s = -1;
-  }
-  return s;
-}
-
 static void *reader_main(void *arg);
 
 /* One attempt: 0 when the new daemon holds every chunk of ours. */
@@ -307,8 +296,17 @@ static int reconnect(gml_client *c) {
     pthread_join(l->reader, NULL);
     l->reader_on = 0;
   }
-  int s = connect_unix(l->path);
-  if (s < 0) return GML_EDAEMON;
+  /* the checks of the first connection again (discover.c): whoever owns the
+   * socket now gets every chunk's fd as the hand-over. Before, a plain
+   * connect: a socket another user put at the path was sent them all. */
+  char path[GML_PATH_MAX], why0[sizeof l->said];
+  int untrusted = 0, s = gml_daemon_connect(0, l->path, path, sizeof path, why0, sizeof why0, &untrusted);
+  if (s < 0) {
+    if (untrusted && strcmp(why0, l->said))
+      GML_WARN("reconnecting to the daemon: not connecting to %s: not trusted (trying again)", why0);
+    if (untrusted) memcpy(l->said, why0, sizeof why0);
+    return GML_EDAEMON;
+  }
   pthread_mutex_lock(&l->mu);
   if (l->stop) {
     pthread_mutex_unlock(&l->mu);

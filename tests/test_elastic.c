@@ -941,6 +941,47 @@ START_TEST(test_reconnect_failure_says_why) {
 }
 END_TEST
 
+/* After a restart the client hands every chunk's fd to whoever serves the
+ * socket's path: it must check that socket as at its first connection
+ * (discover.c). Before, a plain connect: a socket of another user at the path
+ * (here one owned by nobody) got the hello, and would have got the fds. */
+START_TEST(test_reconnect_checks_the_socket) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  char logpath[128];
+  snprintf(logpath, sizeof logpath, "%s/client.log", tmpdir);
+  int err = dup(2), lf = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(lf, 2);
+  proc a = client_start();
+  dup2(err, 2);
+  close(err), close(lf);
+  client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  unlink(sock_path);
+  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
+  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(chown(sock_path, 65534, 65534), 0); /* another user's socket */
+  ck_assert_int_eq(listen(lfd, 4), 0);
+  struct pollfd pf = {.fd = lfd, .events = POLLIN};
+  ck_assert_msg(poll(&pf, 1, 3000) == 0, "the client connected to a socket of uid 65534"); /* it retries every second */
+  close(lfd);
+  unlink(sock_path);
+  launch_daemon();
+  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2); /* the real one: reconnected, its 2 chunks handed over */
+  ck_assert_int_eq(client_finish(&a), 0);
+  char said[16384] = "";
+  FILE *f = fopen(logpath, "r");
+  ck_assert_ptr_nonnull(f);
+  said[fread(said, 1, sizeof said - 1, f)] = 0;
+  fclose(f);
+  ck_assert_msg(strstr(said, "not trusted"), "%s", said);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("elastic");
   TCase *tc = tcase_create("lake");
@@ -972,6 +1013,7 @@ int main(void) {
   tcase_set_timeout(rc, 60);
   tcase_add_checked_fixture(rc, harness_setup, NULL);
   tcase_add_test(rc, test_reconnect_failure_says_why);
+  tcase_add_test(rc, test_reconnect_checks_the_socket);
   suite_add_tcase(s, rc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
