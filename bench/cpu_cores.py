@@ -4,15 +4,9 @@ and spread. The trainings of `accept:W` are bound by Python's kernel launches, a
 differ by up to 1.7x in this probe: this tells whether the slow runs are slow cores (then
 GMLAKE_BENCH_CPUS=LO-HI on the fast ones makes runs comparable) or slow moments.
   python3 bench/cpu_cores.py [ROUNDS]"""
-import os, statistics, sys, time
+import os, statistics, sys
 
-
-def probe():
-    t = time.perf_counter()
-    x = 0
-    for i in range(20000):
-        x += i * i
-    return (time.perf_counter() - t) * 1e6
+from torch_bench import core_speeds
 
 
 def main():
@@ -20,11 +14,8 @@ def main():
     cores = sorted(os.sched_getaffinity(0))
     res = {c: [] for c in cores}
     for _ in range(rounds):
-        for c in cores:
-            os.sched_setaffinity(0, [c])
-            v = [probe() for _ in range(60)]
-            res[c].append(statistics.median(v[10:]))
-    os.sched_setaffinity(0, cores)
+        for c, v in core_speeds(60, skip=10).items():
+            res[c].append(v)
     for c in cores:
         r = res[c]
         print("core %3d: probe median %7.1f us  (rounds %s)" % (c, statistics.median(r), " ".join("%.0f" % x for x in r)))

@@ -30,6 +30,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(1, HERE)
+from torch_bench import cpu_probe  # noqa: E402  (torch_bench's CPU probe: ~900 us on a fast core of the H100 host)
 GiB = 1 << 30
 
 
@@ -87,15 +89,6 @@ def taker_main(nbytes):
                       "mapcall_s": g("map_call_ns") / 1e9, "access_s": g("access_ns") / 1e9,
                       "streamed": g("chunks_streamed"), "chunks": g("chunks_leased"),
                       "cpu_probe_us": round(probe, 1), "cpu": cpu, "cpu_after": last_cpu()}), flush=True)
-
-
-def cpu_probe():
-    """torch_bench's CPU probe: a fixed pure-Python loop, in us (~900 on a fast core of the H100 host)"""
-    t = time.perf_counter()
-    x = 0
-    for i in range(20000):
-        x += i * i
-    return (time.perf_counter() - t) * 1e6
 
 
 def last_cpu():

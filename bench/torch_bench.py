@@ -209,15 +209,21 @@ def fastest_cores(k):
     found cores of the H100 host 1.2-1.9x slower than the others, the same ones call after call:
     a run's Python thread landing on one made its steps that much slower, whatever the allocator).
     Every configuration is pinned the same way, so the comparison stays fair."""
+    speed = core_speeds(25)
+    best = sorted(speed, key=lambda c: speed[c])[:k]
+    return sorted(best), [round(speed[c], 1) for c in sorted(best)], round(max(speed.values()), 1)
+
+
+def core_speeds(n, skip=0):
+    """{core: median of the CPU probe's n runs (the first skip left out), pinned to that core},
+    over the cores this process may use; its affinity as it was after."""
     cores = sorted(os.sched_getaffinity(0))
     speed = {}
     for c in cores:
         os.sched_setaffinity(0, [c])
-        v = sorted(cpu_probe() for _ in range(25))
-        speed[c] = v[len(v) // 2]
+        speed[c] = statistics.median([cpu_probe() for _ in range(n)][skip:])
     os.sched_setaffinity(0, cores)
-    best = sorted(cores, key=lambda c: speed[c])[:k]
-    return sorted(best), [round(speed[c], 1) for c in sorted(best)], round(max(speed.values()), 1)
+    return speed
 
 
 def cpu_probe():

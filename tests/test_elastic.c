@@ -891,16 +891,11 @@ static void fake_daemon_answer(int lfd, char how) {
   close(s);
 }
 
-/* A reconnection whose hello fails says why: refused as the daemon was full,
- * the hello answered by an error, a daemon of another chunk size. Before, a
- * refusal said nothing at all (its error frame, of seq 0, was dropped while
- * waiting for the hello's reply) and an error answer was logged as "not the
- * one we held chunks of (no hello reply): not reconnecting" (it was, there
- * was a reply, and it tried again); the real daemon back, it reconnects. */
-START_TEST(test_reconnect_failure_says_why) {
+/* The reconnection tests' start: a client whose stderr (its log) goes to
+ * logpath holds 2 chunks, then its daemon is SIGKILLed and its socket gone. */
+static proc client_then_daemon_killed(char *logpath, size_t len) {
   start_daemon("--limit 16MiB --prefetch 0");
-  char logpath[128];
-  snprintf(logpath, sizeof logpath, "%s/client.log", tmpdir);
+  snprintf(logpath, len, "%s/client.log", tmpdir);
   int err = dup(2), lf = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ck_assert_int_ge(lf, 0);
   dup2(lf, 2); /* the client's stderr, its log */
@@ -912,25 +907,52 @@ START_TEST(test_reconnect_failure_says_why) {
   kill(daemon_pid, SIGKILL);
   waitpid(daemon_pid, NULL, 0);
   unlink(sock_path);
+  return a;
+}
+
+/* A listener at the dead daemon's socket path, the file given to uid owner (-1: root's). */
+static int listen_at_socket(int owner) {
   int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
   ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+  if (owner >= 0) ck_assert_int_eq(chown(sock_path, (uid_t)owner, (gid_t)owner), 0);
   ck_assert_int_eq(listen(lfd, 4), 0);
-  fake_daemon_answer(lfd, 'r');
-  fake_daemon_answer(lfd, 'e');
-  fake_daemon_answer(lfd, 'c');
+  return lfd;
+}
+
+/* The listener gone, the real daemon back: the client reconnects and hands its 2 chunks over. */
+static void real_daemon_back(int lfd) {
   close(lfd);
   unlink(sock_path);
   launch_daemon();
-  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2); /* the real one: reconnected, its 2 chunks handed over */
+  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2);
+}
+
+static void read_log(const char *path, char *said, size_t len) {
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  said[fread(said, 1, len - 1, f)] = 0;
+  fclose(f);
+}
+
+/* A reconnection whose hello fails says why: refused as the daemon was full,
+ * the hello answered by an error, a daemon of another chunk size. Before, a
+ * refusal said nothing at all (its error frame, of seq 0, was dropped while
+ * waiting for the hello's reply) and an error answer was logged as "not the
+ * one we held chunks of (no hello reply): not reconnecting" (it was, there
+ * was a reply, and it tried again); the real daemon back, it reconnects. */
+START_TEST(test_reconnect_failure_says_why) {
+  char logpath[128], said[16384] = "";
+  proc a = client_then_daemon_killed(logpath, sizeof logpath);
+  int lfd = listen_at_socket(-1);
+  fake_daemon_answer(lfd, 'r');
+  fake_daemon_answer(lfd, 'e');
+  fake_daemon_answer(lfd, 'c');
+  real_daemon_back(lfd);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 1");
   ck_assert_int_eq(client_finish(&a), 0);
-  char said[16384] = "";
-  FILE *f = fopen(logpath, "r");
-  ck_assert_ptr_nonnull(f);
-  said[fread(said, 1, sizeof said - 1, f)] = 0;
-  fclose(f);
+  read_log(logpath, said, sizeof said);
   ck_assert_msg(strstr(said, "refused the connection: too many connections (max-clients)"), "%s", said);
   ck_assert_msg(strstr(said, "refused our hello: protocol version 1 not supported (daemon speaks 9)"), "%s", said);
   ck_assert_msg(strstr(said, "it serves host chunks of 4.00 MiB, we hold host chunks of 2.00 MiB"), "%s", said);
@@ -946,37 +968,14 @@ END_TEST
  * (discover.c). Before, a plain connect: a socket of another user at the path
  * (here one owned by nobody) got the hello, and would have got the fds. */
 START_TEST(test_reconnect_checks_the_socket) {
-  start_daemon("--limit 16MiB --prefetch 0");
-  char logpath[128];
-  snprintf(logpath, sizeof logpath, "%s/client.log", tmpdir);
-  int err = dup(2), lf = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  dup2(lf, 2);
-  proc a = client_start();
-  dup2(err, 2);
-  close(err), close(lf);
-  client_ready(&a);
-  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
-  kill(daemon_pid, SIGKILL);
-  waitpid(daemon_pid, NULL, 0);
-  unlink(sock_path);
-  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
-  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-  ck_assert_int_eq(chown(sock_path, 65534, 65534), 0); /* another user's socket */
-  ck_assert_int_eq(listen(lfd, 4), 0);
+  char logpath[128], said[16384] = "";
+  proc a = client_then_daemon_killed(logpath, sizeof logpath);
+  int lfd = listen_at_socket(65534); /* another user's socket */
   struct pollfd pf = {.fd = lfd, .events = POLLIN};
   ck_assert_msg(poll(&pf, 1, 3000) == 0, "the client connected to a socket of uid 65534"); /* it retries every second */
-  close(lfd);
-  unlink(sock_path);
-  launch_daemon();
-  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2); /* the real one: reconnected, its 2 chunks handed over */
+  real_daemon_back(lfd);
   ck_assert_int_eq(client_finish(&a), 0);
-  char said[16384] = "";
-  FILE *f = fopen(logpath, "r");
-  ck_assert_ptr_nonnull(f);
-  said[fread(said, 1, sizeof said - 1, f)] = 0;
-  fclose(f);
+  read_log(logpath, said, sizeof said);
   ck_assert_msg(strstr(said, "not trusted"), "%s", said);
   ck_assert_int_eq(stop_daemon(), 0);
 }
