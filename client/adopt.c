@@ -10,7 +10,6 @@
 #include "log.h"
 #include "util.h"
 #include "wire.h"
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +32,7 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
   if (rc) return rc;
   int sent = gml_wire_send(sock, frame, len, fds, nfds);
   free(frame);
-  struct pollfd pf = {.fd = sock, .events = POLLIN};
-  if (sent && poll(&pf, 1, 0) != 1) return sent;
+  if (sent && !gml_wire_refusal_waits(sock)) return sent; /* else a refusal's reason waits: read it */
   for (;;) {
     int rfds[GML_MAX_LEASE_CHUNKS], rn = 0;
     if ((rc = gml_wire_recv(sock, reply, rfds, &rn, GML_MAX_LEASE_CHUNKS))) return sent ? sent : rc;

@@ -14,7 +14,6 @@
 #include "util.h"
 #include "wire.h"
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +79,8 @@ static int conn_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlak
   if (rc) return rc;
   rc = gml_wire_send(c->sock, frame, len, NULL, 0);
   free(frame);
-  /* a refused connection's reason may wait unread behind a failed send (the daemon
-   * closed first: EPIPE): read what is there (if a reply is wanted) before giving up */
-  int sent = rc;
-  if (sent && (!nfds || poll(&(struct pollfd){.fd = c->sock, .events = POLLIN}, 1, 0) != 1)) goto gone;
+  int sent = rc; /* failed: a refusal's reason may wait all the same (wire.h), read if a reply is wanted */
+  if (sent && (!nfds || !gml_wire_refusal_waits(c->sock))) goto gone;
   if (!sent && !want_reply) return 0;
   for (;;) {
     Gmlake__Envelope *in;

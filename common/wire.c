@@ -5,6 +5,7 @@
 #include "wire.h"
 #include "gmlake.h"
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -105,6 +106,8 @@ static int recv_exact(int sock, uint8_t *buf, size_t len, int *fds, int *nfds, i
   }
   return 0;
 }
+
+int gml_wire_refusal_waits(int sock) { return poll(&(struct pollfd){.fd = sock, .events = POLLIN}, 1, 0) == 1; }
 
 int gml_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int maxfds) {
   uint8_t hdr[4];

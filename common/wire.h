@@ -35,6 +35,11 @@ int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);
 /* Send a whole frame and its fds (fds go with the first byte). Blocking
  * sockets only; returns 0 or GML_EDAEMON/GML_ESYS. */
 int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds);
+/* After a send that failed: 1 when a frame waits to be read all the same. A
+ * daemon that refuses a connection sends why (an Error of seq 0) and closes;
+ * if it closed before our first send, that send fails (EPIPE) with the reason
+ * still unread: the caller receives it rather than giving up. */
+int gml_wire_refusal_waits(int sock);
 /* One sendmsg; returns bytes sent (>= 0), GML_EAGAIN when it would block,
  * GML_EDAEMON when the peer is gone, else GML_ESYS (errno says why). For
  * non-blocking senders. */
