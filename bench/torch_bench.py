@@ -11,6 +11,8 @@ gmlake_daemon needs a daemon: `table` starts one (GMLAKED=path to gmlaked).
 """
 import json, os, random, statistics, subprocess, sys, tempfile, time
 
+T0 = time.time()  # the process's start: setup_s in a run's result is the time to its first step
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
@@ -152,7 +154,7 @@ def run_one(workload, config, steps=None):
         min_free[0] = min(min_free[0], torch.cuda.mem_get_info()[0])
     res = dict(workload=workload, config=config, ms_per_step=round(statistics.median(times), 2),
                ms_mean=round(statistics.mean(times), 2),
-               losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1),
+               losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1), setup_s=round(t_start - T0, 1),
                driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None,
                steps=trace, cpu_probe_us=round(statistics.median(probe[2:] or probe), 1))
     if config.startswith("gmlake"):
