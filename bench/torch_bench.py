@@ -100,8 +100,20 @@ def run_one(workload, config, steps=None):
             return 0.0
         return step, 12
 
+    def alloc_steady():
+        # the per-call cost once the cache holds every layout: 20,000 torch.empty + free per step
+        # of sizes that repeat (512 B .. 8 MiB), 64 live; after the first step nothing is mapped,
+        # so ms/step / 20 is the microseconds one allocate + free takes, PyTorch's own share included
+        sizes = [rng.choice([512, 4096, 65536, 262144, 1 << 20, 2 << 20, 4 << 20, 8 << 20]) for _ in range(64)]
+        live = [None] * 64
+        def step(i):
+            for k in range(20000):
+                live[k % 64] = torch.empty(sizes[(k + k // 64) % 64], dtype=torch.uint8, device=dev)
+            return 0.0
+        return step, 12
+
     step, n = {"gpt2_ckpt": gpt2_ckpt, "llama_lora": llama_lora, "vit_train": vit_train,
-               "alloc_micro": alloc_micro}[workload]()
+               "alloc_micro": alloc_micro, "alloc_steady": alloc_steady}[workload]()
     # GMLAKE_BENCH_STEPS=N: N steps instead of the workload's default (the same shapes first,
     # then more drawn from the same generator: a longer run of the same training)
     n = steps or int(os.environ.get("GMLAKE_BENCH_STEPS", "0")) or n
@@ -168,6 +180,7 @@ def run_one(workload, config, steps=None):
     else:
         st = torch.cuda.memory_stats()
         res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])
+    res["allocs"] = torch.cuda.memory_stats().get("allocation.all.allocated")  # allocations in the run
     res["threads"] = thread_cpu()
     res["frag"] = round(1 - res["peak_allocated"] / res["peak_reserved"], 4)
     res["ratio"] = round(res["peak_reserved"] / res["peak_allocated"], 4)
