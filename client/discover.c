@@ -18,9 +18,7 @@
 
 int gml_daemon_candidates(int device, const char *named, char out[][GML_PATH_MAX]) {
   if (named && *named) { /* "%d" in it stands for the device: one setting for every GPU of a process */
-    const char *d = strstr(named, "%d");
-    if (d) snprintf(out[0], GML_PATH_MAX, "%.*s%d%s", (int)(d - named), named, device, d + 2);
-    else snprintf(out[0], GML_PATH_MAX, "%s", named);
+    gml_socket_of_device(named, device, out[0], GML_PATH_MAX);
     return 1;
   }
   int n = 0;

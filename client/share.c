@@ -387,6 +387,29 @@ static int remap_onto(gml_growable *g, gml_growable *t, size_t n) {
               at, n, gml_strerror(rc), lost);
 }
 
+/* The key a dedup publishes under: the whole hash, so two hashes that differ
+ * anywhere get two keys (the first 32 bytes only, two hashes sharing them
+ * took one key: the second's publish was GML_EEXIST, its dedup failed).
+ * "dedup-<hex>" while that fits a key (hashes up to 60 bytes: SHA-256's key
+ * as before), else "dedup-b64-<base64url>" (61 to 64 bytes: SHA-512), which
+ * no hex key can equal ('-' is no hex digit). */
+#define DEDUP_HEX_MAX ((GML_SHARE_KEY_MAX - 6) / 2)
+_Static_assert(10 + (GML_SHARE_HASH_MAX * 4 + 2) / 3 <= GML_SHARE_KEY_MAX, "a dedup key holds the whole hash");
+static void dedup_key(char key[GML_SHARE_KEY_MAX + 1], const uint8_t *h, size_t n) {
+  static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  if (n <= DEDUP_HEX_MAX) {
+    size_t k = (size_t)sprintf(key, "dedup-");
+    for (size_t i = 0; i < n; i++) k += (size_t)sprintf(key + k, "%02x", h[i]);
+    return;
+  }
+  size_t k = (size_t)sprintf(key, "dedup-b64-");
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)h[i] << 16 | (i + 1 < n ? (uint32_t)h[i + 1] << 8 : 0) | (i + 2 < n ? h[i + 2] : 0);
+    for (size_t j = 0; j < 4 && j <= GML_MIN(n - i, (size_t)3); j++) key[k++] = b64[(v >> (18 - 6 * j)) & 63];
+  }
+  key[k] = 0;
+}
+
 int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, int *deduped) {
   if (!g) return GML_EINVAL;
   gml_client *c = g->c;
@@ -404,8 +427,8 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
     int fds[GML_MAX_LEASE_CHUNKS], nfds;
     int rc = attach_call(c, NULL, hash, hash_len, 0, 0, &r, fds, &nfds);
     if (rc == GML_ENOENT) { /* nobody has it: publish ours, for the next ones */
-      char key[2 * 32 + 8] = "dedup-";
-      for (size_t i = 0; i < GML_MIN(hash_len, (size_t)32); i++) sprintf(key + 6 + 2 * i, "%02x", ((const uint8_t *)hash)[i]);
+      char key[GML_SHARE_KEY_MAX + 1];
+      dedup_key(key, hash, hash_len);
       gml_share_opts o = {.hash = hash, .hash_len = hash_len};
       rc = gml_share(g, size, key, &o);
       if (rc == GML_EEXIST) continue; /* another process published it meanwhile: compare with theirs */

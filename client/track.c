@@ -231,7 +231,7 @@ int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, vo
       rc = GML_ENOMEM;
       goto out;
     }
-    int64_t ooms = c->ctr.ooms;
+    int64_t ooms = c->ctr.ooms; /* track_lock held to the compare below, as at every ooms++: no other thread's OOM between */
     rc = alloc_with_retry(c, size, stream, &p);
     note_reserved(c);
     if (rc) {

@@ -28,7 +28,11 @@ struct gml_backend_ops {
   /* Whether fd (any access mode) is the same chunk as phys, held here: 1
    * yes, 0 no. NULL: the backend cannot tell (cuda). */
   int (*chunk_same)(gml_backend *be, gml_phys phys, int fd);
-  /* Reserve/free a virtual range (size a multiple of chunk_size, chunk-aligned). */
+  /* Reserve/free a virtual range (size a multiple of chunk_size), aligned to
+   * the largest power of two dividing chunk_size, not to chunk_size (the
+   * driver takes only powers of two): 6 MiB chunks start on 2 MiB. The host
+   * backend never returns a chunk-aligned range for such a chunk, so nothing
+   * may count on one. */
   int (*va_reserve)(gml_backend *be, size_t size, uintptr_t *va);
   void (*va_free)(gml_backend *be, uintptr_t va, size_t size);
   /* Map one chunk at va; set_access makes a mapped range usable (batched:

@@ -109,13 +109,18 @@ static void host_chunk_release(gml_backend *be, gml_phys phys) {
 }
 
 static int host_va_reserve(gml_backend *be, size_t size, uintptr_t *va) {
-  /* Over-reserve by one chunk, then trim, to get a chunk-aligned start. */
-  size_t cs = be->chunk_size;
-  void *p = mmap(NULL, size + cs, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  /* Aligned as cuda_va_reserve aligns (the largest power of two dividing the
+   * chunk: 2 MiB for 6 MiB chunks), and for a chunk that is no power of two
+   * never chunk-aligned, as the driver may well give: code that takes a
+   * range for chunk-aligned breaks here, on the host, not on the GPU only.
+   * Over-reserve by two alignments, then trim. */
+  size_t cs = be->chunk_size, align = cs & (~cs + 1), extra = 2 * align;
+  void *p = mmap(NULL, size + extra, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return GML_ENOMEM;
-  uintptr_t start = (uintptr_t)p, aligned = (start + cs - 1) / cs * cs;
+  uintptr_t start = (uintptr_t)p, end = start + size + extra, aligned = (start + align - 1) / align * align;
+  if (align != cs && aligned % cs == 0) aligned += align;
   if (aligned > start) munmap(p, aligned - start);
-  if (aligned + size < start + size + cs) munmap((void *)(aligned + size), start + size + cs - aligned - size);
+  if (aligned + size < end) munmap((void *)(aligned + size), end - aligned - size);
   *va = aligned;
   return 0;
 }

@@ -109,6 +109,20 @@ void gml_client_control_url(int device, char *buf, size_t len) {
   gml_default_control_url(device, buf, len);
 }
 
+void gml_socket_of_device(const char *path, int device, char *out, size_t len) {
+  const char *d = strstr(path, "%d");
+  if (d) snprintf(out, len, "%.*s%d%s", (int)(d - path), path, device, d + 2);
+  else snprintf(out, len, "%s", path);
+}
+
+void gml_control_url_beside(const char *socket_path, int device, char *buf, size_t len) {
+  char cwd[256] = "";
+  if (socket_path[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0; /* an ipc:// URL that works from anywhere */
+  const char *slash = strrchr(socket_path, '/');
+  int dirlen = slash ? (int)(slash - socket_path) : 0;
+  snprintf(buf, len, "ipc://%s%s%.*s/gmlake-%d.ctl", cwd, cwd[0] && dirlen ? "/" : "", dirlen, socket_path, device);
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;

@@ -34,6 +34,14 @@ void gml_default_control_url(int device, char *buf, size_t len);
  * ipc:///run/gmlake/gmlake-N.ctl when it exists (whether or not the caller
  * may write there), else the default above. */
 void gml_client_control_url(int device, char *buf, size_t len);
+/* "%d" in a socket path stands for the device (GMLAKE_SOCKET's rule: one
+ * setting for every GPU of a process): path with it replaced, into out. */
+void gml_socket_of_device(const char *path, int device, char *out, size_t len);
+/* The control endpoint of a daemon given a socket and no --control:
+ * ipc://<the socket's directory>/gmlake-N.ctl (a relative socket path taken
+ * from the working directory). gmlaked picks it; gmlakectl finds it from
+ * GMLAKE_SOCKET, as the client library finds the socket. */
+void gml_control_url_beside(const char *socket_path, int device, char *buf, size_t len);
 /* Who a quota binds, as gmlakectl's `quota` and gmlaked's `quota` option
  * write it: "PID", "uid:UID" or "cgroup:/PATH" (the path as /proc/PID/cgroup
  * gives it, below GML_QUOTA_CGROUP_MAX bytes). Sets *kind, *key (the pid or

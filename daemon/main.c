@@ -195,14 +195,8 @@ int main(int argc, char **argv) {
   /* the control endpoint defaults to the socket's directory: a daemon given
    * only --socket put it in /run/gmlake, beside (or in place of) the system
    * daemon's */
-  if (!c->control_url[0] && c->socket_path[0]) {
-    char cwd[256] = "";
-    if (c->socket_path[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0; /* an ipc:// URL that works from anywhere */
-    const char *slash = strrchr(c->socket_path, '/');
-    int dirlen = slash ? (int)(slash - c->socket_path) : 0;
-    snprintf(c->control_url, sizeof c->control_url, "ipc://%s%s%.*s/gmlake-%d.ctl", cwd, cwd[0] && dirlen ? "/" : "", dirlen,
-             c->socket_path, c->device);
-  }
+  if (!c->control_url[0] && c->socket_path[0])
+    gml_control_url_beside(c->socket_path, c->device, c->control_url, sizeof c->control_url);
   if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
   if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
   if (!c->socket_path[0] || !c->control_url[0]) {

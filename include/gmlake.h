@@ -300,7 +300,8 @@ GML_API int gml_attach(gml_client *c, const char *key, gml_growable **out, size_
  * bytes equal g's (compared, not
  * only the hash), g's chunks are replaced in place by the share's (the base
  * stays; g becomes read-only; its own chunks go back) and *deduped = 1;
- * if none exists, g is published under "dedup-<hex of hash>" and *deduped = 0.
+ * if none exists, g is published under "dedup-<hex of hash>" (a hash of over
+ * 60 bytes: "dedup-b64-<its base64url>", a key holds 127) and *deduped = 0.
  * GML_EMISMATCH: the published content with that hash differs (g unchanged). */
 GML_API int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, int *deduped);
 

@@ -92,6 +92,32 @@ echo close | GMLAKE_SOCKET="$p/gpus/gmlake-5.sock" "$TC" "default:6" >"$p/out" 2
 grep -q "the daemon serves device 5, not device 6" "$p/err" || fail "unclear error: $(cat "$p/err")"
 echo "  device 6's client and device 5's daemon: refused: $(grep -m1 "serves device" "$p/err" | cut -c1-140)..."
 
+# 4c. gmlakectl --device N and a private daemon given only --socket PATH: its control endpoint is
+#     beside the socket (gmlake-N.ctl there), found from GMLAKE_SOCKET as clients find the socket
+#     (gmlakectl looked in /run/gmlake and XDG_RUNTIME_DIR only, and said only "does not exist");
+#     device 62: no system daemon (gmlaked@N of a GPU host) answers for it
+mkdir "$p/priv62" "$p/xdg62" && chmod 700 "$p/priv62" "$p/xdg62"
+"$(pwd)/$BUILD/gmlaked" --backend host --device 62 --socket "$p/priv62/gmlake-62.sock" --limit 64MiB --log-level warn 2>"$p/d62.log" &
+pids="$pids $!"
+for _ in $(seq 100); do [ -S "$p/priv62/gmlake-62.ctl" ] && break; sleep 0.05; done
+[ -S "$p/priv62/gmlake-62.ctl" ] || fail "gmlaked --socket alone made no $p/priv62/gmlake-62.ctl: $(cat "$p/d62.log")"
+GMLAKE_SOCKET="$p/priv62/gmlake-%d.sock" "$BUILD/gmlakectl" --device 62 --json stats >"$p/out" 2>"$p/err" ||
+  fail "gmlakectl --device 62 did not find the daemon beside GMLAKE_SOCKET: $(cat "$p/err")"
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["limit_bytes"] == 64 << 20' "$p/out" ||
+  fail "gmlakectl --device 62 --json stats: $(cat "$p/out")"
+GMLAKE_SOCKET="$p/priv62/gmlake-62.sock" "$BUILD/gmlakectl" stats >/dev/null 2>"$p/err" &&
+  fail "gmlakectl without --device reached device 62's daemon through a GMLAKE_SOCKET without %d"
+grep -q "$p/priv62/gmlake-0.ctl does not exist" "$p/err" || fail "unclear error: $(cat "$p/err")"
+echo "  gmlakectl --device 62, GMLAKE_SOCKET=.../gmlake-%d.sock: the daemon started with --socket alone, found beside it"
+if env -u GMLAKE_SOCKET -u GMLAKE_CONTROL XDG_RUNTIME_DIR="$p/xdg62" "$BUILD/gmlakectl" --device 62 stats >"$p/out" 2>"$p/err"; then
+  fail "gmlakectl --device 62 found a daemon nobody told it of: $(cat "$p/out")"
+fi
+for want in "/run/gmlake/gmlake-62.ctl" "$p/xdg62/gmlake-62.ctl" "--socket PATH and no --control serves ipc://<PATH's directory>/gmlake-62.ctl" \
+            "give that as --control, or set GMLAKE_SOCKET=PATH"; do
+  W="$want" awk 'index($0, ENVIRON["W"]) { f = 1 } END { exit !f }' "$p/err" || fail "gmlakectl's error lacks '$want': $(cat "$p/err")"
+done
+echo "  without GMLAKE_SOCKET: $(cut -c1-200 "$p/err")..."
+
 if [ "$(id -u)" = 0 ]; then
   # 5. as root: a socket owned by another user (not the directory's owner) is refused
   mkdir "$p/root" && chmod 755 "$p/root"

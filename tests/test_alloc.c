@@ -289,6 +289,28 @@ START_TEST(test_chunk_size_setting) {
 }
 END_TEST
 
+/* The host backend reserves as the cuda one does: aligned to the largest
+ * power of two dividing the chunk, and (a chunk that is no power of two)
+ * never to the chunk itself, so nothing above may count on a chunk-aligned
+ * range (it held on the host only, where ranges were chunk-aligned). */
+START_TEST(test_va_reserve_aligned_like_cuda) {
+  const size_t sizes[] = {2 * MiB, 4 * MiB, 6 * MiB, 10 * MiB, 12 * MiB, 14 * MiB};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t cs = sizes[i], align = cs & (~cs + 1);
+    ck_assert_int_eq(gml_backend_set_chunk_size(be, cs), 0);
+    uintptr_t va[8];
+    for (int k = 0; k < 8; k++) {
+      ck_assert_int_eq(be->ops->va_reserve(be, (size_t)(k + 1) * cs, &va[k]), 0);
+      ck_assert_msg(va[k] % align == 0, "chunk %zu: range at %#lx, not %zu-aligned", cs, (unsigned long)va[k], align);
+      ck_assert_msg(align == cs || va[k] % cs != 0, "chunk %zu: range at %#lx is chunk-aligned", cs,
+                    (unsigned long)va[k]);
+    }
+    for (int k = 0; k < 8; k++) be->ops->va_free(be, va[k], (size_t)(k + 1) * cs);
+  }
+  ck_assert_int_eq(gml_backend_set_chunk_size(be, 2 * MiB), 0);
+}
+END_TEST
+
 START_TEST(test_headroom_setting) {
   ck_assert(A.headroom_pct == GML_DEFAULT_HEADROOM_PCT);
   const struct { const char *env; double want; } cases[] = {{"5", 5}, {"0.5%", 0.5}, {"0", 0}, {"junk", 2}, {"-1", 2}, {"101", 2}, {"3x", 2}};
@@ -391,6 +413,7 @@ Suite *alloc_suite(void) {
   tcase_add_test(tc, test_no_headroom_stitches);
   tcase_add_loop_test(tc, test_randomized_against_model, 0, 3);
   tcase_add_test(tc, test_chunk_size_setting);
+  tcase_add_test(tc, test_va_reserve_aligned_like_cuda);
   tcase_add_test(tc, test_headroom_setting);
   suite_add_tcase(s, tc);
   return s;

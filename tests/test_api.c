@@ -9,6 +9,7 @@
 #include "wire.h"
 #include <check.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,46 @@ START_TEST(test_va_size_bound_message) {
 }
 END_TEST
 
+/* Threads allocating on one client at once, each holding a block while it
+ * asks for the next: num_ooms counts each failed allocation exactly once.
+ * (gml_alloc_ex snapshots num_ooms to tell its own OOM from another cause;
+ * that read, the compare and every increment are under track_lock.) */
+enum { OOM_THREADS = 4, OOM_ROUNDS = 300 };
+static gml_client *oom_client;
+static int oom_failed;
+static void *oom_worker(void *arg) {
+  (void)arg;
+  void *held = NULL; /* each thread holds a block while it asks for the next: 4 x 3-6 MiB > 8 MiB */
+  for (int i = 0; i < OOM_ROUNDS; i++) {
+    void *p = NULL;
+    int rc = gml_alloc(oom_client, (size_t)(3 + i % 4) << 20, 0, &p);
+    if (rc) {
+      ck_assert_int_eq(rc, GML_ENOMEM);
+      __atomic_fetch_add(&oom_failed, 1, __ATOMIC_RELAXED);
+    }
+    if (held) gml_free(oom_client, held);
+    held = p;
+  }
+  if (held) gml_free(oom_client, held);
+  return NULL;
+}
+START_TEST(test_oom_count_threads) {
+  unset_all();
+  gml_open_opts host = {.backend = "host", .mode = GML_MODE_EMBEDDED, .limit_bytes = 8 << 20};
+  ck_assert_int_eq(gml_open(&host, &oom_client), 0);
+  oom_failed = 0;
+  pthread_t t[OOM_THREADS];
+  for (int i = 0; i < OOM_THREADS; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, oom_worker, NULL), 0);
+  for (int i = 0; i < OOM_THREADS; i++) pthread_join(t[i], NULL);
+  gml_mem_stats m;
+  ck_assert_int_eq(gml_mem_stats_get(oom_client, &m), 0);
+  ck_assert_int_eq(m.num_ooms, oom_failed);
+  ck_assert_int_gt(oom_failed, 0); /* the load did fail some */
+  ck_assert_int_eq(m.allocation.current, 0);
+  gml_close(oom_client);
+}
+END_TEST
+
 /* Every error a call on a client returns comes with a message in
  * gml_last_error naming the call and what was wrong with which argument,
  * never the previous call's: gml_alloc(c, 0) showed the last OOM (a
@@ -478,6 +519,7 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_env_refused);
   tcase_add_test(tc, test_env_warned);
   tcase_add_test(tc, test_va_size_bound_message);
+  tcase_add_test(tc, test_oom_count_threads);
   tcase_add_test(tc, test_error_messages_name_the_argument);
   tcase_add_test(tc, test_backend_table);
   tcase_add_test(tc, test_torch_default_backend);

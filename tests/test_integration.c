@@ -374,6 +374,48 @@ START_TEST(test_share_attach) {
 }
 END_TEST
 
+/* gml_dedup publishes under a key of the whole hash: hashes that share their
+ * first 32 bytes (and differ past them) are two shares, hex keys up to 60
+ * bytes, base64url past them (the key was the hex of the first 32 bytes
+ * only: the second's publish found that key taken and its dedup failed). */
+START_TEST(test_dedup_key_whole_hash) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  const char *p32 = "0123456789abcdef0123456789abcdef", *p63 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde";
+  char hashes[4][80];
+  snprintf(hashes[0], sizeof hashes[0], "%s-one", p32);
+  snprintf(hashes[1], sizeof hashes[1], "%s-two", p32);
+  snprintf(hashes[2], sizeof hashes[2], "%sX", p63); /* 64 bytes: the most a hash may have */
+  snprintf(hashes[3], sizeof hashes[3], "%sY", p63);
+  proc c[4];
+  for (int i = 0; i < 4; i++) {
+    c[i] = client_start();
+    client_ready(&c[i]);
+    ck_assert_str_eq(strtok((char *)client_cmd(&c[i], "grow %d", 8 << 20), " "), "ok");
+    ck_assert_str_eq(client_cmd(&c[i], "gensure %d", 4 << 20), "ok");
+    share_tags(&c[i], 2, 20 + i); /* four different contents */
+    const char *r = client_cmd(&c[i], "dedup %d %s", 4 << 20, hashes[i]);
+    ck_assert_msg(!strcmp(r, "ok deduped 0"), "dedup with hash %s: '%s'", hashes[i], r);
+  }
+  ck_assert_int_eq(stat_num("chunks_shared"), 8);
+  char out[8192], key[160];
+  ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
+  for (int i = 0; i < 2; i++) { /* hex of the whole 36 bytes */
+    int k = snprintf(key, sizeof key, "\"key\":\"dedup-");
+    for (const char *h = hashes[i]; *h; h++) k += snprintf(key + k, sizeof key - (size_t)k, "%02x", (unsigned char)*h);
+    snprintf(key + k, sizeof key - (size_t)k, "\"");
+    ck_assert_msg(strstr(out, key), "no share %s in %s", key, out);
+  }
+  /* base64url of the 64 bytes: 86 characters, the last two of 'X' and 'Y' differ */
+  ck_assert_msg(strstr(out, "\"key\":\"dedup-b64-MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlWA\""),
+                "no base64 key of hash 3 in %s", out);
+  ck_assert_msg(strstr(out, "\"key\":\"dedup-b64-MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlWQ\""),
+                "no base64 key of hash 4 in %s", out);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(client_finish(&c[i]), 0);
+  ck_assert_int_eq(stat_num("chunks_shared"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* gml_dedup: the first publishes, a second with the same bytes maps the
  * first's chunks in place (its own go back), a third whose bytes differ
  * under the same hash (a forced collision) is refused and keeps its own. */
@@ -1130,6 +1172,7 @@ int main(void) {
   tcase_add_test(tc, test_growable_over_limit);
   tcase_add_test(tc, test_share_attach);
   tcase_add_test(tc, test_dedup);
+  tcase_add_test(tc, test_dedup_key_whole_hash);
   tcase_add_test(tc, test_share_other_user);
   tcase_add_test(tc, test_share_key_json);
   tcase_add_test(tc, test_share_outlives_connection);

@@ -38,6 +38,7 @@ typedef struct ctl {
   char **args;
   int nargs;
   Gmlake__CtlReply *reply; /* freed after the command */
+  const char *found_how;   /* how url was found when no --control named it: said when nothing is there */
 } ctl;
 
 /* An error: its text on stderr; with --json also {"error":{"code":..,"message":..}}
@@ -82,12 +83,13 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
   nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, 5000);
   if ((rv = nng_dial(s, url, NULL, 0)) != 0) {
     /* refused by the control socket's mode: say who may use it, as the client library does */
-    char hint[256] = "";
+    char hint[1024] = "";
     const char *path = !strncmp(url, "ipc://", 6) ? url + 6 : !strncmp(url, "unix://", 7) ? url + 7 : NULL;
     if (rv == NNG_EPERM && path && gml_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
     /* nng says "Connection refused" for a path where nothing is */
     if (rv == NNG_ECONNREFUSED && path && access(path, F_OK) && errno == ENOENT)
-      snprintf(hint, sizeof hint, " (%s does not exist: is the daemon running, with this control endpoint?)", path);
+      snprintf(hint, sizeof hint, " (%s does not exist: is the daemon running, with this control endpoint?%s)", path,
+               c->found_how ? c->found_how : "");
     ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s%s", url, nng_strerror(rv), hint, slots_hint(rv, url));
     nng_close(s);
     return NULL;
@@ -488,12 +490,29 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  char how[700] = "";
   if (!url[0]) { /* --device wins over GMLAKE_CONTROL */
+    const char *sock = gml_env(GML_ENV_SOCKET);
     if (gml_env(GML_ENV_CONTROL) && !device_given) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
-    else gml_client_control_url(device, url, sizeof url);
+    else if (sock && *sock) { /* the clients' daemon: its control endpoint where gmlaked --socket alone puts it */
+      char path[256];
+      gml_socket_of_device(sock, device, path, sizeof path);
+      gml_control_url_beside(path, device, url, sizeof url);
+      snprintf(how, sizeof how, " It is where gmlaked --socket %s puts it without --control (found from GMLAKE_SOCKET); "
+               "a daemon given --control URL: give gmlakectl --control URL", path);
+    } else {
+      gml_client_control_url(device, url, sizeof url);
+      const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
+      char xdg[300] = "";
+      if (x && *x == '/') snprintf(xdg, sizeof xdg, ", then %s/gmlake-%d.ctl", x, device);
+      snprintf(how, sizeof how, " Tried for device %d: /run/gmlake/gmlake-%d.ctl%s. A daemon started with --socket PATH "
+               "and no --control serves ipc://<PATH's directory>/gmlake-%d.ctl: give that as --control, or set "
+               "GMLAKE_SOCKET=PATH", device, device, xdg, device);
+    }
+    if (how[0]) c.found_how = how;
     if (!url[0]) {
       ctl_error(&c, GML_EDAEMON, "no daemon of device %d: /run/gmlake/gmlake-%d.ctl does not exist and XDG_RUNTIME_DIR is "
-                                 "unset (give --control)", device, device);
+                                 "unset (give --control).%s", device, device, how);
       return 1;
     }
   }
