@@ -56,6 +56,21 @@ done
 printf 'a 1 4096 0\nf 1\0junk\nf 1\n' > "$d/nul.trace" # its double free was missed: the NUL hid the next line
 refuses nul 'line 2 has a NUL byte'
 echo "  --json names a trace with \" and \\ as valid JSON; --check abc/-1/5x and a NUL byte in a line refused"
+# through the daemon of a device other than 0: --device names it (there was no way: every replay opened
+# device 0, which that daemon refuses); without it, the refusal says to give --device
+"$BUILD/gmlaked" --backend host --device 3 --socket "$d/d3.sock" --control "ipc://$d/d3.ctl" --limit 64MiB --prefetch 0 \
+  --log-level error 2> "$d/d3.log" &
+d3=$!
+for _ in $(seq 100); do [ -S "$d/d3.sock" ] && break; sleep 0.05; done
+printf 'a 1 4096 0\nf 1\n' > "$d/small.trace"
+"$BUILD/gmlake-replay" --daemon "$d/d3.sock" --device 3 --json "$d/small.trace" > "$d/out" 2> "$d/err" &&
+  grep -q '"mode":"daemon"' "$d/out" || { cat "$d/err" "$d/d3.log" >&2; echo "gmlake-replay --daemon --device 3 failed" >&2; kill $d3; exit 1; }
+if "$BUILD/gmlake-replay" --daemon "$d/d3.sock" "$d/small.trace" > "$d/out" 2> "$d/err" ||
+  ! grep -q -- "--device N names the daemon's device" "$d/err"; then
+  cat "$d/err" >&2; echo "gmlake-replay on device 3's daemon without --device did not say to give it" >&2; kill $d3; exit 1
+fi
+kill $d3; wait $d3 || true
+echo "  --daemon --device 3 replays through device 3's daemon; without --device the refusal names the option"
 rm -rf "$d"
 # The allocator's acceptance: fragmentation at peak <= 2% on every trace with the
 # host backend's 2 MiB chunks (issue 3), reserved <= 1.03x allocated with the cuda

@@ -1115,6 +1115,7 @@ START_TEST(test_ctl_errors) {
       {"stats --interval --json", "bad interval '--json'"},
       {"--json limit 101%", "from 1% to 100%"},
       {"limit 1000TiB --json", "more than the device's memory"},
+      {"limit 1MiB --json", "less than one chunk (2.00 MiB)"}, /* was the daemon's bare refusal, exit 1 */
   };
   for (size_t i = 0; i < sizeof usage_json / sizeof usage_json[0]; i++) {
     int urc = sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, usage_json[i].args);

@@ -324,6 +324,7 @@ static int cmd_limit(ctl *c) {
   }
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_STATS)) return 1;
   total = c->reply->stats->device_total_bytes;
+  uint64_t cs = c->reply->stats->chunk_size;
   gmlake__ctl_reply__free_unpacked(c->reply, NULL);
   c->reply = NULL;
   if (pct && gml_parse_size(a, total, &v)) {
@@ -334,6 +335,12 @@ static int cmd_limit(ctl *c) {
     char s1[32], s2[32];
     ctl_error(c, GML_EINVAL, "limit %s is more than the device's memory (%s): the lake can never hold it; give at most %s or 100%%",
               gml_format_bytes(v, s1, sizeof s1), gml_format_bytes(total, s2, sizeof s2), s2);
+    return 2;
+  }
+  if (cs && v < cs) { /* the daemon said only "limit below one chunk", exit 1, not the chunk's size */
+    char s1[32], s2[32];
+    ctl_error(c, GML_EINVAL, "limit %s is less than one chunk (%s): the lake holds whole chunks; give at least %s",
+              gml_format_bytes(v, s1, sizeof s1), gml_format_bytes(cs, s2, sizeof s2), s2);
     return 2;
   }
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;

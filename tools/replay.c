@@ -206,7 +206,8 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   gml_client *c;
   int rc = gml_open(oo, &c);
   if (rc) {
-    fprintf(stderr, "gmlake-replay: gml_open: %s\n", gml_strerror(rc));
+    fprintf(stderr, "gmlake-replay: gml_open: %s%s\n", gml_strerror(rc),
+            rc == GML_ENODEV && oo->mode == GML_MODE_DAEMON ? " (--device N names the daemon's device)" : "");
     gzclose(f);
     return 1;
   }
@@ -454,10 +455,12 @@ static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int wr
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET] [--json] [--check N] [--steps] TRACE...\n"
+          "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET [--device N]] [--json] [--check N] [--steps]\n"
+          "                     [--guard[=end|both]] [--guard-grain BYTES] TRACE...\n"
           "  Replays allocation traces through libgmlake-client and prints peak allocated,\n"
           "  peak reserved, fragmentation at peak (beside PyTorch's from the trace header)\n"
           "  and allocator latency. Embedded unless --daemon is given.\n"
+          "  --device N: the device the client opens (default 0): the daemon's (gmlaked --device N).\n"
           "  --steps: cut the trace into training steps and print the driver calls\n"
           "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n"
           "  --guard[=end|both]: guard mode (every block's end abuts an inaccessible guard;\n"
@@ -471,7 +474,7 @@ int main(int argc, char **argv) {
                                        {"json", no_argument, 0, 'j'},          {"check", required_argument, 0, 'c'},
                                        {"help", no_argument, 0, 'h'},          {"steps", no_argument, 0, 's'},
                                        {"guard", optional_argument, 0, 'g'},   {"guard-grain", required_argument, 0, 'G'},
-                                       {0, 0, 0, 0}};
+                                       {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
   gml_open_opts oo = {0};
   oo.backend = "host";
   oo.mode = GML_MODE_EMBEDDED;
@@ -494,6 +497,16 @@ int main(int argc, char **argv) {
       }
       oo.guard_grain = (size_t)grain;
       break;
+    case 'D': {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (end == optarg || *end || v < 0 || v > 1023) {
+        fprintf(stderr, "gmlake-replay: --device %s: a device index from 0 to 1023 was expected\n", optarg);
+        return 2;
+      }
+      oo.device = (int)v;
+      break;
+    }
     case 'b': oo.backend = optarg; break;
     case 'd': oo.socket_path = optarg, oo.mode = GML_MODE_DAEMON; break;
     case 'j': json = 1; break;
