@@ -140,7 +140,12 @@ static int other_users_key(const char *key) {
 static int check_key(gml_client *c, const char *what, const char *key, int attach) {
   if (!key) return fail(c, GML_EINVAL, "%s: key is NULL", what);
   size_t bad;
-  if (gml_share_key_ok(key, &bad) || (attach && other_users_key(key))) return 0;
+  int ok = gml_share_key_ok(key, &bad);
+  if (ok && (attach || !strchr(key, '@'))) return 0;
+  if (attach && other_users_key(key)) return 0;
+  if (ok) /* a published key: no '@', which would read as another user's share */
+    return fail(c, GML_EINVAL, "%s: the key '%s' has a '@': NAME@UID names user UID's share NAME, so a published key has none",
+                what, key);
   const char *other = attach ? " (another user's share: NAME@UID)" : "";
   if (bad != SIZE_MAX)
     return fail(c, GML_EINVAL, "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)%s",

@@ -185,6 +185,7 @@ static const char *check_share(session *s, const Gmlake__ShareRequest *r, uint32
   gmld *d = s->d;
   size_t n = r->n_chunk_ids;
   if (!gml_share_key_ok(r->key, NULL)) return "share key empty, too long or not printable";
+  if (strchr(r->key, '@')) return "share key has a '@' (NAME@UID names another user's share)";
   if (n < 1 || r->size == 0 || r->size > (uint64_t)n * d->lk.cs || r->size <= (uint64_t)(n - 1) * d->lk.cs)
     return "share size does not match its chunks";
   if (r->content_hash.len > SHARE_HASH_MAX || r->meta.len > SHARE_META_MAX || r->n_allow_uids > SHARE_UIDS_MAX)

@@ -281,7 +281,8 @@ typedef struct gml_share_opts {
 } gml_share_opts;
 /* Publish [0, size) of g: those chunks must be mapped; chunks past them are
  * unmapped and given back first. g becomes read-only. opts may be NULL.
- * key: 1 to 127 bytes of '!' to '~' (no space or control); at most 64
+ * key: 1 to 127 bytes of '!' to '~' (no space or control) and no '@' (NAME@UID
+ * names user UID's share NAME); at most 64
  * allow_uids; else GML_EINVAL, gml_last_error saying which.
  * GML_EEXIST: this user has a share of that key (or hash) already. */
 GML_API int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opts *opts);

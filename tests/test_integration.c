@@ -309,6 +309,10 @@ START_TEST(test_share_attach) {
                    "err -3 gml_share 'many': 65 allow_uids, at most 64 (or allow_any_uid)");
   ck_assert_str_eq(client_cmd(&c, "share big %d", 6 << 20), "err -3 gml_share: size 6291456: 1 to the range's 4194304 bytes");
   ck_assert_str_eq(client_cmd(&c, "attach"), "err -3 gml_attach: key is NULL or empty");
+  /* a published key has no '@': "weights@1001" would read as user 1001's share "weights" */
+  ck_assert_str_eq(client_cmd(&c, "share weights@1001 %d", 2 << 20),
+                   "err -3 gml_share: the key 'weights@1001' has a '@': NAME@UID names user UID's share NAME, so a "
+                   "published key has none");
   /* an attach's key too, where the daemon said only "no share" (GML_ENOENT) for a key with a space or of
    * 200 bytes; NAME@UID (another user's share) passes with NAME up to 127 bytes, and the daemon answers */
   ck_assert_str_eq(client_cmd(&c, "attach %s", longkey), "err -3 gml_attach: a key of 200 bytes: a key is 1 to 127 "
