@@ -81,6 +81,9 @@ static uint64_t config_limit(const gmld *d, const gmld_config *c) {
   const char *lim = c->limit[0] ? c->limit : gml_backend_default_limit(d->be);
   uint64_t limit;
   if (gml_parse_size(lim, d->device_total, &limit) || limit < d->be->chunk_size) return 0;
+  if (d->device_total && limit > d->device_total) /* allowed (gmlakectl refuses it): said, as nothing else would */
+    GML_WARN("limit %s is more than the device's memory (%llu bytes): the lake stops where the device has no more", lim,
+             (unsigned long long)d->device_total);
   return limit / d->be->chunk_size * d->be->chunk_size;
 }
 

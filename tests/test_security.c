@@ -1353,6 +1353,19 @@ START_TEST(test_share_duplicate_ids) {
 }
 END_TEST
 
+/* A limit over the device's memory starts the daemon (a lake may be sized
+ * for a device shared with others) but is said in the log: gmlakectl
+ * refuses it, and before, the daemon took it silently. */
+START_TEST(test_limit_over_device_said) {
+  start_daemon("--limit 4096TiB --prefetch 0");
+  ck_assert_int_ge(count_log("is more than the device's memory"), 1);
+  ck_assert_int_eq(stop_daemon(), 0);
+  start_daemon("--limit 4MiB --prefetch 0");
+  ck_assert_int_eq(count_log("is more than the device's memory"), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A share key with a '@' is refused by the daemon too (the library refuses it
  * first): "weights@1001" published by another user would read as user
  * 1001's share "weights" in every listing. */
@@ -2127,6 +2140,7 @@ int main(void) {
   tcase_add_test(tc, test_detached_share_not_reused_after_restart);
   tcase_add_test(tc, test_share_duplicate_ids);
   tcase_add_test(tc, test_share_key_with_at_refused);
+  tcase_add_test(tc, test_limit_over_device_said);
   tcase_add_test(tc, test_cgroup_quota_covers_children);
   tcase_add_test(tc, test_share_mapper_watch_per_process);
   tcase_add_test(tc, test_exited_connector_refused);
