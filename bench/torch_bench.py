@@ -168,7 +168,8 @@ def run_one(workload, config, steps=None):
                ms_mean=round(statistics.mean(times), 2),
                losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1), setup_s=round(t_start - T0, 1),
                driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None,
-               steps=trace, cpu_probe_us=round(statistics.median(probe[2:] or probe), 1))
+               steps=trace, cpu_probe_us=round(statistics.median(probe[2:] or probe), 1),
+               probe_us=[round(x, 1) for x in probe])  # each step's probe, for a per-step CPU adjustment
     if config.startswith("gmlake"):
         import gmlake
         st = gmlake.stats()
