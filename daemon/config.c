@@ -281,6 +281,12 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
   int lineno = 0, rc = 0;
   while (fgets(line, sizeof line, f)) {
     lineno++;
+    size_t n = strlen(line);
+    if (!strchr(line, '\n') && !feof(f) && n < sizeof line - 1) { /* fgets went on past a NUL: not text */
+      fprintf(stderr, "gmlaked: %s:%d: a NUL byte: not a text file\n", path, lineno);
+      rc = -1; /* before: "line longer than 510 bytes", of a line of 12 */
+      break;
+    }
     if (!strchr(line, '\n') && !feof(f)) { /* its rest would be read as the next line (a comment's tail as a key) */
       fprintf(stderr, "gmlaked: %s:%d: line longer than %zu bytes\n", path, lineno, sizeof line - 2);
       rc = -1;
@@ -361,4 +367,26 @@ int config_load(gmld_config *c, int argc, char **argv) {
     return GML_EINVAL;
   }
   return 0;
+}
+
+/* The settings that differ between was and now, but those a reload takes
+ * (limit, quota, log-level) and config: "socket, creators" into out. 0 when
+ * none differ (a reload said nothing of a changed socket or metrics-listen,
+ * which keep their old values until the next start). */
+int config_changed_at_start(const gmld_config *was, const gmld_config *now, char *out, size_t len) {
+  int n = 0;
+  out[0] = 0;
+  for (size_t i = 0; i < GML_ARRAY_LEN(options); i++) {
+    const config_option *o = &options[i];
+    if (o->type == OPT_LIMIT || o->type == OPT_QUOTA || o->type == OPT_LOGLEVEL || o->type == OPT_CONFIG ||
+        o->type == OPT_VERSION || !strcmp(o->name, "foreground"))
+      continue;
+    const char *a = (const char *)was + o->off, *b = (const char *)now + o->off;
+    int text = o->type == OPT_STRING || o->type == OPT_GROUP || o->type == OPT_BACKEND || o->type == OPT_URL ||
+               o->type == OPT_HOSTPORT || o->type == OPT_CHOICE;
+    if (text ? !strncmp(a, b, o->size) : !memcmp(a, b, o->size)) continue;
+    size_t used = strlen(out);
+    snprintf(out + used, len - used, "%s%s", n++ ? ", " : "", o->name);
+  }
+  return n;
 }

@@ -56,4 +56,7 @@ typedef struct gmld_config {
  * error to stderr. Called again on SIGHUP (a reload reads the same file and flags). */
 int config_load(gmld_config *c, int argc, char **argv);
 void config_usage(FILE *f);
+/* The names of the settings a reload does not take (all but limit, quota and
+ * log-level) that differ between was and now, into out; how many. */
+int config_changed_at_start(const gmld_config *was, const gmld_config *now, char *out, size_t len);
 #endif

@@ -70,6 +70,7 @@ typedef struct gmld {
   uv_poll_t http_poll;
   struct http_conn *http_conns;
   size_t nhttp_conns;
+  int http_accept_paused;   /* accept() was out of fds: polled again at the next tick (metrics.c) */
   uv_signal_t sigterm, sigint, sighup;
   int argc;                 /* the command line, read again with the config file on SIGHUP */
   char **argv;

@@ -122,6 +122,19 @@ static const char *apply_log_level(const gmld_config *c) {
   return gml_log_set_level_from_env(GML_LOG_INFO) ? "GMLAKE_LOG" : "the default";
 }
 
+/* The socket and control endpoint a config leaves out, as at start: 0 when
+ * there is no default for them. */
+static int default_endpoints(gmld_config *c) {
+  /* the control endpoint defaults to the socket's directory: a daemon given
+   * only --socket put it in /run/gmlake, beside (or in place of) the system
+   * daemon's */
+  if (!c->control_url[0] && c->socket_path[0])
+    gml_control_url_beside(c->socket_path, c->device, c->control_url, sizeof c->control_url);
+  if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
+  if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
+  return c->socket_path[0] && c->control_url[0];
+}
+
 /* SIGHUP: the config file (and the same command line) read again; the limit,
  * the quotas and the log level take its values. A file that does not parse
  * changes nothing. Other settings take effect at the next start. */
@@ -134,8 +147,13 @@ static void on_reload(uv_signal_t *h, int signum) {
   const char *bad = NULL;
   if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration cannot be read or does not parse (see above)";
   else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit (a size of one chunk or more, or a percentage)";
-  else if (strcmp(nc.socket_group, d->cfg.socket_group) || nc.socket_mode != d->cfg.socket_mode)
-    GML_WARN("SIGHUP: socket-group and socket-mode take effect at the next start, not now");
+  else {
+    char changed[512];
+    default_endpoints(&nc);
+    if (config_changed_at_start(&d->cfg, &nc, changed, sizeof changed)) /* before: only socket-group and -mode said */
+      GML_WARN("SIGHUP: %s changed: taken at the next start, not now (a reload takes limit, quota and log-level)",
+               changed);
+  }
   if (bad) {
     GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
   } else {
@@ -195,14 +213,7 @@ int main(int argc, char **argv) {
   }
   const char *level_from = apply_log_level(c);
   GML_DEBUG("log level debug (%s)", level_from);
-  /* the control endpoint defaults to the socket's directory: a daemon given
-   * only --socket put it in /run/gmlake, beside (or in place of) the system
-   * daemon's */
-  if (!c->control_url[0] && c->socket_path[0])
-    gml_control_url_beside(c->socket_path, c->device, c->control_url, sizeof c->control_url);
-  if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
-  if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
-  if (!c->socket_path[0] || !c->control_url[0]) {
+  if (!default_endpoints(c)) {
     fprintf(stderr, "gmlaked: /run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
                     "(not in /tmp or another directory others may write: clients refuse those)\n");
     free(d);

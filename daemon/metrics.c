@@ -4,7 +4,10 @@
  * 404. A tiny HTTP/1.0 responder rather than nng's HTTP server: nng's
  * handlers run on nng's threads and the daemon's state is the loop thread's
  * alone (and libnng 1.5.2's listeners had to be left for the control socket,
- * ctlsock.c). Bounded: 16 connections, 8 KiB of request, 5 s each. */
+ * ctlsock.c). Bounded: 16 connections, 8 KiB of request, 5 s each. A 17th
+ * connection takes the place of the oldest (before, 16 idle connections of
+ * any local user, reopened every 5 s, left every scrape refused); accept()
+ * out of fds pauses the listener until the next tick (before, it spun). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -133,13 +136,21 @@ static void on_http_io(uv_poll_t *h, int status, int events) {
   }
 }
 
+/* The connection open the longest (the list's last: new ones go first). */
+static http_conn *http_oldest(gmld *d) {
+  http_conn *c = d->http_conns;
+  while (c && c->next) c = c->next;
+  return c;
+}
+
 static void on_http_accept(uv_poll_t *h, int status, int events) {
   (void)events;
   gmld *d = h->data;
   if (status < 0) return;
   int fd;
   while ((fd = accept4(d->http_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-    http_conn *c = d->nhttp_conns < HTTP_MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+    if (d->nhttp_conns >= HTTP_MAX_CONNS) http_close(http_oldest(d)); /* the newest may be the scraper */
+    http_conn *c = calloc(1, sizeof *c);
     if (!c) {
       close(fd);
       continue;
@@ -154,6 +165,12 @@ static void on_http_accept(uv_poll_t *h, int status, int events) {
     c->poll.data = c;
     uv_poll_start(&c->poll, UV_READABLE, on_http_io);
   }
+  if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+    /* the connection waits in the backlog: polling again now would spin */
+    uv_poll_stop(&d->http_poll);
+    d->http_accept_paused = 1;
+    GML_DEBUG("metrics accept: %s", strerror(errno));
+  }
 }
 
 /* The tick: connections that outstay HTTP_TIMEOUT_NS go. */
@@ -162,6 +179,10 @@ void metrics_tick(gmld *d) {
   for (http_conn *c = d->http_conns, *next; c; c = next) {
     next = c->next;
     if (now - c->since_ns > HTTP_TIMEOUT_NS) http_close(c);
+  }
+  if (d->http_accept_paused && d->http_fd >= 0) {
+    d->http_accept_paused = 0;
+    uv_poll_start(&d->http_poll, UV_READABLE, on_http_accept);
   }
 }
 

@@ -301,6 +301,32 @@ START_TEST(test_bad_value_says_what_is_accepted) {
 }
 END_TEST
 
+/* A NUL byte in the file was called "line longer than 510 bytes" (of a line
+ * of 12); and a reload said nothing of settings it does not take: a changed
+ * socket, metrics-listen or creators kept their old values without a word
+ * (only socket-group and socket-mode were said). Found by the second tryout. */
+START_TEST(test_nul_byte_and_changed_at_start) {
+  gmld_config was, now;
+  char said[512], changed[512];
+  FILE *f = fopen(conf, "w");
+  ck_assert_ptr_nonnull(f);
+  fwrite("limit = 64MiB\0junk\nlog-level = info\n", 1, 36, f);
+  fclose(f);
+  ck_assert_int_eq(load_said(&now, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, ":1: a NUL byte: not a text file"), "%s", said);
+  write_conf("limit = 64MiB\nsocket = /tmp/a.sock\ncreators = 2\n");
+  ck_assert_int_eq(load(&was, NULL, NULL, NULL, NULL), 0);
+  write_conf("limit = 32MiB\nlog-level = debug\nquota = uid:1000 8MiB\nsocket = /tmp/a.sock\ncreators = 2\n");
+  ck_assert_int_eq(load(&now, NULL, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(config_changed_at_start(&was, &now, changed, sizeof changed), 0); /* all a reload takes */
+  ck_assert_str_eq(changed, "");
+  write_conf("limit = 32MiB\nsocket = /tmp/b.sock\ncreators = 3\nmetrics-listen = 127.0.0.1:9400\n");
+  ck_assert_int_eq(load(&now, NULL, NULL, NULL, NULL), 0);
+  ck_assert_int_eq(config_changed_at_start(&was, &now, changed, sizeof changed), 3);
+  ck_assert_str_eq(changed, "socket, creators, metrics-listen");
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -313,6 +339,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_usage_from_table);
   tcase_add_test(tc, test_flag_values);
   tcase_add_test(tc, test_bad_value_says_what_is_accepted);
+  tcase_add_test(tc, test_nul_byte_and_changed_at_start);
   suite_add_tcase(s, tc);
   return s;
 }

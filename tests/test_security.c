@@ -1035,6 +1035,109 @@ START_TEST(test_metrics_http) {
 }
 END_TEST
 
+/* ---------- tryout 2: the /metrics listener against slow and many clients ---------- */
+
+/* A TCP connection to 127.0.0.1:port (blocking, 3 s timeouts), or -1. */
+static int tcp_connect(int port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {.tv_sec = 3};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(s, (struct sockaddr *)&a, sizeof a)) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+/* One HTTP request: the reply's status (200, 404), 0 when the connection
+ * closed without one, -1 when none came within 3 s or it did not connect. */
+static int http_status(int port, const char *req) {
+  int s = tcp_connect(port);
+  if (s < 0) return -1;
+  char buf[256] = "";
+  size_t n = 0;
+  ssize_t r = send(s, req, strlen(req), MSG_NOSIGNAL);
+  while (r >= 0 && n < sizeof buf - 1 && (r = recv(s, buf + n, sizeof buf - 1 - n, 0)) > 0) n += (size_t)r;
+  close(s);
+  buf[n] = 0;
+  if (r < 0 && n == 0) return errno == EAGAIN || errno == EWOULDBLOCK ? -1 : 0;
+  int code = 0;
+  return sscanf(buf, "HTTP/1.%*d %d", &code) == 1 ? code : 0;
+}
+
+/* 16 connections that never finish their request (a slow client, or any
+ * local user, uid nobody too, reopening them every 5 s) left every scrape
+ * refused: a connection past the 16 was closed at once. Now the oldest makes
+ * room. Garbage, a request over 8 KiB and 100 connections at once leave the
+ * daemon serving, over HTTP and the control socket. */
+START_TEST(test_metrics_http_slow_clients) {
+  int port = free_port();
+  char extra[128];
+  snprintf(extra, sizeof extra, "--limit 8MiB --metrics-listen 127.0.0.1:%d", port);
+  start_daemon(extra);
+  const char *get = "GET /metrics HTTP/1.0\r\n\r\n";
+  ck_assert_int_eq(http_status(port, get), 200);
+  int slow[16];
+  for (int i = 0; i < 16; i++) {
+    slow[i] = tcp_connect(port);
+    ck_assert_int_ge(slow[i], 0);
+    ck_assert_int_eq(send(slow[i], "GET /metr", 9, MSG_NOSIGNAL), 9);
+  }
+  msleep(200);
+  ck_assert_msg(http_status(port, get) == 200, "a scrape beside 16 slow connections was refused");
+  for (int i = 0; i < 16; i++) close(slow[i]);
+  ck_assert_int_eq(http_status(port, "\x01\x02garbage\r\n\r\n"), 404);
+  char *big = malloc(9000);
+  memset(big, 'a', 8999);
+  memcpy(big, "GET /metrics?", 13);
+  big[8999] = 0;
+  ck_assert_int_eq(http_status(port, big), 0); /* over 8 KiB: closed, no answer */
+  free(big);
+  int many[100];
+  for (int i = 0; i < 100; i++) many[i] = tcp_connect(port);
+  ck_assert_msg(http_status(port, get) == 200, "a scrape beside 100 idle connections was refused");
+  for (int i = 0; i < 100; i++)
+    if (many[i] >= 0) close(many[i]);
+  char out[4096];
+  ck_assert_int_eq(ctl(out, sizeof out, "stats --json"), 0);
+  ck_assert_int_eq(json_num(out, "limit_bytes"), 8 << 20);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* accept() of the metrics listener out of fds: it spun (a CPU at 100% for
+ * as long as connections waited in its backlog); now it pauses until the
+ * next tick, and serves once fds are free. */
+START_TEST(test_metrics_accept_at_fd_limit) {
+  int port = free_port();
+  char extra[128];
+  snprintf(extra, sizeof extra, "--limit 4MiB --prefetch 0 --metrics-listen 127.0.0.1:%d", port);
+  daemon_env = "ulimit -n 48; ";
+  start_daemon(extra);
+  int s[60], t[20];
+  for (int i = 0; i < 60; i++) s[i] = raw_connect(); /* the daemon's fds, used up by sessions */
+  msleep(300);
+  for (int i = 0; i < 20; i++) t[i] = tcp_connect(port); /* into the metrics listener's backlog */
+  msleep(300);
+  double t0 = daemon_cpu();
+  msleep(1000);
+  double used = daemon_cpu() - t0;
+  for (int i = 0; i < 20; i++)
+    if (t[i] >= 0) close(t[i]);
+  for (int i = 0; i < 60; i++)
+    if (s[i] >= 0) close(s[i]);
+  ck_assert_msg(used < 0.3, "daemon used %.2f s of CPU in 1 s with the metrics listener at its fd limit", used);
+  ck_assert_int_eq(stat_wait("clients", 0, 3000), 0);
+  int code = -1;
+  for (int i = 0; i < 50 && code != 200; i++, msleep(100)) code = http_status(port, "GET /metrics HTTP/1.0\r\n\r\n");
+  ck_assert_int_eq(code, 200);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* ---------- after issue 13: daemon-restart hand-over, shares ---------- */
 
 /* A connection that says hello as a client after a restart (adopting): the
@@ -2155,6 +2258,12 @@ int main(void) {
   tcase_add_test(tc2, test_share_exists_hides_other_users);
   tcase_add_test(tc2, test_log_budget_covers_every_line);
   suite_add_tcase(su, tc2);
+  TCase *tc3 = tcase_create("try2"); /* tryout 2: CK_RUN_CASE=try2 runs these alone */
+  tcase_set_timeout(tc3, 60);
+  tcase_add_checked_fixture(tc3, setup, NULL);
+  tcase_add_test(tc3, test_metrics_http_slow_clients);
+  tcase_add_test(tc3, test_metrics_accept_at_fd_limit);
+  suite_add_tcase(su, tc3);
   SRunner *sr = srunner_create(su);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
