@@ -12,6 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "discover.h"
 #include "gmlake.h"
 #include "options.h"
 #include "gmlake.pb-c.h"
@@ -507,6 +508,18 @@ int main(int argc, char **argv) {
       gml_control_url_beside(path, device, url, sizeof url);
       snprintf(how, sizeof how, " It is where gmlaked --socket %s puts it without --control (found from GMLAKE_SOCKET); "
                "a daemon given --control URL: give gmlakectl --control URL", path);
+      /* only where the client library would take that socket (client/discover.h): an endpoint in a
+       * directory others may write is anyone's, and its answers (stats, "limit set") would be believed */
+      char why[512];
+      int missing = 0;
+      if (gml_socket_path_trusted(url + 6, why, sizeof why, &missing)) {
+        if (missing)
+          ctl_error(&c, GML_EDAEMON, "cannot reach the daemon at %s: %s does not exist: is the daemon running, with this "
+                    "control endpoint?%s", url, url + 6, how);
+        else ctl_error(&c, GML_EDAEMON, "not using %s, found from GMLAKE_SOCKET: %s (clients do not use a socket there "
+                       "either); give --control URL to use it anyway", url, why);
+        return 1;
+      }
     } else {
       gml_client_control_url(device, url, sizeof url);
       const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
