@@ -112,10 +112,18 @@ echo "  gmlakectl --device 62, GMLAKE_SOCKET=.../gmlake-%d.sock: the daemon star
 if env -u GMLAKE_SOCKET -u GMLAKE_CONTROL XDG_RUNTIME_DIR="$p/xdg62" "$BUILD/gmlakectl" --device 62 stats >"$p/out" 2>"$p/err"; then
   fail "gmlakectl --device 62 found a daemon nobody told it of: $(cat "$p/out")"
 fi
-for want in "/run/gmlake/gmlake-62.ctl" "$p/xdg62/gmlake-62.ctl" "--socket PATH and no --control serves ipc://<PATH's directory>/gmlake-62.ctl" \
+# what it says it tried is what it tried: XDG_RUNTIME_DIR only where /run/gmlake is not its own
+# (root, or a user who may write /run/gmlake, never looks there; it was named as tried all the same)
+dialled=$(sed -n 's|.*cannot reach the daemon at ipc://\([^ ]*\): .*|\1|p' "$p/err")
+[ -n "$dialled" ] || fail "gmlakectl's error names no endpoint: $(cat "$p/err")"
+for want in "/run/gmlake/gmlake-62.ctl" "Tried for device 62: /run/gmlake/gmlake-62.ctl" "$dialled" \
+            "--socket PATH and no --control serves ipc://<PATH's directory>/gmlake-62.ctl" \
             "give that as --control, or set GMLAKE_SOCKET=PATH"; do
   W="$want" awk 'index($0, ENVIRON["W"]) { f = 1 } END { exit !f }' "$p/err" || fail "gmlakectl's error lacks '$want': $(cat "$p/err")"
 done
+if [ "$dialled" != "$p/xdg62/gmlake-62.ctl" ] && grep -q "$p/xdg62" "$p/err"; then
+  fail "gmlakectl says it tried $p/xdg62/gmlake-62.ctl, but dialled only $dialled: $(cat "$p/err")"
+fi
 echo "  without GMLAKE_SOCKET: $(cut -c1-200 "$p/err")..."
 # 4d. ...but only where the client library would take the socket: a control endpoint in a directory
 #     anyone may write ($w, like /tmp) is never dialled (anyone could have put a fake daemon there,

@@ -522,12 +522,14 @@ int main(int argc, char **argv) {
       }
     } else {
       gml_client_control_url(device, url, sizeof url);
-      const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
-      char xdg[300] = "";
-      if (x && *x == '/') snprintf(xdg, sizeof xdg, ", then %s/gmlake-%d.ctl", x, device);
-      snprintf(how, sizeof how, " Tried for device %d: /run/gmlake/gmlake-%d.ctl%s. A daemon started with --socket PATH "
+      /* what was tried: /run/gmlake, then the default endpoint where that is another (XDG_RUNTIME_DIR: not
+       * for root or a user who may write /run/gmlake, who never look there) */
+      char sys[64], then[310] = "";
+      snprintf(sys, sizeof sys, "/run/gmlake/gmlake-%d.ctl", device);
+      if (!strncmp(url, "ipc://", 6) && strcmp(url + 6, sys)) snprintf(then, sizeof then, ", then %s", url + 6);
+      snprintf(how, sizeof how, " Tried for device %d: %s%s. A daemon started with --socket PATH "
                "and no --control serves ipc://<PATH's directory>/gmlake-%d.ctl: give that as --control, or set "
-               "GMLAKE_SOCKET=PATH", device, device, xdg, device);
+               "GMLAKE_SOCKET=PATH", device, sys, then, device);
     }
     if (how[0]) c.found_how = how;
     if (!url[0]) {
