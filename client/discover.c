@@ -154,6 +154,14 @@ static int check_socket(const char *path, uid_t *owner, char *why, size_t len) {
   }
 }
 
+int gml_socket_path_trusted(const char *path, char *why, size_t why_len, int *missing) {
+  uid_t owner;
+  struct stat st;
+  if (check_socket(path, &owner, why, why_len) == 0) return 0;
+  *missing = lstat(path, &st) != 0 && errno == ENOENT;
+  return -1;
+}
+
 /* Connect and check who answered. Returns the socket or -1. */
 static int connect_verified(const char *path, uid_t owner, char *why, size_t len, int *refused) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};

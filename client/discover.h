@@ -37,6 +37,12 @@ int gml_daemon_candidates(int device, const char *named, char out[][GML_PATH_MAX
  * a connected socket and its path in path_out, or -1 with `why` saying, for
  * every candidate, what was there and what was wrong. *refused is set when a
  * socket was found but failed a check (an untrusted daemon, not a missing one). */
+/* 0 when a socket at path would be trusted by the rules above (its path and
+ * owner only: nothing is connected, so no SO_PEERCRED), else -1 with why;
+ * *missing then says whether nothing is at path. For gmlakectl, whose
+ * control endpoint beside GMLAKE_SOCKET must pass what that socket would. */
+int gml_socket_path_trusted(const char *path, char *why, size_t why_len, int *missing);
+
 int gml_daemon_connect(int device, const char *named, char *path_out, size_t path_len, char *why, size_t why_len,
                        int *refused);
 #endif

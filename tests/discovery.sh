@@ -112,11 +112,35 @@ echo "  gmlakectl --device 62, GMLAKE_SOCKET=.../gmlake-%d.sock: the daemon star
 if env -u GMLAKE_SOCKET -u GMLAKE_CONTROL XDG_RUNTIME_DIR="$p/xdg62" "$BUILD/gmlakectl" --device 62 stats >"$p/out" 2>"$p/err"; then
   fail "gmlakectl --device 62 found a daemon nobody told it of: $(cat "$p/out")"
 fi
-for want in "/run/gmlake/gmlake-62.ctl" "$p/xdg62/gmlake-62.ctl" "--socket PATH and no --control serves ipc://<PATH's directory>/gmlake-62.ctl" \
+# what it says it tried is what it tried: XDG_RUNTIME_DIR only where /run/gmlake is not its own
+# (root, or a user who may write /run/gmlake, never looks there; it was named as tried all the same)
+dialled=$(sed -n 's|.*cannot reach the daemon at ipc://\([^ ]*\): .*|\1|p' "$p/err")
+[ -n "$dialled" ] || fail "gmlakectl's error names no endpoint: $(cat "$p/err")"
+for want in "/run/gmlake/gmlake-62.ctl" "Tried for device 62: /run/gmlake/gmlake-62.ctl" "$dialled" \
+            "--socket PATH and no --control serves ipc://<PATH's directory>/gmlake-62.ctl" \
             "give that as --control, or set GMLAKE_SOCKET=PATH"; do
   W="$want" awk 'index($0, ENVIRON["W"]) { f = 1 } END { exit !f }' "$p/err" || fail "gmlakectl's error lacks '$want': $(cat "$p/err")"
 done
+if [ "$dialled" != "$p/xdg62/gmlake-62.ctl" ] && grep -q "$p/xdg62" "$p/err"; then
+  fail "gmlakectl says it tried $p/xdg62/gmlake-62.ctl, but dialled only $dialled: $(cat "$p/err")"
+fi
 echo "  without GMLAKE_SOCKET: $(cut -c1-200 "$p/err")..."
+# 4d. ...but only where the client library would take the socket: a control endpoint in a directory
+#     anyone may write ($w, like /tmp) is never dialled (anyone could have put a fake daemon there,
+#     and gmlakectl would show its numbers and "limit set" for a limit nobody set); device 61
+mkdir "$p/priv61" && chmod 700 "$p/priv61"
+"$(pwd)/$BUILD/gmlaked" --backend host --device 61 --socket "$p/priv61/gmlake-61.sock" --control "ipc://$w/gmlake-61.ctl" \
+  --limit 64MiB --log-level warn 2>"$p/d61.log" &
+pids="$pids $!"
+for _ in $(seq 100); do [ -S "$w/gmlake-61.ctl" ] && break; sleep 0.05; done
+[ -S "$w/gmlake-61.ctl" ] || fail "gmlaked made no $w/gmlake-61.ctl: $(cat "$p/d61.log")"
+if GMLAKE_SOCKET="$w/gmlake-%d.sock" "$BUILD/gmlakectl" --device 61 stats >"$p/out" 2>"$p/err"; then
+  fail "gmlakectl took the control endpoint in a world-writable directory from GMLAKE_SOCKET: $(cat "$p/out")"
+fi
+grep -q "writable by everyone" "$p/err" || fail "unclear error: $(cat "$p/err")"
+GMLAKE_SOCKET="$w/gmlake-%d.sock" "$BUILD/gmlakectl" --control "ipc://$w/gmlake-61.ctl" stats >/dev/null 2>"$p/err2" ||
+  fail "gmlakectl --control (named, so taken as given) failed: $(cat "$p/err2")"
+echo "  GMLAKE_SOCKET in a world-writable directory: gmlakectl does not dial the endpoint beside it: $(cut -c1-160 "$p/err")..."
 
 if [ "$(id -u)" = 0 ]; then
   # 5. as root: a socket owned by another user (not the directory's owner) is refused

@@ -12,6 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "discover.h"
 #include "gmlake.h"
 #include "options.h"
 #include "gmlake.pb-c.h"
@@ -507,14 +508,28 @@ int main(int argc, char **argv) {
       gml_control_url_beside(path, device, url, sizeof url);
       snprintf(how, sizeof how, " It is where gmlaked --socket %s puts it without --control (found from GMLAKE_SOCKET); "
                "a daemon given --control URL: give gmlakectl --control URL", path);
+      /* only where the client library would take that socket (client/discover.h): an endpoint in a
+       * directory others may write is anyone's, and its answers (stats, "limit set") would be believed */
+      char why[512];
+      int missing = 0;
+      if (gml_socket_path_trusted(url + 6, why, sizeof why, &missing)) {
+        if (missing)
+          ctl_error(&c, GML_EDAEMON, "cannot reach the daemon at %s: %s does not exist: is the daemon running, with this "
+                    "control endpoint?%s", url, url + 6, how);
+        else ctl_error(&c, GML_EDAEMON, "not using %s, found from GMLAKE_SOCKET: %s (clients do not use a socket there "
+                       "either); give --control URL to use it anyway", url, why);
+        return 1;
+      }
     } else {
       gml_client_control_url(device, url, sizeof url);
-      const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
-      char xdg[300] = "";
-      if (x && *x == '/') snprintf(xdg, sizeof xdg, ", then %s/gmlake-%d.ctl", x, device);
-      snprintf(how, sizeof how, " Tried for device %d: /run/gmlake/gmlake-%d.ctl%s. A daemon started with --socket PATH "
+      /* what was tried: /run/gmlake, then the default endpoint where that is another (XDG_RUNTIME_DIR: not
+       * for root or a user who may write /run/gmlake, who never look there) */
+      char sys[64], then[310] = "";
+      snprintf(sys, sizeof sys, "/run/gmlake/gmlake-%d.ctl", device);
+      if (!strncmp(url, "ipc://", 6) && strcmp(url + 6, sys)) snprintf(then, sizeof then, ", then %s", url + 6);
+      snprintf(how, sizeof how, " Tried for device %d: %s%s. A daemon started with --socket PATH "
                "and no --control serves ipc://<PATH's directory>/gmlake-%d.ctl: give that as --control, or set "
-               "GMLAKE_SOCKET=PATH", device, device, xdg, device);
+               "GMLAKE_SOCKET=PATH", device, sys, then, device);
     }
     if (how[0]) c.found_how = how;
     if (!url[0]) {
