@@ -56,7 +56,8 @@ def fit(groups):
 
 groups = {c: [(math.log(r["cpu_probe_us"]), math.log(r["ms_per_step"])) for r in rr.values() if r.get("cpu_probe_us")]
           for c, rr in runs.items()}
-if "default" in groups and all(len(p) >= 2 for p in groups.values()):
+groups = {c: p for c, p in groups.items() if len(p) >= 2}  # a config with fewer probed runs is left out of the fit
+if len(groups.get("default", [])) >= 2 and len(groups) > 1:
     b, a = fit(groups)
     rnd = random.Random(1)
     boot = {c: [] for c in groups}
