@@ -1098,12 +1098,18 @@ START_TEST(test_ctl_errors) {
   /* extra arguments, every command; then watch's interval */
   static const char *const bad[] = {"stats extra", "clients x", "chunks x", "shares x", "trim x", "limit 8MiB x",
                                     "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0", "watch --interval abc",
-                                    "watch --interval -1", "watch --interval 0.01"};
+                                    "watch --interval -1", "watch --interval 0.01",
+                                    /* trim's and watch's options given to another command (they were ignored:
+                                     * limit 8MiB --client 1 set the whole lake's limit, exit 0) */
+                                    "limit 8MiB --client 1", "stats --client 1", "trim --interval 2",
+                                    "stats --interval 2", "trim --client 1 --interval 2"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(args, sizeof args, "%s 2>&1", bad[i]);
     ck_assert_msg(sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s %s", bindir, ctl_url, args) == 2,
                   "gmlakectl %s: not a usage error: %.300s", bad[i], out);
   }
+  ck_assert_msg(strstr(out, "trim takes no --interval (watch --interval S)"), "%s", out);
+  ck_assert_int_eq(sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s watch --interval 0.01 2>&1", bindir, ctl_url), 2);
   ck_assert_msg(strstr(out, "bad interval '0.01'"), "%s", out);
   ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20); /* limit 8MiB x changed nothing */
   /* --json anywhere: every usage error is an error object on stdout too, with the same exit status

@@ -36,6 +36,7 @@ typedef struct ctl {
   const char *url;
   int json, pid;
   double interval;
+  int interval_given;      /* --interval, watch's option (--client, trim's: pid set) */
   char **args;
   int nargs;
   Gmlake__CtlReply *reply; /* freed after the command */
@@ -481,7 +482,7 @@ int main(int argc, char **argv) {
     case 'd': device = (int)parse_int_or_die(&c, "device", optarg, 0, 1023), device_given = 1; break;
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
-    case 'i': c.interval = parse_interval_or_die(&c, optarg); break;
+    case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
     case 'h': usage(stdout); return 0;
     case 'V': printf("gmlakectl %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION); return 0;
     case ':': ctl_error(&c, GML_EINVAL, "option '%s' needs an argument", argv[optind - 1]); usage(stderr); return 2;
@@ -548,6 +549,15 @@ int main(int argc, char **argv) {
     if (c.nargs != commands[i].nargs) { /* an extra argument is a mistake, not something to ignore */
       if (commands[i].nargs) ctl_error(&c, GML_EINVAL, "%s takes %d argument(s):%s", cmd, commands[i].nargs, commands[i].args_help);
       else ctl_error(&c, GML_EINVAL, "%s takes no arguments ('%s' given)", cmd, args[0]);
+      usage(stderr);
+      return 2;
+    }
+    /* --client is trim's, --interval watch's: given to another command they were ignored (`limit 8MiB
+     * --client PID` set the whole lake's limit) */
+    const char *stray = c.pid && strcmp(cmd, "trim") ? "--client (trim --client PID)"
+                        : c.interval_given && strcmp(cmd, "watch") ? "--interval (watch --interval S)" : NULL;
+    if (stray) {
+      ctl_error(&c, GML_EINVAL, "%s takes no %s", cmd, stray);
       usage(stderr);
       return 2;
     }
