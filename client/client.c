@@ -506,8 +506,9 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     if (!lim && opt.limit) {
       uint64_t f = 0, t = 0;
       c->be->ops->mem_info(c->be, &f, &t);
-      if (gml_parse_size(opt.limit, t, &lim)) { /* a share of a device whose size is unknown */
-        GML_ERR("GMLAKE_LIMIT=%s: the device does not say its size; give the limit in bytes", opt.limit);
+      if (gml_parse_size(opt.limit, t, &lim) || !lim) { /* a share of a device whose size is unknown (or of no byte) */
+        GML_ERR("GMLAKE_LIMIT=%s: %s", opt.limit,
+                t ? "less than a byte of the device" : "the device does not say its size; give the limit in bytes");
         gml_alloc_destroy(&c->alloc);
         rc = GML_EINVAL;
         goto fail;

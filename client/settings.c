@@ -68,7 +68,9 @@ int gml_open_options(const gml_open_opts *o, gml_options *opt) {
   }
   if (o->backend) opt->backend = o->backend, opt->backend_named = 1;
   uint64_t lim;
-  if (opt->limit && gml_parse_size(opt->limit, 1ull << 40, &lim)) { /* any device size: only the form is checked here */
+  /* any device size: only the form is checked here. 0 (or 0%) is no limit of bytes: it was taken as no limit at
+   * all (limit_bytes 0), where the message below says 1% is the least */
+  if (opt->limit && (gml_parse_size(opt->limit, 1ull << 40, &lim) || !lim)) {
     GML_ERR("GMLAKE_LIMIT=%s: not a limit; it accepts bytes (8GiB, 8589934592) or a share of the device from 1%% to "
             "100%% (40%%); unset: no limit", opt->limit);
     return GML_EINVAL;

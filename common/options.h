@@ -28,7 +28,7 @@
     "$XDG_RUNTIME_DIR/gmlake-N.sock; a socket in a directory others may write is never used")                   \
   X(LIMIT, "GMLAKE_LIMIT", "bytes, N%", "", "library",                                                            \
     "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins); "  \
-    "through a daemon, the daemon's limit and quotas hold. A value that is neither: gml_open fails (GML_EINVAL)") \
+    "through a daemon, the daemon's limit and quotas hold. A value that is neither, or 0 (unset is no limit): gml_open fails (GML_EINVAL)") \
   X(VA_SIZE, "GMLAKE_VA_SIZE", "bytes", "2x device memory, 64 GiB-1 TiB", "library",                             \
     "virtual address space the allocator reserves (at least 64 chunks: less warns and takes 64); one "        \
     "allocation may take at most half of it (the default's bound: the device's memory)")                                        \

@@ -212,7 +212,7 @@ START_TEST(test_env_refused) {
   ck_assert_msg(strstr(said, "gml_open_opts.borrow 2: 0 (as GMLAKE_BORROW says), 1 (on) or -1 (off)"), "%s", said);
 
   setenv("GMLAKE_MODE", "embedded", 1);
-  const char *limits[] = {"lots", "8 GB of it", "150%", "-1"};
+  const char *limits[] = {"lots", "8 GB of it", "150%", "-1", "0", "0%"}; /* 0 and 0%: no limit at all, silently */
   for (size_t i = 0; i < GML_ARRAY_LEN(limits); i++) {
     setenv("GMLAKE_LIMIT", limits[i], 1);
     ck_assert_int_eq(open_saying(&host, &c, &said), GML_EINVAL);
