@@ -23,7 +23,7 @@
 
 enum opt_type {
   OPT_INT,      /* an int in [min, max], written in base `base` */
-  OPT_SIZE,     /* bytes: "256MiB", "2G" (uint64_t) */
+  OPT_SIZE,     /* bytes: "256MiB", "2G" (uint64_t), at least min */
   OPT_LIMIT,    /* bytes or PCT%, kept as text: the device's size is known later */
   OPT_STRING,   /* text of at most `max` bytes; min = 1: not empty */
   OPT_GROUP,    /* a group's name, which must exist (a socket nobody of the group can reach is no service) */
@@ -83,7 +83,9 @@ static const config_option options[] = {
      "a quota, one argument (--quota 'uid:1000 8GiB'), as gmlakectl quota sets it (may repeat; SIGHUP replaces every "
      "quota with the file's)", 0, 0, 0, NULL},
     {"send-queue-max", "BYTES", OPT_SIZE, AT(send_queue_max), "4MiB",
-     "replies queued to a client that does not read them, at most (default %D): over it, it is closed", 0, 0, 0, NULL},
+     "replies queued to a client that does not read them, at most (default %D, at least 128KiB): over it, it is closed",
+     /* two whole frames: below one, every client was closed at its hello as one "that does not read" */
+     2 * GML_MAX_FRAME, 0, 0, NULL},
     {"hello-timeout-ms", "MS", OPT_INT, AT(hello_timeout_ms), "5000", "a connection must say hello within (default %D)", 1,
      3600000, 10, NULL},
     {"frame-timeout-ms", "MS", OPT_INT, AT(frame_timeout_ms), "5000", "a frame begun must be whole within (default %D)", 1,
@@ -143,7 +145,7 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     return 0;
   }
   case OPT_SIZE:
-    if (gml_parse_size(val, 0, &v)) return -1;
+    if (gml_parse_size(val, 0, &v) || v < (uint64_t)o->min) return -1;
     *(uint64_t *)at = v;
     return 0;
   case OPT_LIMIT:
@@ -224,7 +226,10 @@ static void accepted(const config_option *o, const char *val, char *buf, size_t 
     if (o->base == 8) snprintf(buf, len, " (octal permissions, e.g. 0660)");
     else snprintf(buf, len, " (a number from %ld to %ld)", o->min, o->max);
     break;
-  case OPT_SIZE: snprintf(buf, len, " (bytes: 256MiB, 2G, 1048576)"); break;
+  case OPT_SIZE:
+    if (o->min) snprintf(buf, len, " (bytes, at least %ld: 256MiB, 2G, 1048576)", o->min);
+    else snprintf(buf, len, " (bytes: 256MiB, 2G, 1048576)");
+    break;
   case OPT_LIMIT: snprintf(buf, len, " (bytes, e.g. 60GiB, or a share of the device from 1%% to 100%%)"); break;
   case OPT_STRING: snprintf(buf, len, " (%ld to %ld bytes)", o->min, GML_MIN(o->max, (long)o->size - 1)); break;
   case OPT_CHOICE: snprintf(buf, len, " (one of: %s)", o->choices); break;

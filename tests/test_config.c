@@ -101,10 +101,14 @@ START_TEST(test_bad_values) {
       {"--creators", "65"}, {"--creators", "0"},   {"--device", "-1"},       {"--device", "1024"},
       {"--socket-mode", "0800"}, {"--backend", "gpu"}, {"--limit", "0"},   {"--limit", "lots"},
       {"--prefetch", "lots"},  {"--control", "/no/scheme"}, {"--log-level", "loud"}, {"--socket", ""},
+      /* less than two frames: every client was closed at its hello reply, "the client does not read" */
+      {"--send-queue-max", "0"}, {"--send-queue-max", "64KiB"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     ck_assert_msg(load(&c, bad[i][0], bad[i][1], NULL, NULL) == GML_EINVAL, "%s %s accepted", bad[i][0], bad[i][1]);
   ck_assert_int_eq(load(&c, "--creators", "64", "--device", "1023"), 0); /* the ends of the ranges */
+  ck_assert_int_eq(load(&c, "--send-queue-max", "128KiB", NULL, NULL), 0);
+  ck_assert_uint_eq(c.send_queue_max, 128 << 10);
   ck_assert_int_eq(load(&c, "--no-such-flag", NULL, NULL, NULL), GML_EINVAL);
   ck_assert_int_eq(load(&c, "extra", NULL, NULL, NULL), GML_EINVAL);
   write_conf("no-such-key = 1\n");
@@ -277,6 +281,7 @@ START_TEST(test_bad_value_says_what_is_accepted) {
       {"--backend", "gpu", "(one of: auto, "},
       {"--limit", "lots", "(bytes, e.g. 60GiB, or a share of the device from 1% to 100%)"},
       {"--prefetch", "lots", "(bytes: 256MiB"},
+      {"--send-queue-max", "1KiB", "(bytes, at least 131072: 256MiB"},
       {"--control", "/run/gmlake/gmlake-0.ctl", "(a URL: ipc:///PATH"},
       {"--quota", "uid:1000", "(holder and bytes are one value"},
   };
