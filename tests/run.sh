@@ -114,6 +114,16 @@ assert want[0] > 0
 assert got == want, "python/gmlake _Stats does not mirror gml_stats: %r, expected %r" % (got, want)
 lib.gmlake_torch_free(p, 3 << 20, 0, None)
 print("  fields agree:", dict(zip(("version", "allocated", "reserved", "alloc_count", "maps", "chunk_size", "backend", "mapped_allocs", "malloc_ns"), got)))'
+# a GMLAKE_LIB that is not there is refused, naming it (another library, build/'s, was loaded in its place)
+GMLAKE_LIB=/nonexistent/libgmlake-client.so PYTHONPATH=python python3 -c '
+import gmlake
+try:
+    gmlake.library_path()
+except gmlake.GMLakeError as e:
+    assert "GMLAKE_LIB=/nonexistent/libgmlake-client.so: no such file" in str(e), e
+else:
+    raise SystemExit("GMLAKE_LIB naming no file: another library was taken")
+print("  GMLAKE_LIB naming no file: refused, named")'
 echo "== gmlake.block_of and tools/gmlake-sanitizer-blocks name the block of an address past a tensor's end (guard mode)"
 d=$(mktemp -d)
 GMLAKE_GUARD=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent PYTHONPATH=python python3 -c '

@@ -81,11 +81,16 @@ _lib = None
 
 
 def library_path():
-    """Where libgmlake-client.so is: $GMLAKE_LIB, the repo's build/, or the install prefix."""
+    """Where libgmlake-client.so is: $GMLAKE_LIB (which must exist), the repo's build/, or the install prefix."""
     env = os.environ.get("GMLAKE_LIB")
+    if env and not os.path.exists(env):  # another library was loaded in its place, without a word
+        raise GMLakeError("GMLAKE_LIB=%s: no such file (the path of libgmlake-client.so; unset it to search "
+                          "the repository's build/ and the install prefix)" % env)
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [env] if env else []
     candidates += [os.path.join(here, "..", "..", "build", "libgmlake-client.so"),
+                   # make install copies python/ to PREFIX/share/gmlake/python: PREFIX/lib
+                   os.path.join(here, "..", "..", "..", "..", "lib", "libgmlake-client.so"),
                    "/usr/local/lib/libgmlake-client.so", "/usr/lib/libgmlake-client.so"]
     for c in candidates:
         if c and os.path.exists(c):

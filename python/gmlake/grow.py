@@ -110,7 +110,7 @@ def client_for(device):
     if key not in _own_clients:
         o = _OpenOpts()
         o.device = index
-        o.backend = b"host" if kind == "cpu" else os.environ.get("GMLAKE_BACKEND", "cuda").encode()
+        o.backend = b"host" if kind == "cpu" else (os.environ.get("GMLAKE_BACKEND") or "cuda").encode()  # empty is unset
         c = ctypes.c_void_p()
         rc = lib.gml_open(ctypes.byref(o), ctypes.byref(c))
         if rc:
