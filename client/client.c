@@ -583,7 +583,7 @@ int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **rep
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;
   gml_client_housekeeping(c, 1);
-  return c->daemon_gone ? GML_EDAEMON : 0;
+  return __atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE) ? GML_EDAEMON : 0; /* the reader sets it */
 }
 
 const char *gml_last_error(gml_client *c) { return c ? c->last_error : "no client"; }
