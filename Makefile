@@ -15,6 +15,10 @@ CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -fvisibility=hidden -D_
 ifeq ($(SAN),1)
   OPT := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDSAN := -fsanitize=address,undefined
+else ifeq ($(SAN),thread)
+  # ThreadSanitizer (make tsan): not part of `make test`
+  OPT := -O1 -fno-omit-frame-pointer -fsanitize=thread
+  LDSAN := -fsanitize=thread
 else ifeq ($(SAN),fuzz)
   # libFuzzer targets (make fuzz): coverage for the fuzzer, ASan+UBSan for what it finds
   OPT := -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
@@ -45,7 +49,7 @@ BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libg
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
 TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient
 
-.PHONY: all borrow-model clean test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
+.PHONY: all borrow-model clean tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
 
 $(GEN): proto/gmlake.proto
@@ -119,6 +123,10 @@ $(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c dae
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
+
+# ThreadSanitizer build into build-tsan/ (not part of `make test`): run its tests by hand.
+tsan:
+	$(MAKE) BUILD=build-tsan SAN=thread all
 
 fuzz:
 	$(MAKE) BUILD=build-fuzz SAN=fuzz CC=$(FUZZ_CC) $(addprefix build-fuzz/,$(FUZZ_TARGETS))
@@ -198,4 +206,4 @@ install: $(BINS)
 	if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-tsan

@@ -1,5 +1,6 @@
 /* adopt.c: what a reconnection says to the daemon on its new socket (link.c's
- * reconnect runs it with its locks held; no reader runs on the socket yet):
+ * reconnect runs the hello before it takes its locks, the batches with them
+ * held; no reader runs on the socket yet):
  * the adopting hello, whose failure says what happened (the connection
  * refused, the hello refused, another lake), and the Adopt batches that hand
  * our chunks over, an fd each. The daemon's side is daemon/adopt.c. */
@@ -23,9 +24,10 @@ static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
 /* Send env on sock and receive its reply, or the daemon's refusal of the
  * connection (an Error of seq 0 before the close: max-clients), which is
  * read even when the send failed (the daemon closed first: EPIPE). Before,
- * the refusal was dropped as a message of no request, and the reason with it. */
+ * the refusal was dropped as a message of no request, and the reason with it.
+ * c->seq is conn_lock's: a caller without it (the hello) sets env->seq itself. */
 static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int *fds, int nfds, Gmlake__Envelope **reply) {
-  env->seq = ++c->seq;
+  if (!env->seq) env->seq = ++c->seq;
   uint8_t *frame;
   size_t len;
   int rc = gml_wire_encode(env, &frame, &len);
@@ -43,7 +45,7 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
   }
 }
 
-int gml_adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t *instance, char *why, size_t whylen) {
+int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
   Gmlake__Hello h;
   char name[GML_HELLO_NAME];
@@ -51,6 +53,11 @@ int gml_adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t 
   h.adopting = 1;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
+  /* conn_lock only for the seq, not across the round trip (up to 5 s): an allocator call that
+   * passed the daemon_gone check before the reader saw the end may still be sending with it */
+  pthread_mutex_lock(&c->conn_lock);
+  env.seq = ++c->seq;
+  pthread_mutex_unlock(&c->conn_lock);
   int rc = direct_call(c, sock, &env, NULL, 0, &r);
   if (rc) {
     snprintf(why, whylen, "our hello got no reply (%s: the connection closed, or 5 s passed)", gml_strerror(rc));
@@ -70,13 +77,13 @@ int gml_adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t 
              gml_format_bytes(c->be->chunk_size, ours, sizeof ours));
     rc = GML_EPROTO;
   } else {
-    c->client_id = hr->client_id;
     uint64_t inst = hr->instance;
-    *same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
-    *no_adopt = hr->no_adopt;
-    *instance = inst;
-    c->max_stream = GML_MIN(hr->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
-    gml_daemon_clock(c, hr->mono_ns);
+    said->same = inst && inst == c->daemon_instance; /* 0: a daemon that does not say: adopt */
+    said->no_adopt = hr->no_adopt;
+    said->instance = inst;
+    said->client_id = hr->client_id;
+    said->max_stream = GML_MIN(hr->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
+    said->mono_ns = hr->mono_ns;
   }
   free_msg(r, NULL, 0);
   return rc;

@@ -248,7 +248,8 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
  * streams; else one plain acquire handed over whole. */
 static int daemon_acquire_stream(void *ctx, size_t n, stream_got_fn got_fn, void *arg) {
   gml_client *c = ctx;
-  if (c->max_stream && c->link && n > GML_MAX_LEASE_CHUNKS) return daemon_lease(c, n, 0, NULL, NULL, got_fn, arg);
+  if (__atomic_load_n(&c->max_stream, __ATOMIC_RELAXED) && c->link && n > GML_MAX_LEASE_CHUNKS) /* daemon_lease decides again */
+    return daemon_lease(c, n, 0, NULL, NULL, got_fn, arg);
   gml_phys phys[GML_MAX_LEASE_CHUNKS];
   uint64_t ids[GML_MAX_LEASE_CHUNKS];
   int got = daemon_lease(c, GML_MIN(n, (size_t)GML_MAX_LEASE_CHUNKS), 0, phys, ids, NULL, NULL);
@@ -566,7 +567,11 @@ int gml_read(gml_client *c, void *dst, const void *src, size_t n) {
   return c->be->ops->read(c->be, (uintptr_t)src, dst, n);
 }
 
-void gml_client_test_nostream(gml_client *c) { c->max_stream = 0; }
+void gml_client_test_nostream(gml_client *c) {
+  pthread_mutex_lock(&c->conn_lock); /* max_stream is conn_lock's (daemon_acquire_stream peeks without it) */
+  __atomic_store_n(&c->max_stream, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&c->conn_lock);
+}
 
 int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
   if (c->mode != GML_MODE_DAEMON) return GML_EDAEMON;
@@ -579,7 +584,7 @@ int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **rep
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;
   gml_client_housekeeping(c, 1);
-  return c->daemon_gone ? GML_EDAEMON : 0;
+  return __atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE) ? GML_EDAEMON : 0; /* the reader sets it */
 }
 
 const char *gml_last_error(gml_client *c) { return c ? c->last_error : "no client"; }

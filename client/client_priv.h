@@ -136,7 +136,8 @@ struct gml_client {
   uint64_t seq;
   uint64_t client_id;
   uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; link.c) */
-  uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none) */
+  uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none); set under
+                              * conn_lock (atomic: daemon_acquire_stream peeks without it) */
   int64_t clock_skew;        /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
                               * set them apart; 0 and unused when the daemon does not say) */
   int clock_known;
@@ -193,9 +194,16 @@ int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
 int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
                          size_t *nchunks);
 void gml_link_end(gml_client *c);
-/* adopt.c: a reconnection's messages on its new socket (link.c's reconnect, its locks held; no
- * reader runs on it yet). The adopting hello: 0, or a failure with why saying what happened. */
-int gml_adopt_hello(gml_client *c, int sock, int *same, int *no_adopt, uint64_t *instance, char *why, size_t whylen);
+/* adopt.c: a reconnection's messages on its new socket (link.c's reconnect; no reader runs on it
+ * yet). The adopting hello, sent before reconnect takes its locks: 0, or a failure with why saying
+ * what happened. What the reply says of the new connection goes to *said, not to c: reconnect sets
+ * it under conn_lock (an allocator call reads max_stream and seq under it meanwhile). */
+typedef struct gml_hello_said {
+  int same, no_adopt;  /* the daemon we were connected to (it closed our connection); one that takes no hand-over */
+  uint64_t instance;   /* HelloReply.instance (0: not said) */
+  uint64_t client_id, max_stream, mono_ns;
+} gml_hello_said;
+int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen);
 /* Our chunks handed over in Adopt batches of up to GML_MAX_LEASE_CHUNKS: gml_adopt_add (an fn of
  * gml_grow_each_chunk and gml_share_handover, ctx a batch) sends each full batch, gml_adopt_flush the
  * rest; the daemon's ids replace the old ones in place; the first failure stays in rc. */

@@ -317,10 +317,9 @@ static int reconnect(gml_client *c) {
   pthread_mutex_unlock(&l->mu);
   struct timeval tv = {5, 0}; /* a daemon that does not answer is not waited for forever */
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  int same = 0, no_adopt = 0;
-  uint64_t inst = 0;
+  gml_hello_said hs = {0};
   char why[sizeof l->said];
-  int rc = gml_adopt_hello(c, s, &same, &no_adopt, &inst, why, sizeof why);
+  int rc = gml_adopt_hello(c, s, &hs, why, sizeof why);
   if (rc) { /* said once a reason: the keeper tries again up to every second while it lasts */
     gml_log(strcmp(why, l->said) ? GML_LOG_WARN : GML_LOG_DEBUG, "reconnecting to the daemon at %s: %s (trying again)",
             l->path, why);
@@ -337,6 +336,13 @@ static int reconnect(gml_client *c) {
   pthread_mutex_lock(&a->lock);
   pthread_mutex_lock(&c->grow.lock);
   pthread_mutex_lock(&c->conn_lock);
+  /* the new connection's, set here under conn_lock: daemon_lease reads max_stream under it, a
+   * test reads client_id without it (atomic); the reader that reads the clock starts after */
+  int same = hs.same, no_adopt = hs.no_adopt;
+  uint64_t inst = hs.instance;
+  __atomic_store_n(&c->client_id, hs.client_id, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->max_stream, hs.max_stream, __ATOMIC_RELAXED);
+  gml_daemon_clock(c, hs.mono_ns);
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (client.c) */
   int refused = l->adopt_refused && (inst ? inst : 1) == l->adopt_refused;

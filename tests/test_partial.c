@@ -133,6 +133,10 @@ static int faulty_export(gml_backend *be, gml_phys phys, int *fd) {
   return real->chunk_export(be, phys, fd);
 }
 
+/* The keeper thread runs the backend's ops (a hand-over's exports): the ops
+ * and the counters are set under the allocator's lock, which its reconnect
+ * takes before it exports (the daemon's kill that starts it orders them too,
+ * but no thread sanitizer sees that). */
 static void inject(gml_client *c) {
   real = c->be->ops;
   faulty = *real;
@@ -298,9 +302,11 @@ static void restart_fails_halfway(int fail_how) {
   ck_assert_int_eq(gml_alloc(c, HELD * 2 * MiB, 0, &p), 0);
   fill(p, HELD * 2 * MiB);
   ck_assert_int_eq(stats().leased, HELD);
+  pthread_mutex_lock(&c->alloc.lock);
   inject(c);
   export_seen = 0;
   export_fail_at = fail_how == 0 ? 140 : 0; /* the second batch's 12th chunk cannot be exported */
+  pthread_mutex_unlock(&c->alloc.lock);
   daemon_down(SIGKILL);
   /* refused: a daemon whose quota takes the first batch and not the second
    * (128 chunks of 2 MiB); refused, the client keeps its chunks uncounted
