@@ -567,12 +567,6 @@ int gml_read(gml_client *c, void *dst, const void *src, size_t n) {
   return c->be->ops->read(c->be, (uintptr_t)src, dst, n);
 }
 
-void gml_client_test_nostream(gml_client *c) {
-  pthread_mutex_lock(&c->conn_lock); /* max_stream is conn_lock's (daemon_acquire_stream peeks without it) */
-  __atomic_store_n(&c->max_stream, 0, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&c->conn_lock);
-}
-
 int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
   if (c->mode != GML_MODE_DAEMON) return GML_EDAEMON;
   pthread_mutex_lock(&c->conn_lock);

@@ -509,3 +509,10 @@ void gml_link_stop(gml_client *c) {
   free(l);
   c->link = NULL;
 }
+
+/* Tests: no streamed leases on this connection (daemon_acquire_stream, client.c). */
+void gml_client_test_nostream(gml_client *c) {
+  pthread_mutex_lock(&c->conn_lock); /* max_stream is conn_lock's (daemon_acquire_stream peeks without it) */
+  __atomic_store_n(&c->max_stream, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&c->conn_lock);
+}
