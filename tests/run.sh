@@ -285,6 +285,10 @@ mib=$(sed -n 's/^#define GML_CUDA_DEFAULT_CHUNK (\([0-9]*\)u << 20)$/\1/p' commo
 [ -n "$mib" ] || { echo "could not read GML_CUDA_DEFAULT_CHUNK from common/backend.h" >&2; exit 1; }
 grep -qF "chunks ($mib\\ MiB by default on the" man/man8/gmlaked.8 || { echo "man gmlaked does not say the cuda default chunk, $mib MiB" >&2; exit 1; }
 echo "  $(echo "$opts" | wc -l) gmlaked options in man gmlaked and the example config (which parses), $(echo "$cmds" | wc -l) gmlakectl commands in man gmlakectl, $(echo "$codes" | wc -l) GML_E* codes in man 3 gmlake"
+echo "== python/gmlake's argument checks: sizes, offsets, devices, tags past what C takes (host backend, embedded, no torch)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_args.py
+fi
 echo "== source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
 [ -z "$long" ] || { echo "over 600 lines (split by concern, see README's layout): $long" >&2; exit 1; }

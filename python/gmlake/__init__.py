@@ -254,11 +254,24 @@ def pool():
     return torch.cuda.MemPool()
 
 
+def _int_in(value, lo, hi, what):
+    """int(value), or ValueError when C's type cannot hold it (ctypes would keep the low bits without
+    a word: device 2**32 was device 0, tag 2**32 tag 0, a size of 2**64 + 4096 bytes 4096)."""
+    n = int(value)
+    if not lo <= n <= hi:
+        raise ValueError("%s %d out of range (%d to %d)" % (what, n, lo, hi))
+    return n
+
+
+_INT_MIN, _INT_MAX = -2**(8 * ctypes.sizeof(ctypes.c_int) - 1), 2**(8 * ctypes.sizeof(ctypes.c_int) - 1) - 1
+_SIZE_MAX = 2**(8 * ctypes.sizeof(ctypes.c_size_t)) - 1
+
+
 def _device(device):
     """device, else the current CUDA device; without torch (or a CUDA build of it), device 0,
     CUDA's current device in a process that chose none."""
     if device is not None:
-        return int(device)
+        return _int_in(device, _INT_MIN, _INT_MAX, "device")
     try:
         import torch
     except ImportError:

@@ -27,7 +27,7 @@ import ctypes
 import math
 import os
 
-from . import GMLakeError, _load, _torch
+from . import _INT_MAX, _INT_MIN, _SIZE_MAX, GMLakeError, _int_in, _load, _torch
 
 __all__ = ["GrowableRange", "growable", "client_for", "client_stats"]
 
@@ -136,13 +136,14 @@ def _device_parts(device):
     if device is None:
         return "cuda", 0
     if isinstance(device, int):
-        return "cuda", device
+        return "cuda", _int_in(device, _INT_MIN, _INT_MAX, "device")
     kind = getattr(device, "type", None)
     if kind is not None:  # a torch.device
         index = device.index or 0
     else:
         kind, _, idx = str(device).partition(":")
         index = int(idx or 0)
+    index = _int_in(index, _INT_MIN, _INT_MAX, "device index")
     if kind not in ("cuda", "cpu"):
         raise ValueError("a growable tensor lives on cuda or on cpu (the host backend), not %r" % (device,))
     return kind, index
@@ -155,12 +156,15 @@ class GrowableRange:
     chunks past row m; mapped_rows is how many rows from 0 on are backed."""
 
     def __init__(self, client, max_rows, row_bytes):
+        max_rows, row_bytes = int(max_rows), int(row_bytes)  # 0.5 rows is 0 rows
         if max_rows <= 0 or row_bytes <= 0:
             raise ValueError("a growable range needs at least one row of at least one byte")
+        if max_rows * row_bytes > _SIZE_MAX:  # size_t would keep the low bits: a small range claiming many rows
+            raise ValueError("a growable range of %d rows of %d bytes is more than a size_t holds" % (max_rows, row_bytes))
         self._lib = _lib()
         self._client = client
-        self.max_rows = int(max_rows)
-        self.row_bytes = int(row_bytes)
+        self.max_rows = max_rows
+        self.row_bytes = row_bytes
         self.nbytes = self.max_rows * self.row_bytes
         h = ctypes.c_void_p()
         _check(self._lib.gml_growable_create(client, self.nbytes, ctypes.byref(h)), "growable range of %d bytes" % self.nbytes, client)
@@ -213,12 +217,15 @@ class GrowableRange:
         return self.mapped_rows
 
     def map_bytes(self, offset, length):
+        offset, length = _int_in(offset, 0, _SIZE_MAX, "offset"), _int_in(length, 0, _SIZE_MAX, "length")
         _check(self._lib.gml_growable_map(self._handle(), offset, length), "growable map", self._client)
 
     def unmap_bytes(self, offset, length):
+        offset, length = _int_in(offset, 0, _SIZE_MAX, "offset"), _int_in(length, 0, _SIZE_MAX, "length")
         _check(self._lib.gml_growable_unmap(self._handle(), offset, length), "growable unmap", self._client)
 
     def is_mapped(self, offset):
+        offset = _int_in(offset, 0, _SIZE_MAX, "offset")
         return _check(self._lib.gml_growable_is_mapped(self._handle(), offset), "growable is_mapped", self._client) == 1
 
     @property

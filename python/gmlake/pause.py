@@ -29,7 +29,7 @@ import contextlib
 import ctypes
 import os
 
-from . import GMLakeError, _device, _load
+from . import GMLakeError, _device, _int_in, _load
 
 __all__ = ["pause", "resume", "paused", "set_tag", "tagged", "PAUSE_DISCARD", "PAUSE_FILE"]
 
@@ -81,6 +81,7 @@ def _check(rc, what, c):
 def pause(discard=False, tag=0, path=None, device=None, client=None):
     """Save the content of the live allocations (those of `tag` when not 0),
     give their memory back to the lake, keep their addresses."""
+    tag = _int_in(tag, 0, 2**32 - 1, "tag")  # a uint32_t: 2**32 was tag 0, every allocation
     c = _client(device, client)
     flags = PAUSE_DISCARD if discard else 0
     if path is not None:
@@ -89,9 +90,9 @@ def pause(discard=False, tag=0, path=None, device=None, client=None):
         p = os.fsencode(path)
         if b"\0" in p:
             raise ValueError("gmlake.pause: path has an embedded null byte")
-        _check(_lib().gml_pause_file(c, flags | PAUSE_FILE, int(tag), p), "gmlake.pause", c)
+        _check(_lib().gml_pause_file(c, flags | PAUSE_FILE, tag, p), "gmlake.pause", c)
     else:
-        _check(_lib().gml_pause(c, flags, int(tag)), "gmlake.pause", c)
+        _check(_lib().gml_pause(c, flags, tag), "gmlake.pause", c)
 
 
 def resume(device=None, client=None):
@@ -112,8 +113,9 @@ def paused(discard=False, tag=0, path=None, device=None, client=None):
 
 def set_tag(tag, device=None, client=None):
     """Allocations from now on carry `tag` (0: none); pause(tag=...) takes only those."""
+    tag = _int_in(tag, 0, 2**32 - 1, "tag")
     c = _client(device, client)
-    _check(_lib().gml_set_tag(c, int(tag)), "gmlake.set_tag", c)
+    _check(_lib().gml_set_tag(c, tag), "gmlake.set_tag", c)
 
 
 @contextlib.contextmanager
