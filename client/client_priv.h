@@ -218,6 +218,7 @@ void gml_adopt_add(void *ctx, gml_phys phys, uint64_t *id);
 int gml_adopt_flush(gml_adopt_batch *b);
 /* client.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams nothing. */
 void gml_client_test_nostream(gml_client *c);
+void gml_client_test_reply_timeout(gml_client *c, uint64_t ms);
 /* client.c: send the allocator's numbers to the daemon now. */
 void gml_client_report(gml_client *c);
 /* The daemon's clock against ours, from a hello reply's mono_ns (0: not said). */

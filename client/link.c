@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #define RECLAIM_POLL_MS 50 /* a reclaim waits this long at most for the streams to pass a fence */
+#define REPLY_TIMEOUT_MS 30000 /* a reply (or a streamed lease's next one) not come by then: the daemon is taken for gone */
 
 struct gml_link {
   pthread_mutex_t mu;
@@ -86,6 +87,7 @@ struct gml_link {
   char path[256];          /* the daemon's socket, to reconnect to ("": never) */
   int rsock;               /* the socket of a reconnection under way (-1: none): shut down by gml_link_stop */
   uint64_t reconnects;
+  uint64_t reply_timeout_ns; /* REPLY_TIMEOUT_MS, or a test's */
   char said[320];          /* why the last reconnection's hello failed, as logged ("": it did not) */
 };
 
@@ -98,6 +100,8 @@ typedef struct link_msg { /* a reply the reader received, with its fds (or the c
   int nfds;
   int fds[];
 } link_msg;
+
+static int wait_ns(gml_link *l, uint64_t ns);
 
 static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
   if (env) gmlake__envelope__free_unpacked(env, NULL);
@@ -192,7 +196,15 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
                          size_t *nchunks) {
   gml_link *l = c->link;
   pthread_mutex_lock(&l->mu);
-  while (!l->head && !l->gone && !l->lost) pthread_cond_wait(&l->cv, &l->mu);
+  /* Bounded: a daemon that is stopped (SIGSTOP, a debugger, a frozen container) or wedged
+   * answers nothing. Before, the caller waited for ever, holding the allocator's lock and
+   * conn_lock, so every other thread's allocation, free and gml_close hung with it. */
+  uint64_t until = gml_now_ns() + l->reply_timeout_ns;
+  int timed_out = 0;
+  while (!l->head && !l->gone && !l->lost && !timed_out) {
+    uint64_t now = gml_now_ns();
+    timed_out = now >= until || (wait_ns(l, until - now) == ETIMEDOUT && !l->head && !l->gone && !l->lost);
+  }
   link_msg *m = l->head; /* what came before the connection went is still taken */
   int rc = m ? 0 : l->lost ? GML_ENOMEM : GML_EDAEMON;
   if (m) {
@@ -209,7 +221,21 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
     free(m);
   }
   pthread_mutex_unlock(&l->mu);
+  if (timed_out) {
+    /* the connection is ended as if the daemon had gone: the reader sees it end, the keeper
+     * reconnects (a daemon that runs again parks what this connection held under our pid, a
+     * reply that comes meanwhile has nobody to go to), and leases fail at once until then */
+    __atomic_store_n(&c->daemon_gone, 1, __ATOMIC_RELEASE);
+    GML_ERR("the daemon did not answer within %.1f s (stopped? wedged?): dropping the connection, reconnecting",
+            (double)l->reply_timeout_ns / 1e9);
+    shutdown(c->sock, SHUT_RDWR);
+  }
   return rc;
+}
+
+/* Tests: how long a reply is waited for. */
+void gml_client_test_reply_timeout(gml_client *c, uint64_t ms) {
+  if (c->link) c->link->reply_timeout_ns = ms * 1000000ull;
 }
 
 int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) {
@@ -467,6 +493,7 @@ int gml_link_start(gml_client *c, const char *socket_path) {
   if (!l) return GML_ENOMEM;
   if (gml_env_flag(GML_ENV_RECONNECT, gml_env(GML_ENV_RECONNECT), 1)) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
   l->rsock = -1;
+  l->reply_timeout_ns = REPLY_TIMEOUT_MS * 1000000ull;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   c->link = l;

@@ -687,6 +687,48 @@ START_TEST(test_error_after_daemon_gone) {
 }
 END_TEST
 
+/* A daemon that stops answering (SIGSTOP, a debugger, a frozen container)
+ * while a lease is in flight: the lease fails with GML_EDAEMON after the
+ * reply timeout (1 s here, 30 s by default), the client goes on on what it
+ * holds and is back once the daemon runs again. Before, gml_alloc waited for
+ * ever (for as long as the daemon was stopped), holding the allocator's lock. */
+static const char *answer_within(proc *p, int ms) {
+  struct pollfd pf = {.fd = fileno(p->out), .events = POLLIN};
+  static char line[4096];
+  if (poll(&pf, 1, ms) != 1 || !fgets(line, sizeof line, p->out)) return NULL;
+  line[strcspn(line, "\n")] = 0;
+  return line;
+}
+
+START_TEST(test_stopped_daemon_lease_times_out) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start();
+  client_ready(&a);
+  client_cmd(&a, "replytimeout 1000");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
+  kill(daemon_pid, SIGSTOP);
+  uint64_t t0 = gml_now_ns();
+  fprintf(a.in, "alloc %d\n", 8 << 20);
+  fflush(a.in);
+  const char *r = answer_within(&a, 8000);
+  double s = (double)(gml_now_ns() - t0) / 1e9;
+  if (!r) kill(daemon_pid, SIGCONT); /* the old code answers once the daemon runs: the check's timeout otherwise */
+  ck_assert_msg(r, "a lease to a stopped daemon got no answer in 8 s");
+  ck_assert_msg(!strncmp(r, "err -2 ", 7) && strstr(r, "daemon is gone"), "expected GML_EDAEMON, got '%s'", r);
+  ck_assert_msg(s < 4, "the lease failed only after %.1f s", s);
+  r = client_cmd(&a, "alloc %d", 8 << 20); /* at once while it is away */
+  ck_assert_msg(!strncmp(r, "err -2 ", 7), "expected GML_EDAEMON, got '%s'", r);
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  kill(daemon_pid, SIGCONT);
+  int ok = 0;
+  for (int i = 0; i < 100 && !ok; i++, msleep(50)) ok = !strncmp(client_cmd(&a, "alloc %d", 8 << 20), "ok", 2);
+  ck_assert_msg(ok, "no lease in 5 s after the daemon runs again");
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 3000), 0); /* what the dropped connection held comes back */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A uid: quota counts all the user's processes together. */
 START_TEST(test_uid_quota_over_two_processes) {
   start_daemon("--limit 64MiB --prefetch 0");
@@ -1017,6 +1059,7 @@ int main(void) {
   tcase_add_checked_fixture(rc, harness_setup, NULL);
   tcase_add_test(rc, test_reconnect_failure_says_why);
   tcase_add_test(rc, test_reconnect_checks_the_socket);
+  tcase_add_test(rc, test_stopped_daemon_lease_times_out);
   suite_add_tcase(s, rc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

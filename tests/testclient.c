@@ -5,7 +5,7 @@
  *   gtag K TOKEN (chunk k of the range) | gread K | ginfo | gdestroy
  * pause and tags: settag T | pause FLAGS TAG [PATH] | resume | addr I (the block's address)
  * the lease path: cost IMPORT_US UNMAP_US ACCESS_US (the host backend spends a driver's time per chunk) |
- *   nostream (leases of up to 128 chunks, one reply each) | timing (where new chunks' time went)
+ *   nostream (leases of up to 128 chunks, one reply each) | replytimeout MS (a reply waited for at most) | timing (where new chunks' time went)
  * more connections of this process: conns N SIZE (N more clients, each allocates SIZE; kept until close)
  * shared memory: share KEY SIZE [any|none] [HASHTEXT] | dedup SIZE HASHTEXT | attach KEY | aread K | adetach |
  *   gwrite K / awrite K (a child process writes to chunk k of the range / the attached one:
@@ -58,6 +58,7 @@ static const char *child_write(volatile char *p) {
 /* The library's test hooks (hidden in the shared library; this links the static one). */
 void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_ns);
 void gml_client_test_nostream(gml_client *c);
+void gml_client_test_reply_timeout(gml_client *c, uint64_t ms);
 
 int main(int argc, char **argv) {
   if (argc < 2) {
@@ -154,6 +155,9 @@ int main(int argc, char **argv) {
       printf("ok\n");
     } else if (!strcmp(cmd, "nostream")) {
       gml_client_test_nostream(c);
+      printf("ok\n");
+    } else if (!strcmp(cmd, "replytimeout")) {
+      gml_client_test_reply_timeout(c, (uint64_t)a);
       printf("ok\n");
     } else if (!strcmp(cmd, "timing")) {
       gml_stats_get(c, &st);
