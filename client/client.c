@@ -425,6 +425,7 @@ static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, u
   c->client_id = reply->hello_reply->client_id;
   c->daemon_instance = reply->hello_reply->instance;
   c->max_stream = GML_MIN(reply->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX);
+  c->lease_wait_ns = (uint64_t)reply->hello_reply->lease_wait_ms * 1000000ull;
   gml_daemon_clock(c, reply->hello_reply->mono_ns);
   free_received(reply, NULL, 0);
   return 0;

@@ -136,6 +136,7 @@ struct gml_client {
   uint64_t seq;
   uint64_t client_id;
   uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; link.c) */
+  uint64_t lease_wait_ns;    /* HelloReply.lease_wait_ms: a reply may rightly take this long more (link.c) */
   uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none); set under
                               * conn_lock (atomic: daemon_acquire_stream peeks without it) */
   int64_t clock_skew;        /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
@@ -201,7 +202,7 @@ void gml_link_end(gml_client *c);
 typedef struct gml_hello_said {
   int same, no_adopt;  /* the daemon we were connected to (it closed our connection); one that takes no hand-over */
   uint64_t instance;   /* HelloReply.instance (0: not said) */
-  uint64_t client_id, max_stream, mono_ns;
+  uint64_t client_id, max_stream, mono_ns, lease_wait_ns;
 } gml_hello_said;
 int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen);
 /* Our chunks handed over in Adopt batches of up to GML_MAX_LEASE_CHUNKS: gml_adopt_add (an fn of

@@ -199,7 +199,9 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
   /* Bounded: a daemon that is stopped (SIGSTOP, a debugger, a frozen container) or wedged
    * answers nothing. Before, the caller waited for ever, holding the allocator's lock and
    * conn_lock, so every other thread's allocation, free and gml_close hung with it. */
-  uint64_t until = gml_now_ns() + l->reply_timeout_ns;
+  /* past the daemon's --lease-wait, which a lease may rightly wait (HelloReply.lease_wait_ms) */
+  uint64_t wait = l->reply_timeout_ns + __atomic_load_n(&c->lease_wait_ns, __ATOMIC_RELAXED);
+  uint64_t until = gml_now_ns() + wait;
   int timed_out = 0;
   while (!l->head && !l->gone && !l->lost && !timed_out) {
     uint64_t now = gml_now_ns();
@@ -227,7 +229,7 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
      * reply that comes meanwhile has nobody to go to), and leases fail at once until then */
     __atomic_store_n(&c->daemon_gone, 1, __ATOMIC_RELEASE);
     GML_ERR("the daemon did not answer within %.1f s (stopped? wedged?): dropping the connection, reconnecting",
-            (double)l->reply_timeout_ns / 1e9);
+            (double)wait / 1e9);
     shutdown(c->sock, SHUT_RDWR);
   }
   return rc;
@@ -368,6 +370,7 @@ static int reconnect(gml_client *c) {
   uint64_t inst = hs.instance;
   __atomic_store_n(&c->client_id, hs.client_id, __ATOMIC_RELEASE);
   __atomic_store_n(&c->max_stream, hs.max_stream, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->lease_wait_ns, hs.lease_wait_ns, __ATOMIC_RELAXED);
   gml_daemon_clock(c, hs.mono_ns);
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (client.c) */

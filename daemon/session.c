@@ -200,7 +200,7 @@ static void handle_hello(request *rq) {
   r.device = d->cfg.device;
   r.client_id = s->bc.id;
   r.instance = d->instance;
-  r.max_stream = BROKER_MAX_STREAM;
+  r.max_stream = BROKER_MAX_STREAM, r.lease_wait_ms = (uint32_t)(d->br.lease_wait_ns / 1000000u);
   r.no_adopt = late, r.mono_ns = gml_now_ns();
   env.seq = rq->env->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;

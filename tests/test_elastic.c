@@ -701,7 +701,7 @@ static const char *answer_within(proc *p, int ms) {
 }
 
 START_TEST(test_stopped_daemon_lease_times_out) {
-  start_daemon("--limit 64MiB --prefetch 0");
+  start_daemon("--limit 64MiB --prefetch 0 --lease-wait 500"); /* the client waits 1 s + 0.5 s (its lease-wait) */
   proc a = client_start();
   client_ready(&a);
   client_cmd(&a, "replytimeout 1000");
@@ -725,6 +725,31 @@ START_TEST(test_stopped_daemon_lease_times_out) {
   ck_assert_msg(ok, "no lease in 5 s after the daemon runs again");
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_wait("chunks_leased", 0, 3000), 0); /* what the dropped connection held comes back */
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* The reply timeout counts the daemon's --lease-wait in (HelloReply.lease_wait_ms): a lease
+ * that rightly waits that long for other clients' idle cache (here a stopped holder's, at the
+ * limit) gets the daemon's own answer, not a dropped connection. */
+START_TEST(test_reply_timeout_past_lease_wait) {
+  start_daemon("--limit 8MiB --prefetch 0 --lease-wait 2000");
+  proc a = client_start(), b = client_start();
+  client_ready(&a);
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok"); /* 8 MiB idle in a's cache */
+  kill(a.pid, SIGSTOP);
+  client_cmd(&b, "replytimeout 500");
+  uint64_t t0 = gml_now_ns();
+  const char *r = client_cmd(&b, "alloc %d", 4 << 20);
+  double s = (double)(gml_now_ns() - t0) / 1e9;
+  kill(a.pid, SIGCONT);
+  printf("  a lease waiting on a stopped holder, daemon lease-wait 2 s, reply timeout 0.5 s: '%.60s' in %.1f s\n", r, s);
+  ck_assert_msg(strncmp(r, "err -2 ", 7), "the connection was dropped before the daemon's lease-wait passed: '%s'", r);
+  ck_assert_int_eq(stat_num("clients"), 2); /* b still connected, not reconnecting */
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -1060,6 +1085,7 @@ int main(void) {
   tcase_add_test(rc, test_reconnect_failure_says_why);
   tcase_add_test(rc, test_reconnect_checks_the_socket);
   tcase_add_test(rc, test_stopped_daemon_lease_times_out);
+  tcase_add_test(rc, test_reply_timeout_past_lease_wait);
   suite_add_tcase(s, rc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);
