@@ -9,7 +9,6 @@
 #include "log.h"
 #include "util.h"
 #include "wire.h"
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,19 +118,6 @@ static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, co
   return rc;
 }
 
-/* "NAME@UID": user UID's share NAME, as an attach may name it (daemon/shares.c, find_named). */
-static int other_users_key(const char *key) {
-  const char *at = strrchr(key, '@');
-  char name[GML_SHARE_KEY_MAX + 1], *end;
-  if (!at || at == key || (size_t)(at - key) > GML_SHARE_KEY_MAX || at[1] < '0' || at[1] > '9') return 0;
-  errno = 0;
-  unsigned long uid = strtoul(at + 1, &end, 10);
-  if (*end || errno || uid > UINT32_MAX) return 0;
-  memcpy(name, key, (size_t)(at - key));
-  name[at - key] = 0;
-  return gml_share_key_ok(name, NULL);
-}
-
 /* What the daemon takes (wire.h): checked here, since a request it refuses
  * is a protocol error there, which closes the connection (the caller got
  * GML_EDAEMON, "daemon unreachable or gone", and its chunks were parked);
@@ -142,7 +128,9 @@ static int check_key(gml_client *c, const char *what, const char *key, int attac
   size_t bad;
   int ok = gml_share_key_ok(key, &bad);
   if (ok && (attach || !strchr(key, '@'))) return 0;
-  if (attach && other_users_key(key)) return 0;
+  char name[GML_SHARE_KEY_MAX + 1];
+  uint32_t uid;
+  if (attach && gml_share_key_owner(key, name, &uid)) return 0; /* NAME@UID (wire.c) */
   if (ok) /* a published key: no '@', which would read as another user's share */
     return fail(c, GML_EINVAL, "%s: the key '%s' has a '@': NAME@UID names user UID's share NAME, so a published key has none",
                 what, key);

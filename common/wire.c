@@ -230,6 +230,19 @@ void gml_rx_free(gml_rx *rx) {
   memset(rx, 0, sizeof *rx);
 }
 
+int gml_share_key_owner(const char *k, char name[GML_SHARE_KEY_MAX + 1], uint32_t *uid) {
+  const char *at = strrchr(k, '@');
+  char *end;
+  if (!at || at == k || (size_t)(at - k) > GML_SHARE_KEY_MAX || at[1] < '0' || at[1] > '9') return 0;
+  errno = 0;
+  unsigned long u = strtoul(at + 1, &end, 10);
+  if (*end || errno || u > UINT32_MAX) return 0;
+  memcpy(name, k, (size_t)(at - k));
+  name[at - k] = 0;
+  *uid = (uint32_t)u;
+  return gml_share_key_ok(name, NULL);
+}
+
 int gml_share_key_ok(const char *k, size_t *bad) {
   size_t n = k ? strlen(k) : 0, at = SIZE_MAX;
   for (size_t i = 0; i < n && i <= GML_SHARE_KEY_MAX && at == SIZE_MAX; i++)

@@ -29,6 +29,11 @@
  * else 0, with *bad (may be NULL) the offset of its first byte outside that
  * range, or SIZE_MAX when its length is the fault (NULL: length). */
 int gml_share_key_ok(const char *k, size_t *bad);
+/* "NAME@UID", user UID's share NAME as an attach names it (the last '@', then
+ * decimal digits up to 2^32 - 1; NAME a key as above): 1 with name and *uid
+ * set, else 0. The client checks an attach's key with it, the daemon finds
+ * the share. */
+int gml_share_key_owner(const char *k, char name[GML_SHARE_KEY_MAX + 1], uint32_t *uid);
 
 /* Serialize env into a malloc'd frame (length prefix included). */
 int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);

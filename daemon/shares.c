@@ -74,15 +74,9 @@ static share *find_key(gmld *d, const char *key, uid_t uid) {
  * to a victim's attachers, or to take the name) gets nobody's attach. */
 static share *find_named(gmld *d, const char *key, uid_t uid) {
   share *sh = find_key(d, key, uid);
-  const char *at = strrchr(key, '@');
-  if (sh || !at || at == key || (size_t)(at - key) > SHARE_KEY_MAX) return sh;
-  char name[SHARE_KEY_MAX + 1], *end;
-  if (at[1] < '0' || at[1] > '9') return NULL;
-  errno = 0;
-  unsigned long owner = strtoul(at + 1, &end, 10);
-  if (*end || errno || owner > UINT32_MAX) return NULL;
-  memcpy(name, key, (size_t)(at - key));
-  name[at - key] = 0;
+  char name[SHARE_KEY_MAX + 1];
+  uint32_t owner;
+  if (sh || !gml_share_key_owner(key, name, &owner)) return sh; /* wire.c: as the client checked it */
   return find_key(d, name, (uid_t)owner);
 }
 
