@@ -17,6 +17,8 @@
 # torch:  bench/torch_bench.py table (PyTorch default / expandable / GMLake embedded / daemon)
 # trace:W  records W's allocations under PyTorch default, as accept:W runs it, to $OUT/W.trace.gz
 #           (replay it here: build/gmlake-replay --steps W.trace.gz)
+# lockstep:W  accept:W's comparison with default / embedded / daemon started together and taking turns
+#           step by step on one GPU, the same cores (bench/lockstep.py): the host's CPU drift shared
 # accept:W  the speed table of issue 4 for workload W (long runs, repeats, per-step ratios)
 # shared: two trainings through one daemon limited below their summed peaks
 # kvcache: bench/kv_cache.py: a GPT-2 generate loop with its K/V cache on growable tensors vs
@@ -137,7 +139,7 @@ need_ext() { # gmlake._C against the installed torch, once per call (every stage
     say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
   fi
 }
-case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*)
+case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*)
   need_ext;; esac
 
 torch_table() { # workload ('' = all), then the environment it runs with
@@ -159,6 +161,12 @@ for st in $STAGES; do
     s=$(accept_steps "$w") || { echo "guardcost: unknown workload $w"; exit 2; }
     torch_table "$w" GMLAKE_BENCH_STEPS=${GMLAKE_BENCH_STEPS:-$((s / 2))} GMLAKE_BENCH_REPEATS=${GMLAKE_BENCH_REPEATS:-2} \
       GMLAKE_BENCH_CONFIGS=${GMLAKE_BENCH_CONFIGS:-default,gmlake_embedded,gmlake_embedded+GMLAKE_GUARD=1};;
+  lockstep:*) # the same speed comparison with the configs taking turns step by step (bench/lockstep.py)
+    w=${st#lockstep:}
+    s=$(accept_steps "$w") || { echo "lockstep: unknown workload $w"; exit 2; }
+    env GMLAKE_BENCH_STEPS=${GMLAKE_BENCH_STEPS:-$s} GMLAKE_BENCH_REPEATS=${GMLAKE_BENCH_REPEATS:-3} PYTHONUNBUFFERED=1 \
+      OUT="$OUTDIR" BENCH_JSON="lockstep_$w.json" python3 bench/lockstep.py "$w" 2>&1 | tee "$OUTDIR/lockstep_$w.txt" | grep -v '^{'
+    sed -n '/^config /,$p' "$OUTDIR/lockstep_$w.txt" | sed "s/^/lockstep $w: /" >> "$SUMMARY";;
   accept:*) # issue 4's speed table for one workload, sized to fit one 10-minute call:
     # runs long enough to leave the first-time shapes behind, default / embedded / daemon interleaved
     w=${st#accept:}

@@ -123,6 +123,11 @@ def run_one(workload, config, steps=None):
         open(os.path.join(bdir, "ready.%d" % os.getpid()), "w").close()
         while len([f for f in os.listdir(bdir) if f.startswith("ready.")]) < int(bn):
             time.sleep(0.05)
+    # GMLAKE_BENCH_LOCKSTEP=1 (bench/lockstep.py): each step waits for a line on stdin and says
+    # "STEP i ms" when done, so several configs' processes take turns step by step on one GPU
+    lockstep = os.environ.get("GMLAKE_BENCH_LOCKSTEP") == "1"
+    if lockstep:
+        print("READY %d" % n, flush=True)
     times, losses, trace = [], [], []
     t_start = time.time()
     gm = None
@@ -140,12 +145,16 @@ def run_one(workload, config, steps=None):
             from torch.profiler import profile, ProfilerActivity
             prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
             prof.__enter__()
+        if lockstep and sys.stdin.readline().strip() != "go":
+            break
         torch.cuda.synchronize()
         probe.append(cpu_probe())
         t = time.perf_counter()
         losses.append(step(i))
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t) * 1e3
+        if lockstep:
+            print("STEP %d %.3f" % (i, ms), flush=True)
         if prof:
             prof.__exit__(None, None, None)
             ka = prof.key_averages()
@@ -167,7 +176,7 @@ def run_one(workload, config, steps=None):
     res = dict(workload=workload, config=config, ms_per_step=round(statistics.median(times), 2),
                ms_mean=round(statistics.mean(times), 2),
                losses=[round(x, 6) for x in losses[:4]], seconds=round(time.time() - t_start, 1), setup_s=round(t_start - T0, 1),
-               driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") else None,
+               driver_used_peak=free0 - min_free[0] if config.startswith("gmlake") and not lockstep else None,
                steps=trace, cpu_probe_us=round(statistics.median(probe[2:] or probe), 1),
                probe_us=[round(x, 1) for x in probe])  # each step's probe, for a per-step CPU adjustment
     if config.startswith("gmlake"):
