@@ -960,6 +960,17 @@ START_TEST(test_ctl_json) {
   ck_assert_msg(rc == 2 && strstr(out, "metrics prints Prometheus text only") && strstr(out, "--json stats") &&
                     !strstr(out, "# TYPE"),
                 "--json metrics: rc %d: %s", rc, out);
+  /* --version with --json (before or after it) is a JSON object too (before: the plain line); plain without */
+  for (int after = 0; after < 2; after++) {
+    rc = sh(out, sizeof out, "%s/gmlakectl %s --version %s | /usr/bin/python3 -c '"
+            "import json, sys\no = json.loads(sys.stdin.read())\n"
+            "assert o[\"program\"] == \"gmlakectl\" and o[\"version\"].count(\".\") == 2 and o[\"protocol\"] >= 1, o\n"
+            "print(json.dumps(o))' 2>&1", bindir, after ? "" : "--json", after ? "--json" : "");
+    ck_assert_msg(rc == 0, "gmlakectl --json --version: %s", out);
+  }
+  printf("  gmlakectl --json --version: %s", out);
+  rc = sh(out, sizeof out, "%s/gmlakectl --version", bindir);
+  ck_assert_msg(rc == 0 && !strncmp(out, "gmlakectl ", 10) && !strchr(out, '{'), "gmlakectl --version: %s", out);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
