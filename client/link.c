@@ -192,6 +192,22 @@ static void *reader_main(void *arg) {
   }
 }
 
+/* How long a reply, or room in the socket for a request, is waited for: past
+ * the daemon's --lease-wait, which a lease may rightly wait (HelloReply.lease_wait_ms). */
+static uint64_t daemon_wait_ns(gml_client *c) {
+  return c->link->reply_timeout_ns + __atomic_load_n(&c->lease_wait_ns, __ATOMIC_RELAXED);
+}
+
+/* The daemon did not answer, or read nothing of ours, for wait ns: the connection is ended as if
+ * it had gone. The reader sees it end, the keeper reconnects (a daemon that runs again parks what
+ * this connection held under our pid, a reply that comes meanwhile has nobody to go to), and leases
+ * fail at once until then. */
+static void drop_connection(gml_client *c, const char *what, uint64_t wait) {
+  __atomic_store_n(&c->daemon_gone, 1, __ATOMIC_RELEASE);
+  GML_ERR("the daemon %s within %.1f s (stopped? wedged?): dropping the connection, reconnecting", what, (double)wait / 1e9);
+  shutdown(c->sock, SHUT_RDWR);
+}
+
 int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
                          size_t *nchunks) {
   gml_link *l = c->link;
@@ -199,8 +215,7 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
   /* Bounded: a daemon that is stopped (SIGSTOP, a debugger, a frozen container) or wedged
    * answers nothing. Before, the caller waited for ever, holding the allocator's lock and
    * conn_lock, so every other thread's allocation, free and gml_close hung with it. */
-  /* past the daemon's --lease-wait, which a lease may rightly wait (HelloReply.lease_wait_ms) */
-  uint64_t wait = l->reply_timeout_ns + __atomic_load_n(&c->lease_wait_ns, __ATOMIC_RELAXED);
+  uint64_t wait = daemon_wait_ns(c);
   uint64_t until = gml_now_ns() + wait;
   int timed_out = 0;
   while (!l->head && !l->gone && !l->lost && !timed_out) {
@@ -223,15 +238,7 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
     free(m);
   }
   pthread_mutex_unlock(&l->mu);
-  if (timed_out) {
-    /* the connection is ended as if the daemon had gone: the reader sees it end, the keeper
-     * reconnects (a daemon that runs again parks what this connection held under our pid, a
-     * reply that comes meanwhile has nobody to go to), and leases fail at once until then */
-    __atomic_store_n(&c->daemon_gone, 1, __ATOMIC_RELEASE);
-    GML_ERR("the daemon did not answer within %.1f s (stopped? wedged?): dropping the connection, reconnecting",
-            (double)wait / 1e9);
-    shutdown(c->sock, SHUT_RDWR);
-  }
+  if (timed_out) drop_connection(c, "did not answer", wait);
   return rc;
 }
 
@@ -269,8 +276,13 @@ int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int impo
     drop_queue(l);
     pthread_mutex_unlock(&l->mu);
   }
-  rc = gml_wire_send(c->sock, frame, len, NULL, 0);
+  /* bounded as the reply is: a stopped daemon reads nothing, and once the socket's buffer is full
+   * (a few hundred usage reports, which want no reply) a blocking send waited for as long as it was
+   * stopped, holding conn_lock */
+  uint64_t wait = daemon_wait_ns(c);
+  rc = gml_wire_send_until(c->sock, frame, len, NULL, 0, gml_now_ns() + wait);
   free(frame);
+  if (rc == GML_EAGAIN) drop_connection(c, "read nothing we sent", wait);
   if (rc && want_reply) gml_link_end(c);
   return rc ? GML_EDAEMON : 0;
 }

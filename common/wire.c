@@ -4,7 +4,9 @@
 #endif
 #include "wire.h"
 #include "gmlake.h"
+#include "util.h"
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,7 @@ int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len) {
   return 0;
 }
 
-long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds) {
+static long send_some(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds, int flags) {
   struct iovec iov = {(void *)buf, len};
   struct msghdr m = {0};
   m.msg_iov = &iov;
@@ -50,19 +52,37 @@ long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, 
     memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
   }
   ssize_t r;
-  do r = sendmsg(sock, &m, MSG_NOSIGNAL);
+  do r = sendmsg(sock, &m, MSG_NOSIGNAL | flags);
   while (r < 0 && errno == EINTR);
   return r < 0 ? errno_to_gml(errno) : (long)r;
 }
 
-int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds) {
+long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds) {
+  return send_some(sock, buf, len, fds, nfds, 0);
+}
+
+int gml_wire_send_until(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds, uint64_t deadline_ns) {
+  int bounded = deadline_ns != UINT64_MAX;
   size_t off = 0;
   while (off < len) {
-    long r = gml_wire_sendmsg(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0);
+    /* MSG_DONTWAIT on this call only: the socket stays blocking for the thread that receives on it */
+    long r = send_some(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0, bounded ? MSG_DONTWAIT : 0);
+    if (r == GML_EAGAIN && bounded) { /* the buffer is full: the peer reads nothing (stopped?) */
+      uint64_t now = gml_now_ns();
+      if (now >= deadline_ns) return GML_EAGAIN;
+      uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+      if (poll(&(struct pollfd){.fd = sock, .events = POLLOUT}, 1, ms > INT_MAX ? INT_MAX : (int)ms) < 0 && errno != EINTR)
+        return GML_ESYS;
+      continue;
+    }
     if (r < 0) return r == GML_EDAEMON ? GML_EDAEMON : GML_ESYS;
     off += (size_t)r;
   }
   return 0;
+}
+
+int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds) {
+  return gml_wire_send_until(sock, frame, len, fds, nfds, UINT64_MAX);
 }
 
 /* recvmsg that appends received fds to fds[*nfds..]; fds beyond maxfds are closed

@@ -40,6 +40,10 @@ int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len);
 /* Send a whole frame and its fds (fds go with the first byte). Blocking
  * sockets only; returns 0 or GML_EDAEMON/GML_ESYS. */
 int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds);
+/* The same, bounded: where the socket's buffer stays full (a peer that reads
+ * nothing: stopped, wedged) until deadline_ns (gml_now_ns's clock), GML_EAGAIN,
+ * the frame perhaps sent in part (the connection is then of no more use). */
+int gml_wire_send_until(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds, uint64_t deadline_ns);
 /* After a send that failed: 1 when a frame waits to be read all the same. A
  * daemon that refuses a connection sends why (an Error of seq 0) and closes;
  * if it closed before our first send, that send fails (EPIPE) with the reason

@@ -120,7 +120,8 @@ void config_usage(FILE *f) {
     }
     fputc('\n', f);
   }
-  fprintf(f, "Config file: one 'key = value' per line, keys as the long options without '--', '#' comments.\n");
+  fprintf(f, "Config file: one 'key = value' per line, keys as the long options without '--', each once (quota may repeat),\n"
+             "'#' comments.\n");
 }
 
 static int has_word(const char *words, const char *w) {
@@ -283,7 +284,7 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
     return -1;
   }
   char line[512];
-  int lineno = 0, rc = 0;
+  int lineno = 0, rc = 0, set_at[GML_ARRAY_LEN(options)] = {0}; /* the line each key was given on */
   while (fgets(line, sizeof line, f)) {
     lineno++;
     size_t n = strlen(line);
@@ -313,12 +314,22 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
       char *ke = eq;
       while (ke > key && isspace((unsigned char)ke[-1])) *--ke = 0;
     }
+    /* refused like any other mistake in the file (before, the last one won without a word): which
+     * of the two was meant is not ours to guess; quota lines add up, each one a quota */
+    const config_option *o = find_option(key);
+    if (o && o->type != OPT_QUOTA && set_at[o - options]) {
+      fprintf(stderr, "gmlaked: %s:%d: %s given twice (lines %d and %d): give it once\n", path, lineno, key,
+              set_at[o - options], lineno);
+      rc = -1;
+      break;
+    }
     char err[256];
     if (apply_setting(c, key, val, err, sizeof err)) {
       fprintf(stderr, "gmlaked: %s:%d: %s\n", path, lineno, err);
       rc = -1;
       break;
     }
+    if (o) set_at[o - options] = lineno;
   }
   fclose(f);
   return rc;

@@ -190,6 +190,22 @@ static void ctl_trim(ctl_call *k) {
            pid ? " and asked the client for its idle cache" : "");
 }
 
+void control_say_limit_below_held(gmld *d, const char *by) {
+  const lake *lk = &d->lk;
+  uint64_t held = lk->leased + lk->parked + lk->shared;
+  if (held * lk->cs <= lk->limit_bytes) return;
+  char l[32], h[32], le[32], p[32], s[32];
+  /* what broker_set_limit, the broker's leases and the tick's broker_trim_over_limit do: no chunk a client holds
+   * can be taken back (its mappings keep it), so the lake stays over its limit until they return chunks */
+  GML_WARN("%s: limit %s is below the %s clients hold now (%s leased, %s parked, %s in shares): nothing is taken back "
+           "from them; the free chunks were released, no chunk is made while the lake is over its limit, a lease is "
+           "served only from chunks clients give back (their idle cache is asked for, as on a full lake; one that takes "
+           "its client past the limit is refused at once), and chunks given back that no lease takes are released until "
+           "the lake is within its limit", by, gml_format_bytes(lk->limit_bytes, l, sizeof l),
+           gml_format_bytes(held * lk->cs, h, sizeof h), gml_format_bytes(lk->leased * lk->cs, le, sizeof le),
+           gml_format_bytes(lk->parked * lk->cs, p, sizeof p), gml_format_bytes(lk->shared * lk->cs, s, sizeof s));
+}
+
 static void ctl_set_limit(ctl_call *k) {
   uint64_t lim = k->req->set_limit_bytes;
   lim -= lim % k->d->lk.cs; /* whole chunks, as the default limit (`limit 1%` was taken to the byte) */
@@ -198,6 +214,7 @@ static void ctl_set_limit(ctl_call *k) {
     return;
   }
   GML_INFO("limit set to %llu bytes", (unsigned long long)lim);
+  control_say_limit_below_held(k->d, "gmlakectl limit");
   with_stats(k);
 }
 

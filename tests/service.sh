@@ -107,8 +107,19 @@ ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a refused reload ch
 echo "  SIGHUP: socket-group of no group refused, nothing reloaded"
 printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\n' > "$d/gmlaked.conf"
 
-# a config that does not parse: nothing changes, the daemon lives on
-echo "limit = lots" >> "$d/gmlaked.conf"
+# a key given twice: refused as any other mistake (before, the last one won without a word), nothing changes
+printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\nlimit = 16MiB\n' > "$d/gmlaked.conf"
+kill -HUP $dpid
+for _ in $(seq 100); do grep -q "limit given twice" "$d/daemon.log" && break; sleep 0.05; done
+grep -q "gmlaked.conf:5: limit given twice (lines 2 and 5): give it once" "$d/daemon.log" &&
+  grep -A1 "limit given twice" "$d/daemon.log" | grep -q "nothing reloaded" ||
+  fail "SIGHUP with limit given twice: $(tail -n 3 "$d/daemon.log")"
+ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with a key given twice changed the limit: $(ctl stats --json)"
+echo "  SIGHUP: a key given twice refused, naming both lines, nothing reloaded"
+
+# a config that does not parse: nothing changes, the daemon lives on (a whole file: an appended
+# "limit = lots" is now a key given twice)
+printf 'backend = host\nlimit = lots\nprefetch = 0\nlog-level = info\n' > "$d/gmlaked.conf"
 kill -HUP $dpid
 for _ in $(seq 100); do grep -q "bad value for limit" "$d/daemon.log" && break; sleep 0.05; done
 grep -q "bad value for limit" "$d/daemon.log" || fail "a bad config on SIGHUP was not reported"

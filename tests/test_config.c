@@ -332,6 +332,26 @@ START_TEST(test_nul_byte_and_changed_at_start) {
 }
 END_TEST
 
+/* A key given twice in the file is refused, naming the key and both lines:
+ * before, the last one won without a word ("limit = 40%" appended under an
+ * old "limit = 90%" and the other way round look alike). quota may repeat
+ * (each line a quota); a flag over the file's value is no repeat. */
+START_TEST(test_key_twice_refused) {
+  gmld_config c;
+  char said[512];
+  write_conf("limit = 90%\n# later\ncreators = 2\n  limit=40%   # lower\n");
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, ":4: limit given twice (lines 1 and 4): give it once"), "%s", said);
+  write_conf("foreground\nforeground = no\n"); /* a flag too */
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, ":2: foreground given twice (lines 1 and 2)"), "%s", said);
+  write_conf("quota = uid:1000 1GiB\nquota = uid:1001 2GiB\nlimit = 40%\n");
+  ck_assert_int_eq(load(&c, "--limit", "50%", NULL, NULL), 0);
+  ck_assert_int_eq(c.nquotas, 2);
+  ck_assert_str_eq(c.limit, "50%");
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -345,6 +365,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_flag_values);
   tcase_add_test(tc, test_bad_value_says_what_is_accepted);
   tcase_add_test(tc, test_nul_byte_and_changed_at_start);
+  tcase_add_test(tc, test_key_twice_refused);
   suite_add_tcase(s, tc);
   return s;
 }

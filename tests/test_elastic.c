@@ -729,6 +729,63 @@ START_TEST(test_stopped_daemon_lease_times_out) {
 }
 END_TEST
 
+/* Lines p writes within ms (read straight from its fd: its FILE may hold
+ * none buffered), each counted where it starts with "ok" or not; stops at
+ * want lines or when none comes for ms. */
+static int answers_within(proc *p, int want, int ms, int *ok, int *err) {
+  char buf[4096];
+  int n = 0, bol = 1;
+  *ok = *err = 0;
+  struct pollfd pf = {.fd = fileno(p->out), .events = POLLIN};
+  while (n < want && poll(&pf, 1, ms) == 1) {
+    ssize_t r = read(pf.fd, buf, sizeof buf);
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r; i++) {
+      if (bol) *(buf[i] == 'o' ? ok : err) += 1;
+      bol = buf[i] == '\n';
+      n += bol;
+    }
+  }
+  return n;
+}
+
+/* A daemon stopped (SIGSTOP) while the client goes on sending what needs no
+ * reply (usage reports: each gml_flush sends one): once the socket's buffer
+ * is full, a send fails with GML_EDAEMON after the reply timeout (plus the
+ * daemon's lease-wait) and the connection is dropped, as a reply that does
+ * not come. Before, the send blocked for as long as the daemon was stopped,
+ * holding conn_lock, so every allocator call that leases or reports hung. */
+START_TEST(test_stopped_daemon_send_times_out) {
+  start_daemon("--limit 64MiB --prefetch 0 --lease-wait 0");
+  proc a = client_start();
+  client_ready(&a);
+  client_cmd(&a, "replytimeout 500");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
+  kill(daemon_pid, SIGSTOP);
+  enum { FLUSHES = 4000 }; /* a unix socket's default buffer holds a few hundred reports */
+  uint64_t t0 = gml_now_ns();
+  for (int i = 0; i < FLUSHES; i++) fputs("flush\n", a.in);
+  fflush(a.in);
+  int ok, err, n = answers_within(&a, FLUSHES, 5000, &ok, &err);
+  double s = (double)(gml_now_ns() - t0) / 1e9;
+  printf("  %d flushes to a stopped daemon: %d ok, %d failed, in %.1f s\n", n, ok, err, s);
+  if (n < FLUSHES) kill(daemon_pid, SIGCONT); /* the old code goes on once the daemon runs: the check's timeout otherwise */
+  ck_assert_msg(n == FLUSHES, "flush %d of %d got no answer in 5 s: a send to the stopped daemon blocked", n + 1, FLUSHES);
+  ck_assert_msg(ok > 0 && err > 0, "expected the first flushes to pass and the rest to fail (GML_EDAEMON): %d ok, %d failed",
+                ok, err);
+  ck_assert_msg(s < 4, "the send failed only after %.1f s", s);
+  const char *r = client_cmd(&a, "alloc %d", 8 << 20); /* at once while it is away */
+  ck_assert_msg(!strncmp(r, "err -2 ", 7), "expected GML_EDAEMON, got '%s'", r);
+  kill(daemon_pid, SIGCONT);
+  int back = 0;
+  for (int i = 0; i < 200 && !back; i++, msleep(50)) back = !strncmp(client_cmd(&a, "alloc %d", 8 << 20), "ok", 2);
+  ck_assert_msg(back, "no lease in 10 s after the daemon runs again");
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 3000), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* The reply timeout counts the daemon's --lease-wait in (HelloReply.lease_wait_ms): a lease
  * that rightly waits that long for other clients' idle cache (here a stopped holder's, at the
  * limit) gets the daemon's own answer, not a dropped connection. */
@@ -1086,6 +1143,7 @@ int main(void) {
   tcase_add_test(rc, test_reconnect_checks_the_socket);
   tcase_add_test(rc, test_stopped_daemon_lease_times_out);
   tcase_add_test(rc, test_reply_timeout_past_lease_wait);
+  tcase_add_test(rc, test_stopped_daemon_send_times_out);
   suite_add_tcase(s, rc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_FORK);

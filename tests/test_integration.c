@@ -960,8 +960,86 @@ START_TEST(test_ctl_json) {
   ck_assert_msg(rc == 2 && strstr(out, "metrics prints Prometheus text only") && strstr(out, "--json stats") &&
                     !strstr(out, "# TYPE"),
                 "--json metrics: rc %d: %s", rc, out);
+  /* --version with --json (before or after it) is a JSON object too (before: the plain line); plain without */
+  for (int after = 0; after < 2; after++) {
+    rc = sh(out, sizeof out, "%s/gmlakectl %s --version %s | /usr/bin/python3 -c '"
+            "import json, sys\no = json.loads(sys.stdin.read())\n"
+            "assert o[\"program\"] == \"gmlakectl\" and o[\"version\"].count(\".\") == 2 and o[\"protocol\"] >= 1, o\n"
+            "print(json.dumps(o))' 2>&1", bindir, after ? "" : "--json", after ? "--json" : "");
+    ck_assert_msg(rc == 0, "gmlakectl --json --version: %s", out);
+  }
+  printf("  gmlakectl --json --version: %s", out);
+  rc = sh(out, sizeof out, "%s/gmlakectl --version", bindir);
+  ck_assert_msg(rc == 0 && !strncmp(out, "gmlakectl ", 10) && !strchr(out, '{'), "gmlakectl --version: %s", out);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* The daemon.log line that matches the grep pattern pat, waited for up to 3 s, into out ("": none). */
+static const char *log_line(char *out, size_t len, const char *pat) {
+  for (int i = 0; i < 150; i++, msleep(20))
+    if (sh(out, len, "grep -m1 -- '%s' %s/daemon.log", pat, tmpdir) == 0) return out;
+  out[0] = 0;
+  return out;
+}
+
+/* A limit set below what clients hold, by a reload (SIGHUP) or gmlakectl limit, is said with how
+ * much they hold and what the daemon does (before: taken without a word, the lake over its limit
+ * and leases refused with nothing in the log to say why). What it says is what happens: nothing
+ * is taken back, the free chunks are released, a lease is served only from what clients give
+ * back (one past the limit with what its client holds is refused at once), and chunks given back
+ * past the limit are released. */
+START_TEST(test_limit_below_held_said) {
+  char conf[] = "/tmp/gmlake-test-conf.XXXXXX", args[128], out[4096];
+  int cfd = mkstemp(conf);
+  ck_assert_int_ge(cfd, 0);
+  ck_assert_int_eq(write(cfd, "limit = 64MiB\n", 14), 14);
+  close(cfd);
+  snprintf(args, sizeof args, "--prefetch 0 --config %s", conf);
+  start_daemon(args);
+  proc a = client_start(), b = client_start();
+  client_ready(&a);
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 16 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 1");
+  ck_assert_str_eq(client_cmd(&a, "free 1"), "ok"); /* a leases 24 MiB, 8 MiB of it idle in its cache */
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 4 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&b, "free 0"), "ok");
+  ck_assert_str_eq(strtok((char *)client_cmd(&b, "trim"), " "), "ok"); /* 2 free chunks in the lake */
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 3000), 2);
+  FILE *f = fopen(conf, "w");
+  fprintf(f, "limit = 8MiB\n");
+  fclose(f);
+  kill(daemon_pid, SIGHUP);
+  ck_assert_msg(log_line(out, sizeof out, "SIGHUP: reloaded")[0], "no reload logged");
+  log_line(out, sizeof out, "SIGHUP: limit 8.00 MiB is below");
+  printf("  %s", strstr(out, "SIGHUP") ? strstr(out, "SIGHUP") : out);
+  ck_assert_msg(strstr(out, "[warn] SIGHUP: limit 8.00 MiB is below the 24.00 MiB clients hold now (24.00 MiB leased, 0 B "
+                            "parked, 0 B in shares): nothing is taken back from them"),
+                "no warning of a limit below what clients hold: '%s'", out);
+  /* what it says happens */
+  ck_assert_int_eq(stat_num("limit_bytes"), 8 << 20);
+  ck_assert_int_eq(stat_num("chunks_free"), 0);    /* released */
+  ck_assert_int_eq(stat_num("chunks_leased"), 12); /* none taken back */
+  const char *r = client_cmd(&b, "alloc %d", 10 << 20); /* 5 chunks for b alone pass the limit of 4 */
+  ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "would pass the lake's limit"), "expected GML_ENOMEM, got '%s'", r);
+  r = client_cmd(&b, "alloc %d", 2 << 20); /* from a's idle cache, asked */
+  ck_assert_msg(!strncmp(r, "ok ", 3), "a lease within the limit, a's idle cache to give: '%s'", r);
+  /* what a gives back beside it (the rest of its idle cache, asked or trimmed) is released: 8 + 1 chunks held, none free */
+  ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
+  ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
+  ck_assert_int_eq(stat_num("chunks_free"), 0);
+  /* gmlakectl limit says it as well */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0);
+  log_line(out, sizeof out, "limit: limit 6.00 MiB is below");
+  ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 6.00 MiB is below the 18.00 MiB clients hold now (18.00 MiB leased"),
+                "no warning for gmlakectl limit: '%s'", out);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+  unlink(conf);
 }
 END_TEST
 
@@ -1189,6 +1267,7 @@ int main(void) {
   tcase_add_test(tc, test_share_outlives_connection);
   tcase_add_test(tc, test_malformed_frames);
   tcase_add_test(tc, test_quota_and_limit);
+  tcase_add_test(tc, test_limit_below_held_said);
   tcase_add_test(tc, test_trim);
   tcase_add_test(tc, test_reclaim_between_clients);
   tcase_add_test(tc, test_optional_headroom_leases);

@@ -484,7 +484,10 @@ int main(int argc, char **argv) {
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
     case 'h': usage(stdout); return 0;
-    case 'V': printf("gmlakectl %d.%d.%d (protocol %d)\n", GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION); return 0;
+    case 'V': /* with --json an object, as everything else it prints then (before: the plain line) */
+      printf(c.json ? "{\"program\":\"gmlakectl\",\"version\":\"%d.%d.%d\",\"protocol\":%d}\n" : "gmlakectl %d.%d.%d (protocol %d)\n",
+             GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION);
+      return 0;
     case ':': ctl_error(&c, GML_EINVAL, "option '%s' needs an argument", argv[optind - 1]); usage(stderr); return 2;
     default: ctl_error(&c, GML_EINVAL, "unknown option '%s'", argv[optind - 1]); usage(stderr); return 2;
     }
