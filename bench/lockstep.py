@@ -104,11 +104,12 @@ def step_ms(r):
 
 
 def pool(rows_by_file):
-    """The table: per config, the median of its runs' median ms/step against default's (runs
-    paired with the default run they took turns with), and over every paired step from the third
-    on: sum of the config's ms over the default's, the median of the per-step ratios, and a 90%
-    interval of the sum ratio from 2,000 resamplings of whole runs (steps of one run share its
-    conditions, so runs, not steps, are the unit resampled)."""
+    """The table: per config, the median of its runs' median ms/step (torch_bench's ms/step)
+    against default's; then over every step from the third on, paired with the default's step
+    of the same round: the sum of the config's ms over the default's (sum_ratio: a mean, moved by
+    a step the host slowed 2x) and the median of the per-step ratios (step_med), each with a 90%
+    interval from 2,000 resamplings of whole runs (steps of one run share its conditions, so
+    runs, not steps, are the unit resampled)."""
     runs = {}
     for k, rows in enumerate(rows_by_file):
         for r in rows:
@@ -120,8 +121,8 @@ def pool(rows_by_file):
     if not base:
         print("no default runs"); return
     bmed = S.median(r["ms_per_step"] for r in base.values())
-    print("%-22s %4s %9s %8s %9s %9s %-19s %9s %8s %s" % ("config", "runs", "ms/step", "vs_def", "sum_ratio", "step_med",
-                                                           "90% (runs resampled)", "resv/al", "losses", "per run (sum ratio)"))
+    print("%-22s %4s %9s %8s %9s %-11s %9s %-11s %8s %8s %s" % ("config", "runs", "ms/step", "vs_def", "sum_ratio", "(90%)",
+                                                                "step_med", "(90%)", "resv/al", "losses", "per run (sum ratio)"))
     for c, rr in runs.items():
         keys = [key for key in rr if key in base]
         pairs = {key: [(a, b) for a, b in zip(step_ms(rr[key])[2:], step_ms(base[key])[2:])] for key in keys}
@@ -131,16 +132,18 @@ def pool(rows_by_file):
             continue
         tot = sum(a for a, _ in allp) / sum(b for _, b in allp)
         med_step = S.median(a / b for a, b in allp)
-        rnd, boot = random.Random(1), []
+        rnd, boot, bmedian = random.Random(1), [], []
         for _ in range(2000):
             pick = [pairs[rnd.choice(keys)] for _ in keys]
             boot.append(sum(a for p in pick for a, _ in p) / sum(b for p in pick for _, b in p))
-        boot.sort()
+            bmedian.append(S.median(a / b for p in pick for a, b in p))
+        boot.sort(); bmedian.sort()
         med = S.median(r["ms_per_step"] for r in rr.values())
         resv = max(r["peak_reserved"] / r["peak_allocated"] for r in rr.values())
         same = all(rr[key]["losses"] == base[key]["losses"] for key in keys)
-        print("%-22s %4d %9.1f %7.3fx %8.3fx %8.3fx   %.3f-%.3f      %8.3f %8s %s" % (
-            c, len(rr), med, med / bmed, tot, med_step, boot[len(boot) // 20], boot[len(boot) * 19 // 20], resv,
+        print("%-22s %4d %9.1f %7.3fx %8.3fx %.3f-%.3f %8.3fx %.3f-%.3f %8.3f %8s %s" % (
+            c, len(rr), med, med / bmed, tot, boot[len(boot) // 20], boot[len(boot) * 19 // 20], med_step,
+            bmedian[len(bmedian) // 20], bmedian[len(bmedian) * 19 // 20], resv,
             "same" if same else "DIFF", " ".join("%.3f" % v for v in per_run.values())))
 
 
