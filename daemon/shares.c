@@ -288,15 +288,17 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   gmld *d = s->d;
   share *sh = r->key && *r->key ? find_named(d, r->key, s->bc.uid)
                                  : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
-  if (!sh) {
-    session_send_error(s, seq, GML_ENOENT, "no share %s%s", r->key && *r->key ? r->key : "with that content hash",
-                       r->key && *r->key && !strchr(r->key, '@') ? " of this user (another user's is NAME@UID)" : "");
-    return;
-  }
-  if (!allowed(sh, s->bc.uid)) {
+  if (sh && !allowed(sh, s->bc.uid)) { /* said to the operator; to the client as a share that does not exist */
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
              (unsigned)s->bc.uid, sh->key, (unsigned)sh->uid);
-    session_send_error(s, seq, GML_EPERM, "share '%s' belongs to another user and does not allow uid %u", sh->key, (unsigned)s->bc.uid);
+    sh = NULL;
+  }
+  if (!sh) { /* one answer whether NAME@UID exists or not: no user learns another's share names by trying */
+    if (r->key && strchr(r->key, '@'))
+      session_send_error(s, seq, GML_ENOENT, "no share %s that uid %u may attach", r->key, (unsigned)s->bc.uid);
+    else
+      session_send_error(s, seq, GML_ENOENT, "no share %s%s", r->key && *r->key ? r->key : "with that content hash",
+                         r->key && *r->key ? " of this user (another user's is NAME@UID)" : "");
     return;
   }
   if (r->first > sh->n || r->count > sh->n - r->first) {

@@ -486,8 +486,16 @@ START_TEST(test_share_other_user) {
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
   share_tags(&a, 1, 3);
   ck_assert_str_eq(client_cmd(&a, "share mine %d", 2 << 20), "ok");
-  const char *r = client_cmd(&n, "attach mine@0"); /* root's 'mine' */
-  ck_assert_msg(!strncmp(r, "err -14 ", 8), "another user attached: '%s'", r);
+  { /* a share nobody may attach reads as one that does not exist: no user learns another's share
+     * names by trying them (before: GML_EPERM for an existing name, GML_ENOENT for a made-up one) */
+    char r[256], none[256];
+    snprintf(r, sizeof r, "%s", client_cmd(&n, "attach mine@0")); /* root's 'mine' */
+    snprintf(none, sizeof none, "%s", client_cmd(&n, "attach mina@0"));
+    ck_assert_msg(!strncmp(r, "err -13 ", 8), "another user attached, or learnt the name exists: '%s'", r);
+    ck_assert_msg(!strncmp(none, "err -13 ", 8) && strstr(r, "that uid 65534 may attach"), "'%s' / '%s'", r, none);
+    char *m = strstr(r, "mine@0"), *x = strstr(none, "mina@0");
+    ck_assert_msg(m && x && !strcmp(m + 6, x + 6), "the replies differ past the name: '%s' / '%s'", r, none);
+  }
   proc b = client_start();
   client_ready(&b);
   ck_assert_str_eq(strtok((char *)client_cmd(&b, "grow %d", 8 << 20), " "), "ok");
