@@ -12,27 +12,37 @@ i has the same shapes (one seed), runs within a second of the others' step i, on
 their stdin with the GPU idle. The host's CPU speed drifts by up to 1.9x between runs a minute
 apart (BENCHMARKS.md, session 12) and these steps are bound by Python's kernel launches; taking
 turns gives every step of a config a neighbour of the default's run under the same conditions,
-so ms/step compares like with like. Results: $OUT/$BENCH_JSON (one row per config and round,
-torch_bench's fields, "lockstep": true), then the table of --pool.
+so ms/step compares like with like. The rotation starts at a random place each call
+(GMLAKE_BENCH_LOCKSTEP_OFFSET=K: at K), so no config always takes a fresh round's one-off costs.
+Results: $OUT/$BENCH_JSON (one row per config and round, torch_bench's fields, "lockstep": true),
+then the table of --pool and its two subsets (`--pool [--fast-us N] FILE...`).
 """
-import json, math, os, random, statistics as S, subprocess, sys, tempfile
+import json, math, os, random, statistics as S, subprocess, sys, tempfile, threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_bench as tb
 
 
-def read_until(p, prefix):
+STEP_LIMIT_S = 600  # a child silent this long (a hung step, a wedged daemon) is killed, the round goes on
+
+
+def read_until(p, prefix, limit_s=STEP_LIMIT_S):
     """The child's next stdout line starting with prefix (other lines, e.g. library warnings,
-    are skipped), or None when the child's stdout ended (it died)."""
-    while True:
-        line = p.stdout.readline()
-        if not line:
-            return None
-        if line.startswith(prefix):
-            return line.rstrip("\n")
+    are skipped), or None when the child's stdout ended (it died, or was killed after limit_s)."""
+    watchdog = threading.Timer(limit_s, p.kill)
+    watchdog.start()
+    try:
+        while True:
+            line = p.stdout.readline()
+            if not line:
+                return None
+            if line.startswith(prefix):
+                return line.rstrip("\n")
+    finally:
+        watchdog.cancel()
 
 
-def one_round(w, configs, rep):
+def one_round(w, configs, rep, offset):
     env_common = {"GMLAKE_BENCH_LOCKSTEP": "1"}
     pin = os.environ.get("GMLAKE_BENCH_CPUS", "")
     pinned = None
@@ -60,23 +70,27 @@ def one_round(w, configs, rep):
             steps[c] = int(line.split()[1]); live.append(c)
     n = min(steps.values()) if steps else 0
     for i in range(n):
-        k = (i + rep) % len(live) if live else 0
+        k = (i + offset) % len(live) if live else 0
         for c in live[k:] + live[:k]:
             p = procs[c]
             try:
                 p.stdin.write("go\n"); p.stdin.flush()
             except BrokenPipeError:
                 pass
-            if read_until(p, "STEP ") is None:
+            line = read_until(p, "STEP ")
+            if line is None or int(line.split()[1]) != i:  # dead, or out of step with the others
                 live.remove(c)
+                if line:
+                    p.kill()
+    for c in configs:  # a child told to take more steps than the others ends its loop here
+        try:
+            procs[c].stdin.close()
+        except BrokenPipeError:
+            pass
     rows = []
     for c in configs:
         p = procs[c]
         line = read_until(p, "RESULT ") if c in live else None
-        try:
-            p.stdin.close()
-        except BrokenPipeError:
-            pass
         try:
             p.wait(120)
         except subprocess.TimeoutExpired:
@@ -90,7 +104,7 @@ def one_round(w, configs, rep):
         if c in daemons:
             d = daemons[c]
             r["daemon_exit"] = d.stop(); r["daemon_cpu"] = d.cpu; r["lake_warmup_s"] = getattr(d, "warm_s", None)
-        r.update(workload=w, config=c, repeat=rep, lockstep=True, order_offset=rep)
+        r.update(workload=w, config=c, repeat=rep, lockstep=True, order_offset=offset)
         if pinned:
             r["pinned"] = pinned
         rows.append(r)
@@ -147,20 +161,68 @@ def pool(rows_by_file):
             "same" if same else "DIFF", " ".join("%.3f" % v for v in per_run.values())))
 
 
+def sensitivity(rows_by_file, fast_us):
+    """The paired sum ratio again on two subsets, with its 90% interval over rounds: leaving out
+    each call's first round (one-off costs of a fresh machine that a fixed rotation put on one
+    config), and only the steps both of whose CPU probes were fast (< fast_us: the host's cores
+    flip between ~1 ms and ~1.7 ms on the probe from one step to the next)."""
+    rounds = []
+    for rows in rows_by_file:
+        by = {}
+        for r in rows:
+            if "error" not in r and "ms_per_step" in r:
+                by.setdefault(r["repeat"], {})[r["config"]] = r
+        rounds += [(rep, by[rep]) for rep in sorted(by) if "default" in by[rep]]
+    configs = [c for c in (rounds[0][1] if rounds else {}) if c != "default"]
+    for c in configs:
+        out = []
+        for name, keep in (("first round of each call left out", lambda rep, i, pa, pb: rep > 0),
+                           ("steps with both probes < %d us" % fast_us, lambda rep, i, pa, pb: pa < fast_us and pb < fast_us)):
+            per = []
+            for rep, rd in rounds:
+                if c not in rd:
+                    continue
+                a, b, pa, pb = step_ms(rd[c]), step_ms(rd["default"]), rd[c].get("probe_us"), rd["default"].get("probe_us")
+                if pa is None or pb is None:
+                    continue
+                p = [(a[i], b[i]) for i in range(2, min(len(a), len(b))) if keep(rep, i, pa[i], pb[i])]
+                if p:
+                    per.append(p)
+            if not per:
+                continue
+            ratio = lambda pp: sum(x for p in pp for x, _ in p) / sum(y for p in pp for _, y in p)
+            rnd = random.Random(1)
+            boot = sorted(ratio([per[rnd.randrange(len(per))] for _ in per]) for _ in range(2000))
+            out.append("%s: %.3fx (%.3f-%.3f, %d steps)" % (name, ratio(per), boot[len(boot) // 20],
+                                                           boot[len(boot) * 19 // 20], sum(map(len, per))))
+        print("%-22s sum_ratio, %s" % (c, "; ".join(out)))
+
+
 def main():
-    if sys.argv[1] == "--pool":
-        pool([json.load(open(f)) for f in sys.argv[2:]])
+    if sys.argv[1] == "--pool":  # --pool [--fast-us N] FILE...
+        args, fast = sys.argv[2:], 1300
+        if args[:1] == ["--fast-us"]:
+            fast, args = int(args[1]), args[2:]
+        data = [json.load(open(f)) for f in args]
+        pool(data)
+        sensitivity(data, fast)
         return
     w = sys.argv[1]
     configs = os.environ.get("GMLAKE_BENCH_CONFIGS", "default,gmlake_embedded,gmlake_daemon").split(",")
     if configs[0] != "default" and "default" in configs:
         configs.remove("default"); configs.insert(0, "default")
     rows = []
+    # the order's rotation starts at a random offset each call (GMLAKE_BENCH_LOCKSTEP_OFFSET=K: at K):
+    # with a fixed start, each call's first round had the daemon step first at step 2, and a one-off
+    # cost of the call's first round at that step (2.7-3.0x the default's step in run83, run85, run87)
+    # fell on the daemon every time
+    start = int(os.environ.get("GMLAKE_BENCH_LOCKSTEP_OFFSET", random.randrange(len(configs))))
     for rep in range(int(os.environ.get("GMLAKE_BENCH_REPEATS", "1"))):
-        rows += one_round(w, configs, rep)
+        rows += one_round(w, configs, rep, start + rep)
         tb.save(rows)  # after every round: a call stopped at its limit keeps what it measured
     print()
     pool([rows])
+    sensitivity([rows], 1300)
 
 
 if __name__ == "__main__":
