@@ -196,12 +196,15 @@ void control_say_limit_below_held(gmld *d, const char *by) {
   if (held * lk->cs <= lk->limit_bytes) return;
   char l[32], h[32], le[32], p[32], s[32];
   /* what broker_set_limit, the broker's leases and the tick's broker_trim_over_limit do: no chunk a client holds
-   * can be taken back (its mappings keep it), so the lake stays over its limit until they return chunks */
+   * can be taken back (its mappings keep it), so the lake stays over its limit until they return chunks; and a
+   * chunk goes to another uid only made anew (trust.c), which waits for room under the limit (make_room, refill) */
   GML_WARN("%s: limit %s is below the %s clients hold now (%s leased, %s parked, %s in shares): nothing is taken back "
-           "from them; the free chunks were released, no chunk is made while the lake is over its limit, a lease is "
-           "served only from chunks clients give back (their idle cache is asked for, as on a full lake; one that takes "
-           "its client past the limit is refused at once), and chunks given back that no lease takes are released until "
-           "the lake is within its limit", by, gml_format_bytes(lk->limit_bytes, l, sizeof l),
+           "from them; the free chunks were released and no chunk is made while the lake is over its limit, so a lease "
+           "is served only from chunks that clients of its own user give back (clients' idle cache is asked for, as on "
+           "a full lake); another user's lease is refused until the lake is within its limit (a chunk goes to another "
+           "user only released and made anew: what is given back is released, which may bring the lake within it); a "
+           "lease that takes its client past the limit is refused at once; chunks given back that no lease takes are "
+           "released until the lake is within its limit", by, gml_format_bytes(lk->limit_bytes, l, sizeof l),
            gml_format_bytes(held * lk->cs, h, sizeof h), gml_format_bytes(lk->leased * lk->cs, le, sizeof le),
            gml_format_bytes(lk->parked * lk->cs, p, sizeof p), gml_format_bytes(lk->shared * lk->cs, s, sizeof s));
 }

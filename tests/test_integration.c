@@ -995,9 +995,10 @@ static const char *log_line(char *out, size_t len, const char *pat) {
 /* A limit set below what clients hold, by a reload (SIGHUP) or gmlakectl limit, is said with how
  * much they hold and what the daemon does (before: taken without a word, the lake over its limit
  * and leases refused with nothing in the log to say why). What it says is what happens: nothing
- * is taken back, the free chunks are released, a lease is served only from what clients give
- * back (one past the limit with what its client holds is refused at once), and chunks given back
- * past the limit are released. */
+ * is taken back, the free chunks are released, a lease is served only from what clients of its
+ * own user give back (one past the limit with what its client holds is refused at once), another
+ * user's lease is refused until the lake is within its limit, and chunks given back past the limit
+ * are released. */
 START_TEST(test_limit_below_held_said) {
   char conf[] = "/tmp/gmlake-test-conf.XXXXXX", args[128], out[4096];
   int cfd = mkstemp(conf);
@@ -1048,6 +1049,63 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
   unlink(conf);
+  /* Two users. A chunk one user gives back goes to another user's lease only released and made anew,
+   * and none is made while the lake is over its limit: the other user's lease is refused until what
+   * is given back brings the lake within it, while the same user's leases are served from the chunks
+   * its clients give back (before, the warning said any lease was served from what clients give back). */
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    fprintf(stderr, "test_limit_below_held_said: another user's lease skipped (needs root and setpriv)\n");
+    return;
+  }
+  start_daemon("--limit 64MiB --prefetch 0 --socket-mode 0666");
+  ck_assert_int_eq(chmod(tmpdir, 0711), 0);
+  proc r1 = client_start();
+  client_ready(&r1);
+  ck_assert_str_eq(client_cmd(&r1, "alloc %d", 16 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&r1, "alloc %d", 4 << 20), "ok 1");
+  ck_assert_str_eq(client_cmd(&r1, "alloc %d", 4 << 20), "ok 2");
+  ck_assert_str_eq(client_cmd(&r1, "free 1"), "ok"); /* root leases 24 MiB, 4 MiB of it idle in r1's cache */
+  ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 8MiB"), 0);
+  log_line(out, sizeof out, "limit: limit 8.00 MiB is below");
+  ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 8.00 MiB is below the 24.00 MiB clients hold now") &&
+                strstr(out, "a lease is served only from chunks that clients of its own user give back") &&
+                strstr(out, "another user's lease is refused until the lake is within its limit"),
+                "the warning does not say what another user's lease gets: '%s'", out);
+  ck_assert_int_eq(stat_num("chunks_total"), 12);
+  client_as_uid = 65534;
+  proc n = client_start();
+  client_as_uid = -1;
+  const char *ready = client_first_line(&n);
+  if (strncmp(ready, "ready ", 6)) { /* e.g. the build tree is not readable by nobody */
+    fprintf(stderr, "test_limit_below_held_said: skipped another user (a client as uid 65534 said '%s')\n", ready);
+    client_finish(&n), client_finish(&r1), stop_daemon();
+    return;
+  }
+  /* r1's idle cache, asked for n's lease, is released: 20 MiB held, still over the limit, n refused */
+  r = client_cmd(&n, "alloc %d", 2 << 20);
+  ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "the lake holds 20.00 MiB of limit 8.00 MiB"),
+                "another user's lease on a lake over its limit: '%s'", r);
+  ck_assert_int_eq(stat_wait("chunks_total", 10, 3000), 10);
+  ck_assert_int_eq(stat_num("chunks_free"), 0);
+  /* root's second client is served from what r1 gives back (the rest released) */
+  ck_assert_str_eq(client_cmd(&r1, "free 2"), "ok");
+  ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
+  proc r2 = client_start();
+  client_ready(&r2);
+  r = client_cmd(&r2, "alloc %d", 2 << 20);
+  ck_assert_msg(!strcmp(r, "ok 0"), "the same user's lease, its other client's idle cache to give: '%s'", r);
+  ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
+  /* once what r1 gives back brings the lake within its limit, n's lease gets a chunk made anew */
+  ck_assert_str_eq(client_cmd(&r1, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
+  r = client_cmd(&n, "alloc %d", 2 << 20);
+  ck_assert_msg(!strcmp(r, "ok 0"), "another user's lease once the lake can come within its limit: '%s'", r);
+  ck_assert_int_le(stat_num("chunks_total"), 4);
+  ck_assert_int_eq(client_finish(&n), 0);
+  ck_assert_int_eq(client_finish(&r2), 0);
+  ck_assert_int_eq(client_finish(&r1), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
 
