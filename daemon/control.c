@@ -192,6 +192,8 @@ static void ctl_trim(ctl_call *k) {
 
 void control_say_limit_below_held(gmld *d, const char *by) {
   const lake *lk = &d->lk;
+  if (lk->total + lk->creating > lk->limit_bytes / lk->cs) /* what is released past it from now on is for this */
+    snprintf(d->over_limit_why, sizeof d->over_limit_why, "the limit was set below what it held, by %s", by);
   uint64_t held = lk->leased + lk->parked + lk->shared;
   if (held * lk->cs <= lk->limit_bytes) return;
   char l[32], h[32], le[32], p[32], s[32];

@@ -1040,6 +1040,10 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
   ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
   ck_assert_int_eq(stat_num("chunks_free"), 0);
+  /* ... with the reason it is over (before: "handed over after the restart", with no restart) */
+  log_line(out, sizeof out, "past its limit");
+  ck_assert_msg(strstr(out, "the lake held past its limit (the limit was set below what it held, by SIGHUP)") &&
+                !strstr(out, "restart"), "chunks released past the limit, said as: '%s'", out);
   /* gmlakectl limit says it as well */
   ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0);
   log_line(out, sizeof out, "limit: limit 6.00 MiB is below");
@@ -1096,6 +1100,8 @@ START_TEST(test_limit_below_held_said) {
   r = client_cmd(&r2, "alloc %d", 2 << 20);
   ck_assert_msg(!strcmp(r, "ok 0"), "the same user's lease, its other client's idle cache to give: '%s'", r);
   ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
+  log_line(out, sizeof out, "past its limit");
+  ck_assert_msg(strstr(out, "past its limit (the limit was set below what it held, by gmlakectl limit)"), "'%s'", out);
   /* once what r1 gives back brings the lake within its limit, n's lease gets a chunk made anew */
   ck_assert_str_eq(client_cmd(&r1, "free 0"), "ok");
   ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
