@@ -979,6 +979,22 @@ START_TEST(test_ctl_json) {
   printf("  gmlakectl --json --version: %s", out);
   rc = sh(out, sizeof out, "%s/gmlakectl --version", bindir);
   ck_assert_msg(rc == 0 && !strncmp(out, "gmlakectl ", 10) && !strchr(out, '{'), "gmlakectl --version: %s", out);
+  /* --version and --help once the whole line is read: an unknown option is a usage error wherever it
+   * stands (before: `--json --version --bogus` printed the version, exit 0, and `--json --bogus
+   * --version` was a usage error), and so is --version with a command, as an argument too many is */
+  static const char *const misuse[][2] = {
+      {"--json --version --bogus", "unknown option '--bogus'"}, {"--json --bogus --version", "unknown option '--bogus'"},
+      {"--version --bogus", "unknown option '--bogus'"},        {"--help --bogus", "unknown option '--bogus'"},
+      {"--version stats", "--version takes no command"},       {"stats --json --version", "--version takes no command"},
+      {"--version --client 1", "('--client' given)"},          {"--version --device x", "bad device 'x'"},
+  };
+  for (size_t i = 0; i < sizeof misuse / sizeof misuse[0]; i++) {
+    rc = sh(out, sizeof out, "%s/gmlakectl %s 2>&1", bindir, misuse[i][0]);
+    ck_assert_msg(rc == 2 && strstr(out, misuse[i][1]) && !strstr(out, "(protocol "), "gmlakectl %s: rc %d: %s",
+                  misuse[i][0], rc, out);
+    if (strstr(misuse[i][0], "--json"))
+      ck_assert_msg(!strncmp(out, "{\"error\":", 9) || strstr(out, "\n{\"error\":"), "gmlakectl %s: %s", misuse[i][0], out);
+  }
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
