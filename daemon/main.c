@@ -169,7 +169,7 @@ static void on_reload(uv_signal_t *h, int signum) {
     GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s (%s)",
              d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
              applied, left_out, gml_log_level_name(gml_log_level()), from);
-    control_say_limit_below_held(d, "SIGHUP");
+    control_say_limit_below_held(d, "SIGHUP", NULL, 0);
     sessions_serve_pending(d);
     daemon_refill(d);
   }

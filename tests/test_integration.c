@@ -1060,8 +1060,11 @@ START_TEST(test_limit_below_held_said) {
   log_line(out, sizeof out, "past its limit");
   ck_assert_msg(strstr(out, "the lake held past its limit (the limit was set below what it held, by SIGHUP)") &&
                 !strstr(out, "restart"), "chunks released past the limit, said as: '%s'", out);
-  /* gmlakectl limit says it as well */
-  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0);
+  /* gmlakectl limit says it as well, in the log and to its caller (stderr, exit 0; before: the log only) */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB 2>&1"), 0);
+  ck_assert_msg(strstr(out, "gmlakectl: warning: the daemon says: limit 6.00 MiB is below the 18.00 MiB clients hold now") &&
+                strstr(out, "another user's lease is refused") && strstr(out, "limit set to 6291456 bytes"),
+                "gmlakectl limit below what clients hold: '%s'", out);
   log_line(out, sizeof out, "limit: limit 6.00 MiB is below");
   ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 6.00 MiB is below the 18.00 MiB clients hold now (18.00 MiB leased"),
                 "no warning for gmlakectl limit: '%s'", out);
@@ -1086,7 +1089,11 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_str_eq(client_cmd(&r1, "alloc %d", 4 << 20), "ok 2");
   ck_assert_str_eq(client_cmd(&r1, "free 1"), "ok"); /* root leases 24 MiB, 4 MiB of it idle in r1's cache */
   ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
-  ck_assert_int_eq(ctl(out, sizeof out, "limit 8MiB"), 0);
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --json limit 8MiB 2>/dev/null | /usr/bin/python3 -c '"
+                      "import json, sys\no = json.load(sys.stdin)\nassert o[\"ok\"] and o[\"limit_bytes\"] == 8 << 20, o\n"
+                      "assert o[\"warning\"].startswith(\"limit 8.00 MiB is below the 24.00 MiB clients hold now\"), o' 2>&1",
+                      bindir, ctl_url),
+                   0);
   log_line(out, sizeof out, "limit: limit 8.00 MiB is below");
   ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 8.00 MiB is below the 24.00 MiB clients hold now") &&
                 strstr(out, "a lease is served only from chunks that clients of its own user give back") &&
@@ -1124,6 +1131,9 @@ START_TEST(test_limit_below_held_said) {
   r = client_cmd(&n, "alloc %d", 2 << 20);
   ck_assert_msg(!strcmp(r, "ok 0"), "another user's lease once the lake can come within its limit: '%s'", r);
   ck_assert_int_le(stat_num("chunks_total"), 4);
+  /* a limit above what clients hold: no warning, nor a "warning" key */
+  ck_assert_int_eq(ctl(out, sizeof out, "--json limit 64MiB 2>&1"), 0);
+  ck_assert_msg(!strstr(out, "warning"), "a limit above what clients hold: '%s'", out);
   ck_assert_int_eq(client_finish(&n), 0);
   ck_assert_int_eq(client_finish(&r2), 0);
   ck_assert_int_eq(client_finish(&r1), 0);

@@ -349,9 +349,16 @@ static int cmd_limit(ctl *c) {
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES;
   req.set_limit_bytes = v;
   if (!(c->reply = call(c, &req))) return 1;
+  const char *warning = c->reply->message && *c->reply->message ? c->reply->message : NULL; /* taken, and said */
+  if (warning) fprintf(stderr, "gmlakectl: warning: the daemon says: %s\n", warning);
   if (c->json) {
-    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,\"stats\":",
-           (unsigned long long)c->reply->stats->limit_bytes);
+    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,", (unsigned long long)c->reply->stats->limit_bytes);
+    if (warning) {
+      printf("\"warning\":");
+      print_json_string(stdout, warning);
+      printf(",");
+    }
+    printf("\"stats\":");
     print_json(&c->reply->stats->base);
     printf("}\n");
   } else {
