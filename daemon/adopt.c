@@ -80,6 +80,8 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   }
   broker_adopted(&d->br, &s->bc, done);
   s->adopted += done;
+  if (done) /* the lake may pass its limit now, or once the chunks being made land */
+    snprintf(d->over_limit_why, sizeof d->over_limit_why, "handed over after the restart");
   if (done < n) { /* not a chunk of ours (wrong size, not importable): the client is confused or hostile */
     for (uint32_t i = done; i < n; i++) close(fds[i]);
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): chunk %u of its adoption %s: closing it", (unsigned long long)s->bc.id,

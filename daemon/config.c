@@ -34,7 +34,7 @@ enum opt_type {
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
   OPT_CONFIG,   /* the config file (read before the other flags) */
-  OPT_QUOTA,    /* "PID|uid:UID|cgroup:PATH BYTES" (gml_parse_quota_holder), may repeat (appended to quotas) */
+  OPT_QUOTA,    /* "PID|uid:UID|cgroup:PATH BYTES" (gml_parse_quota_holder), may repeat (appended to quotas), once a holder */
   OPT_VERSION,  /* print the version, exit */
 };
 
@@ -80,7 +80,8 @@ static const config_option options[] = {
     {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
      0, NULL},
     {"quota", "'PID|uid:UID|cgroup:PATH BYTES'", OPT_QUOTA, AT(quotas), NULL,
-     "a quota, one argument (--quota 'uid:1000 8GiB'), as gmlakectl quota sets it (may repeat; SIGHUP replaces every "
+     "a quota, one argument (--quota 'uid:1000 8GiB'), as gmlakectl quota sets it (may repeat, once a holder: a flag's "
+     "replaces the file's of the same holder; SIGHUP replaces every "
      "quota with the file's)", 0, 0, 0, NULL},
     {"send-queue-max", "BYTES", OPT_SIZE, AT(send_queue_max), "4MiB",
      "replies queued to a client that does not read them, at most (default %D, at least 128KiB): over it, it is closed",
@@ -120,8 +121,8 @@ void config_usage(FILE *f) {
     }
     fputc('\n', f);
   }
-  fprintf(f, "Config file: one 'key = value' per line, keys as the long options without '--', each once (quota may repeat),\n"
-             "'#' comments.\n");
+  fprintf(f, "Config file: one 'key = value' per line, keys as the long options without '--', each once (quota may repeat,\n"
+             "once a holder), '#' comments.\n");
 }
 
 static int has_word(const char *words, const char *w) {
@@ -270,6 +271,21 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
   return 0;
 }
 
+/* The index of a quota before the last one that has its holder, else -1. */
+static int quota_holder_before(const gmld_config *c) {
+  const config_quota *q = &c->quotas[c->nquotas - 1];
+  for (int i = 0; i < c->nquotas - 1; i++)
+    if (c->quotas[i].kind == q->kind && c->quotas[i].key == q->key && !strcmp(c->quotas[i].cgroup, q->cgroup)) return i;
+  return -1;
+}
+
+/* A quota's holder as gmlakectl quota and the file write it: "42", "uid:1000", "cgroup:/x". */
+static const char *quota_holder_name(const config_quota *q, char *buf, size_t len) {
+  if (q->kind == GML_QUOTA_CGROUP) snprintf(buf, len, "cgroup:%s", q->cgroup);
+  else snprintf(buf, len, "%s%u", q->kind == GML_QUOTA_UID ? "uid:" : "", q->key);
+  return buf;
+}
+
 static int load_config_file(gmld_config *c, const char *path, int must_exist) {
   FILE *f = fopen(path, "r");
   if (!f) {
@@ -330,6 +346,18 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
       break;
     }
     if (o) set_at[o - options] = lineno;
+    if (o && o->type == OPT_QUOTA) { /* quota lines add up, but two for one holder are a key given twice */
+      config_quota *q = &c->quotas[c->nquotas - 1];
+      int was = quota_holder_before(c);
+      q->line = lineno;
+      if (was >= 0) { /* before: the last one won, and a reload said "2 quota(s)" */
+        char h[sizeof q->cgroup + 8];
+        fprintf(stderr, "gmlaked: %s:%d: quota of %s given twice (lines %d and %d): give one quota line a holder\n",
+                path, lineno, quota_holder_name(q, h, sizeof h), c->quotas[was].line, lineno);
+        rc = -1;
+        break;
+      }
+    }
   }
   fclose(f);
   return rc;
@@ -377,6 +405,8 @@ int config_load(gmld_config *c, int argc, char **argv) {
       fprintf(stderr, "gmlaked: %s (option --%s)\n", err, options[idx].name);
       return GML_EINVAL;
     }
+    int was = options[idx].type == OPT_QUOTA ? quota_holder_before(c) : -1;
+    if (was >= 0) c->quotas[was] = c->quotas[--c->nquotas]; /* flags win over the file, the last flag over others */
   }
   if (optind < argc) {
     fprintf(stderr, "gmlaked: unexpected argument '%s'\n", argv[optind]);

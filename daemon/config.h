@@ -18,6 +18,7 @@ typedef struct config_quota {
   uint32_t key;               /* pid or uid */
   char cgroup[128];           /* GML_QUOTA_CGROUP: its path (GML_QUOTA_CGROUP_MAX) */
   uint64_t bytes;
+  int line;                   /* the config file's line it is on (0: a flag) */
 } config_quota;
 
 typedef struct gmld_config {
@@ -37,7 +38,7 @@ typedef struct gmld_config {
   char socket_group[64];
   char config_path[256];
   char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
-  config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID|cgroup:PATH BYTES" lines, in order */
+  config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID|cgroup:PATH BYTES" lines, in order, one a holder */
   int nquotas;
   /* bounds on what clients can make the daemon hold (issue 13, item 5) */
   uint64_t send_queue_max;    /* bytes queued to one client that does not read: it is closed */

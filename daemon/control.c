@@ -7,7 +7,8 @@
  *   chunks   owner of every chunk slot
  *   shares   shared read-only memory: key, size, publisher, who may attach, who maps it
  *   trim     release free chunks to the driver; with a pid, ask that client for its idle cache
- *   limit    set the lake limit (free chunks over it are released at once)
+ *   limit    set the lake limit (free chunks over it are released at once; below what clients hold,
+ *            a warning in the reply's message, code 0)
  *   quota    set/clear a quota of a process (all its connections), a user or a cgroup */
 #include "control.h"
 #include "daemon.h"
@@ -190,20 +191,28 @@ static void ctl_trim(ctl_call *k) {
            pid ? " and asked the client for its idle cache" : "");
 }
 
-void control_say_limit_below_held(gmld *d, const char *by) {
+void control_say_limit_below_held(gmld *d, const char *by, char *said, size_t len) {
   const lake *lk = &d->lk;
+  if (said && len) said[0] = 0;
+  if (lk->total + lk->creating > lk->limit_bytes / lk->cs) /* what is released past it from now on is for this */
+    snprintf(d->over_limit_why, sizeof d->over_limit_why, "the limit was set below what it held, by %s", by);
   uint64_t held = lk->leased + lk->parked + lk->shared;
   if (held * lk->cs <= lk->limit_bytes) return;
-  char l[32], h[32], le[32], p[32], s[32];
+  char l[32], h[32], le[32], p[32], s[32], text[1024];
   /* what broker_set_limit, the broker's leases and the tick's broker_trim_over_limit do: no chunk a client holds
-   * can be taken back (its mappings keep it), so the lake stays over its limit until they return chunks */
-  GML_WARN("%s: limit %s is below the %s clients hold now (%s leased, %s parked, %s in shares): nothing is taken back "
-           "from them; the free chunks were released, no chunk is made while the lake is over its limit, a lease is "
-           "served only from chunks clients give back (their idle cache is asked for, as on a full lake; one that takes "
-           "its client past the limit is refused at once), and chunks given back that no lease takes are released until "
-           "the lake is within its limit", by, gml_format_bytes(lk->limit_bytes, l, sizeof l),
+   * can be taken back (its mappings keep it), so the lake stays over its limit until they return chunks; and a
+   * chunk goes to another uid only made anew (trust.c), which waits for room under the limit (make_room, refill) */
+  snprintf(text, sizeof text, "limit %s is below the %s clients hold now (%s leased, %s parked, %s in shares): nothing is taken back "
+           "from them; the free chunks were released and no chunk is made while the lake is over its limit, so a lease "
+           "is served only from chunks that clients of its own user give back (clients' idle cache is asked for, as on "
+           "a full lake); another user's lease is refused until the lake is within its limit (a chunk goes to another "
+           "user only released and made anew: what is given back is released, which may bring the lake within it); a "
+           "lease that takes its client past the limit is refused at once; chunks given back that no lease takes are "
+           "released until the lake is within its limit", gml_format_bytes(lk->limit_bytes, l, sizeof l),
            gml_format_bytes(held * lk->cs, h, sizeof h), gml_format_bytes(lk->leased * lk->cs, le, sizeof le),
            gml_format_bytes(lk->parked * lk->cs, p, sizeof p), gml_format_bytes(lk->shared * lk->cs, s, sizeof s));
+  GML_WARN("%s: %s", by, text);
+  if (said && len) snprintf(said, len, "%s", text);
 }
 
 static void ctl_set_limit(ctl_call *k) {
@@ -214,7 +223,10 @@ static void ctl_set_limit(ctl_call *k) {
     return;
   }
   GML_INFO("limit set to %llu bytes", (unsigned long long)lim);
-  control_say_limit_below_held(k->d, "gmlakectl limit");
+  /* the warning in the reply too (CtlReply.message with code 0): the caller sees it, not only the log */
+  char *said = k->to_free[0] = malloc(1024);
+  control_say_limit_below_held(k->d, "gmlakectl limit", said, said ? 1024 : 0);
+  if (said && said[0]) k->rep->message = said;
   with_stats(k);
 }
 

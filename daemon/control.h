@@ -20,6 +20,9 @@ int control_handle_as(struct gmld *d, int may_change, long viewer, const uint8_t
 static inline int control_sees(long viewer, uint32_t uid) { return viewer < 0 || uid == (uint32_t)viewer; }
 void control_stop(struct gmld *d);
 /* After the limit was set (by: "SIGHUP", "gmlakectl limit"): where the chunks clients hold pass
- * it, a warning that says how much they hold and what the daemon does about it. */
-void control_say_limit_below_held(struct gmld *d, const char *by);
+ * it, a warning that says how much they hold and what the daemon does about it, logged and (when
+ * said is not NULL) put in said, len bytes ("" when none: the reply to gmlakectl limit); where the lake
+ * still holds or makes more than it, that as the reason (gmld.over_limit_why) of the tick's
+ * line of chunks released past it. */
+void control_say_limit_below_held(struct gmld *d, const char *by, char *said, size_t len);
 #endif

@@ -84,6 +84,8 @@ typedef struct gmld {
   uint64_t next_client_id;
   uint64_t start_ns;        /* gml_now_ns() at start: the hand-over window counts from it */
   uint64_t instance;        /* random at start, never 0: HelloReply.instance (a client reconnecting to it does not adopt) */
+  char over_limit_why[80];  /* why the lake holds (or makes) more than its limit, for the tick's line of chunks released
+                             * past it: a hand-over after the restart (adopt.c), or a limit set below it (control.c) */
   /* Counters, in the message that reports them: a new one is a field of
    * LakeStats and the line that counts it (control.c and gmlakectl show it). */
   Gmlake__LakeStats counters;

@@ -169,7 +169,7 @@ static void on_reload(uv_signal_t *h, int signum) {
     GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s (%s)",
              d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
              applied, left_out, gml_log_level_name(gml_log_level()), from);
-    control_say_limit_below_held(d, "SIGHUP");
+    control_say_limit_below_held(d, "SIGHUP", NULL, 0);
     sessions_serve_pending(d);
     daemon_refill(d);
   }
@@ -190,7 +190,11 @@ static void on_tick(uv_timer_t *t) {
   sessions_tick(d);
   conn_log_tick();
   uint32_t over = broker_trim_over_limit(&d->br);
-  if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (handed over after the restart)", over);
+  /* the reason: a hand-over after the restart, or a limit set below what the lake held (before: always the
+   * hand-over, after `gmlakectl limit` or a reload too) */
+  if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (%s)", over,
+                     d->over_limit_why[0] ? d->over_limit_why : "over it");
+  if (d->lk.total + d->lk.creating <= d->lk.limit_bytes / d->lk.cs) d->over_limit_why[0] = 0; /* within it again */
   metrics_tick(d);
   daemon_refill(d);
   if (gml_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);

@@ -117,6 +117,21 @@ grep -q "gmlaked.conf:5: limit given twice (lines 2 and 5): give it once" "$d/da
 ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with a key given twice changed the limit: $(ctl stats --json)"
 echo "  SIGHUP: a key given twice refused, naming both lines, nothing reloaded"
 
+# quota lines add up, but two of one holder are a key given twice (before: the last one won, and the
+# reload said "2 quota(s)"): refused at start and on SIGHUP, nothing changes
+printf 'backend = host\nlimit = 16MiB\nquota = uid:1001 4MiB\nquota = uid:1000 8MiB\nquota = uid:1001 64MiB\n' > "$d/twice.conf"
+rc=0; timeout 5 "$B/gmlaked" --config "$d/twice.conf" --socket "$d/twice.sock" --control "ipc://$d/twice.ctl" 2>"$d/twice.log" || rc=$?
+[ $rc = 2 ] && grep -q "twice.conf:5: quota of uid:1001 given twice (lines 3 and 5): give one quota line a holder" "$d/twice.log" ||
+  fail "a start with one holder's quota twice: exit $rc, $(cat "$d/twice.log")"
+cp "$d/twice.conf" "$d/gmlaked.conf"
+kill -HUP $dpid
+for _ in $(seq 100); do grep -q "quota of uid:1001 given twice" "$d/daemon.log" && break; sleep 0.05; done
+grep -q "gmlaked.conf:5: quota of uid:1001 given twice (lines 3 and 5)" "$d/daemon.log" &&
+  grep -A1 "quota of uid:1001 given twice" "$d/daemon.log" | grep -q "nothing reloaded" ||
+  fail "SIGHUP with one holder's quota twice: $(tail -n 3 "$d/daemon.log")"
+ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with a holder's quota twice changed the limit: $(ctl stats --json)"
+echo "  one holder's quota twice: refused at start (exit 2) and on SIGHUP, naming the holder and both lines"
+
 # a config that does not parse: nothing changes, the daemon lives on (a whole file: an appended
 # "limit = lots" is now a key given twice)
 printf 'backend = host\nlimit = lots\nprefetch = 0\nlog-level = info\n' > "$d/gmlaked.conf"

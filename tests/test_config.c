@@ -335,7 +335,10 @@ END_TEST
 /* A key given twice in the file is refused, naming the key and both lines:
  * before, the last one won without a word ("limit = 40%" appended under an
  * old "limit = 90%" and the other way round look alike). quota may repeat
- * (each line a quota); a flag over the file's value is no repeat. */
+ * (each line a quota), once a holder: two lines for one holder are refused
+ * as a key given twice (before, the last won and a reload said "2
+ * quota(s)"); a flag over the file's value is no repeat, nor is a --quota
+ * over the file's quota of its holder (the flag's replaces it). */
 START_TEST(test_key_twice_refused) {
   gmld_config c;
   char said[512];
@@ -349,6 +352,27 @@ START_TEST(test_key_twice_refused) {
   ck_assert_int_eq(load(&c, "--limit", "50%", NULL, NULL), 0);
   ck_assert_int_eq(c.nquotas, 2);
   ck_assert_str_eq(c.limit, "50%");
+  /* one holder twice: each holder kind, the lines named */
+  static const char *const twice[][2] = {
+      {"quota = uid:1001 4MiB\nquota = uid:1000 1GiB\n# more\nquota = uid:1001 64MiB\n",
+       ":4: quota of uid:1001 given twice (lines 1 and 4): give one quota line a holder"},
+      {"quota = 42 4MiB\nquota = uid:42 4MiB\nquota = 42 0\n", ":3: quota of 42 given twice (lines 1 and 3)"},
+      {"quota = cgroup:/a b 1GiB\nquota = cgroup:/a 1GiB\nquota = cgroup:/a b 2GiB\n",
+       ":3: quota of cgroup:/a b given twice (lines 1 and 3)"},
+  };
+  for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
+    write_conf(twice[i][0]);
+    ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+    ck_assert_msg(strstr(said, twice[i][1]), "%s: '%s'", twice[i][0], said);
+  }
+  /* a flag replaces the file's quota of its holder: one quota, the flag's */
+  write_conf("quota = uid:1001 4MiB\nquota = uid:1000 1GiB\n");
+  ck_assert_int_eq(load(&c, "--quota", "uid:1001 64MiB", NULL, NULL), 0);
+  ck_assert_int_eq(c.nquotas, 2);
+  ck_assert_int_eq(c.quotas[0].kind, GML_QUOTA_UID);
+  ck_assert_uint_eq(c.quotas[0].key, 1001);
+  ck_assert_uint_eq(c.quotas[0].bytes, 64ull << 20);
+  ck_assert_uint_eq(c.quotas[1].key, 1000);
 }
 END_TEST
 

@@ -987,6 +987,37 @@ START_TEST(test_daemon_restart_keeps_memory) {
 }
 END_TEST
 
+/* A hand-over after a restart may take the lake past its limit (here 8 MiB the restarted daemon
+ * preallocates, then the 8 MiB a client held): the free chunks past it are released, and the line
+ * that says so gives the hand-over as the reason (a limit set below what the lake held says that
+ * instead: test_limit_below_held_said). */
+START_TEST(test_over_limit_after_restart_said) {
+  char conf[] = "/tmp/gmlake-test-conf.XXXXXX", args[128], out[1024] = "";
+  int cfd = mkstemp(conf);
+  ck_assert_int_ge(cfd, 0);
+  ck_assert_int_eq(write(cfd, "limit = 64MiB\n", 14), 14);
+  close(cfd);
+  snprintf(args, sizeof args, "--prefetch 0 --config %s", conf);
+  start_daemon(args);
+  proc a = client_start();
+  client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 0");
+  kill(daemon_pid, SIGKILL);
+  waitpid(daemon_pid, NULL, 0);
+  FILE *f = fopen(conf, "w");
+  fprintf(f, "limit = 8MiB\npreallocate = 8MiB\n");
+  fclose(f);
+  launch_daemon();
+  ck_assert_int_eq(stat_wait("chunks_leased", 4, 4000), 4);
+  ck_assert_int_eq(stat_wait("chunks_total", 4, 3000), 4); /* the preallocated ones released */
+  for (int i = 0; i < 150 && sh(out, sizeof out, "grep -m1 'past its limit' %s/daemon.log", tmpdir); i++) msleep(20);
+  ck_assert_msg(strstr(out, "free chunk(s) the lake held past its limit (handed over after the restart)"), "'%s'", out);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+  unlink(conf);
+}
+END_TEST
+
 /* One connection to a fake daemon listening on lfd (5 s at most for it),
  * answered as how says: 'r' refuses it as a full daemon does (an Error of
  * seq 0 before the close: max-clients), 'e' answers the hello with an Error
@@ -1135,6 +1166,7 @@ int main(void) {
   tcase_add_test(tc, test_error_after_daemon_gone);
   tcase_add_test(tc, test_process_quota_over_connections);
   tcase_add_test(tc, test_daemon_restart_keeps_memory);
+  tcase_add_test(tc, test_over_limit_after_restart_said);
   suite_add_tcase(s, tc);
   TCase *rc = tcase_create("reconnect"); /* CK_RUN_CASE=reconnect runs it alone */
   tcase_set_timeout(rc, 60);

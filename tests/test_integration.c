@@ -979,6 +979,22 @@ START_TEST(test_ctl_json) {
   printf("  gmlakectl --json --version: %s", out);
   rc = sh(out, sizeof out, "%s/gmlakectl --version", bindir);
   ck_assert_msg(rc == 0 && !strncmp(out, "gmlakectl ", 10) && !strchr(out, '{'), "gmlakectl --version: %s", out);
+  /* --version and --help once the whole line is read: an unknown option is a usage error wherever it
+   * stands (before: `--json --version --bogus` printed the version, exit 0, and `--json --bogus
+   * --version` was a usage error), and so is --version with a command, as an argument too many is */
+  static const char *const misuse[][2] = {
+      {"--json --version --bogus", "unknown option '--bogus'"}, {"--json --bogus --version", "unknown option '--bogus'"},
+      {"--version --bogus", "unknown option '--bogus'"},        {"--help --bogus", "unknown option '--bogus'"},
+      {"--version stats", "--version takes no command"},       {"stats --json --version", "--version takes no command"},
+      {"--version --client 1", "('--client' given)"},          {"--version --device x", "bad device 'x'"},
+  };
+  for (size_t i = 0; i < sizeof misuse / sizeof misuse[0]; i++) {
+    rc = sh(out, sizeof out, "%s/gmlakectl %s 2>&1", bindir, misuse[i][0]);
+    ck_assert_msg(rc == 2 && strstr(out, misuse[i][1]) && !strstr(out, "(protocol "), "gmlakectl %s: rc %d: %s",
+                  misuse[i][0], rc, out);
+    if (strstr(misuse[i][0], "--json"))
+      ck_assert_msg(!strncmp(out, "{\"error\":", 9) || strstr(out, "\n{\"error\":"), "gmlakectl %s: %s", misuse[i][0], out);
+  }
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -995,9 +1011,10 @@ static const char *log_line(char *out, size_t len, const char *pat) {
 /* A limit set below what clients hold, by a reload (SIGHUP) or gmlakectl limit, is said with how
  * much they hold and what the daemon does (before: taken without a word, the lake over its limit
  * and leases refused with nothing in the log to say why). What it says is what happens: nothing
- * is taken back, the free chunks are released, a lease is served only from what clients give
- * back (one past the limit with what its client holds is refused at once), and chunks given back
- * past the limit are released. */
+ * is taken back, the free chunks are released, a lease is served only from what clients of its
+ * own user give back (one past the limit with what its client holds is refused at once), another
+ * user's lease is refused until the lake is within its limit, and chunks given back past the limit
+ * are released. */
 START_TEST(test_limit_below_held_said) {
   char conf[] = "/tmp/gmlake-test-conf.XXXXXX", args[128], out[4096];
   int cfd = mkstemp(conf);
@@ -1039,8 +1056,15 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
   ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
   ck_assert_int_eq(stat_num("chunks_free"), 0);
-  /* gmlakectl limit says it as well */
-  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0);
+  /* ... with the reason it is over (before: "handed over after the restart", with no restart) */
+  log_line(out, sizeof out, "past its limit");
+  ck_assert_msg(strstr(out, "the lake held past its limit (the limit was set below what it held, by SIGHUP)") &&
+                !strstr(out, "restart"), "chunks released past the limit, said as: '%s'", out);
+  /* gmlakectl limit says it as well, in the log and to its caller (stderr, exit 0; before: the log only) */
+  ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB 2>&1"), 0);
+  ck_assert_msg(strstr(out, "gmlakectl: warning: the daemon says: limit 6.00 MiB is below the 18.00 MiB clients hold now") &&
+                strstr(out, "another user's lease is refused") && strstr(out, "limit set to 6291456 bytes"),
+                "gmlakectl limit below what clients hold: '%s'", out);
   log_line(out, sizeof out, "limit: limit 6.00 MiB is below");
   ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 6.00 MiB is below the 18.00 MiB clients hold now (18.00 MiB leased"),
                 "no warning for gmlakectl limit: '%s'", out);
@@ -1048,6 +1072,72 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
   unlink(conf);
+  /* Two users. A chunk one user gives back goes to another user's lease only released and made anew,
+   * and none is made while the lake is over its limit: the other user's lease is refused until what
+   * is given back brings the lake within it, while the same user's leases are served from the chunks
+   * its clients give back (before, the warning said any lease was served from what clients give back). */
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    fprintf(stderr, "test_limit_below_held_said: another user's lease skipped (needs root and setpriv)\n");
+    return;
+  }
+  start_daemon("--limit 64MiB --prefetch 0 --socket-mode 0666");
+  ck_assert_int_eq(chmod(tmpdir, 0711), 0);
+  proc r1 = client_start();
+  client_ready(&r1);
+  ck_assert_str_eq(client_cmd(&r1, "alloc %d", 16 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&r1, "alloc %d", 4 << 20), "ok 1");
+  ck_assert_str_eq(client_cmd(&r1, "alloc %d", 4 << 20), "ok 2");
+  ck_assert_str_eq(client_cmd(&r1, "free 1"), "ok"); /* root leases 24 MiB, 4 MiB of it idle in r1's cache */
+  ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
+  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --json limit 8MiB 2>/dev/null | /usr/bin/python3 -c '"
+                      "import json, sys\no = json.load(sys.stdin)\nassert o[\"ok\"] and o[\"limit_bytes\"] == 8 << 20, o\n"
+                      "assert o[\"warning\"].startswith(\"limit 8.00 MiB is below the 24.00 MiB clients hold now\"), o' 2>&1",
+                      bindir, ctl_url),
+                   0);
+  log_line(out, sizeof out, "limit: limit 8.00 MiB is below");
+  ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 8.00 MiB is below the 24.00 MiB clients hold now") &&
+                strstr(out, "a lease is served only from chunks that clients of its own user give back") &&
+                strstr(out, "another user's lease is refused until the lake is within its limit"),
+                "the warning does not say what another user's lease gets: '%s'", out);
+  ck_assert_int_eq(stat_num("chunks_total"), 12);
+  client_as_uid = 65534;
+  proc n = client_start();
+  client_as_uid = -1;
+  const char *ready = client_first_line(&n);
+  if (strncmp(ready, "ready ", 6)) { /* e.g. the build tree is not readable by nobody */
+    fprintf(stderr, "test_limit_below_held_said: skipped another user (a client as uid 65534 said '%s')\n", ready);
+    client_finish(&n), client_finish(&r1), stop_daemon();
+    return;
+  }
+  /* r1's idle cache, asked for n's lease, is released: 20 MiB held, still over the limit, n refused */
+  r = client_cmd(&n, "alloc %d", 2 << 20);
+  ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "the lake holds 20.00 MiB of limit 8.00 MiB"),
+                "another user's lease on a lake over its limit: '%s'", r);
+  ck_assert_int_eq(stat_wait("chunks_total", 10, 3000), 10);
+  ck_assert_int_eq(stat_num("chunks_free"), 0);
+  /* root's second client is served from what r1 gives back (the rest released) */
+  ck_assert_str_eq(client_cmd(&r1, "free 2"), "ok");
+  ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
+  proc r2 = client_start();
+  client_ready(&r2);
+  r = client_cmd(&r2, "alloc %d", 2 << 20);
+  ck_assert_msg(!strcmp(r, "ok 0"), "the same user's lease, its other client's idle cache to give: '%s'", r);
+  ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
+  log_line(out, sizeof out, "past its limit");
+  ck_assert_msg(strstr(out, "past its limit (the limit was set below what it held, by gmlakectl limit)"), "'%s'", out);
+  /* once what r1 gives back brings the lake within its limit, n's lease gets a chunk made anew */
+  ck_assert_str_eq(client_cmd(&r1, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
+  r = client_cmd(&n, "alloc %d", 2 << 20);
+  ck_assert_msg(!strcmp(r, "ok 0"), "another user's lease once the lake can come within its limit: '%s'", r);
+  ck_assert_int_le(stat_num("chunks_total"), 4);
+  /* a limit above what clients hold: no warning, nor a "warning" key */
+  ck_assert_int_eq(ctl(out, sizeof out, "--json limit 64MiB 2>&1"), 0);
+  ck_assert_msg(!strstr(out, "warning"), "a limit above what clients hold: '%s'", out);
+  ck_assert_int_eq(client_finish(&n), 0);
+  ck_assert_int_eq(client_finish(&r2), 0);
+  ck_assert_int_eq(client_finish(&r1), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
 

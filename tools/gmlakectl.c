@@ -349,9 +349,16 @@ static int cmd_limit(ctl *c) {
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES;
   req.set_limit_bytes = v;
   if (!(c->reply = call(c, &req))) return 1;
+  const char *warning = c->reply->message && *c->reply->message ? c->reply->message : NULL; /* taken, and said */
+  if (warning) fprintf(stderr, "gmlakectl: warning: the daemon says: %s\n", warning);
   if (c->json) {
-    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,\"stats\":",
-           (unsigned long long)c->reply->stats->limit_bytes);
+    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,", (unsigned long long)c->reply->stats->limit_bytes);
+    if (warning) {
+      printf("\"warning\":");
+      print_json_string(stdout, warning);
+      printf(",");
+    }
+    printf("\"stats\":");
     print_json(&c->reply->stats->base);
     printf("}\n");
   } else {
@@ -457,7 +464,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   char url[300] = "";
-  int device = 0, device_given = 0, ch;
+  int device = 0, device_given = 0, ch, help = 0, version = 0;
   char *cmd = NULL, *args[4] = {0};
   ctl c = {.interval = 1.0, .args = args};
   /* --json anywhere makes every error, usage errors included, an error object on stdout too */
@@ -483,14 +490,28 @@ int main(int argc, char **argv) {
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
-    case 'h': usage(stdout); return 0;
-    case 'V': /* with --json an object, as everything else it prints then (before: the plain line) */
-      printf(c.json ? "{\"program\":\"gmlakectl\",\"version\":\"%d.%d.%d\",\"protocol\":%d}\n" : "gmlakectl %d.%d.%d (protocol %d)\n",
-             GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION);
-      return 0;
+    case 'h': help = 1; break;
+    case 'V': version = 1; break;
     case ':': ctl_error(&c, GML_EINVAL, "option '%s' needs an argument", argv[optind - 1]); usage(stderr); return 2;
     default: ctl_error(&c, GML_EINVAL, "unknown option '%s'", argv[optind - 1]); usage(stderr); return 2;
     }
+  }
+  /* --help and --version once the whole line is read: an unknown option is a usage error wherever it
+   * stands (before, none after them was read: `--json --version --bogus` printed the version, exit 0) */
+  if (help) {
+    usage(stdout);
+    return 0;
+  }
+  const char *extra = cmd ? cmd : c.pid ? "--client" : c.interval_given ? "--interval" : NULL;
+  if (version && extra) { /* as a command's extra argument is: a mistake, not something to ignore */
+    ctl_error(&c, GML_EINVAL, "--version takes no command nor a command's option ('%s' given)", extra);
+    usage(stderr);
+    return 2;
+  }
+  if (version) { /* with --json an object, as everything else it prints then */
+    printf(c.json ? "{\"program\":\"gmlakectl\",\"version\":\"%d.%d.%d\",\"protocol\":%d}\n" : "gmlakectl %d.%d.%d (protocol %d)\n",
+           GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION);
+    return 0;
   }
   if (!cmd) {
     ctl_error(&c, GML_EINVAL, "no command given");
