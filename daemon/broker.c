@@ -8,11 +8,8 @@
 
 void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks) {
   memset(b, 0, sizeof *b);
-  b->lk = lk;
-  b->counters = counters;
-  b->lease_wait_ns = BROKER_LEASE_WAIT_MS * 1000000ull;
-  b->prefetch_chunks = prefetch_chunks;
-  b->preallocate_chunks = preallocate_chunks;
+  b->lk = lk, b->counters = counters, b->lease_wait_ns = BROKER_LEASE_WAIT_MS * 1000000ull;
+  b->prefetch_chunks = prefetch_chunks, b->preallocate_chunks = preallocate_chunks;
 }
 
 void broker_add_client(broker *b, broker_client *c) {
@@ -172,6 +169,8 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
   d->verdict = BROKER_REFUSE;
   d->count = c->lease.wanted; /* a quota refusal's count after the quota is 0 */
   d->code = code;
+  if (!strncmp(why, "out of memory: the lake is full", 31) && b->lk->total * b->lk->cs > b->lk->limit_bytes) /* set below */
+    why = "out of memory: the lake is over its limit: what other clients give back is released until it is within it";
   snprintf(d->why, sizeof d->why, "%s", why);
   if (code == GML_ENOMEM) {
     int o = snprintf(d->message, sizeof d->message, "%s: ", why);

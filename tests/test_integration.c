@@ -1113,6 +1113,9 @@ START_TEST(test_limit_below_held_said) {
   r = client_cmd(&n, "alloc %d", 2 << 20);
   ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "the lake holds 20.00 MiB of limit 8.00 MiB"),
                 "another user's lease on a lake over its limit: '%s'", r);
+  /* r1 did give back (released): the refusal says the limit, not "no other client had idle cache" */
+  ck_assert_msg(strstr(r, "the lake is over its limit: what other clients give back is released") &&
+                !strstr(r, "no other client had idle cache"), "'%s'", r);
   ck_assert_int_eq(stat_wait("chunks_total", 10, 3000), 10);
   ck_assert_int_eq(stat_num("chunks_free"), 0);
   /* root's second client is served from what r1 gives back (the rest released) */
