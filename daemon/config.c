@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,16 +287,31 @@ static const char *quota_holder_name(const config_quota *q, char *buf, size_t le
   return buf;
 }
 
+static int quiet;           /* a reload: say nothing, the caller logs config_error() */
+static char last_error[640]; /* why the last config_load failed ("" when it did not) */
+void config_set_quiet(int on) { quiet = on; }
+const char *config_error(void) { return last_error; }
+
+/* Why the configuration is refused: kept for config_error(), and on stderr unless quiet. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  if (!quiet) fprintf(stderr, "gmlaked: %s\n", last_error);
+}
+
 static int load_config_file(gmld_config *c, const char *path, int must_exist) {
   FILE *f = fopen(path, "r");
   if (!f) {
     if (!must_exist && errno == ENOENT) return 0;
-    fprintf(stderr, "gmlaked: cannot read config %s: %s\n", path, strerror(errno));
+    say("cannot read config %s: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fprintf(stderr, "gmlaked: config %s is not a regular file\n", path);
+    say("config %s is not a regular file", path);
     fclose(f);
     return -1;
   }
@@ -305,12 +321,12 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
     lineno++;
     size_t n = strlen(line);
     if (!strchr(line, '\n') && !feof(f) && n < sizeof line - 1) { /* fgets went on past a NUL: not text */
-      fprintf(stderr, "gmlaked: %s:%d: a NUL byte: not a text file\n", path, lineno);
+      say("%s:%d: a NUL byte: not a text file", path, lineno);
       rc = -1; /* before: "line longer than 510 bytes", of a line of 12 */
       break;
     }
     if (!strchr(line, '\n') && !feof(f)) { /* its rest would be read as the next line (a comment's tail as a key) */
-      fprintf(stderr, "gmlaked: %s:%d: line longer than %zu bytes\n", path, lineno, sizeof line - 2);
+      say("%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
       rc = -1;
       break;
     }
@@ -334,14 +350,14 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
      * of the two was meant is not ours to guess; quota lines add up, each one a quota */
     const config_option *o = find_option(key);
     if (o && o->type != OPT_QUOTA && set_at[o - options]) {
-      fprintf(stderr, "gmlaked: %s:%d: %s given twice (lines %d and %d): give it once\n", path, lineno, key,
+      say("%s:%d: %s given twice (lines %d and %d): give it once", path, lineno, key,
               set_at[o - options], lineno);
       rc = -1;
       break;
     }
     char err[256];
     if (apply_setting(c, key, val, err, sizeof err)) {
-      fprintf(stderr, "gmlaked: %s:%d: %s\n", path, lineno, err);
+      say("%s:%d: %s", path, lineno, err);
       rc = -1;
       break;
     }
@@ -352,7 +368,7 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
       q->line = lineno;
       if (was >= 0) { /* before: the last one won, and a reload said "2 quota(s)" */
         char h[sizeof q->cgroup + 8];
-        fprintf(stderr, "gmlaked: %s:%d: quota of %s given twice (lines %d and %d): give one quota line a holder\n",
+        say("%s:%d: quota of %s given twice (lines %d and %d): give one quota line a holder",
                 path, lineno, quota_holder_name(q, h, sizeof h), c->quotas[was].line, lineno);
         rc = -1;
         break;
@@ -365,6 +381,7 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
 
 int config_load(gmld_config *c, int argc, char **argv) {
   memset(c, 0, sizeof *c);
+  last_error[0] = 0;
   for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
     if (options[i].def && set_value(c, &options[i], options[i].def)) abort(); /* a bad row in the table */
   const char *notify = gml_env(GML_ENV_NOTIFY_SOCKET);
@@ -402,14 +419,14 @@ int config_load(gmld_config *c, int argc, char **argv) {
     }
     char err[256];
     if (apply_setting(c, options[idx].name, optarg ? optarg : "", err, sizeof err)) {
-      fprintf(stderr, "gmlaked: %s (option --%s)\n", err, options[idx].name);
+      say("%s (option --%s)", err, options[idx].name);
       return GML_EINVAL;
     }
     int was = options[idx].type == OPT_QUOTA ? quota_holder_before(c) : -1;
     if (was >= 0) c->quotas[was] = c->quotas[--c->nquotas]; /* flags win over the file, the last flag over others */
   }
   if (optind < argc) {
-    fprintf(stderr, "gmlaked: unexpected argument '%s'\n", argv[optind]);
+    say("unexpected argument '%s'", argv[optind]);
     return GML_EINVAL;
   }
   return 0;

@@ -56,6 +56,9 @@ typedef struct gmld_config {
  * --help or --version was printed (exit 0), or GML_EINVAL after printing an
  * error to stderr. Called again on SIGHUP (a reload reads the same file and flags). */
 int config_load(gmld_config *c, int argc, char **argv);
+/* Quiet (a reload): config_load prints nothing; config_error() says why it refused ("" if not). */
+void config_set_quiet(int on);
+const char *config_error(void);
 void config_usage(FILE *f);
 /* The names of the settings a reload does not take (all but limit, quota and
  * log-level) that differ between was and now, into out; how many. */

@@ -145,7 +145,10 @@ static void on_reload(uv_signal_t *h, int signum) {
   gmld_config nc;
   uint64_t limit = 0;
   const char *bad = NULL;
-  if (config_load(&nc, d->argc, d->argv) != 0) bad = "the configuration cannot be read or does not parse (see above)";
+  config_set_quiet(1); /* its reason goes in this function's logged line, with a time and a level */
+  int rc = config_load(&nc, d->argc, d->argv);
+  config_set_quiet(0);
+  if (rc != 0) bad = *config_error() ? config_error() : "the configuration cannot be read or does not parse";
   else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit (a size of one chunk or more, or a percentage)";
   else {
     char changed[512];

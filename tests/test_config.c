@@ -339,6 +339,26 @@ END_TEST
  * as a key given twice (before, the last won and a reload said "2
  * quota(s)"); a flag over the file's value is no repeat, nor is a --quota
  * over the file's quota of its holder (the flag's replaces it). */
+/* A reload (SIGHUP) loads quietly and logs why it refused in its own line, with a time and a
+ * level: before, the reason went to stderr bare (journald: info priority, no time) and the
+ * logged line only said "(see above)". At start the reason still goes to stderr. */
+START_TEST(test_reload_error_in_log_line) {
+  gmld_config c;
+  char said[512];
+  write_conf("limit = 90%\nlimit = 40%\n");
+  config_set_quiet(1);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  config_set_quiet(0);
+  ck_assert_msg(!said[0], "a quiet load wrote '%s'", said);
+  ck_assert_msg(strstr(config_error(), ":2: limit given twice (lines 1 and 2): give it once"), "'%s'", config_error());
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "gmlaked: ") && strstr(said, ":2: limit given twice"), "at start: '%s'", said);
+  write_conf("limit = 40%\n");
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
+  ck_assert_str_eq(config_error(), "");
+}
+END_TEST
+
 START_TEST(test_key_twice_refused) {
   gmld_config c;
   char said[512];
@@ -390,6 +410,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_bad_value_says_what_is_accepted);
   tcase_add_test(tc, test_nul_byte_and_changed_at_start);
   tcase_add_test(tc, test_key_twice_refused);
+  tcase_add_test(tc, test_reload_error_in_log_line);
   suite_add_tcase(s, tc);
   return s;
 }
