@@ -191,10 +191,11 @@ static void ctl_trim(ctl_call *k) {
            pid ? " and asked the client for its idle cache" : "");
 }
 
-void control_say_limit_below_held(gmld *d, const char *by, char *said, size_t len) {
+void control_say_limit_below_held(gmld *d, const char *by, uint64_t was, char *said, size_t len) {
   const lake *lk = &d->lk;
   if (said && len) said[0] = 0;
-  if (lk->total + lk->creating > lk->limit_bytes / lk->cs) /* what is released past it from now on is for this */
+  /* what is released past it from now on is for this, if it lowered the limit (else the reason stands) */
+  if (lk->total + lk->creating > lk->limit_bytes / lk->cs && (lk->limit_bytes < was || !d->over_limit_why[0]))
     snprintf(d->over_limit_why, sizeof d->over_limit_why, "the limit was set below what it held, by %s", by);
   uint64_t held = lk->leased + lk->parked + lk->shared;
   if (held * lk->cs <= lk->limit_bytes) return;
@@ -216,7 +217,7 @@ void control_say_limit_below_held(gmld *d, const char *by, char *said, size_t le
 }
 
 static void ctl_set_limit(ctl_call *k) {
-  uint64_t lim = k->req->set_limit_bytes;
+  uint64_t lim = k->req->set_limit_bytes, was = k->d->lk.limit_bytes;
   lim -= lim % k->d->lk.cs; /* whole chunks, as the default limit (`limit 1%` was taken to the byte) */
   if (broker_set_limit(&k->d->br, lim)) {
     fail(k, GML_EINVAL, "limit below one chunk");
@@ -225,7 +226,7 @@ static void ctl_set_limit(ctl_call *k) {
   GML_INFO("limit set to %llu bytes", (unsigned long long)lim);
   /* the warning in the reply too (CtlReply.message with code 0): the caller sees it, not only the log */
   char *said = k->to_free[0] = malloc(1024);
-  control_say_limit_below_held(k->d, "gmlakectl limit", said, said ? 1024 : 0);
+  control_say_limit_below_held(k->d, "gmlakectl limit", was, said, said ? 1024 : 0);
   if (said && said[0]) k->rep->message = said;
   with_stats(k);
 }

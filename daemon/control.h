@@ -22,7 +22,8 @@ void control_stop(struct gmld *d);
 /* After the limit was set (by: "SIGHUP", "gmlakectl limit"): where the chunks clients hold pass
  * it, a warning that says how much they hold and what the daemon does about it, logged and (when
  * said is not NULL) put in said, len bytes ("" when none: the reply to gmlakectl limit); where the lake
- * still holds or makes more than it, that as the reason (gmld.over_limit_why) of the tick's
- * line of chunks released past it. */
-void control_say_limit_below_held(struct gmld *d, const char *by, char *said, size_t len);
+ * still holds or makes more than it and the limit went below was (the limit before), or no reason
+ * is known, that as the reason (gmld.over_limit_why) of the tick's line of chunks released past it:
+ * a reload of the same limit leaves "handed over after the restart". */
+void control_say_limit_below_held(struct gmld *d, const char *by, uint64_t was, char *said, size_t len);
 #endif

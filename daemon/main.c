@@ -163,6 +163,7 @@ static void on_reload(uv_signal_t *h, int signum) {
     d->cfg.log_level = nc.log_level;
     const char *from = apply_log_level(&nc);
     snprintf(d->cfg.limit, sizeof d->cfg.limit, "%s", nc.limit);
+    uint64_t was = d->lk.limit_bytes;
     broker_set_limit(&d->br, limit);
     memcpy(d->cfg.quotas, nc.quotas, sizeof nc.quotas);
     d->cfg.nquotas = nc.nquotas;
@@ -172,7 +173,7 @@ static void on_reload(uv_signal_t *h, int signum) {
     GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s (%s)",
              d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
              applied, left_out, gml_log_level_name(gml_log_level()), from);
-    control_say_limit_below_held(d, "SIGHUP", NULL, 0);
+    control_say_limit_below_held(d, "SIGHUP", was, NULL, 0);
     sessions_serve_pending(d);
     daemon_refill(d);
   }
