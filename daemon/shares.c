@@ -292,6 +292,9 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
              (unsigned)s->bc.uid, sh->key, (unsigned)sh->uid);
     sh = NULL;
+  } else if (!sh && r->key && strchr(r->key, '@')) { /* logged as a refusal is: the same work, no timing to tell them apart */
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) attached no share '%s': none of that name it may attach",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, r->key);
   }
   if (!sh) { /* one answer whether NAME@UID exists or not: no user learns another's share names by trying */
     if (r->key && strchr(r->key, '@'))
