@@ -44,25 +44,18 @@ def read_until(p, prefix, limit_s=STEP_LIMIT_S):
 
 def one_round(w, configs, rep, offset):
     env_common = {"GMLAKE_BENCH_LOCKSTEP": "1"}
-    pin = os.environ.get("GMLAKE_BENCH_CPUS", "")
-    pinned = None
-    if pin.startswith("auto"):  # the K fastest cores now, for every config of the round alike
-        cores, speeds, slowest = tb.fastest_cores(int(pin.partition(":")[2] or 4))
-        os.environ["GMLAKE_BENCH_PIN"] = env_common["GMLAKE_BENCH_CPUS"] = ",".join(map(str, cores))
-        pinned = dict(cores=cores, probe_us=speeds, slowest_core_us=slowest)
+    pinned = tb.pin_now()  # for every config of the round alike
+    if pinned:
+        env_common["GMLAKE_BENCH_CPUS"] = os.environ["GMLAKE_BENCH_PIN"]
     procs, daemons, errs = {}, {}, {}
     for c in configs:
-        base = c.split("+")[0]
-        d = (tb.Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if base == "gmlake_daemon"
-             else tb.Daemon() if base == "gmlake_daemon_cold" else None)
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **env_common)
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        d = tb.daemon_for(c)
+        env = dict(env_common)
         if d:
             env["GMLAKE_SOCKET"] = d.sock
             daemons[c] = d
-        errs[c] = tempfile.TemporaryFile("w+")
-        procs[c] = subprocess.Popen([sys.executable, tb.__file__, "run", w, c], env=env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=errs[c], text=True)
+        errs[c] = tempfile.TemporaryFile("w+")  # a file: a pipe left unread could fill and stop the child
+        procs[c] = tb.spawn(w, c, env, stdin=subprocess.PIPE, stderr=errs[c])
     steps, live = {}, []
     for c in configs:
         line = read_until(procs[c], "READY ")
@@ -102,8 +95,7 @@ def one_round(w, configs, rep, offset):
             r = json.loads(line[7:])
         errs[c].close()
         if c in daemons:
-            d = daemons[c]
-            r["daemon_exit"] = d.stop(); r["daemon_cpu"] = d.cpu; r["lake_warmup_s"] = getattr(d, "warm_s", None)
+            tb.daemon_done(daemons[c], r)
         r.update(workload=w, config=c, repeat=rep, lockstep=True, order_offset=offset)
         if pinned:
             r["pinned"] = pinned

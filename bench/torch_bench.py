@@ -350,11 +350,37 @@ def write_trace(torch, workload, res, step_us):
     return dict(path=path, allocs=nxt, events=len(tr), steps_marked=k)
 
 
-def spawn(workload, config, env_extra=None, steps=None):
+def spawn(workload, config, env_extra=None, steps=None, stdin=None, stderr=subprocess.PIPE):
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     args = [sys.executable, os.path.abspath(__file__), "run", workload, config] + ([str(steps)] if steps else [])
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(args, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def pin_now():
+    """GMLAKE_BENCH_CPUS=auto or auto:K: the K fastest cores now (default 4) into GMLAKE_BENCH_PIN,
+    and their record for a result's "pinned"; None when not auto."""
+    pin = os.environ.get("GMLAKE_BENCH_CPUS", "")
+    if not pin.startswith("auto"):
+        return None
+    cores, speeds, slowest = fastest_cores(int(pin.partition(":")[2] or 4))
+    os.environ["GMLAKE_BENCH_PIN"] = ",".join(map(str, cores))
+    return dict(cores=cores, probe_us=speeds, slowest_core_us=slowest)
+
+
+def daemon_for(config):
+    """The daemon a config runs through: a warm lake (--preallocate) for gmlake_daemon, a cold one
+    for gmlake_daemon_cold, else None."""
+    base = config.split("+")[0]
+    return (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if base == "gmlake_daemon"
+            else Daemon() if base == "gmlake_daemon_cold" else None)
+
+
+def daemon_done(d, r):
+    """Stops d; what it cost goes into the run's result r."""
+    r["daemon_exit"] = d.stop()
+    r["daemon_cpu"] = d.cpu
+    r["lake_warmup_s"] = getattr(d, "warm_s", None)
 
 
 def collect(p):
@@ -383,23 +409,16 @@ def table(workloads):
         if os.environ.get("GMLAKE_BENCH_ROTATE", "1") == "0":
             order = [(r, c) for r in range(repeats) for c in configs]
         for rep, c in order:
-            base_c = c.split("+")[0]
-            pin = os.environ.get("GMLAKE_BENCH_CPUS", "")
-            if pin.startswith("auto"):  # auto or auto:K: the K fastest cores now (default 4), for this run
-                cores, speeds, slowest = fastest_cores(int(pin.partition(":")[2] or 4))
-                os.environ["GMLAKE_BENCH_PIN"] = ",".join(map(str, cores))
-            d = (Daemon(preallocate=os.environ.get("GMLAKE_BENCH_PREALLOC", "16GiB")) if base_c == "gmlake_daemon"
-                 else Daemon() if base_c == "gmlake_daemon_cold" else None)
+            pinned = pin_now()  # for this run
+            d = daemon_for(c)
             env = {"GMLAKE_SOCKET": d.sock} if d else {}
-            if pin.startswith("auto"):
+            if pinned:
                 env["GMLAKE_BENCH_CPUS"] = os.environ["GMLAKE_BENCH_PIN"]
             r = collect(spawn(w, c, env))
-            if pin.startswith("auto"):
-                r["pinned"] = dict(cores=cores, probe_us=speeds, slowest_core_us=slowest)
+            if pinned:
+                r["pinned"] = pinned
             if d:
-                r["daemon_exit"] = d.stop()
-                r["daemon_cpu"] = d.cpu
-                r["lake_warmup_s"] = getattr(d, "warm_s", None)
+                daemon_done(d, r)
             r.setdefault("workload", w); r.setdefault("config", c); r["repeat"] = rep
             rows.append(r)
             print(json.dumps(r), flush=True)
