@@ -181,6 +181,17 @@ int client_ready(proc *p) {
   return atoi(l + 6);
 }
 
+int client_start_nobody(proc *p, const char *test) {
+  client_as_uid = 65534;
+  *p = client_start();
+  client_as_uid = -1;
+  const char *ready = client_first_line(p);
+  if (!strncmp(ready, "ready ", 6)) return atoi(ready + 6);
+  fprintf(stderr, "%s: skipped (a client as uid 65534 said '%s')\n", test, ready);
+  client_finish(p);
+  return 0;
+}
+
 int client_finish(proc *p) {
   fprintf(p->in, "close\n");
   fclose(p->in);

@@ -53,6 +53,9 @@ proc client_start_env(const char *env); /* env ("NAME=value", may be NULL) put i
 const char *client_cmd(proc *p, const char *fmt, ...) __attribute__((format(printf, 2, 3))); /* its reply line ("": EOF) */
 const char *client_first_line(proc *p);                                                       /* "": EOF */
 int client_ready(proc *p); /* the first line must be "ready PID CHUNK BACKEND": the pid */
+/* A client as uid 65534 (nobody), for tests of another user: its pid once it said ready; else 0,
+ * after saying that test is skipped (e.g. the build tree is not readable by nobody) and finishing it. */
+int client_start_nobody(proc *p, const char *test);
 int client_finish(proc *p); /* "close", drain, wait: its exit status */
 void client_kill(proc *p);  /* SIGKILL, wait, close its pipes */
 

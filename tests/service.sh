@@ -14,6 +14,14 @@ cleanup() { for x in $dpid $npid; do kill "$x" 2>/dev/null || true; done; rm -rf
 trap cleanup EXIT
 fail() { echo "service test FAILED: $*" >&2; [ -f "$d/daemon.log" ] && tail -n 20 "$d/daemon.log" >&2; exit 1; }
 ctl() { "$B/gmlakectl" --control "ipc://$d/ctl" "$@"; }
+# SIGHUP with the config just written: refused, its reason (REASON, a grep pattern) in the logged error
+# line itself (before: a bare stderr line, then "(see above)"), the limit unchanged (32 MiB)
+reload_refused() { # REASON WHAT
+  kill -HUP $dpid
+  for _ in $(seq 100); do grep -q "SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" && break; sleep 0.05; done
+  grep -q "\[error\] SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" || fail "SIGHUP with $2: $(tail -n 3 "$d/daemon.log")"
+  ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with $2 changed the limit: $(ctl stats --json)"
+}
 
 for t in gmlaked gmlakectl; do
   v=$("$B/$t" --version) || fail "$t --version failed"
@@ -98,23 +106,14 @@ echo "  SIGHUP: a quota of pid $gone (gone) is said not set and not counted: $(g
 
 # a socket-group that names no group: the reload is refused (the next start would fail on it)
 printf 'backend = host\nlimit = 48MiB\nprefetch = 0\nlog-level = info\nsocket-group = gmlake-no-such-group\n' > "$d/gmlaked.conf"
-kill -HUP $dpid
-for _ in $(seq 100); do grep -q "no group 'gmlake-no-such-group'" "$d/daemon.log" && break; sleep 0.05; done
-# the reason in the logged line itself, with its level (before: a bare stderr line, then "(see above)")
-grep -q "\[error\] SIGHUP: .*gmlaked.conf:5: bad value for socket-group: no group 'gmlake-no-such-group' (create it first.*: nothing reloaded" "$d/daemon.log" ||
-  fail "SIGHUP with a socket-group of no group: $(tail -n 3 "$d/daemon.log")"
-ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a refused reload changed the limit: $(ctl stats --json)"
+reload_refused "gmlaked.conf:5: bad value for socket-group: no group 'gmlake-no-such-group' (create it first" \
+  "a socket-group of no group"
 echo "  SIGHUP: socket-group of no group refused, nothing reloaded"
 printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\n' > "$d/gmlaked.conf"
 
 # a key given twice: refused as any other mistake (before, the last one won without a word), nothing changes
 printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\nlimit = 16MiB\n' > "$d/gmlaked.conf"
-kill -HUP $dpid
-for _ in $(seq 100); do grep -q "limit given twice" "$d/daemon.log" && break; sleep 0.05; done
-grep -q "gmlaked.conf:5: limit given twice (lines 2 and 5): give it once" "$d/daemon.log" &&
-  grep -A1 "limit given twice" "$d/daemon.log" | grep -q "nothing reloaded" ||
-  fail "SIGHUP with limit given twice: $(tail -n 3 "$d/daemon.log")"
-ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with a key given twice changed the limit: $(ctl stats --json)"
+reload_refused "gmlaked.conf:5: limit given twice (lines 2 and 5): give it once" "limit given twice"
 echo "  SIGHUP: a key given twice refused, naming both lines, nothing reloaded"
 
 # quota lines add up, but two of one holder are a key given twice (before: the last one won, and the
@@ -124,22 +123,14 @@ rc=0; timeout 5 "$B/gmlaked" --config "$d/twice.conf" --socket "$d/twice.sock" -
 [ $rc = 2 ] && grep -q "twice.conf:5: quota of uid:1001 given twice (lines 3 and 5): give one quota line a holder" "$d/twice.log" ||
   fail "a start with one holder's quota twice: exit $rc, $(cat "$d/twice.log")"
 cp "$d/twice.conf" "$d/gmlaked.conf"
-kill -HUP $dpid
-for _ in $(seq 100); do grep -q "quota of uid:1001 given twice" "$d/daemon.log" && break; sleep 0.05; done
-grep -q "gmlaked.conf:5: quota of uid:1001 given twice (lines 3 and 5)" "$d/daemon.log" &&
-  grep -A1 "quota of uid:1001 given twice" "$d/daemon.log" | grep -q "nothing reloaded" ||
-  fail "SIGHUP with one holder's quota twice: $(tail -n 3 "$d/daemon.log")"
-ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with a holder's quota twice changed the limit: $(ctl stats --json)"
+reload_refused "gmlaked.conf:5: quota of uid:1001 given twice (lines 3 and 5)" "one holder's quota twice"
 echo "  one holder's quota twice: refused at start (exit 2) and on SIGHUP, naming the holder and both lines"
 
 # a config that does not parse: nothing changes, the daemon lives on (a whole file: an appended
 # "limit = lots" is now a key given twice)
 printf 'backend = host\nlimit = lots\nprefetch = 0\nlog-level = info\n' > "$d/gmlaked.conf"
-kill -HUP $dpid
-for _ in $(seq 100); do grep -q "bad value for limit" "$d/daemon.log" && break; sleep 0.05; done
-grep -q "bad value for limit" "$d/daemon.log" || fail "a bad config on SIGHUP was not reported"
+reload_refused "bad value for limit" "a bad config"
 kill -0 $dpid 2>/dev/null || fail "a bad config on SIGHUP killed the daemon"
-ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a bad config on SIGHUP changed the limit"
 echo "  SIGHUP with a bad config: reported, nothing changed, still serving"
 kill -TERM $dpid
 wait $dpid || fail "daemon did not stop cleanly"

@@ -471,17 +471,12 @@ START_TEST(test_share_other_user) {
   ck_assert_int_eq(chmod(tmpdir, 0711), 0);
   proc a = client_start();
   client_ready(&a);
-  client_as_uid = 65534;
-  proc n = client_start();
-  client_as_uid = -1;
-  const char *ready = client_first_line(&n);
-  if (strncmp(ready, "ready ", 6)) { /* e.g. the build tree is not readable by nobody */
-    fprintf(stderr, "test_share_other_user: skipped (a client as uid 65534 said '%s')\n", ready);
-    client_finish(&n), client_finish(&a), stop_daemon();
+  proc n;
+  int pid_n = client_start_nobody(&n, "test_share_other_user");
+  if (!pid_n) {
+    client_finish(&a), stop_daemon();
     return;
   }
-  int pid_n = 0;
-  sscanf(ready, "ready %d", &pid_n);
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "grow %d", 8 << 20), " "), "ok");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 2 << 20), "ok");
   share_tags(&a, 1, 3);
@@ -1107,13 +1102,9 @@ START_TEST(test_limit_below_held_said) {
                 strstr(out, "another user's lease is refused until the lake is within its limit"),
                 "the warning does not say what another user's lease gets: '%s'", out);
   ck_assert_int_eq(stat_num("chunks_total"), 12);
-  client_as_uid = 65534;
-  proc n = client_start();
-  client_as_uid = -1;
-  const char *ready = client_first_line(&n);
-  if (strncmp(ready, "ready ", 6)) { /* e.g. the build tree is not readable by nobody */
-    fprintf(stderr, "test_limit_below_held_said: skipped another user (a client as uid 65534 said '%s')\n", ready);
-    client_finish(&n), client_finish(&r1), stop_daemon();
+  proc n;
+  if (!client_start_nobody(&n, "test_limit_below_held_said (another user)")) {
+    client_finish(&r1), stop_daemon();
     return;
   }
   /* r1's idle cache, asked for n's lease, is released: 20 MiB held, still over the limit, n refused */
