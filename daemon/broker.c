@@ -13,19 +13,16 @@ void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t pref
 }
 
 void broker_add_client(broker *b, broker_client *c) {
-  c->prev = NULL;
-  c->next = b->clients;
+  c->prev = NULL, c->next = b->clients;
   if (b->clients) b->clients->prev = c;
-  b->clients = c;
-  b->nclients++;
+  b->clients = c, b->nclients++;
 }
 
 void broker_remove_client(broker *b, broker_client *c) {
   if (c->prev) c->prev->next = c->next;
   else b->clients = c->next;
   if (c->next) c->next->prev = c->prev;
-  c->next = c->prev = NULL;
-  b->nclients--;
+  c->next = c->prev = NULL, b->nclients--;
 }
 
 static void decision_start(broker_decision *d, const broker_client *c) {
@@ -169,8 +166,6 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
   d->verdict = BROKER_REFUSE;
   d->count = c->lease.wanted; /* a quota refusal's count after the quota is 0 */
   d->code = code;
-  if (!strncmp(why, "out of memory: the lake is full", 31) && b->lk->total * b->lk->cs > b->lk->limit_bytes) /* set below */
-    why = "out of memory: the lake is over its limit: what other clients give back is released until it is within it";
   snprintf(d->why, sizeof d->why, "%s", why);
   if (code == GML_ENOMEM) {
     int o = snprintf(d->message, sizeof d->message, "%s: ", why);
@@ -182,6 +177,12 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
   c->lease.pending = 0;
   c->leases_refused++;
   b->counters->leases_refused++;
+}
+
+/* A lease the lake cannot serve: the lake is full, or over a limit set below what it held */
+static void refuse_full(broker *b, broker_client *c, broker_decision *d, const char *why) {
+  refuse(b, c, d, GML_ENOMEM, b->lk->total * b->lk->cs <= b->lk->limit_bytes ? why
+             : "out of memory: the lake is over its limit: what other clients give back is released until it is within it");
 }
 
 static void list_push(broker_client **head, broker_client *c) {
@@ -471,7 +472,7 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
   int nothing_coming = b->lk->creating == 0 && lake_headroom(b->lk) == 0;
   if (nothing_coming && c->lease.reclaim_asked && b->lk->parked == 0 && all_answered(b, c)) {
     if (!c->lease.served_since_ask) {
-      refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full and no other client had idle cache to give back");
+      refuse_full(b, c, d, "out of memory: the lake is full and no other client had idle cache to give back");
       return;
     }
     c->lease.reclaim_asked = 0; /* a streamed lease got what they gave: ask again for the rest */
@@ -480,10 +481,10 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
   if ((nothing_coming || c->lease.streamed) && !c->lease.reclaim_asked && !ask_reclaim(b, c, now_ns, d) &&
       nothing_coming && b->lk->parked == 0) {
     /* nobody holds idle cache to give back: say so now rather than wait */
-    refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
+    refuse_full(b, c, d, "out of memory: the lake is full");
     return;
   }
-  if (now_ns >= c->lease.deadline_ns) refuse(b, c, d, GML_ENOMEM, "out of memory: the lake is full");
+  if (now_ns >= c->lease.deadline_ns) refuse_full(b, c, d, "out of memory: the lake is full");
 }
 
 int broker_serve_free(broker *b, broker_client *c, broker_decision *d) {
