@@ -17,7 +17,7 @@ so ms/step compares like with like. The rotation starts at a random place each c
 Results: $OUT/$BENCH_JSON (one row per config and round, torch_bench's fields, "lockstep": true),
 then the table of --pool and its two subsets (`--pool [--fast-us N] FILE...`).
 """
-import json, math, os, random, statistics as S, subprocess, sys, tempfile, threading
+import json, os, random, statistics as S, subprocess, sys, tempfile, threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_bench as tb
@@ -109,6 +109,26 @@ def step_ms(r):
     return [x[0] if isinstance(x, list) else x for x in r["steps"]]
 
 
+def sum_ratio(runs):
+    """runs: lists of (config ms, default ms) steps -> the config's summed ms over the default's."""
+    return sum(a for p in runs for a, _ in p) / sum(b for p in runs for _, b in p)
+
+
+def step_median(runs):
+    return S.median(a / b for p in runs for a, b in p)
+
+
+def intervals(runs, stats, n=2000):
+    """90% interval of each stat (a function of a list of runs) over n resamplings of whole runs
+    (steps of one run share its conditions), one resampling serving every stat."""
+    rnd, vals = random.Random(1), [[] for _ in stats]
+    for _ in range(n):
+        pick = [runs[rnd.randrange(len(runs))] for _ in runs]
+        for v, f in zip(vals, stats):
+            v.append(f(pick))
+    return [(sorted(v)[n // 20], sorted(v)[n * 19 // 20]) for v in vals]
+
+
 def pool(rows_by_file):
     """The table: per config, the median of its runs' median ms/step (torch_bench's ms/step)
     against default's; then over every step from the third on, paired with the default's step
@@ -131,26 +151,16 @@ def pool(rows_by_file):
                                                                 "step_med", "(90%)", "resv/al", "losses", "per run (sum ratio)"))
     for c, rr in runs.items():
         keys = [key for key in rr if key in base]
-        pairs = {key: [(a, b) for a, b in zip(step_ms(rr[key])[2:], step_ms(base[key])[2:])] for key in keys}
-        per_run = {key: sum(a for a, _ in p) / sum(b for _, b in p) for key, p in pairs.items() if p}
-        allp = [x for p in pairs.values() for x in p]
-        if not allp:
+        runs_c = [[(a, b) for a, b in zip(step_ms(rr[key])[2:], step_ms(base[key])[2:])] for key in keys]
+        if not any(runs_c):
             continue
-        tot = sum(a for a, _ in allp) / sum(b for _, b in allp)
-        med_step = S.median(a / b for a, b in allp)
-        rnd, boot, bmedian = random.Random(1), [], []
-        for _ in range(2000):
-            pick = [pairs[rnd.choice(keys)] for _ in keys]
-            boot.append(sum(a for p in pick for a, _ in p) / sum(b for p in pick for _, b in p))
-            bmedian.append(S.median(a / b for p in pick for a, b in p))
-        boot.sort(); bmedian.sort()
+        (slo, shi), (mlo, mhi) = intervals(runs_c, (sum_ratio, step_median))
         med = S.median(r["ms_per_step"] for r in rr.values())
         resv = max(r["peak_reserved"] / r["peak_allocated"] for r in rr.values())
         same = all(rr[key]["losses"] == base[key]["losses"] for key in keys)
         print("%-22s %4d %9.1f %7.3fx %8.3fx %.3f-%.3f %8.3fx %.3f-%.3f %8.3f %8s %s" % (
-            c, len(rr), med, med / bmed, tot, boot[len(boot) // 20], boot[len(boot) * 19 // 20], med_step,
-            bmedian[len(bmedian) // 20], bmedian[len(bmedian) * 19 // 20], resv,
-            "same" if same else "DIFF", " ".join("%.3f" % v for v in per_run.values())))
+            c, len(rr), med, med / bmed, sum_ratio(runs_c), slo, shi, step_median(runs_c), mlo, mhi, resv,
+            "same" if same else "DIFF", " ".join("%.3f" % sum_ratio([p]) for p in runs_c if p)))
 
 
 def sensitivity(rows_by_file, fast_us):
@@ -182,11 +192,8 @@ def sensitivity(rows_by_file, fast_us):
                     per.append(p)
             if not per:
                 continue
-            ratio = lambda pp: sum(x for p in pp for x, _ in p) / sum(y for p in pp for _, y in p)
-            rnd = random.Random(1)
-            boot = sorted(ratio([per[rnd.randrange(len(per))] for _ in per]) for _ in range(2000))
-            out.append("%s: %.3fx (%.3f-%.3f, %d steps)" % (name, ratio(per), boot[len(boot) // 20],
-                                                           boot[len(boot) * 19 // 20], sum(map(len, per))))
+            (lo, hi), = intervals(per, (sum_ratio,))
+            out.append("%s: %.3fx (%.3f-%.3f, %d steps)" % (name, sum_ratio(per), lo, hi, sum(map(len, per))))
         print("%-22s sum_ratio, %s" % (c, "; ".join(out)))
 
 
