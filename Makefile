@@ -36,7 +36,7 @@ GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
-DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c
+DAEMON_SRC := daemon/main.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c
 CLIENT_SRC += client/link.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -82,7 +82,7 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/statsview.c) $(BUILD)/li
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \
                       tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c) \
-                    $(call obj,daemon/lake.c daemon/broker.c daemon/config.c) $(BUILD)/libgmlake-client.a
+                    $(call obj,daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/config.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 # The multi-process suites share tests/harness.c (a daemon, clients, gmlakectl, raw wire);
@@ -114,11 +114,11 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/pidquota.c daemon/session.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
 $(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c daemon/pidquota.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/grant.c daemon/conn.c daemon/listen.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)

@@ -484,7 +484,20 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
     refuse_full(b, c, d, "out of memory: the lake is full");
     return;
   }
-  if (now_ns >= c->lease.deadline_ns) refuse_full(b, c, d, "out of memory: the lake is full");
+  if (now_ns < c->lease.deadline_ns) return;
+  if (b->lk->creating) { /* chunks are being made under the limit: the lake is not full */
+    if (now_ns < c->lease.deadline_ns + BROKER_CREATE_WAIT_MS * 1000000ull) return;
+    char why[200];
+    snprintf(why, sizeof why, "out of memory: timed out after %llu ms waiting for the %llu chunk(s) being made",
+             (unsigned long long)((now_ns - c->lease.since_ns) / 1000000ull), (unsigned long long)b->lk->creating);
+    refuse(b, c, d, GML_ENOMEM, why);
+    return;
+  }
+  if (lake_headroom(b->lk) && now_ns < b->create_backoff_until_ns) { /* room under the limit, none made */
+    refuse(b, c, d, GML_ENOMEM, "out of memory: the device could not make more chunks (creation failed)");
+    return;
+  }
+  refuse_full(b, c, d, "out of memory: the lake is full");
 }
 
 int broker_serve_free(broker *b, broker_client *c, broker_decision *d) {
@@ -540,61 +553,4 @@ void broker_record_latency(broker *b, uint64_t ns) {
   b->nlat++;
   b->lat_sum_ns += ns;
   for (int i = GML_LEASE_LAT_NBOUNDS - 1; i >= 0 && ns <= bounds_us[i] * 1000; i--) b->lat_bucket[i]++;
-}
-
-uint64_t broker_refill(broker *b, uint64_t now_ns) {
-  lake *lk = b->lk;
-  if (now_ns < b->create_backoff_until_ns) return 0;
-  uint64_t order = 0;
-  if (!b->prefetch_suspended && b->preallocate_chunks > lk->total + lk->creating) {
-    /* keep the lake at its preallocated size at least */
-    order = GML_MIN(b->preallocate_chunks - (lk->total + lk->creating), lake_headroom(lk));
-    lk->creating += order;
-  }
-  /* a waiting lease is served from its own uid's free chunks or clean ones:
-   * clean ones (and the prefetch) are what must be made */
-  uint64_t waiting = 0;
-  int from_idle = 0; /* a lease served from idle clients waits: nothing made for it, no prefetch it would take */
-  for (broker_client *c = b->clients; c; c = c->next)
-    if (c->lease.pending && c->lease.from_idle) {
-      from_idle = 1;
-    } else if (c->lease.pending) {
-      uint32_t own = lake_free_of(lk, c->uid);
-      waiting += c->lease.count > own ? c->lease.count - own : 0;
-    }
-  uint64_t want = (b->prefetch_suspended || from_idle ? 0 : b->prefetch_chunks) + waiting;
-  uint64_t have = lk->nfree_clean + lk->creating;
-  if (want > have) {
-    uint64_t more = GML_MIN(want - have, lake_headroom(lk));
-    lk->creating += more;
-    order += more;
-  }
-  return order;
-}
-
-int broker_creation_failed(broker *b, uint64_t now_ns) {
-  int starts = now_ns >= b->create_backoff_until_ns;
-  b->create_backoff_until_ns = now_ns + BROKER_CREATE_BACKOFF_MS * 1000000ull;
-  return starts;
-}
-
-void broker_trimmed(broker *b) { b->prefetch_suspended = 1; }
-
-uint32_t broker_keep_free(const broker *b) { return b->prefetch_suspended ? 0 : UINT32_MAX; }
-
-uint32_t broker_trim_over_limit(broker *b) {
-  lake *lk = b->lk;
-  uint64_t limit = lk->limit_bytes / lk->cs;
-  if (lk->total <= limit || !lk->nfree) return 0;
-  uint64_t over = lk->total - limit;
-  return lake_trim(lk, lk->nfree > over ? (uint32_t)(lk->nfree - over) : 0);
-}
-
-int broker_set_limit(broker *b, uint64_t limit_bytes) {
-  lake *lk = b->lk;
-  if (limit_bytes < lk->cs) return GML_EINVAL;
-  lk->limit_bytes = limit_bytes;
-  uint64_t limit_chunks = limit_bytes / lk->cs;
-  while (lk->total > limit_chunks && lk->nfree) lake_trim(lk, lk->nfree - 1);
-  return 0;
 }

@@ -33,6 +33,10 @@
 #define BROKER_IDLE_STALL_MS 500      /* a lease served from idle clients alone creates what they have not
                                        * given after this long without progress (at most half the lease wait) */
 #define BROKER_CREATE_BACKOFF_MS 1000 /* after a failed creation (device full?) */
+#define BROKER_CREATE_WAIT_MS 10000   /* past its deadline, a lease still waits this long for chunks being
+                                       * made under the limit (the lake is not full: --lease-wait 0 refused
+                                       * a first lease before the creators had run); well within the
+                                       * client's reply timeout (30 s + the lease wait) */
 #define BROKER_LAT_RING 4096          /* recent lease latencies kept for p50/p99 */
 
 typedef struct broker_request { /* a client's lease request in flight (at most one) */

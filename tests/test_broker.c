@@ -1111,6 +1111,45 @@ START_TEST(test_idle_client_stalls) {
 }
 END_TEST
 
+/* --lease-wait 0: a lease whose chunks are being made under the limit is not
+ * refused as "full" at its deadline (the broker's next pass came before the
+ * creators: 1-3 of 20 first leases on an idle daemon were refused so); one
+ * whose chunks do not come says it timed out waiting for them, and one whose
+ * creation failed says so. */
+START_TEST(test_lease_wait_zero_waits_for_creation) {
+  br.lease_wait_ns = 0;
+  broker_client a;
+  client(&a, 1, 101, 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 2, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  ck_assert_uint_eq(broker_refill(&br, 0), 2);
+  broker_review(&br, &a, 0, &d); /* the deadline is now: chunks are coming */
+  ck_assert_msg(d.verdict == BROKER_WAIT, "refused while its chunks were being made: %s", d.message);
+  broker_review(&br, &a, BROKER_CREATE_WAIT_MS * MS - 1, &d);
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  lk.creating = 0;
+  add_chunks(2); /* made: served */
+  ck_assert_int_eq(broker_serve_free(&br, &a, &d), 1);
+  ck_assert_uint_eq(d.n, 2);
+  ck_assert_uint_eq(counters.leases_refused, 0);
+  /* chunks that never come: refused once the creation wait passed, saying so */
+  broker_lease(&br, &a, 2, 1, 0, 10 * MS, &d);
+  ck_assert_uint_eq(broker_refill(&br, 10 * MS), 1);
+  broker_review(&br, &a, 10 * MS + BROKER_CREATE_WAIT_MS * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_msg(strstr(d.message, "timed out after 10000 ms waiting for the 1 chunk(s) being made"), "%s", d.message);
+  ck_assert_ptr_null(strstr(d.message, "full"));
+  /* creation failed (device full?): said, not "the lake is full" */
+  lk.creating = 0;
+  broker_lease(&br, &a, 3, 1, 0, 20 * MS, &d);
+  broker_creation_failed(&br, 20 * MS);
+  broker_review(&br, &a, 20 * MS, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_msg(strstr(d.message, "the device could not make more chunks"), "%s", d.message);
+}
+END_TEST
+
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
@@ -1131,6 +1170,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_claimed_cache_without_chunks_not_asked);
   tcase_add_test(tc, test_refused_once_all_asked_answered);
   tcase_add_test(tc, test_wait_for_chunks_coming);
+  tcase_add_test(tc, test_lease_wait_zero_waits_for_creation);
   tcase_add_test(tc, test_optional_leases);
   tcase_add_test(tc, test_closing_client_is_not_served);
   tcase_add_test(tc, test_refill);
