@@ -167,10 +167,10 @@ deps:
 	@scripts/deps.sh
 
 # The whole suite, plain and under ASan+UBSan (+LeakSanitizer).
+# Its last line counts what passed, failed, was skipped and not run (tests/summary.sh).
 test: deps
-	$(MAKE) check-plain
-	$(MAKE) check-san
-	$(MAKE) check-fuzz
+	@rm -f build/test-summary build-san/test-summary build-fuzz/test-summary
+	@$(MAKE) check-plain && $(MAKE) check-san && $(MAKE) check-fuzz; rc=$$?; tests/summary.sh build build-san build-fuzz; exit $$rc
 
 check-plain: all
 	BUILD=$(BUILD) tests/run.sh

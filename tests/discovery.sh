@@ -10,6 +10,7 @@
 # root's daemons, and the system daemon of a service user in /run/gmlake, are
 # used.
 set -e
+. "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 TC="$(pwd)/$BUILD/gml-testclient"
 w=$(mktemp -d)
@@ -166,7 +167,7 @@ if [ "$(id -u)" = 0 ]; then
   if echo close | setpriv --reuid="$nobody" --regid="$nobody" --clear-groups env GMLAKE_SOCKET="$p/root/c.sock" GMLAKE_MODE=daemon \
        "$p/bin/gml-testclient" "default:$DEV" >"$p/out" 2>"$p/err"; then fail "uid $nobody used a socket of mode 0660"; fi
   if grep -q "^ready\|not found\|denied.*gml-testclient" "$p/err" "$p/out"; then
-    echo "  (uid $nobody cannot run the test client here: the group hint not checked)"
+    skip "discovery: group hint to a client outside the socket's group" "uid $nobody cannot run the test client here: $(head -c 200 "$p/err")"
   else
     grep -q "only its owner (root) and group $(getent group 0 | cut -d: -f1) may use it" "$p/err" || fail "no group hint: $(cat "$p/err")"
     echo "  uid $nobody outside the socket's group: $(grep -m1 "no daemon" "$p/err" | sed 's/^.*\] //' | cut -c1-150)..."
@@ -182,7 +183,7 @@ if [ "$(id -u)" = 0 ]; then
   if setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlakectl" --control "ipc://$p/root/e.ctl" stats \
        >"$p/out" 2>"$p/err"; then fail "uid $nobody used a control socket of mode 0660"; fi
   if grep -q "not found\|denied.*gmlakectl" "$p/err"; then
-    echo "  (uid $nobody cannot run gmlakectl here: its group hint not checked)"
+    skip "discovery: gmlakectl's group hint" "uid $nobody cannot run gmlakectl here: $(head -c 200 "$p/err")"
   else
     grep -q "Permission denied: only its owner (root) and group $(getent group 0 | cut -d: -f1) may use it" "$p/err" ||
       fail "gmlakectl gave no group hint: $(cat "$p/err")"
@@ -280,8 +281,8 @@ EOF
     grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/out")"
     echo "  the system daemon as service uid $nobody in its /run/gmlake: found and used"
   else
-    echo "  (no mount namespace here: the service user's /run/gmlake not checked)"
+    not_run "discovery: the service user's /run/gmlake" "no mount namespace here (unshare -m)"
   fi
 else
-  echo "  (not root: the socket-owner, SO_PEERCRED and daemon-default cases need root)"
+  skip "discovery: the socket-owner, SO_PEERCRED and daemon-default cases" "they need root"
 fi

@@ -3,15 +3,48 @@
 set -e
 BUILD=${BUILD:-build}
 export BUILD
-echo "== unit tests ($BUILD)"
-"$BUILD/test_unit"
-echo "== multi-process integration tests ($BUILD)"
-"$BUILD/test_integration"
-echo "== the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
-"$BUILD/test_elastic"
-echo "== hostile clients and users (issue 13) ($BUILD)"
-"$BUILD/test_security"
-echo "== replay of the recorded PyTorch traces ($BUILD)"
+. tests/lib.sh
+# The summary (the last line, and $BUILD/test-summary for `make test`'s): the check binaries' tests,
+# one more for each shell section ("== ...") that ended well, one failed for the section that did
+# not; skipped and not-run checks from $GMLAKE_SKIP_LOG (tests/lib.sh, tests/skip.h).
+export GMLAKE_SKIP_LOG="$(pwd)/$BUILD/test-skips"
+: > "$GMLAKE_SKIP_LOG"
+rm -f "$BUILD/test-summary"
+passed=0 failed=0 section_open=
+section() { # section TITLE: the previous one ended well
+  [ -z "$section_open" ] || passed=$((passed + 1))
+  section_open=1
+  echo "== $*"
+}
+run_check() { # run_check BINARY: a check suite; its tests counted
+  "$1" 2>&1 | tee "$BUILD/check.out" || true
+  rc=$(sed -n 's/^[0-9]*%: Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\).*/\1 \2 \3/p' "$BUILD/check.out" | tail -1)
+  [ -n "$rc" ] || { echo "$1: no check summary line" >&2; exit 1; }
+  set -- "$1" $rc
+  passed=$((passed + $2 - $3 - $4)) failed=$((failed + $3 + $4))
+  [ $(($3 + $4)) = 0 ] || { echo "$1: $(($3 + $4)) of $2 tests failed" >&2; exit 1; }
+}
+summary() {
+  rc=$?
+  if [ -n "$section_open" ]; then if [ $rc = 0 ]; then passed=$((passed + 1)); elif [ "$failed" = 0 ]; then failed=1; fi; fi
+  [ $rc = 0 ] || [ "$failed" != 0 ] || failed=1
+  skipped=$(grep -c '^skipped ' "$GMLAKE_SKIP_LOG" 2>/dev/null || true)
+  notrun=$(grep -c '^not-run ' "$GMLAKE_SKIP_LOG" 2>/dev/null || true)
+  sed 's/^/  /' "$GMLAKE_SKIP_LOG" 2>/dev/null || true
+  echo "$passed ${failed:-0} ${skipped:-0} ${notrun:-0}" > "$BUILD/test-summary"
+  echo "summary ($BUILD): $passed passed, ${failed:-0} failed, ${skipped:-0} skipped, ${notrun:-0} not run"
+  exit $rc
+}
+trap summary EXIT
+section "unit tests ($BUILD)"
+run_check "$BUILD/test_unit"
+section "multi-process integration tests ($BUILD)"
+run_check "$BUILD/test_integration"
+section "the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
+run_check "$BUILD/test_elastic"
+section "hostile clients and users (issue 13) ($BUILD)"
+run_check "$BUILD/test_security"
+section "replay of the recorded PyTorch traces ($BUILD)"
 "$BUILD/gmlake-replay" --check 5000 tests/traces/*.trace.gz
 # a file that is not a trace is refused, naming it and its first bad line (junk printed an all-zero row, exit 0)
 d=$(mktemp -d)
@@ -89,14 +122,14 @@ for line in sys.stdin:
     bad += not ok
 sys.exit(1 if bad else 0)' "${SAN:-0}" "${cs#*:}"
 done
-echo "== guard mode on every recorded trace (a false report would kill the replay), and what it costs"
+section "guard mode on every recorded trace (a false report would kill the replay), and what it costs"
 # finest guards (host: pages), and whole 2 MiB chunks as the cuda backend makes them;
 # under the sanitizers (slower) the two test traces only
 traces="tests/traces/*.trace.gz"; [ "${SAN:-0}" = 1 ] || traces="$traces bench/traces/*.trace.gz"
 for grain in "" 2MiB; do
   "$BUILD/gmlake-replay" --guard ${grain:+--guard-grain $grain} --check 20000 $traces | grep -E "^  .* guard "
 done
-echo "== python/gmlake's stats struct against the library's (host backend, embedded)"
+section "python/gmlake's stats struct against the library's (host backend, embedded)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: python cannot load the sanitized library without preloading its runtime)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent PYTHONPATH=python python3 -c '
 import ctypes, gmlake
@@ -124,7 +157,7 @@ except gmlake.GMLakeError as e:
 else:
     raise SystemExit("GMLAKE_LIB naming no file: another library was taken")
 print("  GMLAKE_LIB naming no file: refused, named")'
-echo "== gmlake.block_of and tools/gmlake-sanitizer-blocks name the block of an address past a tensor's end (guard mode)"
+section "gmlake.block_of and tools/gmlake-sanitizer-blocks name the block of an address past a tensor's end (guard mode)"
 d=$(mktemp -d)
 GMLAKE_GUARD=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent PYTHONPATH=python python3 -c '
 import ctypes, sys, gmlake
@@ -147,7 +180,7 @@ grep -q "allocation #2 .* of 5244416 bytes.*0 bytes past the end" "$d/out2"
 [ "$(wc -l < "$d/out2")" = 1 ]  # the pc offset is not taken for an address
 rm -rf "$d"
 fi
-echo "== exported symbols of libgmlake-client.so = the functions include/gmlake.h marks GML_API"
+section "exported symbols of libgmlake-client.so = the functions include/gmlake.h marks GML_API"
 sed -n 's/^GML_API [^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' include/gmlake.h | sort > "$BUILD/api.declared"
 nm -D --defined-only "$BUILD/libgmlake-client.so" | awk '{print $NF}' | sort > "$BUILD/api.exported"
 if ! cmp -s "$BUILD/api.declared" "$BUILD/api.exported"; then
@@ -156,7 +189,7 @@ if ! cmp -s "$BUILD/api.declared" "$BUILD/api.exported"; then
   exit 1
 fi
 echo "  $(wc -l < "$BUILD/api.exported") functions, as declared"
-echo "== python/gmlake's growable ranges (host backend, embedded); share/attach/dedup where torch is"
+section "python/gmlake's growable ranges (host backend, embedded); share/attach/dedup where torch is"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 for py in python3 /usr/bin/python3; do
   # the second only where it is another python that has torch (a CPU build is enough)
@@ -165,10 +198,12 @@ for py in python3 /usr/bin/python3; do
   GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent PYTHONSAFEPATH=1 PYTHONPATH=python "$py" tests/python_growable.py
   if "$py" -c 'import torch' 2>/dev/null; then  # share/attach/dedup of a module, across processes, on a host daemon
     GMLAKE_LIB="$(pwd)/$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python "$py" tests/python_share.py "$BUILD"
+  else
+    not_run "tests/python_share.py ($py)" "needs torch (import torch failed)"
   fi
 done
 fi
-echo "== python/gmlake installs without torch: the ctypes parts, and a clear word on what needs torch"
+section "python/gmlake installs without torch: the ctypes parts, and a clear word on what needs torch"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 d=$(mktemp -d)
 cp -r python "$d/src" && rm -rf "$d/src/build" "$d/src/"*.egg-info "$d/src/gmlake/"_C*.so  # pip builds in the tree it is given
@@ -182,6 +217,7 @@ if [ -n "$py" ]; then
     { cat "$d/pip.log" >&2; echo "pip install of python/ without torch failed" >&2; exit 1; }
   how="pip install --no-build-isolation (${py})"
 else  # no wheel package: setup.py itself, as pip would run it
+  skip "pip install of python/ without torch" "no python here has pip, setuptools and wheel (scripts/deps.sh installs them)"
   (cd "$d/src" && PYTHONPATH=$hide python3 setup.py build --build-base "$d/b" > "$d/pip.log" 2>&1) || { cat "$d/pip.log" >&2; exit 1; }
   mv "$d/b/lib" "$d/site"; py=python3; how="setup.py build (no python here has setuptools and wheel for pip)"
 fi
@@ -191,11 +227,14 @@ echo "  $how: $(grep -o 'gmlake: the PyTorch extension[^:]*: import torch failed
 # README's venv: a fresh one has no wheel (pip --no-build-isolation failed with "invalid command
 # 'bdist_wheel'"): setup.py says what to do; one made with --system-site-packages installs
 sp=/usr/bin/python3
-if "$sp" -c 'import ensurepip' 2>/dev/null; then
+if ! "$sp" -c 'import ensurepip' 2>/dev/null; then
+  skip "pip install in the README's venv" "$sp has no venv module (python3-venv)"
+else
   nohide=; "$sp" -c 'import torch' 2>/dev/null && nohide="$d/notorch"
   "$sp" -m venv "$d/v1" && { PYTHONPATH=$nohide "$d/v1/bin/pip" install --no-build-isolation --no-index "$d/src" > "$d/v1.log" 2>&1 ||
     grep -q "gmlake: cannot build: the .wheel. package is not installed" "$d/v1.log" ||
     { cat "$d/v1.log" >&2; echo "pip install in a fresh venv failed without saying what to do" >&2; exit 1; }; }
+  "$sp" -c 'import wheel' 2>/dev/null || skip "pip install in the README's venv (--system-site-packages)" "$sp has no wheel"
   if "$sp" -c 'import wheel' 2>/dev/null; then
     "$sp" -m venv --system-site-packages "$d/v2" && PYTHONPATH=$nohide "$d/v2/bin/pip" install --no-build-isolation --no-index "$d/src" > "$d/v2.log" 2>&1 ||
       { cat "$d/v2.log" >&2; echo "pip install in a venv made with --system-site-packages failed (README's command)" >&2; exit 1; }
@@ -208,10 +247,15 @@ repo=$(pwd)
   PYTHONSAFEPATH=1 PYTHONPATH="$d/site${hide:+:$hide}" "$py" "$repo/tests/python_no_torch.py" "$d/site")
 # the copy `make install` ships is root's: a user's pip install of it failed with "could not create
 # 'build': Permission denied" (setup.py built in the tree); as uid nobody, against a root-owned copy
-if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null && runuser -u nobody -- "$py" -c 'import setuptools, wheel' 2>/dev/null; then
+# (with a python uid nobody can run: $py may lie in root's home, as pyenv's does)
+npy=; for p in "$py" /usr/bin/python3; do
+  [ "$(id -u)" = 0 ] && command -v runuser >/dev/null && runuser -u nobody -- "$p" -c 'import setuptools, wheel' 2>/dev/null &&
+    runuser -u nobody -- "$p" -m pip --version >/dev/null 2>&1 && { npy=$p; break; }
+done
+if [ -n "$npy" ]; then
   rm -rf "$d/src/build" "$d/src/"*.egg-info
   chmod -R a+rX "$d" && chmod go-w "$d/src" && mkdir "$d/nobody" && chown nobody "$d/nobody"
-  (cd "$d/nobody" && runuser -u nobody -- env HOME="$d/nobody" PYTHONPATH=$hide "$py" -m pip install -v --no-build-isolation \
+  (cd "$d/nobody" && runuser -u nobody -- env HOME="$d/nobody" PYTHONPATH=$hide "$npy" -m pip install -v --no-build-isolation \
     --no-index --no-cache-dir --target "$d/nobody/site" "$d/src" > "$d/nobody/pip.log" 2>&1) ||
     { cat "$d/nobody/pip.log" >&2; echo "pip install of a root-owned python/ as uid nobody failed" >&2; exit 1; }
   grep -q "gmlake: $d/src is not writable: building in " "$d/nobody/pip.log" && [ -f "$d/nobody/site/gmlake/grow.py" ] &&
@@ -219,15 +263,15 @@ if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null && runuser -u nobody -- "
     { cat "$d/nobody/pip.log" >&2; echo "setup.py did not build out of the read-only tree" >&2; exit 1; }
   echo "  a root-owned copy (as make install ships it) installs as uid nobody: built out of the tree"
 else
-  echo "  (a root-owned copy installed as another user: needs root, runuser and a python nobody can run with setuptools and wheel)"
+  skip "pip install of a root-owned copy as another user" "needs root, runuser and a python uid nobody can run with pip, setuptools and wheel"
 fi
 rm -rf "$d"
 fi
-echo "== a memory_viz snapshot built from the C API (ctypes, host backend), replayed by tools/memviz_check.py"
+section "a memory_viz snapshot built from the C API (ctypes, host backend), replayed by tools/memviz_check.py"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
   GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_snapshot.py
 fi
-echo "== environment: read only through common/options.c, and every variable of its table in README"
+section "environment: read only through common/options.c, and every variable of its table in README"
 if grep -rn 'getenv *(' client daemon common tools | grep -v '^common/options\.c:'; then
   echo "getenv outside common/options.c (read through gml_env / gml_options, add the variable to GML_ENV_VARS)" >&2
   exit 1
@@ -238,7 +282,7 @@ for v in $vars; do
   grep -q "^| \`$v\` |" README.md || { echo "README's table of environment variables lacks $v" >&2; exit 1; }
 done
 echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
-echo "== man pages and the example config against the programs and the header"
+section "man pages and the example config against the programs and the header"
 # every option of gmlaked --help in man gmlaked, and (but config and version: no keys) in the example config
 opts=$("$BUILD/gmlaked" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
 [ "$(echo "$opts" | wc -l)" -ge 20 ] || { echo "could not read the options of gmlaked --help" >&2; exit 1; }
@@ -285,23 +329,23 @@ mib=$(sed -n 's/^#define GML_CUDA_DEFAULT_CHUNK (\([0-9]*\)u << 20)$/\1/p' commo
 [ -n "$mib" ] || { echo "could not read GML_CUDA_DEFAULT_CHUNK from common/backend.h" >&2; exit 1; }
 grep -qF "chunks ($mib\\ MiB by default on the" man/man8/gmlaked.8 || { echo "man gmlaked does not say the cuda default chunk, $mib MiB" >&2; exit 1; }
 echo "  $(echo "$opts" | wc -l) gmlaked options in man gmlaked and the example config (which parses), $(echo "$cmds" | wc -l) gmlakectl commands in man gmlakectl, $(echo "$codes" | wc -l) GML_E* codes in man 3 gmlake"
-echo "== python/gmlake's argument checks: sizes, offsets, devices, tags past what C takes (host backend, embedded, no torch)"
+section "python/gmlake's argument checks: sizes, offsets, devices, tags past what C takes (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_args.py
 fi
-echo "== source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
+section "source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
 [ -z "$long" ] || { echo "over 600 lines (split by concern, see README's layout): $long" >&2; exit 1; }
 echo "  largest: $(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | grep -v ' total$' | sort -n | tail -1)"
-echo "== python/gmlake's pause/resume (host backend, embedded, no torch)"
+section "python/gmlake's pause/resume (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_pause.py  # tests/torch/ must not hide torch
 fi
-echo "== the lake bench: 3 processes with staggered peaks on one daemon (host backend, small units)"
+section "the lake bench: 3 processes with staggered peaks on one daemon (host backend, small units)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" timeout 120 python3 bench/lake_bench.py --build "$BUILD"
 fi
-echo "== bench/torch_bench.py's warm lake: a --preallocate is whole chunks (6 MiB: 1 GiB is 170 of them, 1020 MiB)"
+section "bench/torch_bench.py's warm lake: a --preallocate is whole chunks (6 MiB: 1 GiB is 170 of them, 1020 MiB)"
 # it waited for the bytes themselves, which 6 MiB chunks never reach: every gmlake_daemon run sat out 60 s (run70)
 GMLAKE_CHUNK_SIZE=6MiB GMLAKE_BENCH_BACKEND=host GMLAKE_BENCH_PREFETCH=0 PYTHONSAFEPATH=1 PYTHONPATH=bench timeout 120 python3 -c '
 import json, shutil, torch_bench
@@ -313,7 +357,7 @@ assert rc == 0, "gmlaked exited %s: %s" % (rc, log)
 assert st["chunk_size"] == 6 << 20 and st["chunks_total"] == (1 << 30) // (6 << 20), st
 assert d.warm_s < 30, "waited %.1f s for a lake created at once" % d.warm_s
 print("  Daemon(preallocate=\"1GiB\") on 6 MiB chunks: %d chunks, warm after %.1f s" % (st["chunks_total"], d.warm_s))'
-echo "== systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
+section "systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)
   sed "s|/usr/local/bin/gmlaked|$(pwd)/$BUILD/gmlaked|" systemd/gmlaked@.service > "$d/gmlaked@.service"
@@ -330,13 +374,13 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "systemd-analyze missing (scripts/deps.sh installs it)" >&2; exit 1
 fi
-echo "== the daemon as a service: --version, sd_notify READY/STATUS, SIGHUP reload ($BUILD)"
+section "the daemon as a service: --version, sd_notify READY/STATUS, SIGHUP reload ($BUILD)"
 tests/service.sh "$BUILD"
-echo "== what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG), journald's prefixes ($BUILD)"
+section "what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG), journald's prefixes ($BUILD)"
 tests/logging.sh "$BUILD"
-echo "== how clients find and verify the daemon ($BUILD)"
+section "how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
-echo "== make install, the installed unit, gmlake.pc, man pages ($BUILD)"
+section "make install, the installed unit, gmlake.pc, man pages ($BUILD)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: the same Makefile rules; the C example would need the sanitizer runtime)"; else
 tests/install.sh "$BUILD"
 fi

@@ -3,6 +3,7 @@
  * cache goes to the client that needs it, a lease the lake cannot serve
  * fails with the lake-wide picture, pause/resume, the daemon killed and
  * restarted under its clients, quotas per process and per user. */
+#include "skip.h"
 #include "gmlake.h"
 #include "harness.h"
 #include "util.h"
@@ -248,7 +249,7 @@ START_TEST(test_adoption_bounded) {
   fclose(f);
   kill(daemon_pid, SIGKILL);
   waitpid(daemon_pid, NULL, 0);
-  kill(a.pid, SIGSTOP);
+  stop_child(a.pid);
   launch_daemon();
   usleep(2500000);
   kill(a.pid, SIGCONT);
@@ -298,7 +299,7 @@ START_TEST(test_uncounted_let_go) {
   ck_assert_int_ge(leased, 2 << 20);
   kill(daemon_pid, SIGKILL);
   waitpid(daemon_pid, NULL, 0);
-  kill(p.pid, SIGSTOP); /* back after the new daemon's window */
+  stop_child(p.pid); /* back after the new daemon's window */
   launch_daemon();
   usleep(1500000);
   kill(p.pid, SIGCONT);
@@ -587,7 +588,7 @@ static void idle_hog_stopped(int long_stop) {
   client_ready(&b);
   cache_and_report(&a, 512 << 20);
   msleep(1200);
-  kill(pid_a, SIGSTOP);
+  stop_child(pid_a);
   double t0 = now_ms();
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   double dt = now_ms() - t0;
@@ -707,7 +708,7 @@ START_TEST(test_stopped_daemon_lease_times_out) {
   client_ready(&a);
   client_cmd(&a, "replytimeout 1000");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
-  kill(daemon_pid, SIGSTOP);
+  stop_child(daemon_pid);
   uint64_t t0 = gml_now_ns();
   fprintf(a.in, "alloc %d\n", 8 << 20);
   fflush(a.in);
@@ -762,7 +763,7 @@ START_TEST(test_stopped_daemon_send_times_out) {
   client_ready(&a);
   client_cmd(&a, "replytimeout 500");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
-  kill(daemon_pid, SIGSTOP);
+  stop_child(daemon_pid);
   enum { FLUSHES = 4000 }; /* a unix socket's default buffer holds a few hundred reports */
   uint64_t t0 = gml_now_ns();
   for (int i = 0; i < FLUSHES; i++) fputs("flush\n", a.in);
@@ -797,7 +798,7 @@ START_TEST(test_reply_timeout_past_lease_wait) {
   client_ready(&b);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok"); /* 8 MiB idle in a's cache */
-  kill(a.pid, SIGSTOP);
+  stop_child(a.pid);
   client_cmd(&b, "replytimeout 500");
   uint64_t t0 = gml_now_ns();
   const char *r = client_cmd(&b, "alloc %d", 4 << 20);
@@ -929,7 +930,7 @@ START_TEST(test_process_quota_over_connections) {
     const char *r = client_cmd(&a, "alloc %d", 2 << 20);
     ck_assert_msg(!strncmp(r, "err -8 ", 7) && strstr(r, "cgroup"), "expected the cgroup's GML_EQUOTA, got '%s'", r);
   } else {
-    printf("  (no cgroup v2 line in %s: cgroup attribution not checked)\n", path);
+    test_not_run("test_process_quota_over_connections (cgroup attribution)", "no cgroup v2 line in /proc/self/cgroup");
   }
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
@@ -1024,7 +1025,7 @@ END_TEST
  * held, by SIGHUP", though no limit was lowered). */
 START_TEST(test_over_limit_reason_kept_by_reload) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
-    fprintf(stderr, "test_over_limit_reason_kept_by_reload: skipped (needs root and setpriv)\n");
+    test_skip("test_over_limit_reason_kept_by_reload", "needs root and setpriv");
     return;
   }
   char conf[] = "/tmp/gmlake-test-conf.XXXXXX", args[128], out[1024] = "";

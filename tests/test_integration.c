@@ -1,5 +1,6 @@
 /* Multi-process integration tests on the host backend: a real gmlaked, real
  * client processes (gml-testclient) and gmlakectl, all started as programs. */
+#include "skip.h"
 #include "gmlake.h"
 #include "harness.h"
 #include "util.h"
@@ -464,7 +465,7 @@ END_TEST
  * attachers of another user who use it. Needs root (to run a client as nobody). */
 START_TEST(test_share_other_user) {
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
-    fprintf(stderr, "test_share_other_user: skipped (needs root and setpriv)\n");
+    test_skip("test_share_other_user", "needs root and setpriv");
     return;
   }
   start_daemon("--limit 64MiB --prefetch 0 --socket-mode 0666");
@@ -1079,7 +1080,7 @@ START_TEST(test_limit_below_held_said) {
    * is given back brings the lake within it, while the same user's leases are served from the chunks
    * its clients give back (before, the warning said any lease was served from what clients give back). */
   if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
-    fprintf(stderr, "test_limit_below_held_said: another user's lease skipped (needs root and setpriv)\n");
+    test_skip("test_limit_below_held_said (another user's lease)", "needs root and setpriv");
     return;
   }
   start_daemon("--limit 64MiB --prefetch 0 --socket-mode 0666");

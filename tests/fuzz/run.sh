@@ -7,6 +7,8 @@ set -e
 build=$1 secs=$2
 shift 2
 mkdir -p "$build/fuzz-artifacts"
+n=0
+trap 'echo "$n $(($# - n)) 0 0" > "$build/test-summary"' EXIT # passed, failed (the rest: not run past a failure)
 for t in "$@"; do
   echo "== fuzz $t for ${secs}s (seeds: tests/fuzz/corpus/$t)"
   scratch=$(mktemp -d)
@@ -19,5 +21,6 @@ for t in "$@"; do
   fi
   grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added)" "$scratch.log" | sed 's/^/  /'
   rm -rf "$scratch" "$scratch.log"
+  n=$((n + 1))
 done
 echo "fuzz targets passed"
