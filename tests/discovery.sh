@@ -41,7 +41,7 @@ while True:
     c.close()
 PY
   pids="$pids $!"
-  for _ in $(seq 100); do [ -s "$2.ready" ] && return 0; sleep 0.05; done
+  for _ in $(seq 400); do [ -s "$2.ready" ] && return 0; sleep 0.05; done
   fail "fake daemon did not start"
 }
 chmod 1777 "$w" # like /tmp
@@ -83,7 +83,7 @@ mkdir "$p/gpus" && chmod 700 "$p/gpus"
 "$(pwd)/$BUILD/gmlaked" --backend host --device 5 --socket "$p/gpus/gmlake-5.sock" --control "ipc://$p/gpus/ctl" \
   --limit 64MiB --log-level warn 2>"$p/d5.log" &
 pids="$pids $!"
-for _ in $(seq 100); do [ -S "$p/gpus/gmlake-5.sock" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$p/gpus/gmlake-5.sock" ] && break; sleep 0.05; done
 echo close | GMLAKE_SOCKET="$p/gpus/gmlake-%d.sock" GMLAKE_MODE=daemon "$TC" "default:5" >"$p/out" 2>"$p/err" ||
   fail "GMLAKE_SOCKET with %d did not reach device 5's daemon: $(cat "$p/err")"
 grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/out")"
@@ -100,7 +100,7 @@ echo "  device 6's client and device 5's daemon: refused: $(grep -m1 "serves dev
 mkdir "$p/priv62" "$p/xdg62" && chmod 700 "$p/priv62" "$p/xdg62"
 "$(pwd)/$BUILD/gmlaked" --backend host --device 62 --socket "$p/priv62/gmlake-62.sock" --limit 64MiB --log-level warn 2>"$p/d62.log" &
 pids="$pids $!"
-for _ in $(seq 100); do [ -S "$p/priv62/gmlake-62.ctl" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$p/priv62/gmlake-62.ctl" ] && break; sleep 0.05; done
 [ -S "$p/priv62/gmlake-62.ctl" ] || fail "gmlaked --socket alone made no $p/priv62/gmlake-62.ctl: $(cat "$p/d62.log")"
 GMLAKE_SOCKET="$p/priv62/gmlake-%d.sock" "$BUILD/gmlakectl" --device 62 --json stats >"$p/out" 2>"$p/err" ||
   fail "gmlakectl --device 62 did not find the daemon beside GMLAKE_SOCKET: $(cat "$p/err")"
@@ -133,7 +133,7 @@ mkdir "$p/priv61" && chmod 700 "$p/priv61"
 "$(pwd)/$BUILD/gmlaked" --backend host --device 61 --socket "$p/priv61/gmlake-61.sock" --control "ipc://$w/gmlake-61.ctl" \
   --limit 64MiB --log-level warn 2>"$p/d61.log" &
 pids="$pids $!"
-for _ in $(seq 100); do [ -S "$w/gmlake-61.ctl" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$w/gmlake-61.ctl" ] && break; sleep 0.05; done
 [ -S "$w/gmlake-61.ctl" ] || fail "gmlaked made no $w/gmlake-61.ctl: $(cat "$p/d61.log")"
 if GMLAKE_SOCKET="$w/gmlake-%d.sock" "$BUILD/gmlakectl" --device 61 stats >"$p/out" 2>"$p/err"; then
   fail "gmlakectl took the control endpoint in a world-writable directory from GMLAKE_SOCKET: $(cat "$p/out")"
@@ -178,7 +178,7 @@ if [ "$(id -u)" = 0 ]; then
     --socket-mode 0660 --socket-group "$(getent group 0 | cut -d: -f1)" 2>"$p/e.log" &
   epid=$!
   pids="$pids $epid"
-  for _ in $(seq 100); do [ -S "$p/root/e.ctl" ] && break; sleep 0.05; done
+  for _ in $(seq 400); do [ -S "$p/root/e.ctl" ] && break; sleep 0.05; done
   [ -S "$p/root/e.ctl" ] || fail "gmlaked with a control socket of mode 0660 did not start: $(cat "$p/e.log")"
   if setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlakectl" --control "ipc://$p/root/e.ctl" stats \
        >"$p/out" 2>"$p/err"; then fail "uid $nobody used a control socket of mode 0660"; fi
@@ -209,7 +209,7 @@ if [ "$(id -u)" = 0 ]; then
     setpriv --reuid="$nobody" --regid="$nobody" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
       --socket "$1/gmlake-$DEV.sock" --control "ipc://$1/gmlake-$DEV.ctl" --socket-mode 0666 --log-level warn 2>"$2" &
     pids="$pids $!"
-    for _ in $(seq 100); do [ -S "$1/gmlake-$DEV.sock" ] && return 0; sleep 0.05; done
+    for _ in $(seq 400); do [ -S "$1/gmlake-$DEV.sock" ] && return 0; sleep 0.05; done
     return 1
   }
   nobody_daemon "$w/gmlake" "$p/squat.log" || fail "the squatter's gmlaked did not start: $(cat "$p/squat.log")"
@@ -252,7 +252,7 @@ if [ "$(id -u)" = 0 ]; then
   setpriv --reuid="$victim" --regid="$victim" --clear-groups "$p/bin/gmlaked" --backend host --device "$DEV" --limit 64MiB \
     --socket "$w/mine/gmlake-$DEV.sock" --control "ipc://$w/mine/gmlake-$DEV.ctl" --log-level warn 2>"$p/mine.log" &
   pids="$pids $!"
-  for _ in $(seq 100); do [ -S "$w/mine/gmlake-$DEV.sock" ] && break; sleep 0.05; done
+  for _ in $(seq 400); do [ -S "$w/mine/gmlake-$DEV.sock" ] && break; sleep 0.05; done
   echo close | setpriv --reuid="$victim" --regid="$victim" --clear-groups env GMLAKE_SOCKET="$w/mine/gmlake-$DEV.sock" \
     GMLAKE_MODE=daemon "$p/bin/gml-testclient" "default:$DEV" >"$p/out" 2>"$p/err" || fail "uid $victim's own daemon refused: $(cat "$p/err")"
   grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/out")"

@@ -77,7 +77,7 @@ start() {
   # shellcheck disable=SC2086
   $cmd "$@" 2>"$run/log" &
   dpid=$!
-  for _ in $(seq 100); do [ -S "$run/gmlake-0.sock" ] && return 0; kill -0 $dpid 2>/dev/null || return 1; sleep 0.05; done
+  for _ in $(seq 400); do [ -S "$run/gmlake-0.sock" ] && return 0; kill -0 $dpid 2>/dev/null || return 1; sleep 0.05; done
   return 1
 }
 if ! start; then

@@ -13,3 +13,14 @@ not_run() {
   [ -z "${GMLAKE_SKIP_LOG:-}" ] || echo "not-run $1: $2" >> "$GMLAKE_SKIP_LOG"
   echo "  ($1: not run: $2)"
 }
+# wait_for SECONDS CMD...: runs CMD every 0.05 s until it succeeds (0), or SECONDS passed (1).
+# What a test waits for is an event (a log line, a stats field), never a fixed sleep; SECONDS is
+# generous, for a loaded machine under the sanitizers.
+wait_for() {
+  _wf_end=$(($(date +%s) + $1))
+  shift
+  until "$@"; do
+    [ "$(date +%s)" -lt "$_wf_end" ] || return 1
+    sleep 0.05
+  done
+}

@@ -6,6 +6,7 @@
 # prefixes ("<6>") only when stderr is the stream JOURNAL_STREAM names
 # (DEVICE:INODE), not when the variable was merely inherited.
 set -e
+. "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 B="$(pwd)/$BUILD"
 d=$(mktemp -d)
@@ -24,7 +25,7 @@ start() {
   # shellcheck disable=SC2086
   env -u GMLAKE_LOG -u JOURNAL_STREAM $vars "$B/gmlaked" --socket "$d/sock" --control "ipc://$d/ctl" "$@" 2>>"$d/log" &
   dpid=$!
-  for _ in $(seq 200); do [ -S "$d/sock" ] && break; kill -0 "$dpid" 2>/dev/null || break; sleep 0.05; done
+  for _ in $(seq 400); do [ -S "$d/sock" ] && break; kill -0 "$dpid" 2>/dev/null || break; sleep 0.05; done
   [ -S "$d/sock" ] || fail "the daemon did not start ($vars $*)"
 }
 stop() { kill -TERM "$dpid"; wait "$dpid" || fail "the daemon did not stop cleanly"; dpid=; }
@@ -61,12 +62,13 @@ echo "  --log-level and the config file's log-level win over GMLAKE_LOG (a bad o
 cp "$d/info.conf" "$d/live.conf"
 start GMLAKE_LOG=warn -- --config "$d/live.conf"
 serving || fail "log-level = info in the file: no info line"
-cp "$d/plain.conf" "$d/live.conf"
+printf 'backend = host\nlimit = 30MiB\nprefetch = 0\n' > "$d/live.conf" # its limit tells the reload happened
 kill -HUP "$dpid"
-sleep 0.5
+limit30() { "$B/gmlakectl" --control "ipc://$d/ctl" stats --json 2>/dev/null | grep -q '"limit_bytes":31457280'; }
+wait_for 20 limit30 || fail "SIGHUP with limit = 30MiB: not reloaded in 20 s"
 cp "$d/info.conf" "$d/live.conf"
 kill -HUP "$dpid"
-for _ in $(seq 100); do grep -q reloaded "$d/log" && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q reloaded "$d/log" && break; sleep 0.05; done
 [ "$(grep -c reloaded "$d/log")" = 1 ] && grep -q "reloaded .*log level info (--log-level or the config file)" "$d/log" ||
   fail "SIGHUP: a file without log-level did not go back to GMLAKE_LOG=warn, or one with it did not take it"
 stop

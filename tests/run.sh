@@ -94,7 +94,7 @@ echo "  --json names a trace with \" and \\ as valid JSON; --check abc/-1/5x and
 "$BUILD/gmlaked" --backend host --device 3 --socket "$d/d3.sock" --control "ipc://$d/d3.ctl" --limit 64MiB --prefetch 0 \
   --log-level error 2> "$d/d3.log" &
 d3=$!
-for _ in $(seq 100); do [ -S "$d/d3.sock" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$d/d3.sock" ] && break; sleep 0.05; done
 printf 'a 1 4096 0\nf 1\n' > "$d/small.trace"
 "$BUILD/gmlake-replay" --daemon "$d/d3.sock" --device 3 --json "$d/small.trace" > "$d/out" 2> "$d/err" &&
   grep -q '"mode":"daemon"' "$d/out" || { cat "$d/err" "$d/d3.log" >&2; echo "gmlake-replay --daemon --device 3 failed" >&2; kill $d3; exit 1; }

@@ -19,7 +19,7 @@ ctl() { "$B/gmlakectl" --control "ipc://$d/ctl" "$@"; }
 # line itself (before: a bare stderr line, then "(see above)"), the limit unchanged (32 MiB)
 reload_refused() { # REASON WHAT
   kill -HUP $dpid
-  for _ in $(seq 100); do grep -q "SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" && break; sleep 0.05; done
+  for _ in $(seq 400); do grep -q "SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" && break; sleep 0.05; done
   grep -q "\[error\] SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" || fail "SIGHUP with $2: $(tail -n 3 "$d/daemon.log")"
   ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with $2 changed the limit: $(ctl stats --json)"
 }
@@ -40,7 +40,7 @@ while True:
     log.write(s.recv(4096).decode() + "\n"); log.flush()
 PY
 npid=$!
-for _ in $(seq 100); do [ -e "$d/notify.log.ready" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -e "$d/notify.log.ready" ] && break; sleep 0.05; done
 
 cat > "$d/gmlaked.conf" <<'C'
 backend = host
@@ -50,9 +50,9 @@ log-level = warn
 C
 NOTIFY_SOCKET="$d/notify" "$B/gmlaked" --config "$d/gmlaked.conf" --socket "$d/sock" --control "ipc://$d/ctl" 2>"$d/daemon.log" &
 dpid=$!
-for _ in $(seq 100); do [ -S "$d/sock" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$d/sock" ] && break; sleep 0.05; done
 [ -S "$d/sock" ] || fail "daemon did not start"
-for _ in $(seq 40); do grep -q "^READY=1" "$d/notify.log" && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q "^READY=1" "$d/notify.log" && break; sleep 0.05; done
 grep -q "READY=1" "$d/notify.log" || fail "no READY=1"
 grep -q "STATUS=.*host.*limit 64.00 MiB" "$d/notify.log" || fail "no STATUS= line with the backend and the limit: $(cat "$d/notify.log")"
 echo "  sd_notify: $(grep -m1 STATUS= "$d/notify.log")"
@@ -67,13 +67,13 @@ log-level = info
 quota = uid:$(id -u) 8MiB
 C
 kill -HUP $dpid
-for _ in $(seq 100); do ctl stats --json 2>/dev/null | grep -q '"limit_bytes":33554432' && break; sleep 0.05; done
+for _ in $(seq 400); do ctl stats --json 2>/dev/null | grep -q '"limit_bytes":33554432' && break; sleep 0.05; done
 kill -0 $dpid 2>/dev/null || fail "SIGHUP killed the daemon"
 ctl stats --json | grep -q '"limit_bytes":33554432' || fail "SIGHUP did not reload the limit: $(ctl stats --json)"
 echo "  SIGHUP: limit 64MiB -> 32MiB as gmlakectl sees it"
 grep -q "reloaded" "$d/daemon.log" || fail "no log line at info level after the reload set log-level = info"
 echo "  SIGHUP: log level warn -> info (the reload is logged: $(grep -m1 reloaded "$d/daemon.log" | sed 's/^.*\] //'))"
-for _ in $(seq 40); do grep -q "STATUS=.*limit 32.00 MiB" "$d/notify.log" && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q "STATUS=.*limit 32.00 MiB" "$d/notify.log" && break; sleep 0.05; done
 grep -q "STATUS=.*limit 32.00 MiB" "$d/notify.log" || fail "STATUS= not updated after the reload"
 grep -q "RELOADING=1" "$d/notify.log" || fail "no RELOADING=1 around the reload"
 echo "  sd_notify after the reload: $(grep STATUS= "$d/notify.log" | tail -1)"
@@ -85,7 +85,7 @@ cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
 if [ -n "$cg" ]; then
   printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\nquota = cgroup:%s 4MiB\n' "$cg" > "$d/gmlaked.conf"
   kill -HUP $dpid
-  for _ in $(seq 100); do [ "$(grep -c reloaded "$d/daemon.log")" -ge 2 ] && break; sleep 0.05; done
+  for _ in $(seq 400); do [ "$(grep -c reloaded "$d/daemon.log")" -ge 2 ] && break; sleep 0.05; done
   grep "reloaded" "$d/daemon.log" | tail -1 | grep -q "1 quota(s)" || fail "SIGHUP with quota = cgroup:$cg: $(tail -n 3 "$d/daemon.log")"
   out=$(printf 'alloc 6291456\nclose\n' | "$B/gml-testclient" "$d/sock" 2>/dev/null | sed -n 2p)
   echo "$out" | grep -q "^err .*quota.*cgroup" || fail "quota cgroup:$cg 4MiB from the config not applied: a 6 MiB allocation said '$out'"
@@ -100,7 +100,7 @@ wait $gone
 n=$(grep -c reloaded "$d/daemon.log")
 printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nlog-level = info\nquota = %s 10MiB\n' "$gone" > "$d/gmlaked.conf"
 kill -HUP $dpid
-for _ in $(seq 100); do [ "$(grep -c reloaded "$d/daemon.log")" -gt "$n" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ "$(grep -c reloaded "$d/daemon.log")" -gt "$n" ] && break; sleep 0.05; done
 grep -q "quota of pid $gone not set: no process $gone" "$d/daemon.log" || fail "SIGHUP with a quota of a gone pid: $(tail -n 3 "$d/daemon.log")"
 grep "reloaded" "$d/daemon.log" | tail -1 | grep -q " 0 quota(s) (1 not set" || fail "SIGHUP counted a quota not set: $(grep reloaded "$d/daemon.log" | tail -1)"
 echo "  SIGHUP: a quota of pid $gone (gone) is said not set and not counted: $(grep reloaded "$d/daemon.log" | tail -1 | sed 's/^.*: limit/limit/')"
@@ -144,7 +144,8 @@ for i in $(seq 10); do
   dpid=$!
   for _ in $(seq 200000); do [ -S "$d/hup.sock" ] && break; done
   kill -HUP $dpid
-  sleep 0.2
+  wait_for 20 grep -q "SIGHUP: reloaded" "$d/hup.log" || ! kill -0 $dpid 2>/dev/null ||
+    fail "a SIGHUP right after the socket appeared: no reload in 20 s (try $i): $(tail -n 3 "$d/hup.log")"
   kill -0 $dpid 2>/dev/null || fail "a SIGHUP right after the socket appeared ended the daemon (try $i): $(tail -n 3 "$d/hup.log")"
   kill -TERM $dpid
   wait $dpid || fail "daemon did not stop cleanly after an early SIGHUP"
@@ -156,7 +157,7 @@ echo "  SIGHUP as soon as the socket appears: reloaded, 10 of 10 daemons serve o
 mkdir "$d/open" && chmod 1777 "$d/open"
 "$B/gmlaked" --backend host --socket "$d/open/s" --control "ipc://$d/open.ctl" --prefetch 0 2>"$d/open.log" &
 dpid=$!
-for _ in $(seq 100); do grep -q "serving device" "$d/open.log" && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q "serving device" "$d/open.log" && break; sleep 0.05; done
 grep -q "a directory others may write: clients refuse such a socket" "$d/open.log" ||
   fail "no warning for a socket in a directory others may write: $(cat "$d/open.log")"
 kill -TERM $dpid
@@ -168,7 +169,7 @@ echo "  a socket in a directory others may write: the daemon warns that clients 
 mkdir -p "$d/wide/own" && chmod 0777 "$d/wide" && chmod 0755 "$d/wide/own"
 "$B/gmlaked" --backend host --socket "$d/wide/own/s" --control "ipc://$d/wide.ctl" --prefetch 0 2>"$d/wide.log" &
 dpid=$!
-for _ in $(seq 100); do grep -q "serving device" "$d/wide.log" && break; sleep 0.05; done
+for _ in $(seq 400); do grep -q "serving device" "$d/wide.log" && break; sleep 0.05; done
 grep -q "lies under $d/wide, a directory others may write (mode 0777, not sticky): clients refuse such a socket" "$d/wide.log" ||
   fail "no warning for a socket under a directory others may write: $(cat "$d/wide.log")"
 ! grep -q "others may write" "$d/hup.log" || fail "a warning for a socket in a directory of the daemon's own: $(cat "$d/hup.log")"
@@ -181,10 +182,10 @@ echo "  a socket under a directory others may write (not sticky): the daemon war
 printf 'backend = host\nlimit = 64MiB\nprefetch = 0\n' > "$d/gmlaked.conf"
 "$B/gmlaked" --config "$d/gmlaked.conf" --limit 16MiB --socket "$d/sock" --control "ipc://$d/ctl" 2>"$d/daemon.log" &
 dpid=$!
-for _ in $(seq 100); do [ -S "$d/sock" ] && break; sleep 0.05; done
+for _ in $(seq 400); do [ -S "$d/sock" ] && break; sleep 0.05; done
 printf 'backend = host\nlimit = 48MiB\nprefetch = 0\n' > "$d/gmlaked.conf"
 kill -HUP $dpid
-sleep 0.5
+wait_for 20 grep -q "SIGHUP: reloaded" "$d/daemon.log" || fail "no reload in 20 s after SIGHUP: $(tail -n 3 "$d/daemon.log")"
 ctl stats --json | grep -q '"limit_bytes":16777216' || fail "--limit 16MiB did not win over the file after SIGHUP: $(ctl stats --json)"
 echo "  --limit on the command line still wins after SIGHUP"
 kill -TERM $dpid
