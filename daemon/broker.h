@@ -119,7 +119,11 @@ typedef struct broker {
   uint64_t prefetch_chunks;    /* kept free ahead of demand */
   uint64_t preallocate_chunks; /* the lake holds at least this many */
   /* state */
-  int prefetch_suspended;      /* after a trim, until the next lease */
+  uint64_t idle_release_ns;    /* free chunks past the reserve go once the lake is idle this long (0: never) */
+  uint64_t idle_reserve_chunks; /* what an idle lake keeps free (and preallocate_chunks in all) */
+  /* state */
+  int prefetch_suspended;      /* after a trim or an idle release, until the next lease */
+  uint64_t idle_leased, idle_since_ns; /* chunks leased when last seen to change, and when */
   uint64_t create_backoff_until_ns;
   uint64_t asks;               /* reclaim requests made (each lease's ask gets the next id) */
   /* The daemon's counters are LakeStats' own fields (proto/gmlake.proto):
@@ -272,6 +276,11 @@ void broker_trimmed(broker *b);
  * leases took theirs: all (UINT32_MAX), or none while the lake stays trimmed
  * (a creation ordered before the trim must not refill it). */
 uint32_t broker_keep_free(const broker *b);
+/* From the tick: once nothing was leased or given back for idle_release_ns
+ * (the count of leased chunks unchanged), free chunks past the reserve
+ * (idle_reserve_chunks, and what keeps the lake at preallocate_chunks) go back
+ * to the driver, and the prefetch waits for the next lease. How many went. */
+uint32_t broker_idle_release(broker *b, uint64_t now_ns);
 /* A new limit for the lake: GML_EINVAL below one chunk, else 0; free chunks
  * over it are released at once. */
 int broker_set_limit(broker *b, uint64_t limit_bytes);

@@ -71,6 +71,11 @@ static const config_option options[] = {
     {"creators", "N", OPT_INT, AT(creators), "4", "threads creating chunks (default %D)", 1, 64, 10, NULL},
     {"lease-wait", "MS", OPT_INT, AT(lease_wait_ms), "3000",
      "a lease the lake cannot serve at once waits this long for other clients' idle cache (default %D)", 0, 600000, 10, NULL},
+    {"idle-release", "S", OPT_INT, AT(idle_release_s), "30",
+     "free chunks past --idle-reserve go back to the driver once nothing was leased or given back for this long "
+     "(default %D; 0: never)", 0, 86400, 10, NULL},
+    {"idle-reserve", "BYTES", OPT_SIZE, AT(idle_reserve_bytes), "0",
+     "free chunks an idle lake keeps, besides what keeps it at --preallocate (default %D)", 0, 0, 0, NULL},
     {"adopt-window", "S", OPT_INT, AT(adopt_window_s), "120",
      "clients hand over the chunks they hold this long after start, not later (default %D)", 0, 86400, 10, NULL},
     {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
@@ -433,7 +438,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
 }
 
 /* The settings that differ between was and now, but those a reload takes
- * (limit, quota, log-level) and config: "socket, creators" into out. 0 when
+ * (limit, quota, log-level, idle-release, idle-reserve) and config: "socket, creators" into out. 0 when
  * none differ (a reload said nothing of a changed socket or metrics-listen,
  * which keep their old values until the next start). */
 int config_changed_at_start(const gmld_config *was, const gmld_config *now, char *out, size_t len) {
@@ -442,7 +447,7 @@ int config_changed_at_start(const gmld_config *was, const gmld_config *now, char
   for (size_t i = 0; i < GML_ARRAY_LEN(options); i++) {
     const config_option *o = &options[i];
     if (o->type == OPT_LIMIT || o->type == OPT_QUOTA || o->type == OPT_LOGLEVEL || o->type == OPT_CONFIG ||
-        o->type == OPT_VERSION || !strcmp(o->name, "foreground"))
+        o->type == OPT_VERSION || !strcmp(o->name, "foreground") || !strncmp(o->name, "idle-", 5))
       continue;
     const char *a = (const char *)was + o->off, *b = (const char *)now + o->off;
     int text = o->type == OPT_STRING || o->type == OPT_GROUP || o->type == OPT_BACKEND || o->type == OPT_URL ||

@@ -32,6 +32,8 @@ typedef struct gmld_config {
   int creators;               /* worker threads creating chunks */
   int adopt_window_s;         /* hand-overs (Adopt) are taken this long after start, then refused */
   int lease_wait_ms;          /* a lease the lake cannot serve at once waits this long for reclaims */
+  int idle_release_s;         /* an idle lake gives its free chunks past the reserve back after this long (0: never) */
+  uint64_t idle_reserve_bytes; /* what it keeps */
   int foreground;
   int log_level;              /* GML_LOG_*; 0: not set here (gmlaked takes $GMLAKE_LOG, else info) */
   unsigned socket_mode;

@@ -61,3 +61,20 @@ int broker_set_limit(broker *b, uint64_t limit_bytes) {
   while (lk->total > limit_chunks && lk->nfree) lake_trim(lk, lk->nfree - 1);
   return 0;
 }
+
+uint32_t broker_idle_release(broker *b, uint64_t now_ns) {
+  lake *lk = b->lk;
+  if (!b->idle_since_ns || lk->leased != b->idle_leased) { /* a lease or a return: the idle time starts again */
+    b->idle_leased = lk->leased;
+    b->idle_since_ns = now_ns;
+    return 0;
+  }
+  if (!b->idle_release_ns || now_ns - b->idle_since_ns < b->idle_release_ns) return 0;
+  uint64_t held = lk->total - lk->nfree, keep = b->idle_reserve_chunks; /* leased, parked, shared: not ours to give */
+  if (b->preallocate_chunks > held && b->preallocate_chunks - held > keep) keep = b->preallocate_chunks - held;
+  if (lk->nfree <= keep) return 0;
+  b->prefetch_suspended = 1; /* not made again until demand comes back */
+  uint32_t n = lake_trim(lk, (uint32_t)keep);
+  b->counters->chunks_released_idle += n;
+  return n;
+}

@@ -135,8 +135,15 @@ static int default_endpoints(gmld_config *c) {
   return c->socket_path[0] && c->control_url[0];
 }
 
+/* The idle release's settings, at start and on SIGHUP. */
+static void apply_idle(gmld *d, const gmld_config *c) {
+  d->br.idle_release_ns = (uint64_t)c->idle_release_s * 1000000000ull;
+  d->br.idle_reserve_chunks = c->idle_reserve_bytes / d->lk.cs;
+  d->cfg.idle_release_s = c->idle_release_s, d->cfg.idle_reserve_bytes = c->idle_reserve_bytes;
+}
+
 /* SIGHUP: the config file (and the same command line) read again; the limit,
- * the quotas and the log level take its values. A file that does not parse
+ * the quotas, the log level and the idle release take its values. A file that does not parse
  * changes nothing. Other settings take effect at the next start. */
 static void on_reload(uv_signal_t *h, int signum) {
   (void)signum;
@@ -154,7 +161,7 @@ static void on_reload(uv_signal_t *h, int signum) {
     char changed[512];
     default_endpoints(&nc);
     if (config_changed_at_start(&d->cfg, &nc, changed, sizeof changed)) /* before: only socket-group and -mode said */
-      GML_WARN("SIGHUP: %s changed: taken at the next start, not now (a reload takes limit, quota and log-level)",
+      GML_WARN("SIGHUP: %s changed: taken at the next start, not now (a reload takes limit, quota, log-level, idle-release and idle-reserve)",
                changed);
   }
   if (bad) {
@@ -163,6 +170,7 @@ static void on_reload(uv_signal_t *h, int signum) {
     d->cfg.log_level = nc.log_level;
     const char *from = apply_log_level(&nc);
     snprintf(d->cfg.limit, sizeof d->cfg.limit, "%s", nc.limit);
+    apply_idle(d, &nc);
     uint64_t was = d->lk.limit_bytes;
     broker_set_limit(&d->br, limit);
     memcpy(d->cfg.quotas, nc.quotas, sizeof nc.quotas);
@@ -199,6 +207,13 @@ static void on_tick(uv_timer_t *t) {
   if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (%s)", over,
                      d->over_limit_why[0] ? d->over_limit_why : "over it");
   if (d->lk.total + d->lk.creating <= d->lk.limit_bytes / d->lk.cs) d->over_limit_why[0] = 0; /* within it again */
+  uint32_t idle = broker_idle_release(&d->br, gml_now_ns());
+  if (idle) {
+    char g[32], k[32];
+    GML_INFO("released %u free chunk(s) (%s) to the driver: nothing leased or given back for %d s (--idle-release); "
+             "the lake holds %s", idle, gml_format_bytes((uint64_t)idle * d->lk.cs, g, sizeof g), d->cfg.idle_release_s,
+             gml_format_bytes(d->lk.total * d->lk.cs, k, sizeof k));
+  }
   metrics_tick(d);
   daemon_refill(d);
   if (gml_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);
@@ -252,6 +267,7 @@ int main(int argc, char **argv) {
   gmlake__lake_stats__init(&d->counters);
   broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);
   d->br.lease_wait_ns = (uint64_t)c->lease_wait_ms * 1000000ull;
+  apply_idle(d, c);
   trust_install(d);
   d->listen_fd = -1;
   d->loop = uv_default_loop();

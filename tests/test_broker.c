@@ -1150,6 +1150,50 @@ START_TEST(test_lease_wait_zero_waits_for_creation) {
 }
 END_TEST
 
+/* An idle lake gives its free chunks back to the driver past its reserve once
+ * nothing was leased or given back for idle_release_ns (30 s after its last
+ * client left it held 2.25 GiB); a lease or a return starts the wait again;
+ * what keeps the lake at its preallocation stays; the prefetch waits for the
+ * next lease. */
+START_TEST(test_idle_release) {
+  br.idle_release_ns = 1000 * MS;
+  br.idle_reserve_chunks = 2;
+  br.prefetch_chunks = 4;
+  broker_client a;
+  client(&a, 1, 101, 0);
+  add_chunks(8);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 3, 0, 0, &d);
+  ck_assert_uint_eq(d.n, 3);
+  ck_assert_uint_eq(broker_idle_release(&br, 0), 0); /* the idle time starts */
+  ck_assert_uint_eq(broker_idle_release(&br, 999 * MS), 0);
+  broker_returned(&br, &a, d.idx, 1); /* a return: it starts again */
+  ck_assert_uint_eq(broker_idle_release(&br, 999 * MS), 0);
+  ck_assert_uint_eq(broker_idle_release(&br, 1998 * MS), 0);
+  ck_assert_uint_eq(lk.nfree, 6);
+  ck_assert_uint_eq(broker_idle_release(&br, 1999 * MS), 4); /* 6 free, 2 kept */
+  ck_assert_uint_eq(lk.nfree, 2);
+  ck_assert_uint_eq(lk.total, 4);
+  ck_assert_uint_eq(counters.chunks_released_idle, 4);
+  ck_assert_uint_eq(broker_refill(&br, 2000 * MS), 0); /* the prefetch is not made again while idle */
+  ck_assert_uint_eq(broker_idle_release(&br, 5000 * MS), 0);
+  /* preallocated: the lake stays at that size (2 leased + 6 free), however long idle */
+  br.preallocate_chunks = 8;
+  br.prefetch_suspended = 0;
+  ck_assert_uint_eq(broker_refill(&br, 5000 * MS), 4);
+  lk.creating = 0;
+  add_chunks(4);
+  ck_assert_uint_eq(broker_idle_release(&br, 9000 * MS), 0);
+  ck_assert_uint_eq(lk.total, 8);
+  /* 0: never */
+  br.preallocate_chunks = 0;
+  br.idle_release_ns = 0;
+  ck_assert_uint_eq(broker_idle_release(&br, 100000 * MS), 0);
+  br.idle_release_ns = 1000 * MS;
+  ck_assert_uint_eq(broker_idle_release(&br, 100000 * MS), 4);
+}
+END_TEST
+
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
@@ -1171,6 +1215,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_refused_once_all_asked_answered);
   tcase_add_test(tc, test_wait_for_chunks_coming);
   tcase_add_test(tc, test_lease_wait_zero_waits_for_creation);
+  tcase_add_test(tc, test_idle_release);
   tcase_add_test(tc, test_optional_leases);
   tcase_add_test(tc, test_closing_client_is_not_served);
   tcase_add_test(tc, test_refill);

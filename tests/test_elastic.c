@@ -1144,6 +1144,33 @@ static void read_log(const char *path, char *said, size_t len) {
   fclose(f);
 }
 
+/* The lake gives memory back (issue 27): a daemon whose last client left holds
+ * no more than its reserve once --idle-release passed (30 s after its last
+ * client exited one held 2.25 GiB until gmlakectl trim); a lease makes it
+ * grow again. */
+START_TEST(test_idle_lake_gives_back) {
+  start_daemon("--limit 64MiB --prefetch 8MiB --idle-release 1 --idle-reserve 4MiB");
+  proc a = client_start();
+  client_ready(&a);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 32 << 20), "ok 0");
+  ck_assert_int_ge(stat_num("chunks_total"), 16);
+  ck_assert_int_eq(client_finish(&a), 0);
+  /* 16 chunks back and the prefetch's 4: all but the reserve's 2 go */
+  ck_assert_int_eq(stat_wait("chunks_total", 2, 20000), 2);
+  ck_assert_int_eq(stat_num("chunks_free"), 2);
+  ck_assert_int_ge(stat_num("chunks_released_idle"), 18);
+  char out[4096];
+  ck_assert_int_eq(sh(out, sizeof out, "grep -c 'to the driver: nothing leased or given back for 1 s (--idle-release)' %s/daemon.log",
+                      tmpdir), 0);
+  proc b = client_start();
+  client_ready(&b);
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 8 << 20), "ok 0"); /* the lake grows again */
+  ck_assert_int_ge(stat_num("chunks_total"), 4);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* A reconnection whose hello fails says why: refused as the daemon was full,
  * the hello answered by an error, a daemon of another chunk size. Before, a
  * refusal said nothing at all (its error frame, of seq 0, was dropped while
@@ -1217,6 +1244,7 @@ int main(void) {
   tcase_add_test(tc, test_daemon_restart_keeps_memory);
   tcase_add_test(tc, test_over_limit_after_restart_said);
   tcase_add_test(tc, test_over_limit_reason_kept_by_reload);
+  tcase_add_test(tc, test_idle_lake_gives_back);
   suite_add_tcase(s, tc);
   TCase *rc = tcase_create("reconnect"); /* CK_RUN_CASE=reconnect runs it alone */
   tcase_set_timeout(rc, 60);

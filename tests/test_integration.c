@@ -933,7 +933,7 @@ START_TEST(test_metrics_parse) {
            "a = [x.value for x in fams[\"gmlake_allocated_bytes\"].samples][0]\n"
            "assert s[\"leased\"] >= 3 << 20, s\nassert a == 3 << 20, a\n"
            "counters = sorted(n for n, f in fams.items() if f.type == \"counter\")\n"
-           "assert counters == [\"gmlake_chunks_remade\", \"gmlake_chunks_scrubbed\", \"gmlake_connections_refused\", "
+           "assert counters == [\"gmlake_chunks_released_idle\", \"gmlake_chunks_remade\", \"gmlake_chunks_scrubbed\", \"gmlake_connections_refused\", "
            "\"gmlake_leases\", \"gmlake_leases_refused\", \"gmlake_optional_leases_declined\", "
            "\"gmlake_protocol_errors\"], counters\n"
            "for g in (\"gmlake_shares\", \"gmlake_chunks_shared\", \"gmlake_growable_mapped_bytes\", "

@@ -276,6 +276,9 @@ static const struct metric_view {
      NULL, AS_IS, NULL},
     {"chunks_remade", "gmlake_chunks_remade_total", "counter",
      "Free chunks another uid's process could still map: released and made anew.", NULL, AS_IS, NULL},
+    {"chunks_released_idle", "gmlake_chunks_released_idle_total", "counter",
+     "Free chunks past --idle-reserve given back to the driver once the lake was idle for --idle-release.", NULL, AS_IS,
+     NULL},
     {"lease_latency_sum_s", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* in the histogram */
     {"lease_latency_count", NULL, NULL, NULL, NULL, AS_IS, NULL},
 };
