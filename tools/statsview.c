@@ -234,10 +234,12 @@ static const struct metric_view {
     {"chunks_leased", "gmlake_lake_bytes", NULL, NULL, "state=\"leased\"", PER_CHUNK, NULL},
     {"chunks_parked", "gmlake_lake_bytes", NULL, NULL, "state=\"parked\"", PER_CHUNK, NULL},
     {"chunks_creating", "gmlake_lake_bytes", NULL, NULL, "state=\"creating\"", PER_CHUNK, NULL},
+    /* the chunks of shares are the lake's too (in chunks_total): without them the states did not add up */
+    {"chunks_shared", "gmlake_lake_bytes", NULL, NULL, "state=\"shared\"", PER_CHUNK, NULL},
     {"limit_bytes", "gmlake_lake_limit_bytes", "gauge", "The most the lake may hold.", NULL, AS_IS, NULL},
     {"allocated", "gmlake_allocated_bytes", "gauge", "Bytes in live blocks, all clients.", NULL, AS_IS, NULL},
     {"cached", "gmlake_cached_bytes", "gauge", "Bytes leased but not allocated, all clients.", NULL, AS_IS, NULL},
-    {"fragmentation", "gmlake_fragmentation_ratio", "gauge", "1 - allocated/leased.", NULL, AS_IS, "%.6f"},
+    {"fragmentation", "gmlake_fragmentation_ratio", "gauge", "1 - (allocated + growable mapped)/leased.", NULL, AS_IS, "%.6f"},
     {"clients", "gmlake_clients", "gauge", "Connected clients.", NULL, AS_IS, NULL},
     {"lease_count", "gmlake_leases_total", "counter", "Leases served.", NULL, AS_IS, NULL},
     {"leases_refused", "gmlake_leases_refused_total", "counter", "Leases refused (lake full or quota).", NULL, AS_IS, NULL},
@@ -251,7 +253,7 @@ static const struct metric_view {
     {"device", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* the device="N" label */
     {"backend", NULL, NULL, NULL, NULL, AS_IS, NULL},
     {"chunk_size", NULL, NULL, NULL, NULL, AS_IS, NULL},
-    {"chunks_total", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* the sum of gmlake_lake_bytes */
+    {"chunks_total", NULL, NULL, NULL, NULL, AS_IS, NULL}, /* the sum of gmlake_lake_bytes, but creating */
     {"stitched", NULL, NULL, NULL, NULL, AS_IS, NULL},
     {"device_total_bytes", NULL, NULL, NULL, NULL, AS_IS, NULL},
     {"idle_cache_bytes", "gmlake_idle_cache_bytes", "gauge",
