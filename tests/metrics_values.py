@@ -477,6 +477,7 @@ FAMILIES = {
     "gmlake_connections_refused": ("counter", scalar("connections_refused", "count")),
     "gmlake_chunks_scrubbed": ("counter", scalar("chunks_scrubbed", "chunks")),
     "gmlake_chunks_remade": ("counter", scalar("chunks_remade", "chunks")),
+    "gmlake_chunks_released_idle": ("counter", scalar("chunks_released_idle", "chunks")),
     "gmlake_cgroup_bytes": ("gauge", cgroup_bytes),
     "gmlake_lease_duration_seconds": ("histogram", latency_histogram),
     "gmlake_user_bytes": ("gauge", user_bytes),

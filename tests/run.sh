@@ -357,6 +357,10 @@ assert rc == 0, "gmlaked exited %s: %s" % (rc, log)
 assert st["chunk_size"] == 6 << 20 and st["chunks_total"] == (1 << 30) // (6 << 20), st
 assert d.warm_s < 30, "waited %.1f s for a lake created at once" % d.warm_s
 print("  Daemon(preallocate=\"1GiB\") on 6 MiB chunks: %d chunks, warm after %.1f s" % (st["chunks_total"], d.warm_s))'
+section "every /metrics family against gmlakectl --json stats/clients, units converted ($BUILD)"
+if [ -n "${GMLAKE_TEST_NO_PROMETHEUS:-}" ]; then skip "tests/metrics_values.py" "GMLAKE_TEST_NO_PROMETHEUS is set"; else
+/usr/bin/python3 tests/metrics_values.py "$BUILD"
+fi
 section "systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlaked)"
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)
