@@ -82,3 +82,14 @@ void gml_log(int level, const char *fmt, ...) {
     fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000, log_ident, level_names[level & 7], line);
   }
 }
+
+void gml_log_fatal(const char *fmt, ...) {
+  static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
+  pthread_once(&journal_once, check_journal_stream);
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s%s: %s\n", to_journal ? "<3>" : "", log_ident, line);
+}

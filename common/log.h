@@ -14,6 +14,10 @@ int gml_log_parse_level(const char *s); /* GML_EINVAL when unknown */
 const char *gml_log_level_name(int level); /* "warn" */
 void gml_log_set_ident(const char *ident);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Why the program cannot go on (a bad setting, a socket in use), whatever the level: "IDENT: why" on
+ * stderr as before, with journald's error priority ("<3>") where stderr is the journal, so
+ * `journalctl -p err` shows why a unit failed (it was info). */
+void gml_log_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define GML_ERR(...) gml_log(GML_LOG_ERROR, __VA_ARGS__)
 #define GML_WARN(...) gml_log(GML_LOG_WARN, __VA_ARGS__)
 #define GML_INFO(...) gml_log(GML_LOG_INFO, __VA_ARGS__)

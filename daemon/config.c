@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
@@ -83,7 +84,7 @@ static const config_option options[] = {
      NULL},
     {"log-level", "L", OPT_LOGLEVEL, AT(log_level), NULL, "error, warn, info or debug (default: $GMLAKE_LOG, else info)", 0,
      0, 0, NULL},
-    {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present)", 0, 0,
+    {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present, read by root's daemon only)", 0, 0,
      0, NULL},
     {"quota", "'PID|uid:UID|cgroup:PATH BYTES'", OPT_QUOTA, AT(quotas), NULL,
      "a quota, one argument (--quota 'uid:1000 8GiB'), as gmlakectl quota sets it (may repeat, once a holder: a flag's "
@@ -110,6 +111,10 @@ static const config_option options[] = {
      "serve Prometheus text on http://ADDR:PORT/metrics (default: off)", 0, 127, 0, NULL},
     {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
      NULL},
+    {"check-config", NULL, OPT_FLAG, AT(check_config), NULL,
+     "read the config file and the flags, say whether a start would take them (exit 0) or why not (exit 2), and exit: "
+     "the unit's ExecReload runs it first, so a reload of a bad file fails",
+     0, 0, 0, NULL},
     {"version", NULL, OPT_VERSION, 0, 0, NULL, "print the version and exit", 0, 0, 0, NULL},
 };
 
@@ -304,7 +309,7 @@ static void say(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
-  if (!quiet) fprintf(stderr, "gmlaked: %s\n", last_error);
+  if (!quiet) gml_log_fatal("%s", last_error);
 }
 
 static int load_config_file(gmld_config *c, const char *path, int must_exist) {
@@ -354,6 +359,11 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
     /* refused like any other mistake in the file (before, the last one won without a word): which
      * of the two was meant is not ours to guess; quota lines add up, each one a quota */
     const config_option *o = find_option(key);
+    if (o && !strcmp(o->name, "check-config")) { /* a command, not a setting */
+      say("%s:%d: unknown setting '%s'", path, lineno, key);
+      rc = -1;
+      break;
+    }
     if (o && o->type != OPT_QUOTA && set_at[o - options]) {
       say("%s:%d: %s given twice (lines %d and %d): give it once", path, lineno, key,
               set_at[o - options], lineno);
@@ -403,7 +413,9 @@ int config_load(gmld_config *c, int argc, char **argv) {
     else if (!strncmp(argv[i], "--config=", 9)) cfg = argv[i] + 9;
   }
   if (!cfg) cfg = gml_env(GML_ENV_DAEMON_CONFIG);
-  if (load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return GML_EINVAL;
+  /* the system file is the system daemon's: a user's private daemon (not root) reads it only when named (it
+   * failed on the system's settings, or took its quotas and metrics port) */
+  if ((cfg || geteuid() == 0) && load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return GML_EINVAL;
   if (cfg) snprintf(c->config_path, sizeof c->config_path, "%s", cfg);
   int idx, ch;
   optind = 0; /* a full re-initialisation of getopt: config_load runs again on SIGHUP */

@@ -35,6 +35,7 @@ typedef struct gmld_config {
   int idle_release_s;         /* an idle lake gives its free chunks past the reserve back after this long (0: never) */
   uint64_t idle_reserve_bytes; /* what it keeps */
   int foreground;
+  int check_config;           /* --check-config: parse, say, exit */
   int log_level;              /* GML_LOG_*; 0: not set here (gmlaked takes $GMLAKE_LOG, else info) */
   unsigned socket_mode;
   char socket_group[64];

@@ -111,14 +111,14 @@ int conn_claim_path(const char *path) {
   if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : GML_ESYS;
   if (!S_ISSOCK(st.st_mode)) {
     GML_ERR("%s exists and is not a socket: not touching it (remove it or choose another path)", path);
-    fprintf(stderr, "gmlaked: %s exists and is not a socket\n", path);
+    gml_log_fatal("%s exists and is not a socket", path);
     return GML_EINVAL;
   }
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
     close(probe);
     GML_ERR("another daemon already serves %s", path);
-    fprintf(stderr, "gmlaked: another daemon already serves %s\n", path);
+    gml_log_fatal("another daemon already serves %s", path);
     return GML_EINVAL;
   }
   if (probe >= 0) close(probe);

@@ -342,7 +342,7 @@ int control_start(gmld *d) {
       GML_ERR("control %s: tcp carries no identity, so anyone who reaches it could change the lake; "
               "pass --control-insecure-tcp to accept that, or use ipc://",
               url);
-      fprintf(stderr, "gmlaked: control %s is unauthenticated: refused without --control-insecure-tcp\n", url);
+      gml_log_fatal("control %s is unauthenticated: refused without --control-insecure-tcp", url);
       return GML_EINVAL;
     }
     GML_WARN("control %s is UNAUTHENTICATED (--control-insecure-tcp): anyone who reaches it may change the lake", url);
@@ -353,7 +353,7 @@ int control_start(gmld *d) {
   }
   if (fd < 0 || listen(fd, 64)) {
     GML_ERR("control %s: %s", url, strerror(errno));
-    fprintf(stderr, "gmlaked: control %s: %s\n", url, strerror(errno));
+    gml_log_fatal("control %s: %s", url, strerror(errno));
     if (fd >= 0) close(fd);
     return GML_ESYS;
   }

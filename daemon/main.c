@@ -87,6 +87,15 @@ static uint64_t config_limit(const gmld *d, const gmld_config *c) {
   return limit / d->be->chunk_size * d->be->chunk_size;
 }
 
+/* --check-config: the limit's form, which a start checks only once the device is open (its size
+ * for a percentage, its chunk for a floor): a size, or a percentage of the device. */
+static int check_limit_form(const gmld_config *c) {
+  uint64_t v;
+  if (!c->limit[0] || !gml_parse_size(c->limit, 1ull << 40, &v)) return 1;
+  gml_log_fatal("bad value for limit: '%s' (a size, or a percentage of the device's memory)", c->limit);
+  return 0;
+}
+
 /* The config's quotas replace the lake's (those set with gmlakectl too: a
  * quota meant to outlive a reload, a cgroup's included, goes in the file). */
 _Static_assert(sizeof(((lake_quota *)0)->cgroup) == GML_QUOTA_CGROUP_MAX &&
@@ -235,11 +244,17 @@ int main(int argc, char **argv) {
     free(d); /* --help, --version (0) or a bad setting (2) */
     return rc > 0 ? 0 : 2;
   }
+  if (c->check_config) { /* --check-config: what a start would refuse before it opens anything; nothing is opened */
+    int ok = default_endpoints(c) && check_limit_form(c);
+    if (ok) printf("gmlaked: the configuration is valid (%s)\n", c->config_path[0] ? c->config_path : "no file");
+    free(d);
+    return ok ? 0 : 2;
+  }
   const char *level_from = apply_log_level(c);
   GML_DEBUG("log level debug (%s)", level_from);
   if (!default_endpoints(c)) {
-    fprintf(stderr, "gmlaked: /run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
-                    "(not in /tmp or another directory others may write: clients refuse those)\n");
+    gml_log_fatal("/run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
+                    "(not in /tmp or another directory others may write: clients refuse those)");
     free(d);
     return 2;
   }
@@ -250,7 +265,7 @@ int main(int argc, char **argv) {
   rc = gml_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
   if (rc) {
     GML_ERR("%s", msg);
-    fprintf(stderr, "gmlaked: %s\n", msg);
+    gml_log_fatal("%s", msg);
     return 1;
   }
   GML_INFO("%s", msg);
@@ -258,8 +273,8 @@ int main(int argc, char **argv) {
   d->be->ops->mem_info(d->be, &freeb, &total);
   d->device_total = total;
   if (!(limit = config_limit(d, c))) {
-    fprintf(stderr, "gmlaked: bad value for limit: '%s' (a size of at least one chunk, %zu bytes, or a percentage of the "
-            "device's memory)\n", c->limit[0] ? c->limit : "the default", d->be->chunk_size);
+    gml_log_fatal("bad value for limit: '%s' (a size of at least one chunk, %zu bytes, or a percentage of the "
+            "device's memory)", c->limit[0] ? c->limit : "the default", d->be->chunk_size);
     return 2;
   }
   lake_init(&d->lk, d->be, limit);
@@ -283,8 +298,14 @@ int main(int argc, char **argv) {
   d->sighup.data = d;
   uv_signal_start(&d->sighup, on_reload, SIGHUP);
   if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
-  if (sessions_listen(d) || control_start(d) || metrics_start(d)) {
-    sessions_stop_listening(d); /* the client socket file too: another daemon may own the control URL */
+  int failed = sessions_listen(d), ctl_up = !failed && !(failed = control_start(d));
+  if (!failed) failed = metrics_start(d);
+  if (failed) { /* a failed start leaves no socket file of its own (another daemon may own the control URL) */
+    if (ctl_up) {
+      control_stop(d);
+      if (!strncmp(c->control_url, "ipc://", 6)) unlink(c->control_url + 6);
+    }
+    sessions_stop_listening(d);
     creator_stop(&d->cr);
     return 1;
   }

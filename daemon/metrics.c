@@ -193,7 +193,7 @@ int metrics_start(gmld *d) {
   char host[128];
   const char *colon = strrchr(hp, ':');
   if (!colon || (size_t)(colon - hp) >= sizeof host) {
-    fprintf(stderr, "gmlaked: --metrics-listen wants ADDR:PORT, not '%s'\n", hp);
+    gml_log_fatal("--metrics-listen wants ADDR:PORT, not '%s'", hp);
     return GML_EINVAL;
   }
   memcpy(host, hp, (size_t)(colon - hp));
@@ -202,13 +202,13 @@ int metrics_start(gmld *d) {
   if (hn[0] == '[' && hn[strlen(hn) - 1] == ']') hn++, hn[strlen(hn) - 1] = 0;
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
   if (getaddrinfo(*hn ? hn : NULL, colon + 1, &hints, &ai)) {
-    fprintf(stderr, "gmlaked: --metrics-listen %s: cannot resolve\n", hp);
+    gml_log_fatal("--metrics-listen %s: cannot resolve", hp);
     return GML_EINVAL;
   }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (fd >= 0 && (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 16))) {
-    fprintf(stderr, "gmlaked: --metrics-listen %s: %s\n", hp, strerror(errno));
+    gml_log_fatal("--metrics-listen %s: %s", hp, strerror(errno));
     close(fd);
     fd = -1;
   }

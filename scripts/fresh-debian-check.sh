@@ -91,7 +91,7 @@ echo "== make test (log: $LOG/test.log)"
 start=$(date +%s)
 inch 'cd /root/gmlake && make test' >"$LOG/test.log" 2>&1
 step $? "make test ($(( $(date +%s) - start )) s)"
-grep -E "^(all tests passed|fuzz targets passed)" "$LOG/test.log"
+grep -E "^(all tests passed|fuzz targets passed|summary |make test: )" "$LOG/test.log"
 
 inch 'cd /root/gmlake && make install' >"$LOG/install.log" 2>&1
 step $? "make install"

@@ -96,3 +96,16 @@ wait $dpid || fail "the unit's daemon did not stop cleanly on SIGTERM"
 dpid=
 [ ! -e "$run/gmlake-0.sock" ] || fail "socket left behind"
 echo "  gmlakectl stats reached it; SIGTERM stopped it cleanly"
+# ExecReload's first command (gmlaked --check-config): the installed config passes, a bad one fails the reload
+# (before, kill -HUP exited 0 whatever the file said: the refusal was only a log line)
+reload=$(sed -n 's/^ExecReload=\(.*--check-config.*\)/\1/p' "$d/lib/systemd/system/gmlaked@.service" |
+  sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g; s|/run/gmlake/|$run/|g; s/--socket-group gmlake/--socket-group $(getent group 0 | cut -d: -f1)/")
+[ -n "$reload" ] || fail "the unit's ExecReload does not run gmlaked --check-config first"
+# shellcheck disable=SC2086
+$reload > "$run/check.out" 2>&1 || fail "ExecReload's check on the installed config failed: $(cat "$run/check.out")"
+cp "$d/etc/gmlake/gmlaked.conf" "$run/conf.saved" && echo "limit = lots" >> "$d/etc/gmlake/gmlaked.conf"
+# shellcheck disable=SC2086
+if $reload > "$run/check.out" 2>&1; then fail "ExecReload's check passed a config with 'limit = lots'"; fi
+grep -q "bad value for limit: 'lots'" "$run/check.out" || fail "ExecReload's check did not say why: $(cat "$run/check.out")"
+cp "$run/conf.saved" "$d/etc/gmlake/gmlaked.conf"
+echo "  ExecReload checks the file first (gmlaked --check-config): the installed one passes, 'limit = lots' fails, said"

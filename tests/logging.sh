@@ -88,3 +88,22 @@ for bad in junk 8 "$js"x; do
   serving && ! grep -q '^<' "$d/log" || fail "JOURNAL_STREAM=$bad: priority prefixes"
 done
 echo "  JOURNAL_STREAM: prefixes (<6>) when it names stderr ($js), none for another stream (8:1) or junk"
+# why a start failed is an error to journald (<3>), whatever the level: `journalctl -p err` shows it (it was info)
+: > "$d/log"
+js=$(stat -c '%d:%i' "$d/log")
+printf 'backend = host\nlimit = lots\n' > "$d/bad.conf"
+if env JOURNAL_STREAM="$js" GMLAKE_LOG=error "$B/gmlaked" --config "$d/bad.conf" --socket "$d/sock" --control "ipc://$d/ctl" 2>>"$d/log"; then
+  fail "gmlaked started with limit = lots"
+fi
+grep -q "^<3>gmlaked: $d/bad.conf:2: bad value for limit: 'lots'" "$d/log" || fail "a fatal config error under journald: $(cat "$d/log")"
+# a socket already served (another daemon): refused at <3>, and its control endpoint, which it made, not left behind
+start -- --config "$d/plain.conf"
+: > "$d/log2"
+js2=$(stat -c '%d:%i' "$d/log2")
+if env JOURNAL_STREAM="$js2" "$B/gmlaked" --config "$d/plain.conf" --socket "$d/sock2" --control "ipc://$d/ctl" 2>>"$d/log2"; then
+  fail "a second daemon on the same control endpoint started"
+fi
+grep -q "^<3>gmlaked: another daemon already serves $d/ctl" "$d/log2" || fail "a control endpoint in use, under journald: $(cat "$d/log2")"
+[ ! -e "$d/sock2" ] || fail "a failed start left its socket $d/sock2"
+stop
+echo "  a failed start under journald: its reason at <3> (journalctl -p err), no socket of its own left behind"

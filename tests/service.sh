@@ -191,3 +191,25 @@ echo "  --limit on the command line still wins after SIGHUP"
 kill -TERM $dpid
 wait $dpid || fail "daemon did not stop cleanly"
 dpid=
+
+# the system file (/etc/gmlake/gmlaked.conf) is the system daemon's: root's daemon reads it when no --config is
+# given; a user's private daemon does not (it failed on the system's settings, or took its quotas and metrics port).
+# In a mount namespace, with a bad file of our own over /etc/gmlake; gmlaked --check-config opens nothing.
+if [ "$(id -u)" != 0 ]; then
+  skip "service: a private daemon does not read the system file" "needs root (a file over /etc/gmlake in a mount namespace)"
+elif ! unshare -m true 2>/dev/null; then
+  not_run "service: a private daemon does not read the system file" "no mount namespace here (unshare -m)"
+else
+  chmod 711 "$d" && mkdir -m 755 "$d/bin" && cp "$B/gmlaked" "$d/bin/" && chmod 755 "$d/bin/gmlaked"
+  cat > "$d/sys.sh" <<SH
+set -e
+mkdir -p /etc/gmlake && mount -t tmpfs tmpfs /etc/gmlake
+printf 'limit = lots\n' > /etc/gmlake/gmlaked.conf
+rc=0; "$d/bin/gmlaked" --check-config --backend host > "$d/root.out" 2>&1 || rc=\$?
+[ \$rc = 2 ] && grep -q "/etc/gmlake/gmlaked.conf:1: bad value for limit: 'lots'" "$d/root.out" || exit 3
+setpriv --reuid=65534 --regid=65534 --clear-groups env XDG_RUNTIME_DIR=/nonexistent "$d/bin/gmlaked" --check-config \
+  --backend host --socket "$d/u.sock" > "$d/user.out" 2>&1 || exit 4
+SH
+  unshare -m sh "$d/sys.sh" || fail "the system file: root's daemon must read it, a user's must not (exit $?): $(cat "$d/root.out" "$d/user.out" 2>/dev/null)"
+  echo "  /etc/gmlake/gmlaked.conf: read by root's daemon ('limit = lots' refused), not by uid 65534's (valid: $(cat "$d/user.out"))"
+fi
