@@ -49,7 +49,7 @@ int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, si
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
   Gmlake__Hello h;
   char name[GML_HELLO_NAME];
-  gml_hello_init(&h, name);
+  gml_hello_init(c, &h, name);
   h.adopting = 1;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;

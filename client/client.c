@@ -366,71 +366,6 @@ void gml_client_housekeeping(gml_client *c, int force) {
   if (force || gml_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) > REPORT_INTERVAL_NS) gml_client_report(c);
 }
 
-/* The named socket, else the system daemon's then the user's (discover.c
- * says which sockets are trusted). */
-static int connect_daemon(gml_client *c, int device, const char *named, char *path, size_t plen, char *why, size_t whylen) {
-  int refused = 0;
-  int s = gml_daemon_connect(device, named, path, plen, why, whylen, &refused);
-  if (s < 0) return GML_EDAEMON;
-  c->sock = s;
-  return 0;
-}
-
-void gml_hello_init(Gmlake__Hello *h, char name[GML_HELLO_NAME]) {
-  gmlake__hello__init(h);
-  name[0] = 0;
-  FILE *f = fopen("/proc/self/comm", "re");
-  if (f) {
-    if (fgets(name, GML_HELLO_NAME, f)) name[strcspn(name, "\n")] = 0;
-    fclose(f);
-  }
-  h->protocol_version = GML_PROTOCOL_VERSION;
-  h->name = name;
-}
-
-static int daemon_hello(gml_client *c, int device, char *backend, size_t blen, uint64_t *chunk_size) {
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__Hello h;
-  char name[GML_HELLO_NAME];
-  gml_hello_init(&h, name);
-  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
-  env.hello = &h;
-  daemon_reply r;
-  c->last_error[0] = 0;
-  int rc = daemon_request(c, &env, &r);
-  if (rc) { /* e.g. gmlakectl's endpoint named as the socket: its nng closes what is no SP greeting */
-    if (!c->last_error[0]) /* else the daemon said why it refused the connection */
-      snprintf(c->last_error, sizeof c->last_error, "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
-               "the control endpoint (gmlake-N.ctl) is gmlakectl's", gml_strerror(rc));
-    return rc;
-  }
-  Gmlake__Envelope *reply = r.env;
-  free_received(NULL, r.fds, r.nfds);
-  if (reply->msg_case != GMLAKE__ENVELOPE__MSG_HELLO_REPLY) {
-    rc = reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? GML_EDAEMON : GML_EPROTO;
-    if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR)
-      snprintf(c->last_error, sizeof c->last_error, "daemon refused us: %s", reply->error->message);
-    free_received(reply, NULL, 0);
-    return rc;
-  }
-  if (reply->hello_reply->device != device) { /* its chunks are another GPU's memory: never map them for this one */
-    snprintf(c->last_error, sizeof c->last_error,
-             "the daemon serves device %d, not device %d (one daemon per GPU: name each device's socket, "
-             "e.g. GMLAKE_SOCKET=/path/gmlake-%%d.sock, where %%d stands for the device)", reply->hello_reply->device, device);
-    free_received(reply, NULL, 0);
-    return GML_ENODEV;
-  }
-  snprintf(backend, blen, "%s", reply->hello_reply->backend);
-  *chunk_size = reply->hello_reply->chunk_size;
-  c->client_id = reply->hello_reply->client_id;
-  c->daemon_instance = reply->hello_reply->instance;
-  c->max_stream = GML_MIN(reply->hello_reply->max_stream, (uint64_t)GML_LEASE_MAX);
-  c->lease_wait_ns = (uint64_t)reply->hello_reply->lease_wait_ms * 1000000ull;
-  gml_daemon_clock(c, reply->hello_reply->mono_ns);
-  free_received(reply, NULL, 0);
-  return 0;
-}
-
 int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_open_opts o = {0};
   if (opts) o = *opts;
@@ -446,16 +381,13 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   pthread_mutex_init(&c->conn_lock, NULL);
   gml_grow_init(c);
   pthread_mutex_init(&c->track_lock, NULL);
-  char why[1200] = "", msg[512] = "";
+  char why[2048] = "", msg[512] = "", backend[16] = "";
   rc = GML_EDAEMON;
   char path[256] = "";
-  if (opt.mode != GML_MODE_EMBEDDED) rc = connect_daemon(c, o.device, opt.socket, path, sizeof path, why, sizeof why);
+  uint64_t chunk_size = 0;
+  if (opt.mode != GML_MODE_EMBEDDED) rc = gml_daemon_find(c, &opt, &bo, path, sizeof path, why, sizeof why, backend, sizeof backend, &chunk_size);
   gml_chunk_source src;
-  if (rc == 0) {
-    char backend[16];
-    uint64_t chunk_size = 0;
-    c->mode = GML_MODE_DAEMON;
-    rc = daemon_hello(c, o.device, backend, sizeof backend, &chunk_size);
+  if (c->mode == GML_MODE_DAEMON) { /* a daemon of this device answered (its hello may have refused us) */
     if (rc == 0 && strcmp(opt.backend, "auto") && strcmp(opt.backend, backend)) {
       snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend, opt.backend);
       rc = GML_ENODEV;
@@ -471,8 +403,9 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       GML_ERR("daemon at %s: %s: %s", path, gml_strerror(rc), c->last_error);
       goto fail;
     }
+    snprintf(c->gpu_uuid, sizeof c->gpu_uuid, "%s", c->be->uuid); /* a reconnection's hello says the device we map for */
     src = (gml_chunk_source){c, daemon_acquire, daemon_release, daemon_acquire_stream};
-    GML_INFO("connected to the daemon at %s (client %llu, %s)", path, (unsigned long long)c->client_id, msg);
+    GML_INFO("connected to the daemon of %s at %s (client %llu, %s)", c->be->uuid, path, (unsigned long long)c->client_id, msg);
   } else if (opt.mode == GML_MODE_DAEMON) {
     GML_ERR("no daemon at %s; GMLAKE_MODE=daemon: not running embedded", why);
     goto fail;

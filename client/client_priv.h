@@ -156,6 +156,7 @@ struct gml_client {
   char last_error[1400];
   char lake_error[1024];    /* the daemon's refusal of the last lease (the lake-wide picture), "" after a served one */
   int device;
+  char gpu_uuid[48];        /* its UUID (gpuname.h): the driver's for device, then the backend's we map with; the hello says it */
   /* what a framework layer needs (track.c, streams.c, pools.c), under
    * track_lock; the allocator's lock nests inside it */
   pthread_mutex_t track_lock;
@@ -172,10 +173,21 @@ struct gml_client {
 /* link.c: the daemon connection's threads (see there). start after hello;
  * quiesce (the keeper stops) before the allocator goes; stop at last. */
 typedef struct gml_link gml_link;
-/* A Hello with this process's protocol version and name (/proc/self/comm,
- * into name): gml_open's and a reconnection's. */
+/* hello.c: a Hello with this process's protocol version, name
+ * (/proc/self/comm, into name) and device (c->gpu_uuid, c->device): gml_open's
+ * and a reconnection's. */
 #define GML_HELLO_NAME 64
-void gml_hello_init(Gmlake__Hello *h, char name[GML_HELLO_NAME]);
+void gml_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]);
+/* gml_open's daemon: c->gpu_uuid found for c->device (opt->backend's), then
+ * the sockets of discover.h tried in turn until a daemon of this device says
+ * hello (0: connected, c->mode GML_MODE_DAEMON, the daemon's backend and
+ * chunk size out). A daemon that refuses us or is wrong and was named
+ * (GMLAKE_SOCKET): its error, c->mode GML_MODE_DAEMON, c->last_error saying
+ * why. None (another GPU's are passed over): GML_EDAEMON, why saying for each
+ * path what was wrong. */
+struct gml_options;
+int gml_daemon_find(gml_client *c, const struct gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen,
+                    char *why, size_t whylen, char *backend, size_t blen, uint64_t *chunk_size);
 int gml_link_start(gml_client *c, const char *socket_path);
 void gml_link_quiesce(gml_client *c);
 void gml_link_stop(gml_client *c);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "discover.h"
+#include "gpuname.h"
 #include "options.h"
 #include "util.h"
 #include <errno.h>
@@ -16,15 +17,20 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int gml_daemon_candidates(int device, const char *named, char out[][GML_PATH_MAX]) {
+int gml_daemon_candidates(int device, const char *uuid, const char *named, char out[][GML_PATH_MAX]) {
+  char ordinal[16];
+  snprintf(ordinal, sizeof ordinal, "%d", device);
   if (named && *named) { /* "%d" in it stands for the device: one setting for every GPU of a process */
-    gml_socket_of_device(named, device, out[0], GML_PATH_MAX);
+    gml_socket_of_device(named, ordinal, out[0], GML_PATH_MAX);
     return 1;
   }
   int n = 0;
-  snprintf(out[n++], GML_PATH_MAX, "%s/gmlake-%d.sock", GML_SYSTEM_RUNTIME_DIR, device);
-  const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
-  if (x && *x == '/') snprintf(out[n++], GML_PATH_MAX, "%s/gmlake-%d.sock", x, device);
+  const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR), *names[2] = {uuid && gml_device_name_ok(uuid) ? uuid : NULL, ordinal};
+  for (int i = 0; i < 2; i++) {
+    if (!names[i]) continue;
+    snprintf(out[n++], GML_PATH_MAX, "%s/gmlake-%s.sock", GML_SYSTEM_RUNTIME_DIR, names[i]);
+    if (x && *x == '/') snprintf(out[n++], GML_PATH_MAX, "%s/gmlake-%s.sock", x, names[i]);
+  }
   return n;
 }
 
@@ -201,25 +207,24 @@ static int connect_verified(const char *path, uid_t owner, char *why, size_t len
   return s;
 }
 
-int gml_daemon_connect(int device, const char *named, char *path_out, size_t path_len, char *why, size_t why_len,
-                       int *refused) {
-  char cand[2][GML_PATH_MAX];
-  int n = gml_daemon_candidates(device, named, cand);
-  size_t off = 0;
+int gml_daemon_dial(const char *path, char *why, size_t why_len, int *refused) {
+  uid_t owner = 0;
+  if (check_socket(path, &owner, why, why_len) == 0) return connect_verified(path, owner, why, why_len, refused);
+  if (access(path, F_OK) == 0) *refused = 1; /* something is there, and we do not trust it */
+  return -1;
+}
+
+void gml_why_add(char *why, size_t len, const char *path, const char *reason) {
+  size_t off = strnlen(why, len);
+  if (off < len) snprintf(why + off, len - off, "%s%s (%s)", off ? "; " : "", path, reason);
+}
+
+int gml_daemon_connect(const char *named, char *path_out, size_t path_len, char *why, size_t why_len, int *refused) {
   why[0] = 0;
   *refused = 0;
-  for (int i = 0; i < n; i++) {
-    char reason[1024];
-    uid_t owner = 0;
-    int s = -1;
-    if (check_socket(cand[i], &owner, reason, sizeof reason) == 0) s = connect_verified(cand[i], owner, reason, sizeof reason, refused);
-    else if (access(cand[i], F_OK) == 0) *refused = 1; /* something is there, and we do not trust it */
-    if (s >= 0) {
-      snprintf(path_out, path_len, "%s", cand[i]);
-      return s;
-    }
-    int w = snprintf(why + off, why_len - off, "%s%s (%s)", i ? "; " : "", cand[i], reason);
-    if (w > 0) off += (size_t)w < why_len - off ? (size_t)w : why_len - off - 1;
-  }
-  return -1;
+  char reason[1024];
+  int s = gml_daemon_dial(named, reason, sizeof reason, refused);
+  if (s >= 0) snprintf(path_out, path_len, "%s", named);
+  else gml_why_add(why, why_len, named, reason);
+  return s;
 }

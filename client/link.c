@@ -340,7 +340,7 @@ static int reconnect(gml_client *c) {
    * socket now gets every chunk's fd as the hand-over. Before, a plain
    * connect: a socket another user put at the path was sent them all. */
   char path[GML_PATH_MAX], why0[sizeof l->said];
-  int untrusted = 0, s = gml_daemon_connect(0, l->path, path, sizeof path, why0, sizeof why0, &untrusted);
+  int untrusted = 0, s = gml_daemon_connect(l->path, path, sizeof path, why0, sizeof why0, &untrusted);
   if (s < 0) {
     if (untrusted && strcmp(why0, l->said))
       GML_WARN("reconnecting to the daemon: not connecting to %s: not trusted (trying again)", why0);

@@ -8,15 +8,18 @@
 #include <string.h>
 
 /* In the order "auto" tries them. skipped: what auto says when it passes
- * over one; default_limit: a daemon's limit when none is configured. */
+ * over one; default_limit: a daemon's limit when none is configured;
+ * resolve and uuid: its devices named without opening them. */
 static const struct backend_entry {
   const char *name;
   gml_backend_open_fn open;
   const char *skipped;
   const char *default_limit;
+  gml_backend_resolve_fn resolve;
+  gml_backend_uuid_fn uuid;
 } backends[] = {
-    {"cuda", gml_backend_cuda_open, "no usable GPU", "90%"},
-    {"host", gml_backend_host_open, "", "50%"},
+    {"cuda", gml_backend_cuda_open, "no usable GPU", "90%", gml_backend_cuda_resolve, gml_backend_cuda_uuid},
+    {"host", gml_backend_host_open, "", "50%", gml_backend_host_resolve, gml_backend_host_uuid},
 };
 
 static const struct backend_entry *backend_entry(const char *name) {
@@ -57,6 +60,44 @@ static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backe
     snprintf(msg, msglen, "%s", m);
   }
   return rc;
+}
+
+int gml_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
+                        int *device, char *msg, size_t msglen) {
+  int is_auto = !name || !strcmp(name, "auto");
+  const struct backend_entry *e = is_auto ? NULL : backend_entry(name);
+  if (!is_auto && !e) {
+    snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gml_backend_names());
+    return GML_EINVAL;
+  }
+  char why[512] = "";
+  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++) {
+    if (e && e != &backends[i]) continue;
+    char m[256] = "";
+    if (backends[i].resolve(spec, opts, device, m, sizeof m) == 0) {
+      *picked = backends[i].name;
+      if (is_auto && why[0]) snprintf(msg, msglen, "backend auto: picked %s for device %s (%s)", backends[i].name, spec, why);
+      else msg[0] = 0;
+      return 0;
+    }
+    size_t n = strlen(why);
+    snprintf(why + n, sizeof why - n, "%s%s: %s", n ? "; " : "", backends[i].name, m);
+  }
+  snprintf(msg, msglen, "no device %s: %s", spec, why);
+  return GML_ENODEV;
+}
+
+int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid) {
+  int is_auto = !name || !strcmp(name, "auto");
+  const struct backend_entry *e = is_auto ? NULL : backend_entry(name);
+  uuid[0] = 0;
+  if (!is_auto && !e) return GML_ENODEV;
+  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++) {
+    char m[256];
+    if ((!e || e == &backends[i]) && backends[i].uuid(device, opts, uuid, m, sizeof m) == 0) return 0;
+  }
+  uuid[0] = 0;
+  return GML_ENODEV;
 }
 
 /* opts->chunk_size (GMLAKE_CHUNK_SIZE): another chunk than the backend's

@@ -77,7 +77,7 @@ struct gml_backend {
   size_t granularity; /* the smallest chunk the device allows: 2 MiB on the H100 */
   size_t chunk_size;  /* the chunk this backend creates and maps: a multiple of granularity */
   size_t guard_granularity; /* the finest guard ops->protect can make (host: a page); 0: a whole chunk */
-  char uuid[48];      /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"), for metrics */
+  char uuid[48];      /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"): its name (gpuname.h) */
   const struct gml_backend_ops *ops;
   void *priv;
 };
@@ -98,11 +98,29 @@ typedef struct gml_backend_opts {
 typedef int (*gml_backend_open_fn)(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                                    size_t msglen);
 
+/* Naming a device without opening it (gpuname.h says which name means what).
+ * resolve: the device a daemon's --device names (an index; a UUID or PCI bus
+ * id of a GPU; host: N or host-N), as the index to open, or GML_ENODEV with
+ * why in msg. uuid: the UUID of this process's device `device` (an ordinal
+ * as CUDA_VISIBLE_DEVICES leaves them), into uuid (GML_UUID_MAX bytes). */
+typedef int (*gml_backend_resolve_fn)(const char *spec, const gml_backend_opts *opts, int *device, char *msg,
+                                      size_t msglen);
+typedef int (*gml_backend_uuid_fn)(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
+
 /* name: "auto" or a backend of the table. auto takes the first of the table
  * that opens (cuda when a GPU is usable, else host) and says which. Asking
  * for cuda without one is GML_ENODEV with the reason in msg. */
 int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                      size_t msglen);
+/* The device spec names under backend name; auto: the first backend of the
+ * table that has it, in *picked (named: name itself), with msg saying why the
+ * ones before did not ("" when there were none). gmlaked opens *picked. */
+int gml_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
+                        int *device, char *msg, size_t msglen);
+/* This process's device `device` under backend name (auto: the first that
+ * has it): its UUID into uuid (GML_UUID_MAX bytes); GML_ENODEV when none has
+ * it (uuid ""). What the client dials and says in its hello. */
+int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid);
 /* 1 when name is "auto" or a backend of the table. */
 int gml_backend_known(const char *name);
 /* "auto, cuda, host": for usage and error messages. */
@@ -117,6 +135,10 @@ void gml_backend_close(gml_backend *be);
 
 int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
 int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
+int gml_backend_host_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen);
+int gml_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen);
+int gml_backend_host_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
+int gml_backend_cuda_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
 /* The finest guard this backend can make: guard_granularity, else a chunk. */
 static inline size_t gml_backend_guard_grain(const gml_backend *be) {
   return be->ops->protect && be->guard_granularity ? be->guard_granularity : be->chunk_size;

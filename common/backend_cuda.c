@@ -9,6 +9,7 @@
 #include "cuda_driver.h"
 #include "fdkeep.h"
 #include "gmlake.h"
+#include "gpuname.h"
 #include "log.h"
 #include "util.h"
 #include <dlfcn.h>
@@ -43,11 +44,13 @@ typedef struct cuda_priv {
 
 #define PRIV(be) ((cuda_priv *)(be)->priv)
 
-static const char *cu_errstr(cuda_priv *p, CUresult r) {
+static const char *api_errstr(const cuda_api *a, CUresult r) {
   const char *s = NULL;
-  if (p->api.cuGetErrorString && p->api.cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
+  if (a->cuGetErrorString && a->cuGetErrorString(r, &s) == CUDA_SUCCESS && s) return s;
   return "unknown CUDA error";
 }
+
+static const char *cu_errstr(cuda_priv *p, CUresult r) { return api_errstr(&p->api, r); }
 
 /* Driver calls run in whatever thread the caller is (PyTorch's, the
  * daemon's worker): make our primary context current there. */
@@ -269,35 +272,101 @@ static const struct gml_backend_ops cuda_ops = {
     .protect = NULL, /* a guard is a whole chunk left unmapped */
 };
 
-int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
-  const char *libname = opts && opts->libcuda ? opts->libcuda : "libcuda.so.1"; /* GMLAKE_LIBCUDA */
+/* libcuda (GMLAKE_LIBCUDA) loaded, every entry point we use found, cuInit
+ * done, and how many devices it shows: the library's handle (never closed:
+ * the driver keeps threads of its own), or NULL with why in msg. */
+static void *cuda_load(const gml_backend_opts *opts, cuda_api *api, int *count, char *msg, size_t msglen) {
+  const char *libname = opts && opts->libcuda ? opts->libcuda : "libcuda.so.1";
   void *lib = dlopen(libname, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     snprintf(msg, msglen, "cannot load %s (%s)", libname, dlerror());
+    return NULL;
+  }
+#define LOAD_FN(name, params)                                                     \
+  api->name = (gml_pfn_##name)dlsym(lib, #name);                                  \
+  if (!api->name) {                                                               \
+    snprintf(msg, msglen, "%s lacks %s (driver too old for VMM)", libname, #name); \
+    return NULL;                                                                  \
+  }
+  GML_CUDA_FUNCS(LOAD_FN)
+#undef LOAD_FN
+  CUresult r = api->cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    snprintf(msg, msglen, "cuInit failed: %s", api_errstr(api, r));
+    return NULL;
+  }
+  *count = 0;
+  api->cuDeviceGetCount(count);
+  return lib;
+}
+
+/* The device's UUID as nvidia-smi -L prints it ("cuda-N" where the driver does not say). */
+static void uuid_text(const cuda_api *a, CUdevice dev, int ordinal, char *out) {
+  CUuuid id;
+  if (a->cuDeviceGetUuid_v2(&id, dev) == CUDA_SUCCESS) {
+    const unsigned char *u = (const unsigned char *)id.bytes;
+    snprintf(out, GML_UUID_MAX, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  } else {
+    snprintf(out, GML_UUID_MAX, "cuda-%d", ordinal);
+  }
+}
+
+/* This process's ordinal under its CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, as PyTorch's index is. */
+int gml_backend_cuda_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen) {
+  cuda_api api;
+  int count = 0;
+  CUdevice dev;
+  if (!cuda_load(opts, &api, &count, msg, msglen)) return GML_ENODEV;
+  if (device < 0 || device >= count || api.cuDeviceGet(&dev, device) != CUDA_SUCCESS) {
+    snprintf(msg, msglen, "no CUDA device %d (%d visible)", device, count);
     return GML_ENODEV;
   }
+  uuid_text(&api, dev, device, uuid);
+  return 0;
+}
+
+/* gmlaked's --device: an index (CUDA's ordinal, which is nvidia-smi's index
+ * once gmlaked has set CUDA_DEVICE_ORDER=PCI_BUS_ID), a UUID or a PCI bus id. */
+int gml_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen) {
+  cuda_api api;
+  int count = 0, idx = gml_device_spec_index(spec);
+  unsigned want[4], got[4];
+  int pci = gml_pci_bus_id_parse(spec, want), any_domain = pci && strchr(spec, ':') == strrchr(spec, ':'); /* "3b:00.0" */
+  if (!cuda_load(opts, &api, &count, msg, msglen)) return GML_ENODEV;
+  if (idx >= 0) {
+    if (idx < count) return *device = idx, 0;
+    snprintf(msg, msglen, "no GPU %d (%d present)", idx, count);
+    return GML_ENODEV;
+  }
+  for (int i = 0; i < count; i++) {
+    CUdevice dev;
+    char text[64];
+    if (api.cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
+    if (pci) {
+      if (api.cuDeviceGetPCIBusId(text, sizeof text, dev) == CUDA_SUCCESS && gml_pci_bus_id_parse(text, got) &&
+          (any_domain || want[0] == got[0]) && !memcmp(want + 1, got + 1, 3 * sizeof *got))
+        return *device = i, 0;
+    } else {
+      uuid_text(&api, dev, i, text);
+      if (gml_uuid_same(text, spec)) return *device = i, 0;
+    }
+  }
+  snprintf(msg, msglen, "no GPU %s among the %d here (nvidia-smi -L lists their UUIDs; nvidia-smi -q their PCI bus ids)",
+           spec, count);
+  return GML_ENODEV;
+}
+
+int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
   cuda_priv *p = calloc(1, sizeof *p);
   gml_backend *be = calloc(1, sizeof *be);
   if (!p || !be) {
     free(p), free(be);
     return GML_ENOMEM;
   }
-  p->lib = lib;
-#define LOAD_FN(name, params)                                                       \
-  p->api.name = (gml_pfn_##name)dlsym(lib, #name);                                  \
-  if (!p->api.name) {                                                               \
-    snprintf(msg, msglen, "%s lacks %s (driver too old for VMM)", libname, #name);   \
-    goto fail;                                                                      \
-  }
-  GML_CUDA_FUNCS(LOAD_FN)
-#undef LOAD_FN
-  CUresult r = p->api.cuInit(0);
-  if (r != CUDA_SUCCESS) {
-    snprintf(msg, msglen, "cuInit failed: %s", cu_errstr(p, r));
-    goto fail;
-  }
   int count = 0;
-  p->api.cuDeviceGetCount(&count);
+  if (!(p->lib = cuda_load(opts, &p->api, &count, msg, msglen))) goto fail;
+  CUresult r;
   if (device < 0 || device >= count) {
     snprintf(msg, msglen, "no CUDA device %d (%d present)", device, count);
     goto fail;
@@ -326,14 +395,7 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
   p->api.cuMemGetAllocationGranularity(&gran, &p->prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
   be->name = "cuda";
   be->device = device;
-  CUuuid id;
-  if (p->api.cuDeviceGetUuid_v2(&id, p->dev) == CUDA_SUCCESS) { /* as nvidia-smi -L prints it */
-    const unsigned char *u = (const unsigned char *)id.bytes;
-    snprintf(be->uuid, sizeof be->uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-  } else {
-    snprintf(be->uuid, sizeof be->uuid, "cuda-%d", device);
-  }
+  uuid_text(&p->api, p->dev, device, be->uuid);
   be->granularity = gran > (2u << 20) ? gran : (2u << 20);
   /* 6 MiB by default: a chunk costs the same driver time whatever its size
    * (import ~35-55 us, cuMemSetAccess ~25-35 us, cuMemUnmap ~18 us; BENCHMARKS.md),
@@ -345,7 +407,7 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
   be->ops = &cuda_ops;
   be->priv = p;
   gml_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
-  snprintf(msg, msglen, "cuda backend: device %d, chunks of %zu bytes", device, be->chunk_size);
+  snprintf(msg, msglen, "cuda backend: device %d (%s), chunks of %zu bytes", device, be->uuid, be->chunk_size);
   *out = be;
   return 0;
 fail:

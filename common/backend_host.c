@@ -8,7 +8,9 @@
 #endif
 #include "backend.h"
 #include "gmlake.h"
+#include "gpuname.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include <errno.h>
 #include <stdio.h>
@@ -401,15 +403,54 @@ uint64_t gml_host_fake_waits(gml_backend *be) {
   return f->total_waits;
 }
 
+/* Which host device this process's ordinal `device` is: as CUDA maps a
+ * visible ordinal to a GPU, CUDA_VISIBLE_DEVICES=3,1 makes ordinal 0 host-3
+ * and 1 host-1 (an entry may say host-M too), so the tests of discovery by
+ * UUID take the path a GPU's client takes. An entry that names no host
+ * device (a GPU's UUID), or none for the ordinal: host-<ordinal>, as before. */
+static int host_physical(int device) {
+  const char *p = device >= 0 ? gml_env(GML_ENV_CUDA_VISIBLE_DEVICES) : NULL;
+  for (int i = 0; p && i < device; i++)
+    if ((p = strchr(p, ','))) p++;
+  if (!p) return device;
+  char e[32];
+  size_t n = strcspn(p, ",");
+  snprintf(e, sizeof e, "%.*s", (int)(n < sizeof e ? n : sizeof e - 1), p);
+  int m = gml_device_spec_index(e);
+  if (m < 0) m = gml_host_device_of_name(e);
+  return m >= 0 ? m : device;
+}
+
+int gml_backend_host_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen) {
+  (void)opts, (void)msg, (void)msglen; /* every ordinal is one */
+  snprintf(uuid, GML_UUID_MAX, "host-%d", host_physical(device));
+  return 0;
+}
+
+/* gmlaked --device N or host-N: host-N (the daemon clears CUDA_VISIBLE_DEVICES first). */
+int gml_backend_host_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen) {
+  (void)opts;
+  int n = gml_device_spec_index(spec);
+  if (n < 0) n = gml_host_device_of_name(spec);
+  if (n < 0) {
+    snprintf(msg, msglen, "the host backend's devices are host-N or N (N from 0 to %d), not %s", GML_DEVICE_INDEX_MAX, spec);
+    return GML_ENODEV;
+  }
+  *device = n;
+  return 0;
+}
+
 int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
-  (void)opts; /* nothing to choose: chunk sizes are applied by gml_backend_open */
+  char uuid[GML_UUID_MAX];
+  int rc = gml_backend_host_uuid(device, opts, uuid, msg, msglen); /* nothing else to choose: chunk sizes are gml_backend_open's */
+  if (rc) return rc;
   gml_backend *be = calloc(1, sizeof *be);
   if (!be) return GML_ENOMEM;
   be->name = "host";
   be->device = device;
   be->granularity = be->chunk_size = 2 * 1024 * 1024;
   be->guard_granularity = (size_t)sysconf(_SC_PAGESIZE);
-  snprintf(be->uuid, sizeof be->uuid, "host-%d", device);
+  snprintf(be->uuid, sizeof be->uuid, "%s", uuid);
   be->ops = &host_ops;
   snprintf(msg, msglen, "host backend (memfd chunks of %zu bytes)", be->chunk_size);
   *out = be;

@@ -131,6 +131,7 @@ typedef struct CUmemAccessDesc_st {
   X(cuDeviceGetCount, (int *))                                                                                  \
   X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                                \
   X(cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                                                   \
+  X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                                               \
   X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                          \
   X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                   \
   X(cuCtxSetCurrent, (CUcontext))                                                                               \

@@ -22,10 +22,11 @@
   X(MODE, "GMLAKE_MODE", "daemon, embedded", "", "library",                                                       \
     "daemon: the daemon or an error; embedded: never connect; unset: the daemon if reachable, else embedded "  \
     "(and it says so on stderr). Another value: gml_open fails (GML_EINVAL)")                                                                              \
-  X(SOCKET, "GMLAKE_SOCKET", "path", "/run/gmlake/gmlake-N.sock", "library",                                     \
+  X(SOCKET, "GMLAKE_SOCKET", "path", "/run/gmlake/gmlake-UUID.sock", "library",                                  \
     "the daemon's socket (gml_open_opts.socket_path wins; %d in it stands for the device); unset: "              \
-    "/run/gmlake/gmlake-N.sock, then "                                                                           \
-    "$XDG_RUNTIME_DIR/gmlake-N.sock; a socket in a directory others may write is never used")                   \
+    "/run/gmlake/gmlake-UUID.sock, then $XDG_RUNTIME_DIR/gmlake-UUID.sock (UUID: the device's, from the "        \
+    "driver), then gmlake-N.sock in each; a daemon of another GPU is refused; a socket in a directory others "   \
+    "may write is never used")                                                                                   \
   X(LIMIT, "GMLAKE_LIMIT", "bytes, N%", "", "library",                                                            \
     "embedded mode: the most this process holds, bytes or a share of the device (gml_open_opts.limit_bytes wins); "  \
     "through a daemon, the daemon's limit and quotas hold. A value that is neither, or 0 (unset is no limit): gml_open fails (GML_EINVAL)") \
@@ -77,6 +78,12 @@
   X(JOURNAL_STREAM, "JOURNAL_STREAM", "DEVICE:INODE", "", "all",                                                 \
     "set by systemd: log lines carry priority prefixes for journald while stderr is the stream it names "     \
     "(st_dev:st_ino); inherited where stderr is elsewhere (a terminal, a file), it is ignored")                \
+  X(CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES", "indices or UUIDs, comma-separated", "", "library, gmlaked",    \
+    "read by the CUDA driver: which GPUs a process sees, as ordinals 0, 1, ...; the library names its device "    \
+    "by the UUID the driver gives for its ordinal, so it finds that GPU's daemon. The host backend maps "        \
+    "visible ordinal i to host-M where the i-th entry is M (or host-M); other entries, or none: host-i. "       \
+    "gmlaked clears it (and sets CUDA_DEVICE_ORDER=PCI_BUS_ID) before it loads the driver: --device N is "     \
+    "nvidia-smi's GPU N")                                                                                      \
   X(XDG_RUNTIME_DIR, "XDG_RUNTIME_DIR", "path", "", "all",                                                       \
     "a daemon that cannot write /run/gmlake puts its socket and control endpoint here (unset: it asks for "     \
     "--socket/--control); clients and gmlakectl look here after /run/gmlake (never in /tmp)")

@@ -1,4 +1,4 @@
-/* util.c: size parsing/formatting, default paths, fd limits, percentiles,
+/* util.c: size parsing/formatting, fd limits, percentiles,
  * and the library's error strings (from GML_ERRNO_MAP in gmlake.h). */
 #include "util.h"
 #include "gmlake.h"
@@ -73,54 +73,6 @@ void gml_raise_fd_limit(void) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-}
-
-static void runtime_dir(char *buf, size_t len) {
-  if (access("/run/gmlake", W_OK) == 0 || (geteuid() == 0 && access("/run", W_OK) == 0)) {
-    snprintf(buf, len, "/run/gmlake");
-    return;
-  }
-  const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
-  snprintf(buf, len, "%s", x && *x == '/' ? x : ""); /* never /tmp: no client would look there */
-}
-
-void gml_default_socket_path(int device, char *buf, size_t len) {
-  char dir[256];
-  runtime_dir(dir, sizeof dir);
-  if (dir[0]) snprintf(buf, len, "%s/gmlake-%d.sock", dir, device);
-  else if (len) buf[0] = 0;
-}
-
-void gml_default_control_url(int device, char *buf, size_t len) {
-  char dir[256];
-  runtime_dir(dir, sizeof dir);
-  if (dir[0]) snprintf(buf, len, "ipc://%s/gmlake-%d.ctl", dir, device);
-  else if (len) buf[0] = 0;
-}
-
-void gml_client_control_url(int device, char *buf, size_t len) {
-  char path[300];
-  struct stat st;
-  snprintf(path, sizeof path, "/run/gmlake/gmlake-%d.ctl", device);
-  if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode)) { /* the system daemon first, whoever we are */
-    snprintf(buf, len, "ipc://%s", path);
-    return;
-  }
-  gml_default_control_url(device, buf, len);
-}
-
-void gml_socket_of_device(const char *path, int device, char *out, size_t len) {
-  const char *d = strstr(path, "%d");
-  if (d) snprintf(out, len, "%.*s%d%s", (int)(d - path), path, device, d + 2);
-  else snprintf(out, len, "%s", path);
-}
-
-void gml_control_url_beside(const char *socket_path, int device, char *buf, size_t len) {
-  char cwd[256] = "";
-  if (socket_path[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0; /* an ipc:// URL that works from anywhere */
-  const char *slash = strrchr(socket_path, '/');
-  int dirlen = slash ? (int)(slash - socket_path) : 0;
-  snprintf(buf, len, "ipc://%s%s%.*s/gmlake-%d.ctl", cwd, cwd[0] && dirlen ? "/" : "", dirlen, socket_path, device);
 }
 
 static int cmp_u64(const void *a, const void *b) {

@@ -25,23 +25,6 @@ int gml_parse_size(const char *s, uint64_t total, uint64_t *out);
 const char *gml_format_bytes(uint64_t v, char *buf, size_t len);
 /* Raise RLIMIT_NOFILE to its hard limit: every chunk is an fd. */
 void gml_raise_fd_limit(void);
-/* Where a daemon of a device puts its socket and control endpoint by default:
- * /run/gmlake when it may write there, else $XDG_RUNTIME_DIR; "" when
- * neither (never /tmp). (Clients look for the daemon as client/discover.h says.) */
-void gml_default_socket_path(int device, char *buf, size_t len);
-void gml_default_control_url(int device, char *buf, size_t len);
-/* The control endpoint gmlakectl talks to: the system daemon's
- * ipc:///run/gmlake/gmlake-N.ctl when it exists (whether or not the caller
- * may write there), else the default above. */
-void gml_client_control_url(int device, char *buf, size_t len);
-/* "%d" in a socket path stands for the device (GMLAKE_SOCKET's rule: one
- * setting for every GPU of a process): path with it replaced, into out. */
-void gml_socket_of_device(const char *path, int device, char *out, size_t len);
-/* The control endpoint of a daemon given a socket and no --control:
- * ipc://<the socket's directory>/gmlake-N.ctl (a relative socket path taken
- * from the working directory). gmlaked picks it; gmlakectl finds it from
- * GMLAKE_SOCKET, as the client library finds the socket. */
-void gml_control_url_beside(const char *socket_path, int device, char *buf, size_t len);
 /* Who a quota binds, as gmlakectl's `quota` and gmlaked's `quota` option
  * write it: "PID", "uid:UID" or "cgroup:/PATH" (the path as /proc/PID/cgroup
  * gives it, below GML_QUOTA_CGROUP_MAX bytes). Sets *kind, *key (the pid or

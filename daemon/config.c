@@ -7,6 +7,7 @@
 #include "config.h"
 #include "gmlake.h"
 #include "backend.h"
+#include "gpuname.h"
 #include "log.h"
 #include "options.h"
 #include "util.h"
@@ -31,6 +32,7 @@ enum opt_type {
   OPT_GROUP,    /* a group's name, which must exist (a socket nobody of the group can reach is no service) */
   OPT_CHOICE,   /* one of the words of `choices` */
   OPT_BACKEND,  /* "auto" or a backend of common/backend.c's table */
+  OPT_DEVICE,   /* an index, a UUID, host-N or a PCI bus id (common/gpuname.h); the backend resolves it at start */
   OPT_URL,      /* text with "://" */
   OPT_HOSTPORT, /* "ADDR:PORT" of a listener (ADDR a name, an IPv4 or [IPv6] address, or empty: all; PORT 1-65535), or "" */
   OPT_LOGLEVEL, /* error, warn, info, debug */
@@ -56,13 +58,17 @@ typedef struct config_option {
 #define SUN_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 static const config_option options[] = {
-    {"device", "N", OPT_INT, AT(device), "0", "GPU index (default %D)", 0, 1023, 10, NULL},
+    {"device", "N|UUID|PCI", OPT_DEVICE, AT(device_spec), "0",
+     "the GPU: nvidia-smi's index N, its UUID (GPU-...) or PCI bus id (0000:3b:00.0); host backend: N or host-N "
+     "(default %D)", 0, 0, 0, NULL},
     {"backend", "B", OPT_BACKEND, AT(backend), "auto", "auto (default: cuda when a GPU is usable), cuda or host", 0, 0, 0,
      NULL},
     {"socket", "PATH", OPT_STRING, AT(socket_path), NULL,
-     "client socket (default /run/gmlake/gmlake-N.sock, or $XDG_RUNTIME_DIR)", 1, SUN_PATH_MAX, 0, NULL},
-    {"control", "URL", OPT_URL, AT(control_url), NULL, "control RPC endpoint (default ipc://<same dir>/gmlake-N.ctl)", 0, 0,
-     0, NULL},
+     "client socket (default /run/gmlake/gmlake-<UUID>.sock, or in $XDG_RUNTIME_DIR, and gmlake-N.sock a link to it)", 1,
+     SUN_PATH_MAX, 0, NULL},
+    {"control", "URL", OPT_URL, AT(control_url), NULL,
+     "control RPC endpoint (default ipc://<the socket's dir>/gmlake-<UUID>.ctl and a link gmlake-N.ctl; beside a --socket: "
+     "gmlake-N.ctl)", 0, 0, 0, NULL},
     {"limit", "BYTES|PCT%", OPT_LIMIT, AT(limit), NULL,
      "the most the lake holds (default 90% of the device; host: 50% of RAM)", 0, 0, 0, NULL},
     {"prefetch", "BYTES", OPT_SIZE, AT(prefetch_bytes), "256MiB", "chunks created ahead of demand (default %D)", 0, 0, 0,
@@ -176,6 +182,11 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   case OPT_BACKEND:
     if (!gml_backend_known(val) || strlen(val) >= o->size) return -1;
     break;
+  case OPT_DEVICE:
+    if (!gml_device_spec_valid(val) || strlen(val) >= o->size) return -1;
+    c->device = gml_device_spec_index(val) >= 0 ? gml_device_spec_index(val) : gml_host_device_of_name(val); /* a GPU's
+                                             * UUID or PCI bus id: -1 until the backend says which index it is */
+    break;
   case OPT_URL:
     if (!strstr(val, "://") || strlen(val) >= o->size) return -1;
     break;
@@ -247,6 +258,10 @@ static void accepted(const config_option *o, const char *val, char *buf, size_t 
   case OPT_STRING: snprintf(buf, len, " (%ld to %ld bytes)", o->min, GML_MIN(o->max, (long)o->size - 1)); break;
   case OPT_CHOICE: snprintf(buf, len, " (one of: %s)", o->choices); break;
   case OPT_BACKEND: snprintf(buf, len, " (one of: %s)", gml_backend_names()); break;
+  case OPT_DEVICE:
+    snprintf(buf, len, " (nvidia-smi's index 0 to %d, a UUID as nvidia-smi -L prints it, GPU-xxxxxxxx-..., a PCI bus id, "
+             "0000:3b:00.0, or host-N)", GML_DEVICE_INDEX_MAX);
+    break;
   case OPT_URL: snprintf(buf, len, " (a URL: ipc:///PATH, or tcp://HOST:PORT with control-insecure-tcp)"); break;
   case OPT_LOGLEVEL: snprintf(buf, len, " (error, warn, info or debug)"); break;
   case OPT_FLAG: snprintf(buf, len, " (a flag: the key alone, or yes / no)"); break;
@@ -463,7 +478,7 @@ int config_changed_at_start(const gmld_config *was, const gmld_config *now, char
       continue;
     const char *a = (const char *)was + o->off, *b = (const char *)now + o->off;
     int text = o->type == OPT_STRING || o->type == OPT_GROUP || o->type == OPT_BACKEND || o->type == OPT_URL ||
-               o->type == OPT_HOSTPORT || o->type == OPT_CHOICE;
+               o->type == OPT_HOSTPORT || o->type == OPT_CHOICE || o->type == OPT_DEVICE;
     if (text ? !strncmp(a, b, o->size) : !memcmp(a, b, o->size)) continue;
     size_t used = strlen(out);
     snprintf(out + used, len - used, "%s%s", n++ ? ", " : "", o->name);

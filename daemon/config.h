@@ -22,7 +22,9 @@ typedef struct config_quota {
 } config_quota;
 
 typedef struct gmld_config {
-  int device;
+  char device_spec[64];       /* --device as given: an index, a UUID, host-N or a PCI bus id */
+  int device;                 /* its index (nvidia-smi's; host: N): the spec's when it is one, else -1 until
+                               * the backend resolved it at start (main.c) */
   char backend[16];
   char socket_path[256];
   char control_url[300];

@@ -11,6 +11,7 @@
  *   trust.c    the trust model's answers: none (a chunk for another uid is made anew)
  *   session.c  client sockets: decode, validate and dispatch by table;
  *              bounds and timeouts                                   (broker, creator, conn)
+ *   hello.c    a client's hello: who, its GPU (another's is refused), the reply (session)
  *   grant.c    the broker's lease decisions carried out on a session:
  *              chunks sent (streamed leases reply after reply), refusals,
  *              reclaim requests                                      (broker, session)
@@ -19,6 +20,7 @@
  *   adopt.c    chunks handed over after a restart, all or nothing     (lake, broker, session)
  *   control.c  the control RPC, handlers in a table                   (broker, session, shares)
  *   ctlsock.c  the control socket on the loop; who may change what   (control, conn)
+ *   names.c    the endpoints named after the GPU's UUID, gmlake-N links (config, backend)
  *   main.c     start-up, signals, the tick, the creators' callback    (all)
  * The only call upwards is the creator pool's completion callback, which
  * main.c registers. */
@@ -42,6 +44,8 @@ typedef struct parked_owner {       /* a client gone while its process lives on 
   uv_poll_t poll;
   broker_client bc;                 /* on the broker's parked list: its chunks count in its quotas */
 } parked_owner;
+
+#define GMLD_NAME_MAX 320 /* a socket's path (sun_path is 108), with room */
 
 typedef struct gmld {
   gmld_config cfg;
@@ -90,7 +94,17 @@ typedef struct gmld {
    * LakeStats and the line that counts it (control.c and gmlakectl show it). */
   Gmlake__LakeStats counters;
   int stopping;
+  char links[2][GMLD_NAME_MAX];        /* names.c: the gmlake-N links made (socket, control); "": none */
+  char link_targets[2][GMLD_NAME_MAX]; /* what each points at (gmlake-<UUID>.sock, .ctl) */
 } gmld;
+
+/* The endpoints' names (names.c): the defaults a config leaves out, after
+ * the device's UUID and index (be NULL: not opened yet, only whether there
+ * are defaults at all), and which of the two (socket, control) took theirs;
+ * the gmlake-N links to those, made once they listen and removed at exit. */
+int names_defaults(gmld_config *c, const gml_backend *be, int took_default[2]);
+void names_link(gmld *d, const int took_default[2]);
+void names_unlink(gmld *d);
 
 /* HTTP /metrics (metrics.c): start (0, or an error said on stderr), the
  * tick's timeouts, stop. */

@@ -10,6 +10,7 @@
 #include "pidquota.h"
 #include "session.h"
 #include "gmlake.h"
+#include "gpuname.h"
 #include "log.h"
 #include "options.h"
 #include "util.h"
@@ -67,9 +68,9 @@ static void notify_systemd(const gmld *d, const char *state) {
 static void notify_status(gmld *d, int force) {
   char st[256], lb[32], hb[32], ub[32];
   uint64_t leased = d->lk.leased + d->lk.parked;
-  snprintf(st, sizeof st, "STATUS=device %d, %s backend: limit %s, lake holds %s, %zu client(s) lease %s", d->cfg.device,
-           d->be->name, gml_format_bytes(d->lk.limit_bytes, lb, sizeof lb), gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb),
-           d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub));
+  snprintf(st, sizeof st, "STATUS=device %d (%s), %s backend: limit %s, lake holds %s, %zu client(s) lease %s", d->cfg.device,
+           d->be->uuid, d->be->name, gml_format_bytes(d->lk.limit_bytes, lb, sizeof lb),
+           gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub));
   if (!force && !strcmp(st, d->status)) return;
   snprintf(d->status, sizeof d->status, "%s", st);
   d->status_ns = gml_now_ns();
@@ -93,6 +94,16 @@ static int check_limit_form(const gmld_config *c) {
   uint64_t v;
   if (!c->limit[0] || !gml_parse_size(c->limit, 1ull << 40, &v)) return 1;
   gml_log_fatal("bad value for limit: '%s' (a size, or a percentage of the device's memory)", c->limit);
+  return 0;
+}
+
+/* --check-config: a host backend's device is one it has (a GPU's UUID or PCI bus id needs the driver to check, which
+ * --check-config does not load). */
+static int check_host_device(const gmld_config *c) {
+  char msg[256];
+  int n;
+  if (strcmp(c->backend, "host") || !gml_backend_host_resolve(c->device_spec, NULL, &n, msg, sizeof msg)) return 1;
+  gml_log_fatal("bad value for device: %s", msg);
   return 0;
 }
 
@@ -131,17 +142,15 @@ static const char *apply_log_level(const gmld_config *c) {
   return gml_log_set_level_from_env(GML_LOG_INFO) ? "GMLAKE_LOG" : "the default";
 }
 
-/* The socket and control endpoint a config leaves out, as at start: 0 when
- * there is no default for them. */
-static int default_endpoints(gmld_config *c) {
-  /* the control endpoint defaults to the socket's directory: a daemon given
-   * only --socket put it in /run/gmlake, beside (or in place of) the system
-   * daemon's */
-  if (!c->control_url[0] && c->socket_path[0])
-    gml_control_url_beside(c->socket_path, c->device, c->control_url, sizeof c->control_url);
-  if (!c->socket_path[0]) gml_default_socket_path(c->device, c->socket_path, sizeof c->socket_path);
-  if (!c->control_url[0]) gml_default_control_url(c->device, c->control_url, sizeof c->control_url);
-  return c->socket_path[0] && c->control_url[0];
+/* --device N is nvidia-smi's GPU N: CUDA's ordinals here follow the PCI bus
+ * order over every GPU (its default, fastest first, need not be nvidia-smi's;
+ * a CUDA_VISIBLE_DEVICES inherited from a shell would hide and renumber
+ * them). Set before the driver is loaded, which reads them at cuInit. */
+static void device_order_pci(void) {
+  const char *v = gml_env(GML_ENV_CUDA_VISIBLE_DEVICES);
+  if (v) GML_WARN("CUDA_VISIBLE_DEVICES=%s ignored: gmlaked serves the GPU --device names (an index is nvidia-smi's)", v);
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
 }
 
 /* The idle release's settings, at start and on SIGHUP. */
@@ -168,7 +177,9 @@ static void on_reload(uv_signal_t *h, int signum) {
   else if (!(limit = config_limit(d, &nc))) bad = "bad value for limit (a size of one chunk or more, or a percentage)";
   else {
     char changed[512];
-    default_endpoints(&nc);
+    int took[2];
+    nc.device = d->cfg.device; /* the index a UUID resolved to at start */
+    names_defaults(&nc, d->be, took);
     if (config_changed_at_start(&d->cfg, &nc, changed, sizeof changed)) /* before: only socket-group and -mode said */
       GML_WARN("SIGHUP: %s changed: taken at the next start, not now (a reload takes limit, quota, log-level, idle-release and idle-reserve)",
                changed);
@@ -245,14 +256,16 @@ int main(int argc, char **argv) {
     return rc > 0 ? 0 : 2;
   }
   if (c->check_config) { /* --check-config: what a start would refuse before it opens anything; nothing is opened */
-    int ok = default_endpoints(c) && check_limit_form(c);
+    int took[2], ok = names_defaults(c, NULL, took) && check_limit_form(c) && check_host_device(c);
     if (ok) printf("gmlaked: the configuration is valid (%s)\n", c->config_path[0] ? c->config_path : "no file");
     free(d);
     return ok ? 0 : 2;
   }
   const char *level_from = apply_log_level(c);
   GML_DEBUG("log level debug (%s)", level_from);
-  if (!default_endpoints(c)) {
+  gmld_config probe = *c; /* the names wait for the device's UUID; whether there are any, not */
+  int took[2];
+  if (!names_defaults(&probe, NULL, took)) {
     gml_log_fatal("/run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
                     "(not in /tmp or another directory others may write: clients refuse those)");
     free(d);
@@ -262,13 +275,23 @@ int main(int argc, char **argv) {
   gml_raise_fd_limit();
   char msg[512];
   gml_backend_opts bo = {.chunk_size = gml_env(GML_ENV_CHUNK_SIZE), .libcuda = gml_env(GML_ENV_LIBCUDA)};
-  rc = gml_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
+  device_order_pci();
+  const char *picked = c->backend;
+  rc = gml_backend_resolve(c->backend, c->device_spec, &bo, &picked, &c->device, msg, sizeof msg);
+  if (rc == 0) {
+    if (msg[0]) GML_INFO("%s", msg);
+    rc = gml_backend_open(picked, c->device, &bo, &d->be, msg, sizeof msg);
+    if (rc && strcmp(picked, c->backend) && gml_device_spec_index(c->device_spec) >= 0) /* auto: a GPU that cannot serve */
+      rc = gml_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
+  }
   if (rc) {
     GML_ERR("%s", msg);
     gml_log_fatal("%s", msg);
     return 1;
   }
   GML_INFO("%s", msg);
+  c->device = d->be->device;
+  names_defaults(c, d->be, took);
   uint64_t freeb = 0, total = 0, limit = 0;
   d->be->ops->mem_info(d->be, &freeb, &total);
   d->device_total = total;
@@ -300,6 +323,7 @@ int main(int argc, char **argv) {
   if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
   int failed = sessions_listen(d), ctl_up = !failed && !(failed = control_start(d));
   if (!failed) failed = metrics_start(d);
+  if (!failed) names_link(d, took);
   if (failed) { /* a failed start leaves no socket file of its own (another daemon may own the control URL) */
     if (ctl_up) {
       control_stop(d);
@@ -314,13 +338,14 @@ int main(int argc, char **argv) {
   uv_timer_start(&d->tick, on_tick, 50, 50);
   daemon_refill(d);
   char lb[32];
-  GML_INFO("serving device %d on %s, control %s, limit %s", c->device, c->socket_path, c->control_url,
+  GML_INFO("serving device %d (%s) on %s, control %s, limit %s", c->device, d->be->uuid, c->socket_path, c->control_url,
            gml_format_bytes(limit, lb, sizeof lb));
   notify_systemd(d, "READY=1");
   notify_status(d, 1);
   uv_run(d->loop, UV_RUN_DEFAULT);
   /* clean shutdown: clients out, chunks released, files removed */
   d->stopping = 1;
+  names_unlink(d);
   sessions_close_all(d);
   control_stop(d);
   metrics_stop(d);

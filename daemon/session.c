@@ -157,58 +157,8 @@ static int refuse_msg(request *rq, const char *why) {
   return -1;
 }
 
-
-static void handle_hello(request *rq) {
-  session *s = rq->s;
-  const Gmlake__Hello *h = rq->env->hello;
-  gmld *d = s->d;
-  if (h->protocol_version != GML_PROTOCOL_VERSION) {
-    send_error(s, rq->env->seq, GML_EPROTO, "protocol version %u not supported (daemon speaks %d)", h->protocol_version,
-               GML_PROTOCOL_VERSION);
-    session_doom(s, "protocol version not supported");
-    return;
-  }
-  snprintf(s->bc.name, sizeof s->bc.name, "%s", h->name ? h->name : "");
-  for (char *p = s->bc.name; *p; p++)
-    if ((unsigned char)*p < 32 || (unsigned char)*p > 126) *p = '?';
-  s->hello_done = 1;
-  /* a hand-over comes right after a restart: later, a client would hand over
-   * chunks it returned but kept the fds of, past its quota and the limit */
-  s->bc.reconnected = h->adopting;
-  int late = h->adopting && gml_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
-  if (h->adopting && !late) s->rx.keep_max = GML_MAX_LEASE_CHUNKS; /* its chunks' fds come with Adopt requests */
-  static uint64_t late_logged_ns; /* one warning a second at most: any client may say adopting */
-  int loud = late && gml_now_ns() - late_logged_ns > 1000000000ull;
-  if (loud) late_logged_ns = gml_now_ns();
-  if (late) gml_log(loud ? GML_LOG_WARN : GML_LOG_DEBUG, "client %llu (pid %d, uid %u) would hand over chunks %.0f s after "
-                    "start (adopt-window %d s): refused, it keeps them uncounted", (unsigned long long)s->bc.id,
-                    (int)s->bc.pid, (unsigned)s->bc.uid, (double)(gml_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
-  conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
-  if (s->peer_gone || conn_process_gone(s->pidfd, s->bc.pid)) { /* after the cgroup read: it was that process's */
-    /* its pid and cgroup are what pid and cgroup quotas bind: a process that connected, handed the socket on
-     * and exited left a connection in no cgroup (before: a lease past its cgroup's quota) */
-    send_error(s, rq->env->seq, GML_EPERM, "the process that connected (pid %d) has exited: a connection is served "
-               "to the process that made it", (int)s->bc.pid);
-    session_doom(s, "the process that connected has exited");
-    return;
-  }
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__HelloReply r = GMLAKE__HELLO_REPLY__INIT;
-  r.protocol_version = GML_PROTOCOL_VERSION;
-  r.chunk_size = d->lk.cs;
-  r.backend = (char *)d->be->name;
-  r.device = d->cfg.device;
-  r.client_id = s->bc.id;
-  r.instance = d->instance;
-  r.max_stream = BROKER_MAX_STREAM, r.lease_wait_ms = (uint32_t)(d->br.lease_wait_ns / 1000000u);
-  r.no_adopt = late, r.mono_ns = gml_now_ns();
-  env.seq = rq->env->seq;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
-  env.hello_reply = &r;
-  session_send(s, &env, NULL, 0);
-  CONN_INFO(s->bc.uid, "client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned)s->bc.uid, s->bc.name, s->bc.cgroup[0] ? s->bc.cgroup : "-");
-}
+/* The hello: hello.c. */
+static void handle_hello(request *rq) { session_hello(rq->s, rq->env); }
 
 static int check_lease(request *rq) {
   return rq->s->bc.lease.pending ? refuse_msg(rq, "a second lease while one is in flight") : 0;

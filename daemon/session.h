@@ -57,6 +57,9 @@ void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms); /* val
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);
 void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 session *session_by_pid(struct gmld *d, pid_t pid);
+/* hello.c: a Hello on s (request seq): the reply saying what the lake is, or an Error and s doomed
+ * (another protocol version, a process that exited, a device that is another GPU). */
+void session_hello(session *s, const Gmlake__Envelope *env);
 /* s cannot go on: it is closed at the next turn of the loop (nothing more read from or sent to it). */
 void session_doom(session *s, const char *why);
 #endif

@@ -14,8 +14,10 @@
 #endif
 #include "discover.h"
 #include "gmlake.h"
+#include "gpuname.h"
 #include "options.h"
 #include "gmlake.pb-c.h"
+#include "ctl_endpoint.h"
 #include "statsview.h"
 #include "util.h"
 #include "wire.h"
@@ -229,6 +231,16 @@ static long long parse_int_or_die(const ctl *c, const char *what, const char *s,
     exit(2);
   }
   return v;
+}
+
+/* --device: nvidia-smi's index N (gmlake-N.ctl, a daemon's link) or a UUID
+ * (gmlake-<UUID>.ctl: GPU-..., host-N), or exit 2. A PCI bus id needs the
+ * driver to name: gmlaked takes one, gmlakectl does not. */
+static const char *device_or_die(const ctl *c, const char *s) {
+  if (gml_device_name_ok(s)) return s;
+  ctl_error(c, GML_EINVAL, "bad device '%s' (nvidia-smi's index 0 to %d, or a UUID as nvidia-smi -L prints it, GPU-..., "
+            "or host-N)", s, GML_DEVICE_INDEX_MAX);
+  exit(2);
 }
 
 /* watch's --interval: seconds, at least 0.1 and at most a day, or exit 2
@@ -452,7 +464,7 @@ static const struct command {
 };
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: gmlakectl [--control URL | --device N] [--json] COMMAND\n"
+  fprintf(f, "usage: gmlakectl [--control URL | --device N|UUID] [--json] COMMAND\n"
              "       gmlakectl --version | --help\n"
              "commands:\n");
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
@@ -464,7 +476,8 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   char url[300] = "";
-  int device = 0, device_given = 0, ch, help = 0, version = 0;
+  const char *device = "0";
+  int device_given = 0, ch, help = 0, version = 0;
   char *cmd = NULL, *args[4] = {0};
   ctl c = {.interval = 1.0, .args = args};
   /* --json anywhere makes every error, usage errors included, an error object on stdout too */
@@ -486,7 +499,7 @@ int main(int argc, char **argv) {
     }
     switch (ch) {
     case 'c': snprintf(url, sizeof url, "%s", optarg); break;
-    case 'd': device = (int)parse_int_or_die(&c, "device", optarg, 0, 1023), device_given = 1; break;
+    case 'd': device = device_or_die(&c, optarg), device_given = 1; break;
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
@@ -523,46 +536,12 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  char how[700] = "";
-  if (!url[0]) { /* --device wins over GMLAKE_CONTROL */
-    const char *sock = gml_env(GML_ENV_SOCKET);
-    if (gml_env(GML_ENV_CONTROL) && !device_given) snprintf(url, sizeof url, "%s", gml_env(GML_ENV_CONTROL));
-    else if (sock && *sock) { /* the clients' daemon: its control endpoint where gmlaked --socket alone puts it */
-      char path[256];
-      gml_socket_of_device(sock, device, path, sizeof path);
-      gml_control_url_beside(path, device, url, sizeof url);
-      snprintf(how, sizeof how, " It is where gmlaked --socket %s puts it without --control (found from GMLAKE_SOCKET); "
-               "a daemon given --control URL: give gmlakectl --control URL", path);
-      /* only where the client library would take that socket (client/discover.h): an endpoint in a
-       * directory others may write is anyone's, and its answers (stats, "limit set") would be believed */
-      char why[512];
-      int missing = 0;
-      if (gml_socket_path_trusted(url + 6, why, sizeof why, &missing)) {
-        if (missing)
-          ctl_error(&c, GML_EDAEMON, "cannot reach the daemon at %s: %s does not exist: is the daemon running, with this "
-                    "control endpoint?%s", url, url + 6, how);
-        else ctl_error(&c, GML_EDAEMON, "not using %s, found from GMLAKE_SOCKET: %s (clients do not use a socket there "
-                       "either); give --control URL to use it anyway", url, why);
-        return 1;
-      }
-    } else {
-      gml_client_control_url(device, url, sizeof url);
-      /* what was tried: /run/gmlake, then the default endpoint where that is another (XDG_RUNTIME_DIR: not
-       * for root or a user who may write /run/gmlake, who never look there) */
-      char sys[64], then[310] = "";
-      snprintf(sys, sizeof sys, "/run/gmlake/gmlake-%d.ctl", device);
-      if (!strncmp(url, "ipc://", 6) && strcmp(url + 6, sys)) snprintf(then, sizeof then, ", then %s", url + 6);
-      snprintf(how, sizeof how, " Tried for device %d: %s%s. A daemon started with --socket PATH "
-               "and no --control serves ipc://<PATH's directory>/gmlake-%d.ctl: give that as --control, or set "
-               "GMLAKE_SOCKET=PATH", device, sys, then, device);
-    }
-    if (how[0]) c.found_how = how;
-    if (!url[0]) {
-      ctl_error(&c, GML_EDAEMON, "no daemon of device %d: /run/gmlake/gmlake-%d.ctl does not exist and XDG_RUNTIME_DIR is "
-                                 "unset (give --control).%s", device, device, how);
-      return 1;
-    }
+  char how[700] = "", err[1024];
+  if (!url[0] && ctl_find_endpoint(device, device_given, url, sizeof url, how, sizeof how, err, sizeof err)) {
+    ctl_error(&c, GML_EDAEMON, "%s", err);
+    return 1;
   }
+  if (how[0]) c.found_how = how;
   if (!strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
     ctl_error(&c, GML_EINVAL, "bad control endpoint '%s': a URL, e.g. ipc://%s", url, url[0] == '/' ? url : "/run/gmlake/gmlake-0.ctl");
     return 2;

@@ -137,7 +137,7 @@ void print_json_list(ProtobufCMessage *const *items, size_t n) {
  * size of that many chunks, {field:pct} as a percentage, {field:%.1f} with
  * that format. */
 static const char *const stats_lines[] = {
-    "device {device} ({backend} backend), chunks of {chunk_size:bytes}",
+    "device {device} ({gpu_uuid}, {backend} backend), chunks of {chunk_size:bytes}",
     "  lake      {chunks_total:chunks} held of limit {limit_bytes:bytes}",
     "  chunks    {chunks_total} total: {chunks_free} free, {chunks_leased} leased, {chunks_parked} parked, "
     "{chunks_creating} being created",
@@ -285,7 +285,7 @@ static const struct metric_view {
     {"lease_latency_count", NULL, NULL, NULL, NULL, AS_IS, NULL},
 };
 
-/* Every sample's labels: the device index and its UUID (a GPU's, as
+/* Every sample's labels: the device index (nvidia-smi's, as gmlaked --device N) and its UUID (a GPU's, as
  * nvidia-smi and DCGM name it, or host-N). */
 typedef struct labels {
   int dev;
