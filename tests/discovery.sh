@@ -57,9 +57,10 @@ echo "  GMLAKE_SOCKET in a world-writable directory, GMLAKE_MODE=daemon: refused
 # 2. found through XDG_RUNTIME_DIR, mode unset: not used; embedded, and it says so
 echo close | XDG_RUNTIME_DIR="$w" "$TC" "default:$DEV" >"$p/out" 2>"$p/err" || fail "client failed: $(cat "$p/err")"
 grep -q "^ready .* embedded$" "$p/out" || fail "expected embedded: $(cat "$p/out")"
-grep -q "no daemon at /run/gmlake/gmlake-$DEV.sock (.*); $w/gmlake-$DEV.sock (.*writable by everyone.*); running embedded" "$p/err" \
+# by the device's UUID (the host backend's host-63), then by its ordinal (a daemon's gmlake-N link, an older daemon)
+grep -q "no daemon at /run/gmlake/gmlake-host-$DEV.sock (.*); $w/gmlake-host-$DEV.sock (.*writable by everyone.*); /run/gmlake/gmlake-$DEV.sock (.*); $w/gmlake-$DEV.sock (.*writable by everyone.*); running embedded" "$p/err" \
   || fail "the fallback does not say where it looked and why: $(cat "$p/err")"
-echo "  XDG_RUNTIME_DIR world-writable: the system path, then it, both refused; stderr: $(grep -m1 "running embedded" "$p/err" | cut -c1-120)..."
+echo "  XDG_RUNTIME_DIR world-writable: the system path, then it, by UUID then by ordinal, all refused; stderr: $(grep -m1 "running embedded" "$p/err" | cut -c1-120)..."
 [ ! -s "$p/fake.log" ] || fail "the fake daemon in a world-writable directory was connected to"
 echo "  the fake daemon saw no connection"
 
@@ -90,8 +91,8 @@ grep -q "^ready .* daemon$" "$p/out" || fail "expected daemon mode: $(cat "$p/ou
 echo "  GMLAKE_SOCKET=.../gmlake-%d.sock: device 5's client reached device 5's daemon"
 echo close | GMLAKE_SOCKET="$p/gpus/gmlake-5.sock" "$TC" "default:6" >"$p/out" 2>"$p/err" &&
   fail "device 6's client used device 5's daemon: $(cat "$p/out")"
-grep -q "the daemon serves device 5, not device 6" "$p/err" || fail "unclear error: $(cat "$p/err")"
-echo "  device 6's client and device 5's daemon: refused: $(grep -m1 "serves device" "$p/err" | cut -c1-140)..."
+grep -q "this daemon serves host-5 (device 5); the client's device 6 is host-6" "$p/err" || fail "unclear error: $(cat "$p/err")"
+echo "  device 6's client and device 5's daemon: refused: $(grep -m1 "daemon serves" "$p/err" | cut -c1-160)..."
 
 # 4c. gmlakectl --device N and a private daemon given only --socket PATH: its control endpoint is
 #     beside the socket (gmlake-N.ctl there), found from GMLAKE_SOCKET as clients find the socket
@@ -285,4 +286,79 @@ EOF
   fi
 else
   skip "discovery: the socket-owner, SO_PEERCRED and daemon-default cases" "they need root"
+fi
+
+# 11. GPUs by UUID (issue 27): a job given physical GPU 1 (CUDA_VISIBLE_DEVICES=1) sees it as its device
+#     0; it must reach GPU 1's daemon, not GPU 0's (before: gmlake-0.sock, GPU 0's, whose chunks are
+#     another GPU's memory). The host backend stands in for two GPUs: host-0 and host-1, its
+#     CUDA_VISIBLE_DEVICES mapping visible ordinals as the driver does. Two daemons on their default
+#     endpoints (--device host-0, and 1 for nvidia-smi's index): sockets and control endpoints named by
+#     UUID, gmlake-N links to them; the client's allocation in host-1's lake only; a client forced to
+#     the wrong daemon (GMLAKE_SOCKET) refused with both UUIDs named; gmlakectl --device host-1 / 1; a
+#     found gmlake-N.sock of another GPU passed over; the links gone with their daemons. As root in a
+#     mount namespace of its own (a tmpfs on /run: the defaults are /run/gmlake), else in XDG_RUNTIME_DIR.
+mkdir -m 700 "$p/uuid"
+cat >"$p/uuid.sh" <<EOF
+set -e
+B="$(pwd)/$BUILD"; P="$p/uuid"
+if [ "\$(id -u)" = 0 ]; then
+  mount -t tmpfs -o mode=0755 tmpfs /run && mkdir -m 755 /run/gmlake
+  DIR=/run/gmlake; unset XDG_RUNTIME_DIR
+else
+  DIR="\$P/xdg"; mkdir -m 700 "\$DIR"; export XDG_RUNTIME_DIR="\$DIR"
+fi
+unset GMLAKE_SOCKET GMLAKE_CONTROL GMLAKE_MODE CUDA_VISIBLE_DEVICES
+fail() { echo "\$*" >"\$P/failed"; kill \$d0 \$d1 2>/dev/null; exit 1; }
+"\$B/gmlaked" --backend host --device host-0 --limit 64MiB --prefetch 0 --log-level info 2>"\$P/d0.log" & d0=\$!
+"\$B/gmlaked" --backend host --device 1 --limit 64MiB --prefetch 0 --log-level info 2>"\$P/d1.log" & d1=\$!
+for _ in \$(seq 400); do [ -L "\$DIR/gmlake-0.ctl" ] && [ -L "\$DIR/gmlake-1.ctl" ] && break; sleep 0.05; done
+for n in 0 1; do
+  [ -S "\$DIR/gmlake-host-\$n.sock" ] && [ -S "\$DIR/gmlake-host-\$n.ctl" ] || fail "no gmlake-host-\$n.sock/.ctl in \$DIR: \$(ls -l "\$DIR"; cat "\$P/d\$n.log")"
+  [ "\$(readlink "\$DIR/gmlake-\$n.sock")" = "gmlake-host-\$n.sock" ] && [ "\$(readlink "\$DIR/gmlake-\$n.ctl")" = "gmlake-host-\$n.ctl" ] ||
+    fail "gmlake-\$n.sock/.ctl are no links to gmlake-host-\$n.sock/.ctl: \$(ls -l "\$DIR")"
+done
+grep -q "serving device 1 (host-1) on \$DIR/gmlake-host-1.sock, control ipc://\$DIR/gmlake-host-1.ctl" "\$P/d1.log" ||
+  fail "the serving line does not name host-1: \$(cat "\$P/d1.log")"
+# the job's device 0 is host-1: its allocation lands in host-1's lake, none in host-0's
+mkfifo "\$P/in"
+GMLAKE_BACKEND=host CUDA_VISIBLE_DEVICES=1 GMLAKE_MODE=daemon "\$B/gml-testclient" default:0 <"\$P/in" >"\$P/out" 2>"\$P/err" & c=\$!
+exec 3>"\$P/in"
+echo "alloc 4194304" >&3
+for _ in \$(seq 400); do [ "\$(wc -l <"\$P/out")" -ge 2 ] && break; sleep 0.05; done
+grep -q "^ready .* daemon\$" "\$P/out" && grep -q "^ok 0\$" "\$P/out" || fail "CUDA_VISIBLE_DEVICES=1 did not reach a daemon: \$(cat "\$P/out" "\$P/err")"
+"\$B/gmlakectl" --device host-1 --json stats >"\$P/s1" && "\$B/gmlakectl" --device host-0 --json stats >"\$P/s0" || fail "gmlakectl --device host-N"
+python3 - "\$P/s0" "\$P/s1" <<'PY' || fail "the allocation is not in host-1's lake alone: \$(cat "\$P/s0" "\$P/s1")"
+import json, sys
+s0, s1 = (json.load(open(f)) for f in sys.argv[1:])
+assert s1["gpu_uuid"] == "host-1" and s1["device"] == 1 and s1["clients"] == 1 and s1["chunks_leased"] >= 2, s1
+assert s0["gpu_uuid"] == "host-0" and s0["clients"] == 0 and s0["chunks_leased"] == 0, s0
+PY
+"\$B/gmlakectl" --device 1 stats >"\$P/h1" || fail "gmlakectl --device 1 (the link) failed"
+grep -q "^device 1 (host-1, host backend)" "\$P/h1" || fail "gmlakectl --device 1 stats: \$(cat "\$P/h1")"
+echo close >&3
+exec 3>&-
+wait \$c || fail "the client failed: \$(cat "\$P/err")"
+# forced to host-0's daemon: refused, both GPUs named, by the daemon and by the client's error
+if echo close | GMLAKE_BACKEND=host CUDA_VISIBLE_DEVICES=1 GMLAKE_SOCKET="\$DIR/gmlake-host-0.sock" "\$B/gml-testclient" default:0 >"\$P/out" 2>"\$P/err"; then
+  fail "a client of host-1 used host-0's daemon: \$(cat "\$P/out")"
+fi
+why="this daemon serves host-0 (device 0); the client's device 0 is host-1: set GMLAKE_SOCKET to host-1's daemon or unset it"
+grep -qF "\$why" "\$P/err" || fail "the refusal does not name both GPUs: \$(cat "\$P/err")"
+grep -qF "refused: \$why" "\$P/d0.log" || fail "host-0's daemon did not log the refusal: \$(cat "\$P/d0.log")"
+# device 0 of CUDA_VISIBLE_DEVICES=5 is host-5, which no daemon serves: host-0's gmlake-0.sock is passed over
+echo close | GMLAKE_BACKEND=host CUDA_VISIBLE_DEVICES=5 "\$B/gml-testclient" default:0 >"\$P/out" 2>"\$P/err" || fail "host-5's client failed: \$(cat "\$P/err")"
+grep -q "^ready .* embedded\$" "\$P/out" || fail "host-5's client used a daemon: \$(cat "\$P/out")"
+grep -qF "\$DIR/gmlake-0.sock (this daemon serves host-0 (device 0); the client's device 0 is host-5" "\$P/err" ||
+  fail "host-5's client does not say why gmlake-0.sock was passed over: \$(cat "\$P/err")"
+kill \$d0 \$d1
+wait \$d0 \$d1 || true
+for f in gmlake-0.sock gmlake-0.ctl gmlake-1.sock gmlake-1.ctl; do
+  [ ! -e "\$DIR/\$f" ] && [ ! -L "\$DIR/\$f" ] || fail "\$f left behind: \$(ls -l "\$DIR")"
+done
+EOF
+if [ "$(id -u)" != 0 ]; then sh "$p/uuid.sh" || fail "GPUs by UUID: $(cat "$p/uuid/failed" 2>/dev/null)"
+elif unshare -m true 2>/dev/null; then unshare -m sh "$p/uuid.sh" || fail "GPUs by UUID: $(cat "$p/uuid/failed" 2>/dev/null)"
+else not_run "discovery: GPUs by UUID" "no mount namespace here (unshare -m) and, as root, the defaults are /run/gmlake's"; fi
+if [ ! -e "$p/uuid/failed" ] && [ -e "$p/uuid/d1.log" ]; then
+  echo "  GPUs by UUID: gmlake-host-N.sock/.ctl and gmlake-N links; CUDA_VISIBLE_DEVICES=1's device 0 in host-1's lake; forced to host-0: refused naming both; host-5's passes gmlake-0.sock over"
 fi

@@ -3,6 +3,7 @@
  * table (environment read once, explicit options win); the backend table. */
 #include "backend.h"
 #include "gmlake.h"
+#include "gpuname.h"
 #include "log.h"
 #include "options.h"
 #include "util.h"
@@ -486,6 +487,58 @@ START_TEST(test_backend_table) {
 }
 END_TEST
 
+/* Devices named without opening them (issue 27, common/gpuname.h): the host
+ * backend maps a visible ordinal through CUDA_VISIBLE_DEVICES as the driver
+ * does (so host tests take a GPU client's path), a daemon's --device resolves
+ * N or host-N on the host and nothing else, auto passes over a cuda that is
+ * not there, and PCI bus ids parse in nvidia-smi's and the driver's forms. */
+START_TEST(test_device_names) {
+  gml_backend_opts no_cuda = {.libcuda = "/nonexistent/libcuda.so.1"};
+  char uuid[GML_UUID_MAX], msg[512];
+  static const struct { const char *visible; int ordinal; const char *uuid; } maps[] = {
+      {NULL, 0, "host-0"},    {NULL, 4, "host-4"},       {"3", 0, "host-3"},        {"3,1", 1, "host-1"},
+      {"host-7,2", 0, "host-7"}, {"3", 1, "host-1"},     {"GPU-6f2b1c3e", 0, "host-0"}, {"", 2, "host-2"},
+  };
+  for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
+    if (maps[i].visible) setenv("CUDA_VISIBLE_DEVICES", maps[i].visible, 1);
+    else unsetenv("CUDA_VISIBLE_DEVICES");
+    ck_assert_int_eq(gml_backend_device_uuid("auto", maps[i].ordinal, &no_cuda, uuid), 0);
+    ck_assert_msg(!strcmp(uuid, maps[i].uuid), "CUDA_VISIBLE_DEVICES=%s, ordinal %d: %s, not %s", maps[i].visible,
+                  maps[i].ordinal, uuid, maps[i].uuid);
+  }
+  setenv("CUDA_VISIBLE_DEVICES", "3", 1); /* an embedded host client names its device the same */
+  gml_backend *be = NULL;
+  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_str_eq(be->uuid, "host-3");
+  ck_assert_int_eq(be->device, 0);
+  gml_backend_close(be);
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  ck_assert_int_eq(gml_backend_device_uuid("cuda", 0, &no_cuda, uuid), GML_ENODEV);
+  ck_assert_str_eq(uuid, "");
+  const char *picked = NULL;
+  int dev = -1;
+  ck_assert_int_eq(gml_backend_resolve("host", "host-5", NULL, &picked, &dev, msg, sizeof msg), 0);
+  ck_assert_str_eq(picked, "host");
+  ck_assert_int_eq(dev, 5);
+  ck_assert_int_eq(gml_backend_resolve("auto", "2", &no_cuda, &picked, &dev, msg, sizeof msg), 0);
+  ck_assert_str_eq(picked, "host");
+  ck_assert_int_eq(dev, 2);
+  ck_assert_msg(strstr(msg, "backend auto: picked host for device 2 (cuda: cannot load"), "%s", msg);
+  ck_assert_int_eq(gml_backend_resolve("host", "GPU-6f2b1c3e-8a4d", NULL, &picked, &dev, msg, sizeof msg), GML_ENODEV);
+  ck_assert_msg(strstr(msg, "the host backend's devices are host-N or N"), "%s", msg);
+  ck_assert_int_eq(gml_backend_resolve("cuda", "GPU-6f2b1c3e-8a4d", &no_cuda, &picked, &dev, msg, sizeof msg), GML_ENODEV);
+  ck_assert_msg(strstr(msg, "no device GPU-6f2b1c3e-8a4d: cuda: cannot load"), "%s", msg);
+  unsigned v[4];
+  ck_assert(gml_pci_bus_id_parse("00000000:3B:00.0", v) && v[0] == 0 && v[1] == 0x3b && v[2] == 0 && v[3] == 0);
+  ck_assert(gml_pci_bus_id_parse("0001:af:1f.7", v) && v[0] == 1 && v[1] == 0xaf && v[2] == 0x1f && v[3] == 7);
+  ck_assert(gml_pci_bus_id_parse("3b:00.0", v) && v[1] == 0x3b);
+  ck_assert(!gml_pci_bus_id_parse("3b:00", v) && !gml_pci_bus_id_parse("GPU-3b", v) && !gml_pci_bus_id_parse("3b:20.0", v));
+  ck_assert(gml_uuid_same("GPU-6F2B1C3E", "gpu-6f2b1c3e") && !gml_uuid_same("host-1", "host-10") && !gml_uuid_same("", ""));
+  ck_assert_str_eq(gml_uuid_backend("host-3"), "host");
+  ck_assert_str_eq(gml_uuid_backend("GPU-6f2b1c3e"), "cuda");
+}
+END_TEST
+
 /* The PyTorch entry points open with the one default (auto) but take no host
  * memory they did not ask for: PyTorch would use it as device memory. */
 START_TEST(test_torch_default_backend) {
@@ -522,6 +575,7 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_oom_count_threads);
   tcase_add_test(tc, test_error_messages_name_the_argument);
   tcase_add_test(tc, test_backend_table);
+  tcase_add_test(tc, test_device_names);
   tcase_add_test(tc, test_torch_default_backend);
   suite_add_tcase(s, tc);
   return s;

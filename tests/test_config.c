@@ -199,7 +199,8 @@ START_TEST(test_usage_from_table) {
   config_usage(f);
   fclose(f);
   static const char *const lines[] = {
-      "  --device N            GPU index (default 0)\n",
+      "  --device N|UUID|PCI   the GPU: nvidia-smi's index N, its UUID (GPU-...) or PCI bus id (0000:3b:00.0); host backend: N "
+      "or host-N (default 0)\n",
       "  --prefetch BYTES      chunks created ahead of demand (default 256MiB)\n",
       "  --creators N          threads creating chunks (default 4)\n",
       "  --socket-mode OCTAL   permissions of the socket (default 0660)\n",
@@ -241,6 +242,32 @@ static int load_said(gmld_config *c, const char *a1, const char *a2, char *said,
   fclose(f);
   return rc;
 }
+
+/* --device names a GPU by nvidia-smi's index, its UUID or its PCI bus id, and
+ * the host backend's devices by N or host-N (issue 27); the form is checked
+ * here, which GPU it is once the backend is open (gmlaked refused all but a
+ * number before). */
+START_TEST(test_device_forms) {
+  gmld_config c;
+  write_conf("");
+  static const struct { const char *spec; int index; } good[] = {
+      {"3", 3}, {"host-7", 7}, {"GPU-6f2b1c3e-8a4d-4e1f-9b2a-0c3d4e5f6a7b", -1}, {"gpu-6F2B1C3E-8A4D", -1},
+      {"0000:3b:00.0", -1}, {"00000000:3B:00.0", -1}, {"3b:00.0", -1}, {"cuda-2", -1},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    ck_assert_msg(load(&c, "--device", good[i].spec, NULL, NULL) == 0, "--device %s refused", good[i].spec);
+    ck_assert_str_eq(c.device_spec, good[i].spec);
+    ck_assert_int_eq(c.device, good[i].index);
+  }
+  static const char *const bad[] = {"x", "abc", "GPU-", "GPU-xyz", "host-", "host-1024", "1024", "-1", "../x", "GPU-12/..",
+                                    "0000:3b:00.9", "3b:00", "0x3b:00.0", " 1"};
+  char said[512];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_msg(load_said(&c, "--device", bad[i], said, sizeof said) == GML_EINVAL, "--device '%s' taken", bad[i]);
+    ck_assert_msg(strstr(said, "a UUID as nvidia-smi -L prints it"), "--device %s: %s", bad[i], said);
+  }
+}
+END_TEST
 
 /* A flag in the file takes its key alone or yes/no: before, any value turned
  * it on, so "control-insecure-tcp = no" allowed an unauthenticated tcp://
@@ -403,6 +430,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_file_then_flags);
   tcase_add_test(tc, test_bad_values);
+  tcase_add_test(tc, test_device_forms);
   tcase_add_test(tc, test_quota_holders);
   tcase_add_test(tc, test_metrics_listen);
   tcase_add_test(tc, test_usage_from_table);

@@ -1328,6 +1328,71 @@ START_TEST(test_ctl_errors) {
 }
 END_TEST
 
+/* A raw hello saying device `device` is `uuid` ("": an older client's hello); the reply, and the
+ * connection in *sock. */
+static Gmlake__Envelope *hello_as(const char *uuid, int device, int *sock) {
+  int s = raw_connect(), fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  ck_assert_int_ge(s, 0);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *in = NULL;
+  Gmlake__Hello h = GMLAKE__HELLO__INIT;
+  h.protocol_version = GML_PROTOCOL_VERSION;
+  h.name = "uuid-test", h.gpu_uuid = (char *)uuid, h.device = device;
+  env.seq = 1, env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO, env.hello = &h;
+  ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
+  ck_assert_int_eq(gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS), 0);
+  ck_assert_int_eq(nfds, 0);
+  *sock = s;
+  return in;
+}
+
+/* GPUs are named by UUID (issue 27). A job given physical GPU 1 (CUDA_VISIBLE_DEVICES=1) sees it as its
+ * device 0: the daemon of GPU 1 serves it (before: refused, "serves device 1, not device 0", its
+ * ordinals compared); one whose device 0 is GPU 0, forced to GPU 1's daemon (GMLAKE_SOCKET), is
+ * refused, both GPUs named, and the client reports the daemon's words. On the wire: a hello naming
+ * another device of the daemon's backend gets an Error (GML_ENODEV) and the connection closed; one
+ * naming none (an older client) or a device of another backend (a client on auto whose driver has a
+ * GPU, at a host daemon) is served, and the reply names the daemon's device for the client to compare.
+ * The host backend's host-N stand in for GPUs' UUIDs, its CUDA_VISIBLE_DEVICES mapping for the
+ * driver's. */
+START_TEST(test_hello_names_gpu) {
+  if (strcmp(backend, "host")) {
+    test_not_run("test_hello_names_gpu", "it names the host backend's devices (host-N)");
+    return;
+  }
+  start_daemon("--device 1 --limit 16MiB --prefetch 0");
+  proc a = client_start_env("CUDA_VISIBLE_DEVICES=1");
+  const char *line = client_first_line(&a);
+  ck_assert_msg(!strncmp(line, "ready ", 6) && strstr(line, " daemon"), "CUDA_VISIBLE_DEVICES=1's device 0: '%s'", line);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 0");
+  ck_assert_int_eq(stat_num("clients"), 1);
+  ck_assert_int_eq(client_finish(&a), 0);
+  char out[4096];
+  ck_assert_int_eq(sh(out, sizeof out, "env -u CUDA_VISIBLE_DEVICES %s/gml-testclient %s </dev/null 2>&1", bindir, sock_path), 1);
+  ck_assert_msg(strstr(out, "this daemon serves host-1 (device 1); the client's device 0 is host-0: set GMLAKE_SOCKET to "
+                            "host-0's daemon or unset it"), "device 0 at device 1's daemon: %s", out);
+  int s;
+  Gmlake__Envelope *r = hello_as("host-5", 2, &s);
+  ck_assert_int_eq(r->msg_case, GMLAKE__ENVELOPE__MSG_ERROR);
+  ck_assert_int_eq(r->error->code, GML_ENODEV);
+  ck_assert_msg(strstr(r->error->message, "this daemon serves host-1 (device 1); the client's device 2 is host-5"), "%s",
+                r->error->message);
+  ck_assert(closed_by_daemon(s));
+  gmlake__envelope__free_unpacked(r, NULL);
+  close(s);
+  static const char *const served[] = {"", "GPU-6f2b1c3e-8a4d-4e1f-9b2a-0c3d4e5f6a7b"};
+  for (size_t i = 0; i < sizeof served / sizeof served[0]; i++) {
+    r = hello_as(served[i], 0, &s);
+    ck_assert_msg(r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY, "hello naming '%s': %d", served[i], (int)r->msg_case);
+    ck_assert_str_eq(r->hello_reply->gpu_uuid, "host-1");
+    ck_assert_int_eq(r->hello_reply->device, 1);
+    gmlake__envelope__free_unpacked(r, NULL);
+    close(s);
+  }
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* SIGTERM: clean exit, socket and control files gone; a bad config key is named. */
 START_TEST(test_shutdown_and_config) {
   start_daemon("--limit 16MiB");
@@ -1377,6 +1442,7 @@ int main(void) {
   tcase_add_test(tc, test_ctl_errors);
   tcase_add_test(tc, test_refused_connection_says_why);
   tcase_add_test(tc, test_control_beside_socket);
+  tcase_add_test(tc, test_hello_names_gpu);
   tcase_add_test(tc, test_shutdown_and_config);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
