@@ -199,7 +199,15 @@ install: $(BINS)
 	install -m 644 man/man1/gmlakectl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 man/man3/gmlake.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 644 man/man8/gmlaked.8 $(DESTDIR)$(MANDIR)/man8/
-	sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/gmlaked@.service > $(DESTDIR)/lib/systemd/system/gmlaked@.service
+	for u in gmlaked@.service gmlake.target gmlake-instances.service; do \
+	  sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/$$u > $(DESTDIR)/lib/systemd/system/$$u; done
+	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/libexec/gmlake
+	install -m 644 systemd/gmlake.sysusers $(DESTDIR)/usr/lib/sysusers.d/gmlake.conf
+	install -m 644 systemd/gmlake.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/gmlake.conf
+	install -m 755 scripts/gmlake-instances $(DESTDIR)$(PREFIX)/libexec/gmlake/
+	# the unit's user and group, and /run/gmlake (a real install: the DESTDIR one is the package's to do)
+	if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers /usr/lib/sysusers.d/gmlake.conf; fi
+	if [ -z "$(DESTDIR)" ] && command -v systemd-tmpfiles >/dev/null; then systemd-tmpfiles --create /usr/lib/tmpfiles.d/gmlake.conf || true; fi
 	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf ] || install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf
 	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/

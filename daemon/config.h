@@ -40,6 +40,7 @@ typedef struct gmld_config {
   unsigned socket_mode;
   char socket_group[64];
   char config_path[256];
+  char instance_config_path[256]; /* --instance-config: read after config_path when it exists */
   char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
   config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID|cgroup:PATH BYTES" lines, in order, one a holder */
   int nquotas;
