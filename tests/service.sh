@@ -213,3 +213,20 @@ SH
   unshare -m sh "$d/sys.sh" || fail "the system file: root's daemon must read it, a user's must not (exit $?): $(cat "$d/root.out" "$d/user.out" 2>/dev/null)"
   echo "  /etc/gmlake/gmlaked.conf: read by root's daemon ('limit = lots' refused), not by uid 65534's (valid: $(cat "$d/user.out"))"
 fi
+
+# one shared file, one per GPU (--instance-config, as the unit passes /etc/gmlake/gmlaked@N.conf): two
+# instances with metrics-listen on their own ports (with it in the shared file only, every instance after
+# the first failed: "Address already in use", a flag nobody gave)
+pa=$((20000 + $$ % 20000)) && pb=$((pa + 1))
+printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nmetrics-listen = 127.0.0.1:%d\n' $pa > "$d/shared.conf"
+printf 'metrics-listen = 127.0.0.1:%d # GPU 1 only\n' $pb > "$d/inst1.conf"
+ipids=
+for i in 0 1; do
+  "$B/gmlaked" --device $i --config "$d/shared.conf" --instance-config "$d/inst$i.conf" --socket "$d/i$i.sock" \
+    --control "ipc://$d/i$i.ctl" 2>"$d/i$i.log" &
+  ipids="$ipids $!"
+done
+metrics() { /usr/bin/python3 -c "import sys, urllib.request; sys.exit(0 if b'gmlake_lake_limit_bytes' in urllib.request.urlopen('http://127.0.0.1:$1/metrics', timeout=5).read() else 1)" 2>/dev/null; }
+wait_for 20 metrics $pa && wait_for 20 metrics $pb || { kill $ipids; fail "two instances, metrics on $pa and $pb: $(cat "$d/i0.log" "$d/i1.log")"; }
+for p in $ipids; do kill -TERM $p; wait $p || fail "an instance did not stop cleanly"; done
+echo "  two instances of one shared file: GPU 0's metrics on :$pa (the shared file's), GPU 1's on :$pb (its own file's)"
