@@ -64,7 +64,7 @@ typedef struct broker_client {
   pid_t pid;
   uid_t uid;
   char name[64];
-  char cgroup[128];            /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
+  char cgroup[GML_QUOTA_CGROUP_MAX]; /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
   double since;                /* unix time of connect */
   int closing;                 /* going away: nothing is served to it or asked of it */
   uint64_t leased_chunks;

@@ -328,7 +328,7 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
     fclose(f);
     return -1;
   }
-  char line[512];
+  char line[GML_QUOTA_CGROUP_MAX + 512]; /* a quota of any cgroup path fits */
   int lineno = 0, rc = 0, set_at[GML_ARRAY_LEN(options)] = {0}; /* the line each key was given on */
   while (fgets(line, sizeof line, f)) {
     lineno++;

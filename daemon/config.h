@@ -6,6 +6,7 @@
  * bad value is an error at start that names its key. */
 #ifndef GML_CONFIG_H
 #define GML_CONFIG_H
+#include "util.h"
 #include <stdint.h>
 #include <stdio.h>
 
@@ -16,7 +17,7 @@
 typedef struct config_quota {
   int kind;                   /* GML_QUOTA_PID, _UID or _CGROUP (util.h) */
   uint32_t key;               /* pid or uid */
-  char cgroup[128];           /* GML_QUOTA_CGROUP: its path (GML_QUOTA_CGROUP_MAX) */
+  char cgroup[GML_QUOTA_CGROUP_MAX]; /* GML_QUOTA_CGROUP: its path (GML_QUOTA_CGROUP_MAX) */
   uint64_t bytes;
   int line;                   /* the config file's line it is on (0: a flag) */
 } config_quota;

@@ -114,6 +114,11 @@ static int apply_quotas(gmld *d) {
       GML_WARN("quota of pid %u not set: %s", q->key, pidquota_why((pid_t)q->key, rc, why, sizeof why));
       continue;
     }
+    char why[700];
+    if (q->kind == GML_QUOTA_CGROUP && q->bytes && conn_cgroup_check(q->cgroup, why, sizeof why)) {
+      GML_WARN("quota of cgroup %s not set: %s", q->cgroup, why); /* it bound nothing, without a word */
+      continue;
+    }
     if (q->kind == GML_QUOTA_CGROUP) rc = lake_set_quota_cgroup(&d->lk, q->cgroup, q->bytes);
     else rc = lake_set_quota(&d->lk, q->kind == GML_QUOTA_UID, q->key, q->bytes);
     applied += rc == 0;

@@ -230,3 +230,22 @@ metrics() { /usr/bin/python3 -c "import sys, urllib.request; sys.exit(0 if b'gml
 wait_for 20 metrics $pa && wait_for 20 metrics $pb || { kill $ipids; fail "two instances, metrics on $pa and $pb: $(cat "$d/i0.log" "$d/i1.log")"; }
 for p in $ipids; do kill -TERM $p; wait $p || fail "an instance did not stop cleanly"; done
 echo "  two instances of one shared file: GPU 0's metrics on :$pa (the shared file's), GPU 1's on :$pb (its own file's)"
+
+# a cgroup quota that cannot bind is refused, saying why (it was taken, and bound nothing): a cgroup that
+# does not exist; on a host with no cgroup v2 hierarchy, any (checked where this host has one or not)
+"$B/gmlaked" --backend host --socket "$d/cg.sock" --control "ipc://$d/cg.ctl" --prefetch 0 2>"$d/cg.log" &
+dpid=$!
+wait_for 20 test -S "$d/cg.sock" || fail "daemon for the cgroup quota checks did not start: $(cat "$d/cg.log")"
+if "$B/gmlakectl" --control "ipc://$d/cg.ctl" quota "cgroup:/gmlake-no-such-cgroup-$$" 64MiB > "$d/cg.out" 2>&1; then
+  fail "a quota of a cgroup that does not exist was taken"
+fi
+if grep -q " - cgroup2 " /proc/self/mountinfo; then
+  grep -q "no cgroup /gmlake-no-such-cgroup-$$ on this host" "$d/cg.out" || fail "quota of no cgroup: $(cat "$d/cg.out")"
+  "$B/gmlakectl" --control "ipc://$d/cg.ctl" quota "cgroup:/" 64MiB > "$d/cg.out" 2>&1 || fail "quota of cgroup / refused: $(cat "$d/cg.out")"
+else
+  grep -q "no cgroup v2 hierarchy" "$d/cg.out" || fail "a cgroup quota on a cgroup v1 host: $(cat "$d/cg.out")"
+fi
+"$B/gmlakectl" --control "ipc://$d/cg.ctl" quota "cgroup:/gmlake-no-such-cgroup-$$" 0 > "$d/cg.out" 2>&1 ||
+  fail "removing a quota of a cgroup gone was refused: $(cat "$d/cg.out")"
+kill -TERM $dpid; wait $dpid || fail "daemon did not stop cleanly"; dpid=
+echo "  a cgroup quota that cannot bind (no such cgroup; no cgroup v2 here) is refused, saying why; removing one is not"

@@ -166,10 +166,9 @@ START_TEST(test_quota_holders) {
   ck_assert_int_eq(c.quotas[4].kind, GML_QUOTA_CGROUP); /* the flag's, after the file's */
   ck_assert_str_eq(c.quotas[4].cgroup, "/user.slice");
   ck_assert_uint_eq(c.quotas[4].bytes, 4ull << 20);
-  char longpath[200] = "cgroup:/";
-  memset(longpath + 8, 'a', GML_QUOTA_CGROUP_MAX - 1); /* a path of 128 bytes: one over */
+  static char longpath[GML_QUOTA_CGROUP_MAX + 16] = "cgroup:/", longq[GML_QUOTA_CGROUP_MAX + 32];
+  memset(longpath + 8, 'a', GML_QUOTA_CGROUP_MAX - 1); /* a path of GML_QUOTA_CGROUP_MAX bytes: one over */
   longpath[8 + GML_QUOTA_CGROUP_MAX - 1] = 0;
-  char longq[260];
   snprintf(longq, sizeof longq, "%s 1GiB", longpath);
   const char *bad[] = {"cgroup:relative 1GiB", "cgroup: 1GiB", "cgroup:/ lots", "cgroup:/", "1GiB",
                        "uid:4294967295 1GiB", "uid: 1GiB", "uid:x 1GiB", "-1 1GiB", "2147483648 1GiB",
@@ -291,11 +290,13 @@ START_TEST(test_bad_value_says_what_is_accepted) {
   }
   /* a line past the reader's buffer is refused as such: its tail was read as a line of its own, a
    * long comment's last words as a key ("unknown setting", on a line 2 the file did not have) */
-  char longline[700];
-  snprintf(longline, sizeof longline, "# %0600d limit = 1GiB\nlimit = 2GiB", 0);
+  static char longline[GML_QUOTA_CGROUP_MAX + 700];
+  snprintf(longline, sizeof longline, "# %0*d limit = 1GiB\nlimit = 2GiB", GML_QUOTA_CGROUP_MAX + 600, 0);
   write_conf(longline);
   ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
-  ck_assert_msg(strstr(said, ":1: line longer than 510 bytes"), "%s", said);
+  char want[64];
+  snprintf(want, sizeof want, ":1: line longer than %d bytes", GML_QUOTA_CGROUP_MAX + 510);
+  ck_assert_msg(strstr(said, want), "%s", said);
   write_conf("limit = 2GiB"); /* a last line without a newline is whole */
   ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
   ck_assert_str_eq(c.limit, "2GiB");
@@ -343,6 +344,7 @@ END_TEST
  * level: before, the reason went to stderr bare (journald: info priority, no time) and the
  * logged line only said "(see above)". At start the reason still goes to stderr. */
 START_TEST(test_reload_error_in_log_line) {
+  gml_log_set_ident("gmlaked"); /* as gmlaked's main says it */
   gmld_config c;
   char said[512];
   write_conf("limit = 90%\nlimit = 40%\n");
