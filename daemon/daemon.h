@@ -74,7 +74,8 @@ typedef struct gmld {
   uv_signal_t sigterm, sigint, sighup;
   int argc;                 /* the command line, read again with the config file on SIGHUP */
   char **argv;
-  char status[256];         /* the last STATUS= sent to systemd */
+  char status[512];         /* the last STATUS= sent to systemd */
+  char reload_refused[200];   /* why the last SIGHUP changed nothing ("" when it took): in STATUS= */
   uint64_t status_ns;
   uv_timer_t tick;
   parked_owner *parked;

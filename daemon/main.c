@@ -65,11 +65,12 @@ static void notify_systemd(const gmld *d, const char *state) {
 /* One line for `systemctl status`: what is served, the limit, who uses it.
  * Sent when it changed (at start, on reload, then at most every 5 s). */
 static void notify_status(gmld *d, int force) {
-  char st[256], lb[32], hb[32], ub[32];
+  char st[512], lb[32], hb[32], ub[32];
   uint64_t leased = d->lk.leased + d->lk.parked;
-  snprintf(st, sizeof st, "STATUS=device %d, %s backend: limit %s, lake holds %s, %zu client(s) lease %s", d->cfg.device,
+  snprintf(st, sizeof st, "STATUS=device %d, %s backend: limit %s, lake holds %s, %zu client(s) lease %s%s%s", d->cfg.device,
            d->be->name, gml_format_bytes(d->lk.limit_bytes, lb, sizeof lb), gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb),
-           d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub));
+           d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub),
+           d->reload_refused[0] ? "; last reload refused: " : "", d->reload_refused); /* systemctl status shows it */
   if (!force && !strcmp(st, d->status)) return;
   snprintf(d->status, sizeof d->status, "%s", st);
   d->status_ns = gml_now_ns();
@@ -180,7 +181,9 @@ static void on_reload(uv_signal_t *h, int signum) {
   }
   if (bad) {
     GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
+    snprintf(d->reload_refused, sizeof d->reload_refused, "%s", bad);
   } else {
+    d->reload_refused[0] = 0;
     d->cfg.log_level = nc.log_level;
     const char *from = apply_log_level(&nc);
     snprintf(d->cfg.limit, sizeof d->cfg.limit, "%s", nc.limit);

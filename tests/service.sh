@@ -22,6 +22,8 @@ reload_refused() { # REASON WHAT
   for _ in $(seq 400); do grep -q "SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" && break; sleep 0.05; done
   grep -q "\[error\] SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" || fail "SIGHUP with $2: $(tail -n 3 "$d/daemon.log")"
   ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with $2 changed the limit: $(ctl stats --json)"
+  # and systemd's STATUS= says so (systemctl status showed the last good state)
+  wait_for 20 grep -q "STATUS=.*; last reload refused: .*$1" "$d/notify.log" || fail "STATUS= does not say the reload with $2 was refused"
 }
 
 for t in gmlaked gmlakectl; do
