@@ -99,7 +99,7 @@ static int allowed(const share *sh, uid_t uid) {
   return 0;
 }
 
-static void send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { session_send_msg(s, env, fds, nfds); }
+static int send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send_msg(s, env, fds, nfds); }
 
 static void share_destroy(share *sh) {
   gmld *d = sh->d;
@@ -308,7 +308,8 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
     session_send_error(s, seq, GML_EINVAL, "share '%s' has %u chunks", sh->key, sh->n);
     return;
   }
-  if (r->count && r->first == 0 && mapper_add(sh, s)) {
+  int counted = r->count && r->first == 0;
+  if (counted && mapper_add(sh, s)) {
     session_send_error(s, seq, GML_ENOMEM, "out of memory");
     return;
   }
@@ -336,8 +337,15 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   env.seq = seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH_REPLY;
   env.attach_reply = &rep;
-  send_reply(s, &env, fds, (int)r->count);
-  return;
+  if (send_reply(s, &env, fds, (int)r->count) == CONN_NO_FD_ROOM) { /* not sent: refused, naming the fd limit */
+    char why[512];
+    fdbudget_refusal(d, s->txq.nfds, (int)r->count, why, sizeof why);
+    CONN_WARN(s->bc.uid, "attach of %u chunk(s) of share '%s' refused to client %llu (pid %d): %s", r->count, sh->key,
+              (unsigned long long)s->bc.id, (int)s->bc.pid, why);
+    session_send_error(s, seq, GML_EAGAIN, "attach of %u chunk(s) of share '%s' refused: %s", r->count, named, why);
+    mapper *m = counted ? mapper_of(sh, s->bc.id) : NULL; /* not its mapper by this attach */
+    if (m && --m->refs == 0) mapper_remove(m); /* never the share's last: it had its mappers before */
+  }
 }
 
 static void handle_detach(session *s, uint64_t seq, const Gmlake__DetachRequest *r) {

@@ -2044,6 +2044,138 @@ START_TEST(test_queued_fds_bounded) {
 END_TEST
 
 
+static int call_env(int s, Gmlake__Envelope *env, Gmlake__Envelope__MsgCase want, char *msg, size_t msglen);
+
+/* Attach key's share on each of the hogs in turn, one attach of 126 chunks at a time, never reading: each
+ * until the daemon takes no more of its attaches (neither its fds nor what waits in our socket grows). The
+ * peak of the daemon's fds into *peak; how many attaches were sent. */
+static int hog_attaches(const int *hogs, int nhogs, const char *key, long limit, int *peak) {
+  Gmlake__Envelope a = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest ar = GMLAKE__ATTACH_REQUEST__INIT;
+  ar.key = (char *)key, ar.first = 0;
+  a.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, a.attach = &ar;
+  int sent = 0;
+  for (int h = 0; h < nhogs; h++) {
+    for (;;) {
+      int inq0 = 0, n0 = daemon_fds(), n = n0;
+      ioctl(hogs[h], FIONREAD, &inq0);
+      int inq = inq0;
+      if (limit - n0 <= 2) return sent; /* the daemon's fd table is full: no more from anyone */
+      ar.count = limit - n0 - 2 < 126 ? (uint32_t)(limit - n0 - 2) : 126;
+      a.seq = 2000 + (uint64_t)sent++;
+      ck_assert_int_eq(send_env(hogs[h], &a, NULL, 0), 0);
+      uint64_t until = gml_now_ns() + 200000000ull; /* its reply is in our socket, or in the daemon's queue */
+      while (gml_now_ns() < until && n == n0 && inq == inq0) {
+        n = daemon_fds();
+        ioctl(hogs[h], FIONREAD, &inq);
+      }
+      if (n == n0 && inq == inq0) break; /* this one is not served any more: the next hog */
+      for (int m = -1; m != n;) { /* the daemon may be half-way through its dups: until they stand still */
+        m = n;
+        msleep(2);
+        n = daemon_fds();
+      }
+      if (n > *peak) *peak = n;
+    }
+  }
+  return sent;
+}
+
+/* The first Error on s (replies with fds read and closed on the way): its message into msg; 0 when found. */
+static int next_error(int s, char *msg, size_t len) {
+  for (;;) {
+    int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    if (!r) return -1;
+    int err = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR;
+    if (err) snprintf(msg, len, "%s", r->error->message);
+    gmlake__envelope__free_unpacked(r, NULL);
+    if (err) return 0;
+  }
+}
+
+/* The queued-fd budgets come from the daemon's real fd limit, and no number of
+ * connections passes them: a group member's connections each attach 126
+ * chunks and read nothing, and another user's lease is still served; the
+ * attaches past the budget are refused with a message that names the limit.
+ * Before: a connection with no fd queued was read whatever all queues held,
+ * so each of a user's connections queued one more reply past the budget (a
+ * quarter of the limit): with a limit of 20,000 the daemon's fd table filled,
+ * another user's client was disconnected, its allocations failed, and the log
+ * said "device full?". */
+START_TEST(test_fd_budget_many_connections) {
+  prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0); /* the daemon cannot raise its fd limit past the one below */
+  daemon_env = "ulimit -n 1024; ";
+  start_daemon("--limit 300MiB --prefetch 0 --socket-mode 0666");
+  char path[64], line[256];
+  long limit = 0;
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)daemon_pid);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Max open files", 14)) limit = atol(line + 14);
+  if (f) fclose(f);
+  ck_assert_int_eq(limit, 1024);
+  enum { N = 126, HOGS = 6 };
+  int s = raw_session("sharer");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[N];
+  int fds[N];
+  for (int got = 0, k; got < N; got += k) { /* a lease gets what is made by then */
+    ck_assert_int_gt(k = lease_now(s, 2 + (uint64_t)got, (uint32_t)(N - got), ids + got, fds), 0);
+    for (int i = 0; i < k; i++) close(fds[i]);
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "mine", q.n_chunk_ids = N, q.chunk_ids = ids, q.size = (uint64_t)N << 21;
+  env.seq = 1000, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  ck_assert_int_eq(call_env(s, &env, GMLAKE__ENVELOPE__MSG_SHARE_REPLY, NULL, 0), 0);
+  int hogs[HOGS];
+  for (int i = 0; i < HOGS; i++) ck_assert_int_ge(hogs[i] = raw_session("hog"), 0);
+  int base = daemon_fds(), peak = base;
+  int sent = hog_attaches(hogs, HOGS, "mine", limit, &peak);
+  int victim = as_uid(ALICE_UID, lease_one, NULL);
+  printf("  fd limit %ld, %d connections attaching: %d attaches unread; daemon fds %d before them, peak %d; alice's lease "
+         "%s\n", limit, HOGS, sent, base, peak, victim == 0 ? "served" : "failed");
+  ck_assert_msg(victim == 0, "another user's lease failed beside them (%d)", victim);
+  ck_assert_msg(peak - base <= limit / 4, "the daemon held %d fds for clients that do not read (limit %ld)", peak - base, limit);
+  /* a lease of theirs is served, but its reply has no room either: its chunks go back unsent */
+  long long leased = stat_num("chunks_leased");
+  send_lease(hogs[0], 9000, 8, 0);
+  ck_assert_int_eq(stat_wait("leases_refused", 1, 5000), 1);
+  ck_assert_int_eq(stat_num("chunks_leased"), leased);
+  char msg[1024] = "", lease_msg[1024] = "";
+  int refused = 0;
+  for (int i = 0; i < HOGS && !refused; i++) refused = next_error(hogs[i], msg, sizeof msg) == 0;
+  ck_assert_msg(refused, "no attach was refused");
+  printf("  refused: %s\n", msg);
+  while (!strstr(lease_msg, "chunk(s) refused") && next_error(hogs[0], lease_msg, sizeof lease_msg) == 0) {} /* <= 8 made */
+  snprintf(line, sizeof line, "RLIMIT_NOFILE %ld", limit);
+  ck_assert_msg(strstr(msg, line), "the refusal does not name the fd limit: %s", msg);
+  ck_assert_msg(!strncmp(lease_msg, "lease of ", 9) && strstr(lease_msg, line), "the lease's refusal: %s", lease_msg);
+  ck_assert_int_eq(count_log("device full"), 0);
+  /* the connections' share of the table (two fds each): the one past it is refused, naming the limit */
+  int conns[100], nconns = 0, last = 0;
+  char why[256] = "";
+  while (!last && nconns < 100) {
+    int c = conns[nconns++] = raw_connect();
+    ck_assert_int_ge(c, 0);
+    send_hello(c, "many");
+    Gmlake__Envelope *r = recv_env(c, NULL, NULL);
+    ck_assert_ptr_nonnull(r);
+    if ((last = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR)) snprintf(why, sizeof why, "%s", r->error->message);
+    gmlake__envelope__free_unpacked(r, NULL);
+  }
+  printf("  connection %d refused: %s\n", nconns, why);
+  ck_assert_msg(strstr(why, line), "%d connections, the last said: '%s'", nconns, why);
+  for (int i = 0; i < nconns; i++) close(conns[i]);
+  for (int i = 0; i < HOGS; i++) close(hogs[i]);
+  close(s);
+  ck_assert_int_eq(stat_wait("clients", 0, 3000), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* ---------- attacker trial 2: other users' pids, the log's per-user share ---------- */
 
 /* The reply to env on s: 0 for a reply of kind want, an Error's code (its message into msg), or -1. */
@@ -2245,6 +2377,7 @@ int main(void) {
   tcase_add_test(tc, test_control_pipelined_requests);
   tcase_add_test(tc, test_control_slots);
   tcase_add_test(tc, test_queued_fds_bounded);
+  tcase_add_test(tc, test_fd_budget_many_connections);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_detached_share_not_reused_after_restart);
