@@ -1,6 +1,7 @@
 /* log.h: leveled logging to stderr (journald-friendly priority prefixes under systemd). */
 #ifndef GML_LOG_H
 #define GML_LOG_H
+#include <stddef.h>
 enum gml_log_level { GML_LOG_ERROR = 3, GML_LOG_WARN = 4, GML_LOG_INFO = 6, GML_LOG_DEBUG = 7 };
 /* -1: GMLAKE_LOG decides, read (and a bad value warned about) at the next line. */
 void gml_log_set_level(int level);
@@ -14,6 +15,16 @@ int gml_log_parse_level(const char *s); /* GML_EINVAL when unknown */
 const char *gml_log_level_name(int level); /* "warn" */
 void gml_log_set_ident(const char *ident);
 void gml_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A string that came from a client or another user (a process name, a share
+ * key, a cgroup path, a control request's text), fit for a log line: bytes
+ * below ' ' or past '~' as \xNN and '\' as \\, so no client writes a line,
+ * an escape code or a fake escape of its own; cut with "..." to fit outlen
+ * (at least 4). Returns out. GML_LOG_ESC(s) does it into a buffer of the
+ * statement's own: every client string a log line holds goes through it. */
+const char *gml_log_escape(const char *s, char *out, size_t outlen);
+#define GML_LOG_ESC_MAX 400
+#define GML_LOG_ESC(s) gml_log_escape((s), (char[GML_LOG_ESC_MAX]){0}, GML_LOG_ESC_MAX)
+
 #define GML_ERR(...) gml_log(GML_LOG_ERROR, __VA_ARGS__)
 #define GML_WARN(...) gml_log(GML_LOG_WARN, __VA_ARGS__)
 #define GML_INFO(...) gml_log(GML_LOG_INFO, __VA_ARGS__)

@@ -235,7 +235,7 @@ static void ctl_set_quota(ctl_call *k) {
   const Gmlake__QuotaRequest *q = k->req->set_quota;
   if (q && q->cgroup && q->cgroup[0]) {
     if (lake_set_quota_cgroup(&k->d->lk, q->cgroup, q->bytes)) fail(k, GML_EINVAL, "bad cgroup quota");
-    else GML_INFO("quota of cgroup %s set to %llu bytes", q->cgroup, (unsigned long long)q->bytes);
+    else GML_INFO("quota of cgroup %s set to %llu bytes", GML_LOG_ESC(q->cgroup), (unsigned long long)q->bytes);
     return;
   }
   if (q && !q->by_uid && q->bytes) {

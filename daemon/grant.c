@@ -122,10 +122,10 @@ static void carry_out(session *s, const broker_decision *dec) {
      * again and again to be refused at once wrote a line each time, unbounded */
     if (again)
       gml_log(GML_LOG_DEBUG, "lease of %u chunk(s) refused to client %llu (pid %d): %s (again)", dec->count,
-              (unsigned long long)s->bc.id, (int)s->bc.pid, dec->why);
+              (unsigned long long)s->bc.id, (int)s->bc.pid, GML_LOG_ESC(dec->why)); /* it names quotas' cgroups */
     else
       CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
-                (int)s->bc.pid, dec->why);
+                (int)s->bc.pid, GML_LOG_ESC(dec->why));
     session_send_error(s, dec->seq, dec->code, "%s", dec->message);
     break;
   }

@@ -186,7 +186,7 @@ static void handle_hello(request *rq) {
   env.hello_reply = &r;
   session_send(s, &env, NULL, 0);
   CONN_INFO(s->bc.uid, "client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned)s->bc.uid, s->bc.name, s->bc.cgroup[0] ? s->bc.cgroup : "-");
+           (unsigned)s->bc.uid, GML_LOG_ESC(s->bc.name), s->bc.cgroup[0] ? GML_LOG_ESC(s->bc.cgroup) : "-");
 }
 
 static int check_lease(request *rq) {

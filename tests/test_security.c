@@ -2176,6 +2176,60 @@ START_TEST(test_fd_budget_many_connections) {
 }
 END_TEST
 
+/* Whether the daemon's log holds a line that starts with prefix, or any of the bytes in bytes. */
+static int log_has_line_start(const char *prefix) {
+  char path[128], line[4096];
+  snprintf(path, sizeof path, "%s/daemon.log", tmpdir);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += !strncmp(line, prefix, strlen(prefix));
+  if (f) fclose(f);
+  return n;
+}
+
+static int log_has_byte(int byte) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/daemon.log", tmpdir);
+  FILE *f = fopen(path, "r");
+  int c, n = 0;
+  while (f && (c = fgetc(f)) != EOF) n += c == byte;
+  if (f) fclose(f);
+  return n;
+}
+
+/* A key that is no share key (a newline, a forged log line, escape codes) is
+ * refused as invalid (GML_EINVAL), and what the daemon logs of it, of a
+ * process name or of any other client's string, is escaped: no line of its
+ * own, no control byte. Before: an attach of "NAME@UID" that named no share
+ * was logged raw, so a group member wrote "gmlaked[error] ..." lines of its
+ * choosing, and terminal escape codes, into the daemon's log. */
+START_TEST(test_attach_key_logged_escaped) {
+  start_daemon("--limit 4MiB --prefetch 0");
+  int s = raw_session("forger\n12:00:00.000 gmlaked[error] forged name\x1b[31m");
+  ck_assert_int_ge(s, 0);
+  const char *key = "k\n12:00:00.000 gmlaked[error] forged key line\x1b[2K\x1b]0;title\x07@0";
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = (char *)key;
+  env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  char msg[512] = "";
+  int rc = call_env(s, &env, GMLAKE__ENVELOPE__MSG_ATTACH_REPLY, msg, sizeof msg);
+  printf("  attach of a key with a newline and escape codes: %d, '%s'\n", rc, msg);
+  for (int i = 0; i < 250 && count_log("forged key line") < 1; i++) msleep(20); /* its log line */
+  ck_assert_int_ge(count_log("forged key line"), 1);
+  ck_assert_msg(!log_has_line_start("12:00:00.000 gmlaked[error] forged"), "a forged line in the log");
+  ck_assert_msg(!log_has_byte(0x1b) && !log_has_byte(0x07), "a control byte in the log");
+  ck_assert_int_ge(count_log("k\\x0a12:00:00.000 gmlaked[error] forged key line\\x1b[2K"), 1); /* escaped, said */
+  ck_assert_msg(rc == GML_EINVAL, "an attach of a key with control bytes: %d '%s'", rc, msg);
+  Gmlake__DetachRequest dt = GMLAKE__DETACH_REQUEST__INIT;
+  dt.key = (char *)key;
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env.detach = &dt;
+  ck_assert_int_eq(call_env(s, &env, GMLAKE__ENVELOPE__MSG_DETACH_REPLY, msg, sizeof msg), GML_EINVAL);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* ---------- attacker trial 2: other users' pids, the log's per-user share ---------- */
 
 /* The reply to env on s: 0 for a reply of kind want, an Error's code (its message into msg), or -1. */
@@ -2378,6 +2432,7 @@ int main(void) {
   tcase_add_test(tc, test_control_slots);
   tcase_add_test(tc, test_queued_fds_bounded);
   tcase_add_test(tc, test_fd_budget_many_connections);
+  tcase_add_test(tc, test_attach_key_logged_escaped);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_detached_share_not_reused_after_restart);
