@@ -340,6 +340,7 @@ void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total
                       &c->paused_saved, &c->growable_mapped, &c->growable_unmapped, &c->uncounted};
   for (size_t i = 0; i < sizeof each / sizeof *each; i++) *each[i] = GML_MIN(*each[i], cap);
   c->allocated = GML_MIN(c->allocated, held + c->uncounted);
+  c->growable_mapped = GML_MIN(c->growable_mapped, held + c->uncounted); /* its ranges map chunks it holds */
   c->cached = GML_MIN(c->cached, held - GML_MIN(c->allocated + c->growable_mapped, held)); /* free in what it leases */
   c->idle = GML_MIN(c->idle, c->cached);
   c->fragment = GML_MIN(c->fragment, c->cached - c->idle);

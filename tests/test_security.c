@@ -704,6 +704,38 @@ START_TEST(test_usage_report_bounded) {
 }
 END_TEST
 
+/* A client's growable ranges map chunks it leases: a report of more is bounded
+ * by its lease, as its other figures are. Before, a client that leased one
+ * chunk and said it mapped 64 MiB in growable ranges was shown (gmlakectl
+ * clients, stats, metrics) with 64 MiB mapped. */
+START_TEST(test_growable_mapped_bounded) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  int s = raw_session("growable-liar");
+  ck_assert_int_ge(s, 0);
+  uint64_t id;
+  int fd;
+  ck_assert_int_eq(lease_now(s, 2, 1, &id, &fd), 1);
+  close(fd);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.growable_mapped = 64ull << 20;
+  u.growable_unmapped = 1ull << 30; /* address space only: no bound but the device's */
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE, env.usage = &u;
+  send_env(s, &env, NULL, 0);
+  char out[8192] = "";
+  long long mapped = 0;
+  for (int i = 0; i < 250 && json_num(out, "growable_unmapped") <= 0; i++) /* the report is taken */
+    if (ctl(out, sizeof out, "clients --json") != 0 || json_num(out, "growable_unmapped") <= 0) msleep(20);
+  mapped = json_num(out, "growable_mapped");
+  printf("  a client leasing one chunk says it maps 64 MiB in growable ranges: shown %lld\n", mapped);
+  ck_assert_int_eq(json_num(out, "growable_unmapped"), 1ll << 30);
+  ck_assert_int_eq(mapped, 2 << 20);
+  ck_assert_int_eq(stat_num("growable_mapped"), 2 << 20);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* Any client may say adopting: past the window, a burst of such hellos logs
  * one warning a second, not one each (before: one line per connection, a
  * log flood from any group member). */
@@ -2423,6 +2455,7 @@ int main(void) {
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_usage_report_bounded);
+  tcase_add_test(tc, test_growable_mapped_bounded);
   tcase_add_test(tc, test_late_adopting_hellos_log_bounded);
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
