@@ -324,7 +324,11 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
     session_send_error(s, seq, GML_EINVAL, "share '%s' has %u chunks", sh->key, sh->n);
     return;
   }
-  int counted = r->count && r->first == 0;
+  /* a mapper from its first attach that takes chunks, whichever it asks for first (before, only from chunk 0: a
+   * client that took chunk 1 alone was none, its publisher's detach ended the share, and the chunk it maps went
+   * back to the lake); and once more for each attach from chunk 0 (gml_attach takes [0, 128), [128, 256) ... and
+   * detaches once) */
+  int counted = r->count && (r->first == 0 || !mapper_of(sh, s->bc.id));
   if (counted && mapper_add(sh, s)) {
     session_send_error(s, seq, GML_ENOMEM, "out of memory");
     return;

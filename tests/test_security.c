@@ -2262,6 +2262,62 @@ START_TEST(test_attach_key_logged_escaped) {
 }
 END_TEST
 
+/* Attach [first, first+count) of key on s: its reply's chunk fds closed; 0 or the error code. */
+static int attach_range(int s, uint64_t seq, const char *key, uint32_t first, uint32_t count) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = (char *)key, a.first = first, a.count = count;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  return call_env(s, &env, GMLAKE__ENVELOPE__MSG_ATTACH_REPLY, NULL, 0);
+}
+
+/* Detach key on s: the mappers its reply says are left, or -1. */
+static long detach_left(int s, uint64_t seq, const char *key) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__DetachRequest d = GMLAKE__DETACH_REQUEST__INIT;
+  d.key = (char *)key;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env.detach = &d;
+  send_env(s, &env, NULL, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  long left = r && r->msg_case == GMLAKE__ENVELOPE__MSG_DETACH_REPLY ? (long)r->detach_reply->mappers_left : -1;
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  return left;
+}
+
+/* An attacher is a mapper of the share from its first attach that takes
+ * chunks, whichever chunk it asks for first: the share lives while it maps
+ * them. Before, only an attach from chunk 0 counted one: a client that took
+ * chunk 1 alone was no mapper, its publisher's detach ended the share and
+ * the chunk it maps went back to the lake, to be leased to another client. */
+START_TEST(test_attach_past_chunk0_counts_mapper) {
+  start_daemon("--limit 8MiB --prefetch 0");
+  int pub = raw_session("publisher"), att = raw_session("attacher");
+  ck_assert_int_ge(pub, 0);
+  ck_assert_int_ge(att, 0);
+  uint64_t ids[2];
+  int fds[2];
+  for (int got = 0, k; got < 2; got += k) { /* a lease gets what is made by then */
+    ck_assert_int_gt(k = lease_now(pub, 10 + (uint64_t)got, (uint32_t)(2 - got), ids + got, fds), 0);
+    for (int i = 0; i < k; i++) close(fds[i]);
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "two", q.n_chunk_ids = 2, q.chunk_ids = ids, q.size = 4 << 20;
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  ck_assert_int_eq(call_env(pub, &env, GMLAKE__ENVELOPE__MSG_SHARE_REPLY, NULL, 0), 0);
+  ck_assert_int_eq(attach_range(att, 2, "two", 1, 1), 0); /* chunk 1 alone */
+  long left = detach_left(pub, 4, "two");
+  printf("  the publisher detaches beside an attacher of chunk 1 alone: %ld mapper(s) left\n", left);
+  ck_assert_msg(left == 1, "the attacher of chunk 1 is no mapper: %ld left after the publisher's detach", left);
+  ck_assert_int_eq(stat_num("shares"), 1);
+  ck_assert_int_eq(stat_num("chunks_shared"), 2);
+  ck_assert_int_eq(detach_left(att, 3, "two"), 0); /* its own detach ends it */
+  ck_assert_int_eq(stat_wait("shares", 0, 3000), 0);
+  close(att), close(pub);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* ---------- attacker trial 2: other users' pids, the log's per-user share ---------- */
 
 /* The reply to env on s: 0 for a reply of kind want, an Error's code (its message into msg), or -1. */
@@ -2470,6 +2526,7 @@ int main(void) {
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_detached_share_not_reused_after_restart);
   tcase_add_test(tc, test_share_duplicate_ids);
+  tcase_add_test(tc, test_attach_past_chunk0_counts_mapper);
   tcase_add_test(tc, test_share_key_with_at_refused);
   tcase_add_test(tc, test_limit_over_device_said);
   tcase_add_test(tc, test_cgroup_quota_covers_children);
