@@ -13,6 +13,7 @@
 #include "wire.h"
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 enum opt_type {
   OPT_INT,      /* an int in [min, max], written in base `base` */
@@ -315,17 +317,32 @@ static void say(const char *fmt, ...) {
   if (!quiet) gml_log_fatal("%s", last_error);
 }
 
+static const char *file_kind(mode_t m) {
+  return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : "not a file";
+}
+
+/* The config is opened without waiting (O_NONBLOCK) and looked at before it
+ * is read: anything but a regular file is refused. Before, it was opened
+ * first: open() of a FIFO waits for a writer, and a SIGHUP froze the daemon.
+ * Symlinks are followed (a config kept in /etc, linked from elsewhere). */
 static int load_config_file(gmld_config *c, const char *path, int must_exist) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
     if (!must_exist && errno == ENOENT) return 0;
     say("cannot read config %s: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    say("config %s is not a regular file", path);
-    fclose(f);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    say("config %s is not a regular file (%s)", path, file_kind(st.st_mode));
+    close(fd);
+    return -1;
+  }
+  FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    say("cannot read config %s: %s", path, strerror(errno));
+    close(fd);
     return -1;
   }
   char line[GML_QUOTA_CGROUP_MAX + 512]; /* a quota of any cgroup path fits */

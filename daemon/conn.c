@@ -59,10 +59,24 @@ static int queue_item(conn_txq *q, uint8_t *buf, size_t len, const int *fds, int
   return 0;
 }
 
-int conn_queue(conn_txq *q, const Gmlake__Envelope *env, const int *fds, int nfds) {
+int conn_send_or_queue(conn_txq *q, int sock, const Gmlake__Envelope *env, const int *fds, int nfds, size_t fd_room) {
   uint8_t *buf;
   size_t len;
   if (gml_wire_encode(env, &buf, &len)) return GML_ENOMEM;
+  long r = q->head ? GML_EAGAIN : gml_wire_sendmsg(sock, buf, len, fds, nfds);
+  if (r == (long)len) {
+    free(buf);
+    return 0;
+  }
+  if (r > 0) { /* its fds went with the part sent: the rest waits without them */
+    int rc = queue_item(q, buf, len, NULL, 0);
+    if (!rc) q->tail->off = (size_t)r;
+    return rc;
+  }
+  if (r != GML_EAGAIN || (size_t)nfds > fd_room) {
+    free(buf);
+    return r != GML_EAGAIN ? (int)r : CONN_NO_FD_ROOM;
+  }
   return queue_item(q, buf, len, fds, nfds);
 }
 

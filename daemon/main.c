@@ -13,6 +13,7 @@
 #include "log.h"
 #include "options.h"
 #include "util.h"
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,10 +28,12 @@
 static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
   gmld *d = arg;
   size_t failed = 0;
+  int no_fds = 0; /* the fd table was full, not the device */
   for (size_t i = 0; i < n; i++) {
     d->lk.creating--;
     if (r[i].fd < 0) {
       failed++;
+      no_fds |= r[i].err == EMFILE || r[i].err == ENFILE;
       continue;
     }
     if (lake_add_created(&d->lk, r[i].phys, r[i].fd)) {
@@ -38,8 +41,19 @@ static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
       close(r[i].fd);
     }
   }
-  /* the device is probably full: no new attempt for a while (no busy loop, no log flood) */
-  if (failed && broker_creation_failed(&d->br, gml_now_ns())) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
+  /* the device is probably full, or the fd table: no new attempt for a while (no busy loop, no log flood) */
+  if (failed) {
+    no_fds = no_fds || fdbudget_out_of_fds();
+    d->br.create_failed_why[0] = 0; /* a waiting lease's refusal says which */
+    if (no_fds)
+      snprintf(d->br.create_failed_why, sizeof d->br.create_failed_why, "the daemon's fd limit (RLIMIT_NOFILE %zu) is reached: "
+               "the daemon", d->fdb.limit);
+    int starts = broker_creation_failed(&d->br, gml_now_ns()); /* said once a back-off starts */
+    if (starts && no_fds)
+      GML_WARN("creating %zu chunk(s) failed: the daemon's fd limit (RLIMIT_NOFILE %zu) is reached (raise it: LimitNOFILE= in "
+               "the unit, ulimit -n)", failed, d->fdb.limit);
+    else if (starts) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
+  }
   sessions_serve_pending(d);
   uint32_t keep = broker_keep_free(&d->br); /* trimmed meanwhile: what no lease took goes again */
   if (d->lk.nfree > keep) lake_trim(&d->lk, keep);
@@ -268,6 +282,7 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   gml_raise_fd_limit();
+  fdbudget_init(d); /* the fd table shared out from the limit it has now */
   char msg[512];
   gml_backend_opts bo = {.chunk_size = gml_env(GML_ENV_CHUNK_SIZE), .libcuda = gml_env(GML_ENV_LIBCUDA)};
   rc = gml_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
@@ -286,6 +301,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   lake_init(&d->lk, d->be, limit);
+  fdbudget_say(d);
   apply_quotas(d);
   gmlake__lake_stats__init(&d->counters);
   broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);

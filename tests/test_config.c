@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char conf[64];
@@ -398,6 +399,33 @@ START_TEST(test_key_twice_refused) {
 }
 END_TEST
 
+/* A config path that is no regular file is refused at once, saying so: before, a FIFO was opened
+ * before it was looked at, and open() waited for a writer (a SIGHUP froze the daemon). A symlink to
+ * a regular file is followed (a config kept in /etc, linked from elsewhere). */
+START_TEST(test_config_not_regular_refused) {
+  gmld_config c;
+  char said[512], link[80];
+  ck_assert_int_eq(unlink(conf), 0);
+  ck_assert_int_eq(mkfifo(conf, 0600), 0);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, conf) && strstr(said, "is not a regular file (a FIFO)"), "%s", said);
+  ck_assert_int_eq(unlink(conf), 0);
+  ck_assert_int_eq(mkdir(conf, 0700), 0);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "is not a regular file (a directory)"), "%s", said);
+  ck_assert_int_eq(rmdir(conf), 0);
+  snprintf(link, sizeof link, "%s.real", conf);
+  FILE *f = fopen(link, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("limit = 40%\n", f);
+  fclose(f);
+  ck_assert_int_eq(symlink(link, conf), 0);
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
+  ck_assert_str_eq(c.limit, "40%");
+  unlink(link);
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -413,6 +441,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_nul_byte_and_changed_at_start);
   tcase_add_test(tc, test_key_twice_refused);
   tcase_add_test(tc, test_reload_error_in_log_line);
+  tcase_add_test(tc, test_config_not_regular_refused);
   suite_add_tcase(s, tc);
   return s;
 }
