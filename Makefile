@@ -36,7 +36,7 @@ GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
-DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c
+DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
 CLIENT_SRC += client/link.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -114,11 +114,11 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/pidquota.c daemon/session.c daemon/hello.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
 $(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c daemon/hello.c daemon/pidquota.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)
@@ -199,7 +199,15 @@ install: $(BINS)
 	install -m 644 man/man1/gmlakectl.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 man/man3/gmlake.3 $(DESTDIR)$(MANDIR)/man3/
 	install -m 644 man/man8/gmlaked.8 $(DESTDIR)$(MANDIR)/man8/
-	sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/gmlaked@.service > $(DESTDIR)/lib/systemd/system/gmlaked@.service
+	for u in gmlaked@.service gmlake.target gmlake-instances.service; do \
+	  sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/$$u > $(DESTDIR)/lib/systemd/system/$$u; done
+	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/libexec/gmlake
+	install -m 644 systemd/gmlake.sysusers $(DESTDIR)/usr/lib/sysusers.d/gmlake.conf
+	install -m 644 systemd/gmlake.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/gmlake.conf
+	install -m 755 scripts/gmlake-instances $(DESTDIR)$(PREFIX)/libexec/gmlake/
+	# the unit's user and group, and /run/gmlake (a real install: the DESTDIR one is the package's to do)
+	if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers /usr/lib/sysusers.d/gmlake.conf; fi
+	if [ -z "$(DESTDIR)" ] && command -v systemd-tmpfiles >/dev/null; then systemd-tmpfiles --create /usr/lib/tmpfiles.d/gmlake.conf || true; fi
 	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf ] || install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf
 	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/

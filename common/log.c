@@ -93,3 +93,26 @@ void gml_log_fatal(const char *fmt, ...) {
   va_end(ap);
   fprintf(stderr, "%s%s: %s\n", to_journal ? "<3>" : "", log_ident, line);
 }
+
+/* How many bytes c stands for in a log line. */
+static size_t escaped_len(unsigned char c) { return c == '\\' ? 2 : c < 32 || c > 126 ? 4 : 1; }
+
+const char *gml_log_escape(const char *s, char *out, size_t outlen) {
+  static const char hex[] = "0123456789abcdef";
+  if (outlen < 4) return outlen ? (out[0] = 0, out) : out;
+  size_t need = 0, k = 0;
+  for (const char *p = s; p && *p; p++) need += escaped_len((unsigned char)*p);
+  size_t room = need < outlen ? outlen - 1 : outlen - 4; /* all of it, or what fits before "..." */
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    size_t n = escaped_len(c);
+    if (k + n > room) break;
+    if (n == 1) out[k] = (char)c;
+    else if (n == 2) out[k] = out[k + 1] = '\\';
+    else out[k] = '\\', out[k + 1] = 'x', out[k + 2] = hex[c >> 4], out[k + 3] = hex[c & 15];
+    k += n;
+  }
+  if (need >= outlen) memcpy(out + k, "...", 3), k += 3;
+  out[k] = 0;
+  return out;
+}

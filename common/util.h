@@ -30,7 +30,7 @@ void gml_raise_fd_limit(void);
  * gives it, below GML_QUOTA_CGROUP_MAX bytes). Sets *kind, *key (the pid or
  * uid) and *cgroup (into s; cgroup only). Returns 0 or GML_EINVAL. */
 enum { GML_QUOTA_PID = 0, GML_QUOTA_UID = 1, GML_QUOTA_CGROUP = 2 };
-#define GML_QUOTA_CGROUP_MAX 128
+#define GML_QUOTA_CGROUP_MAX 4096 /* PATH_MAX: any cgroup path (a Kubernetes pod's is 150-200 bytes; 128 stored none) */
 int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup);
 /* What to tell a user whom a Unix socket refused (connect's EACCES): "only
  * its owner (root) and group gmlake may use it; `id` lists this login's

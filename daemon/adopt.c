@@ -47,7 +47,7 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   if (broker_quota_room(&d->br, &s->bc, NULL, who, sizeof who) < n) { /* what it holds counts as any lease does */
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): its hand-over is over the quota of %s: refused, it keeps its chunks uncounted",
-             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, who);
+             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(who));
     session_send_error(s, req->seq, GML_EQUOTA, "handing over %u more chunk(s) is over the quota of %s", n, who);
     return;
   }

@@ -340,6 +340,7 @@ void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total
                       &c->paused_saved, &c->growable_mapped, &c->growable_unmapped, &c->uncounted};
   for (size_t i = 0; i < sizeof each / sizeof *each; i++) *each[i] = GML_MIN(*each[i], cap);
   c->allocated = GML_MIN(c->allocated, held + c->uncounted);
+  c->growable_mapped = GML_MIN(c->growable_mapped, held + c->uncounted); /* its ranges map chunks it holds */
   c->cached = GML_MIN(c->cached, held - GML_MIN(c->allocated + c->growable_mapped, held)); /* free in what it leases */
   c->idle = GML_MIN(c->idle, c->cached);
   c->fragment = GML_MIN(c->fragment, c->cached - c->idle);
@@ -494,7 +495,10 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
     return;
   }
   if (lake_headroom(b->lk) && now_ns < b->create_backoff_until_ns) { /* room under the limit, none made */
-    refuse(b, c, d, GML_ENOMEM, "out of memory: the device could not make more chunks (creation failed)");
+    char why[sizeof b->create_failed_why + 64];
+    snprintf(why, sizeof why, "out of memory: %s could not make more chunks (creation failed)",
+             b->create_failed_why[0] ? b->create_failed_why : "the device");
+    refuse(b, c, d, GML_ENOMEM, why);
     return;
   }
   refuse_full(b, c, d, "out of memory: the lake is full");
@@ -545,6 +549,13 @@ void broker_adopted(broker *b, broker_client *c, uint32_t n) {
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n) {
   for (size_t i = 0; i < n; i++) lake_give_back(b->lk, idx[i]);
   c->leased_chunks -= n;
+}
+
+void broker_unsent(broker *b, broker_client *c, const broker_decision *d) {
+  broker_returned(b, c, d->idx, d->n);
+  c->lease.pending = c->lease.reclaim_asked = c->lease.from_idle = 0;
+  c->leases_refused++;
+  b->counters->leases_refused++;
 }
 
 void broker_record_latency(broker *b, uint64_t ns) {

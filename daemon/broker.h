@@ -64,7 +64,7 @@ typedef struct broker_client {
   pid_t pid;
   uid_t uid;
   char name[64];
-  char cgroup[128];            /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
+  char cgroup[GML_QUOTA_CGROUP_MAX]; /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
   double since;                /* unix time of connect */
   int closing;                 /* going away: nothing is served to it or asked of it */
   uint64_t leased_chunks;
@@ -125,6 +125,7 @@ typedef struct broker {
   int prefetch_suspended;      /* after a trim or an idle release, until the next lease */
   uint64_t idle_leased, idle_since_ns; /* chunks leased when last seen to change, and when */
   uint64_t create_backoff_until_ns;
+  char create_failed_why[160]; /* why the last creation failed when it was not the device ("": the device) */
   uint64_t asks;               /* reclaim requests made (each lease's ask gets the next id) */
   /* The daemon's counters are LakeStats' own fields (proto/gmlake.proto):
    * the broker counts lease_count, leases_refused, optional_declined there. */
@@ -257,6 +258,10 @@ uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n);
 void broker_adopted(broker *b, broker_client *c, uint32_t n);
 /* c gave back n chunks it holds (idx[], checked by the caller): into the lake. */
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n);
+/* A BROKER_SERVE decision d for c could not be sent (the daemon's fd budget
+ * had no room for its reply): its chunks go back to the lake, and c's lease
+ * ends, counted as refused. */
+void broker_unsent(broker *b, broker_client *c, const broker_decision *d);
 /* A served lease's latency as the client saw it (measured after the send). */
 void broker_record_latency(broker *b, uint64_t ns);
 

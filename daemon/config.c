@@ -14,6 +14,7 @@
 #include "wire.h"
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 enum opt_type {
   OPT_INT,      /* an int in [min, max], written in base `base` */
@@ -117,6 +119,9 @@ static const config_option options[] = {
      "serve Prometheus text on http://ADDR:PORT/metrics (default: off)", 0, 127, 0, NULL},
     {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
      NULL},
+    {"instance-config", "PATH", OPT_CONFIG, AT(instance_config_path), NULL,
+     "this GPU's own config file, read after --config when it exists: its settings win (the unit passes "
+     "/etc/gmlake/gmlaked@N.conf)", 0, 0, 0, NULL},
     {"check-config", NULL, OPT_FLAG, AT(check_config), NULL,
      "read the config file and the flags, say whether a start would take them (exit 0) or why not (exit 2), and exit: "
      "the unit's ExecReload runs it first, so a reload of a bad file fails",
@@ -327,20 +332,35 @@ static void say(const char *fmt, ...) {
   if (!quiet) gml_log_fatal("%s", last_error);
 }
 
+static const char *file_kind(mode_t m) {
+  return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : "not a file";
+}
+
+/* The config is opened without waiting (O_NONBLOCK) and looked at before it
+ * is read: anything but a regular file is refused. Before, it was opened
+ * first: open() of a FIFO waits for a writer, and a SIGHUP froze the daemon.
+ * Symlinks are followed (a config kept in /etc, linked from elsewhere). */
 static int load_config_file(gmld_config *c, const char *path, int must_exist) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
     if (!must_exist && errno == ENOENT) return 0;
     say("cannot read config %s: %s", path, strerror(errno));
     return -1;
   }
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    say("config %s is not a regular file", path);
-    fclose(f);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    say("config %s is not a regular file (%s)", path, file_kind(st.st_mode));
+    close(fd);
     return -1;
   }
-  char line[512];
+  FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    say("cannot read config %s: %s", path, strerror(errno));
+    close(fd);
+    return -1;
+  }
+  char line[GML_QUOTA_CGROUP_MAX + 512]; /* a quota of any cgroup path fits */
   int lineno = 0, rc = 0, set_at[GML_ARRAY_LEN(options)] = {0}; /* the line each key was given on */
   while (fgets(line, sizeof line, f)) {
     lineno++;
@@ -422,16 +442,21 @@ int config_load(gmld_config *c, int argc, char **argv) {
   opts[GML_ARRAY_LEN(options)] = (struct option){"help", no_argument, 0, 'h'};
   opts[GML_ARRAY_LEN(options) + 1] = (struct option){0, 0, 0, 0};
   /* first pass: the config file, so that flags can override it */
-  const char *cfg = NULL;
+  const char *cfg = NULL, *inst = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--config") && i + 1 < argc) cfg = argv[i + 1];
     else if (!strncmp(argv[i], "--config=", 9)) cfg = argv[i] + 9;
+    else if (!strcmp(argv[i], "--instance-config") && i + 1 < argc) inst = argv[i + 1];
+    else if (!strncmp(argv[i], "--instance-config=", 18)) inst = argv[i] + 18;
   }
   if (!cfg) cfg = gml_env(GML_ENV_DAEMON_CONFIG);
   /* the system file is the system daemon's: a user's private daemon (not root) reads it only when named (it
    * failed on the system's settings, or took its quotas and metrics port) */
   if ((cfg || geteuid() == 0) && load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return GML_EINVAL;
   if (cfg) snprintf(c->config_path, sizeof c->config_path, "%s", cfg);
+  /* one GPU's own file over the shared one, when it exists: its keys win (a metrics port each) */
+  if (inst && load_config_file(c, inst, 0)) return GML_EINVAL;
+  if (inst) snprintf(c->instance_config_path, sizeof c->instance_config_path, "%s", inst);
   int idx, ch;
   optind = 0; /* a full re-initialisation of getopt: config_load runs again on SIGHUP */
   while ((ch = getopt_long(argc, argv, "h", opts, &idx)) != -1) {

@@ -6,6 +6,7 @@
  * bad value is an error at start that names its key. */
 #ifndef GML_CONFIG_H
 #define GML_CONFIG_H
+#include "util.h"
 #include <stdint.h>
 #include <stdio.h>
 
@@ -16,7 +17,7 @@
 typedef struct config_quota {
   int kind;                   /* GML_QUOTA_PID, _UID or _CGROUP (util.h) */
   uint32_t key;               /* pid or uid */
-  char cgroup[128];           /* GML_QUOTA_CGROUP: its path (GML_QUOTA_CGROUP_MAX) */
+  char cgroup[GML_QUOTA_CGROUP_MAX]; /* GML_QUOTA_CGROUP: its path (GML_QUOTA_CGROUP_MAX) */
   uint64_t bytes;
   int line;                   /* the config file's line it is on (0: a flag) */
 } config_quota;
@@ -42,6 +43,7 @@ typedef struct gmld_config {
   unsigned socket_mode;
   char socket_group[64];
   char config_path[256];
+  char instance_config_path[256]; /* --instance-config: read after config_path when it exists */
   char notify_socket[256];    /* $NOTIFY_SOCKET: systemd's readiness socket ("" = none) */
   config_quota quotas[GMLD_MAX_CONFIG_QUOTAS]; /* "quota = PID|uid:UID|cgroup:PATH BYTES" lines, in order, one a holder */
   int nquotas;

@@ -59,10 +59,24 @@ static int queue_item(conn_txq *q, uint8_t *buf, size_t len, const int *fds, int
   return 0;
 }
 
-int conn_queue(conn_txq *q, const Gmlake__Envelope *env, const int *fds, int nfds) {
+int conn_send_or_queue(conn_txq *q, int sock, const Gmlake__Envelope *env, const int *fds, int nfds, size_t fd_room) {
   uint8_t *buf;
   size_t len;
   if (gml_wire_encode(env, &buf, &len)) return GML_ENOMEM;
+  long r = q->head ? GML_EAGAIN : gml_wire_sendmsg(sock, buf, len, fds, nfds);
+  if (r == (long)len) {
+    free(buf);
+    return 0;
+  }
+  if (r > 0) { /* its fds went with the part sent: the rest waits without them */
+    int rc = queue_item(q, buf, len, NULL, 0);
+    if (!rc) q->tail->off = (size_t)r;
+    return rc;
+  }
+  if (r != GML_EAGAIN || (size_t)nfds > fd_room) {
+    free(buf);
+    return r != GML_EAGAIN ? (int)r : CONN_NO_FD_ROOM;
+  }
   return queue_item(q, buf, len, fds, nfds);
 }
 
@@ -248,7 +262,7 @@ int conn_process_gone(int pidfd, pid_t pid) {
 /* The cgroup of pid: the cgroup v2 (unified) line "0::PATH" of
  * /proc/PID/cgroup; "" when there is none (v1 only) or it cannot be read. */
 void conn_process_cgroup(pid_t pid, char *out, size_t len) {
-  char path[64], line[512];
+  char path[64], line[GML_QUOTA_CGROUP_MAX + 8];
   out[0] = 0;
   snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
   FILE *f = fopen(path, "re");
@@ -262,6 +276,40 @@ void conn_process_cgroup(pid_t pid, char *out, size_t len) {
     break;
   }
   fclose(f);
+}
+
+/* Where the cgroup2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host):
+ * 0 when nothing is (cgroup v1 only). */
+static int cgroup2_mount(char *out, size_t len) {
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (!f) return 0;
+  char line[4096];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) { /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - FSTYPE SOURCE ... */
+    char mnt[1024], *dash = strstr(line, " - ");
+    if (dash && !strncmp(dash + 3, "cgroup2 ", 8) && sscanf(line, "%*s %*s %*s %*s %1023s", mnt) == 1 && strlen(mnt) < len) {
+      snprintf(out, len, "%s", mnt);
+      found = 1;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+int conn_cgroup_check(const char *path, char *why, size_t len) {
+  char mnt[1024], full[1024 + GML_QUOTA_CGROUP_MAX];
+  struct stat st;
+  if (!cgroup2_mount(mnt, sizeof mnt)) {
+    snprintf(why, len, "this host mounts no cgroup v2 hierarchy (cgroup v1 only), so no client's cgroup can be told: "
+                       "give uid: or PID quotas");
+    return GML_EINVAL;
+  }
+  snprintf(full, sizeof full, "%s%s", mnt, strcmp(path, "/") ? path : "");
+  if (stat(full, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    snprintf(why, len, "no cgroup %.200s on this host (no directory %.400s)", path, full);
+    return GML_EINVAL;
+  }
+  return 0;
 }
 
 /* ---------- a user's share of the log ---------- */

@@ -28,9 +28,15 @@ typedef struct conn_txq {
   size_t *nfds_all;         /* NULL, or a count of every queue's fds that this one adds its own to */
 } conn_txq;
 
-/* Encode env into a frame and queue it with dups of its fds. 0, GML_ENOMEM
- * or GML_ESYS (out of fds); nothing is queued on error. */
-int conn_queue(conn_txq *q, const Gmlake__Envelope *env, const int *fds, int nfds);
+/* Encode env into a frame and send it on sock now where nothing waits before
+ * it and the socket takes it (its fds go with its first byte: no dup); what
+ * the socket does not take is queued, with dups of the fds when none of it
+ * went, at most fd_room of them. 0; CONN_NO_FD_ROOM when its fds would need
+ * more dups than fd_room (nothing sent or queued: the caller refuses the
+ * request); GML_ENOMEM, GML_ESYS (out of fds) or GML_EDAEMON (the peer is
+ * gone); nothing is queued on error. */
+#define CONN_NO_FD_ROOM 1
+int conn_send_or_queue(conn_txq *q, int sock, const Gmlake__Envelope *env, const int *fds, int nfds, size_t fd_room);
 /* Queue len bytes of frame as they are (taken over: freed by the queue). */
 int conn_queue_bytes(conn_txq *q, uint8_t *frame, size_t len);
 /* Send what the socket takes now. 0, or a GML_E* code when it failed
@@ -70,5 +76,8 @@ int conn_peer_pidfd(int sock, pid_t pid, int *gone);
 int conn_process_gone(int pidfd, pid_t pid);
 /* Its cgroup: the v2 (unified) path of /proc/PID/cgroup ("" when none or
  * unreadable), printable characters only. */
+/* Can a cgroup quota of PATH bind here? 0; GML_EINVAL with why (for the operator) when this host
+ * mounts no cgroup2 hierarchy (v1 only: no client's cgroup can be told) or PATH is no cgroup in it. */
+int conn_cgroup_check(const char *path, char *why, size_t len);
 void conn_process_cgroup(pid_t pid, char *out, size_t len);
 #endif

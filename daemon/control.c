@@ -234,8 +234,11 @@ static void ctl_set_limit(ctl_call *k) {
 static void ctl_set_quota(ctl_call *k) {
   const Gmlake__QuotaRequest *q = k->req->set_quota;
   if (q && q->cgroup && q->cgroup[0]) {
-    if (lake_set_quota_cgroup(&k->d->lk, q->cgroup, q->bytes)) fail(k, GML_EINVAL, "bad cgroup quota");
-    else GML_INFO("quota of cgroup %s set to %llu bytes", q->cgroup, (unsigned long long)q->bytes);
+    static char why[700]; /* the reply is packed after this returns */
+    if (q->bytes && strlen(q->cgroup) < GML_QUOTA_CGROUP_MAX && conn_cgroup_check(q->cgroup, why, sizeof why))
+      fail(k, GML_EINVAL, why); /* before: taken, and bound nothing */
+    else if (lake_set_quota_cgroup(&k->d->lk, q->cgroup, q->bytes)) fail(k, GML_EINVAL, "bad cgroup quota");
+    else GML_INFO("quota of cgroup %s set to %llu bytes", GML_LOG_ESC(q->cgroup), (unsigned long long)q->bytes);
     return;
   }
   if (q && !q->by_uid && q->bytes) {

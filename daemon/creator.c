@@ -1,6 +1,7 @@
 /* creator.c: the chunk-making worker pool (see creator.h). */
 #include "creator.h"
 #include "gmlake.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -28,14 +29,15 @@ static void *creator_main(void *arg) {
     pthread_mutex_unlock(&cr->mu);
     gml_phys phys = 0;
     int fd = -1;
-    int rc = cr->be->ops->chunk_create(cr->be, &phys, &fd);
+    errno = 0;
+    int rc = cr->be->ops->chunk_create(cr->be, &phys, &fd), err = errno;
     pthread_mutex_lock(&cr->mu);
     cr->inflight--;
     if (rc) {
       cr->failures++;
       fd = -1; /* reported as a failed result: the loop counts it out of "creating" */
     }
-    cr->done[cr->ndone++] = (creator_result){phys, fd};
+    cr->done[cr->ndone++] = (creator_result){phys, fd, rc ? err : 0};
     uv_async_send(&cr->async);
   }
   pthread_mutex_unlock(&cr->mu);

@@ -14,6 +14,7 @@
 typedef struct creator_result {
   gml_phys phys;
   int fd;                   /* its exported handle; -1 when creating it failed */
+  int err;                  /* ... then errno as the creation left it (EMFILE: the fd table was full) */
 } creator_result;
 
 /* Runs on the loop thread with the chunks made since the last call; it owns

@@ -8,6 +8,8 @@
  *   creator.c  a worker pool that makes N chunks and hands them back  (backend only)
  *   config.c   settings: one option table for the file, flags, --help
  *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
+ *   fdbudget.c the fd table shared out from RLIMIT_NOFILE: unread replies,
+ *              connections, the daemon's own work                    (no I/O)
  *   trust.c    the trust model's answers: none (a chunk for another uid is made anew)
  *   session.c  client sockets: decode, validate and dispatch by table;
  *              bounds and timeouts                                   (broker, creator, conn)
@@ -47,6 +49,14 @@ typedef struct parked_owner {       /* a client gone while its process lives on 
 
 #define GMLD_NAME_MAX 320 /* a socket's path (sun_path is 108), with room */
 
+/* The fd table's shares, set at start from RLIMIT_NOFILE (fdbudget.c). */
+typedef struct fd_budget {
+  size_t limit;             /* RLIMIT_NOFILE */
+  size_t queued_max;        /* fds in all connections' unread replies */
+  size_t session_max;       /* ... in one connection's */
+  size_t conns_max;         /* connections (a socket and a pidfd each) */
+} fd_budget;
+
 typedef struct gmld {
   gmld_config cfg;
   uv_loop_t *loop;
@@ -68,8 +78,7 @@ typedef struct gmld {
   int ctl_accept_paused;    /* accept() was out of fds: polled again at the next ctl_tick */
   uint64_t ctl_log_ns;      /* refused control connections: one warning a second */
   size_t fds_queued;        /* fds waiting in all sessions' send queues (dups the queues own) */
-  size_t fds_queued_max;    /* beyond it, a session with fds queued is not read (session.c) */
-  size_t fd_waiters;        /* sessions not read until their queue (or all queues) drain */
+  fd_budget fdb;            /* what the fd limit allows them, and the connections (fdbudget.c) */
   int http_fd;              /* --metrics-listen (metrics.c); -1: none */
   uv_poll_t http_poll;
   struct http_conn *http_conns;
@@ -78,7 +87,8 @@ typedef struct gmld {
   uv_signal_t sigterm, sigint, sighup;
   int argc;                 /* the command line, read again with the config file on SIGHUP */
   char **argv;
-  char status[256];         /* the last STATUS= sent to systemd */
+  char status[512];         /* the last STATUS= sent to systemd */
+  char reload_refused[200];   /* why the last SIGHUP changed nothing ("" when it took): in STATUS= */
   uint64_t status_ns;
   uv_timer_t tick;
   parked_owner *parked;
@@ -111,6 +121,17 @@ void names_unlink(gmld *d);
 int metrics_start(gmld *d);
 void metrics_tick(gmld *d);
 void metrics_stop(gmld *d);
+
+/* The fd budget (fdbudget.c): set from RLIMIT_NOFILE (at start, after
+ * gml_raise_fd_limit), said in the log with a warning when the lake's limit
+ * does not fit; the fds one more reply may dup into a queue that holds
+ * session_queued; why a reply of nfds fds is refused, naming the limit; 1
+ * when the daemon's fd table is full now (a failed creation says so). */
+void fdbudget_init(gmld *d);
+void fdbudget_say(const gmld *d);
+size_t fdbudget_room(const gmld *d, size_t session_queued);
+void fdbudget_refusal(const gmld *d, size_t session_queued, int nfds, char *out, size_t len);
+int fdbudget_out_of_fds(void);
 
 /* The trust model's hooks into the broker (trust.c). */
 void trust_install(gmld *d);

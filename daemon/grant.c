@@ -15,9 +15,9 @@
 #include <stdlib.h>
 
 /* A streamed lease's replies wait in its send queue only up to this many
- * bytes, and only while it has room for fds (session_fds_room: two replies'
- * worth): the rest is sent as the client reads (grant_more), so a client
- * that does not read holds neither the daemon's fds nor its memory. */
+ * bytes, and only while the fd budget has room for their fds
+ * (session_fds_room): the rest is sent as the client reads (grant_more), so
+ * a client that does not read holds neither the daemon's fds nor its memory. */
 #define GRANT_QUEUE_MAX (32 * 1024)
 
 /* Ask the clients the broker names (most idle cache first) for idle cache,
@@ -40,6 +40,19 @@ static void ask_reclaim(gmld *d, const broker_client *asker) {
   if (who != few) free(who);
 }
 
+/* The reply has no room for its fds (fdbudget.c: the client does not read
+ * and its replies' fds, or all clients', fill their budget): its chunks go
+ * back unsent and the lease ends refused, naming the limit. */
+static void refuse_no_fd_room(session *s, const broker_decision *dec) {
+  gmld *d = s->d;
+  char why[512];
+  fdbudget_refusal(d, s->txq.nfds, (int)dec->n, why, sizeof why);
+  broker_unsent(&d->br, &s->bc, dec);
+  CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->n, (unsigned long long)s->bc.id,
+            (int)s->bc.pid, why);
+  session_send_error(s, dec->seq, GML_EAGAIN, "lease of %u chunk(s) refused: %s", dec->n, why);
+}
+
 static void send_chunks(session *s, const broker_decision *dec) {
   gmld *d = s->d;
   uint64_t ids[BROKER_MAX_LEASE];
@@ -56,7 +69,10 @@ static void send_chunks(session *s, const broker_decision *dec) {
   env.seq = dec->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE_REPLY;
   env.lease_reply = &lr;
-  session_send_msg(s, &env, fds, (int)dec->n);
+  if (session_send_msg(s, &env, fds, (int)dec->n) == CONN_NO_FD_ROOM) {
+    refuse_no_fd_room(s, dec);
+    return;
+  }
   if (dec->left) return; /* a streamed lease's latency is its last reply's */
   uint64_t ns = gml_now_ns() - dec->since_ns;
   broker_record_latency(&d->br, ns);
@@ -106,10 +122,10 @@ static void carry_out(session *s, const broker_decision *dec) {
      * again and again to be refused at once wrote a line each time, unbounded */
     if (again)
       gml_log(GML_LOG_DEBUG, "lease of %u chunk(s) refused to client %llu (pid %d): %s (again)", dec->count,
-              (unsigned long long)s->bc.id, (int)s->bc.pid, dec->why);
+              (unsigned long long)s->bc.id, (int)s->bc.pid, GML_LOG_ESC(dec->why)); /* it names quotas' cgroups */
     else
       CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
-                (int)s->bc.pid, dec->why);
+                (int)s->bc.pid, GML_LOG_ESC(dec->why));
     session_send_error(s, dec->seq, dec->code, "%s", dec->message);
     break;
   }

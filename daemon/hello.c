@@ -86,6 +86,6 @@ void session_hello(session *s, const Gmlake__Envelope *msg) {
   env.hello_reply = &r;
   session_send_msg(s, &env, NULL, 0);
   CONN_INFO(s->bc.uid, "client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned)s->bc.uid, s->bc.name, s->bc.cgroup[0] ? s->bc.cgroup : "-");
+           (unsigned)s->bc.uid, GML_LOG_ESC(s->bc.name), s->bc.cgroup[0] ? GML_LOG_ESC(s->bc.cgroup) : "-");
 }
 

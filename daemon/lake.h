@@ -4,6 +4,7 @@
 #ifndef GML_LAKE_H
 #define GML_LAKE_H
 #include "backend.h"
+#include "util.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -29,7 +30,7 @@ enum { LAKE_QUOTA_PID = 0, LAKE_QUOTA_UID = 1, LAKE_QUOTA_CGROUP = 2 };
 typedef struct lake_quota {
   int by_uid;        /* LAKE_QUOTA_*: 0 pid, 1 uid, 2 cgroup */
   uint32_t key;      /* pid or uid */
-  char cgroup[128];  /* LAKE_QUOTA_CGROUP: the cgroup's path */
+  char cgroup[GML_QUOTA_CGROUP_MAX]; /* LAKE_QUOTA_CGROUP: the cgroup's path */
   uint64_t bytes;
 } lake_quota;
 

@@ -1,6 +1,7 @@
 /* listen.c: the client socket and accepting connections, within bounds: at
- * most max_clients connections in all and max_clients_per_uid per user (the
- * one over it gets an error frame and is closed), and accept() out of fds
+ * most max_clients connections in all, as many as the fd budget allows
+ * (fdbudget.c), and max_clients_per_uid per user (the one over a bound gets
+ * an error frame and is closed), and accept() out of fds
  * pauses accepting for accept_backoff_ms instead of spinning, with one log
  * line a second at most. The sessions themselves are session.c. */
 #ifndef _GNU_SOURCE
@@ -57,6 +58,14 @@ static void refuse_connection(gmld *d, int fd, const char *why) {
   warn_limited(d, "connection refused", why);
 }
 
+/* The connections' share of the fd table is taken (fdbudget.c): the rest is the lake's and the daemon's own. */
+static void refuse_over_fd_budget(gmld *d, int fd) {
+  char why[160];
+  snprintf(why, sizeof why, "too many connections for the daemon's fd limit (RLIMIT_NOFILE %zu allows %zu)", d->fdb.limit,
+           d->fdb.conns_max);
+  refuse_connection(d, fd, why);
+}
+
 static void on_accept(uv_poll_t *h, int status, int events) {
   (void)events;
   gmld *d = h->data;
@@ -83,6 +92,7 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     long same_uid = 0;
     for (const broker_client *c = d->br.clients; c; c = c->next) same_uid += c->uid == cred.uid;
     if (d->br.nclients >= (size_t)d->cfg.max_clients) refuse_connection(d, fd, "too many connections (max-clients)");
+    else if (d->fdb.limit && d->br.nclients >= d->fdb.conns_max) refuse_over_fd_budget(d, fd);
     else if (same_uid >= d->cfg.max_clients_per_uid)
       refuse_connection(d, fd, "too many connections of this user (max-clients-per-uid)");
     else if (session_open(d, fd, &cred)) close(fd);

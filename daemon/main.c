@@ -14,6 +14,7 @@
 #include "log.h"
 #include "options.h"
 #include "util.h"
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,12 @@
 static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
   gmld *d = arg;
   size_t failed = 0;
+  int no_fds = 0; /* the fd table was full, not the device */
   for (size_t i = 0; i < n; i++) {
     d->lk.creating--;
     if (r[i].fd < 0) {
       failed++;
+      no_fds |= r[i].err == EMFILE || r[i].err == ENFILE;
       continue;
     }
     if (lake_add_created(&d->lk, r[i].phys, r[i].fd)) {
@@ -39,8 +42,19 @@ static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
       close(r[i].fd);
     }
   }
-  /* the device is probably full: no new attempt for a while (no busy loop, no log flood) */
-  if (failed && broker_creation_failed(&d->br, gml_now_ns())) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
+  /* the device is probably full, or the fd table: no new attempt for a while (no busy loop, no log flood) */
+  if (failed) {
+    no_fds = no_fds || fdbudget_out_of_fds();
+    d->br.create_failed_why[0] = 0; /* a waiting lease's refusal says which */
+    if (no_fds)
+      snprintf(d->br.create_failed_why, sizeof d->br.create_failed_why, "the daemon's fd limit (RLIMIT_NOFILE %zu) is reached: "
+               "the daemon", d->fdb.limit);
+    int starts = broker_creation_failed(&d->br, gml_now_ns()); /* said once a back-off starts */
+    if (starts && no_fds)
+      GML_WARN("creating %zu chunk(s) failed: the daemon's fd limit (RLIMIT_NOFILE %zu) is reached (raise it: LimitNOFILE= in "
+               "the unit, ulimit -n)", failed, d->fdb.limit);
+    else if (starts) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
+  }
   sessions_serve_pending(d);
   uint32_t keep = broker_keep_free(&d->br); /* trimmed meanwhile: what no lease took goes again */
   if (d->lk.nfree > keep) lake_trim(&d->lk, keep);
@@ -66,11 +80,12 @@ static void notify_systemd(const gmld *d, const char *state) {
 /* One line for `systemctl status`: what is served, the limit, who uses it.
  * Sent when it changed (at start, on reload, then at most every 5 s). */
 static void notify_status(gmld *d, int force) {
-  char st[256], lb[32], hb[32], ub[32];
+  char st[512], lb[32], hb[32], ub[32];
   uint64_t leased = d->lk.leased + d->lk.parked;
-  snprintf(st, sizeof st, "STATUS=device %d (%s), %s backend: limit %s, lake holds %s, %zu client(s) lease %s", d->cfg.device,
+  snprintf(st, sizeof st, "STATUS=device %d (%s), %s backend: limit %s, lake holds %s, %zu client(s) lease %s%s%s", d->cfg.device,
            d->be->uuid, d->be->name, gml_format_bytes(d->lk.limit_bytes, lb, sizeof lb),
-           gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub));
+           gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub),
+           d->reload_refused[0] ? "; last reload refused: " : "", d->reload_refused); /* systemctl status shows it */
   if (!force && !strcmp(st, d->status)) return;
   snprintf(d->status, sizeof d->status, "%s", st);
   d->status_ns = gml_now_ns();
@@ -123,6 +138,11 @@ static int apply_quotas(gmld *d) {
     if (rc) {
       char why[160];
       GML_WARN("quota of pid %u not set: %s", q->key, pidquota_why((pid_t)q->key, rc, why, sizeof why));
+      continue;
+    }
+    char why[700];
+    if (q->kind == GML_QUOTA_CGROUP && q->bytes && conn_cgroup_check(q->cgroup, why, sizeof why)) {
+      GML_WARN("quota of cgroup %s not set: %s", q->cgroup, why); /* it bound nothing, without a word */
       continue;
     }
     if (q->kind == GML_QUOTA_CGROUP) rc = lake_set_quota_cgroup(&d->lk, q->cgroup, q->bytes);
@@ -186,7 +206,9 @@ static void on_reload(uv_signal_t *h, int signum) {
   }
   if (bad) {
     GML_ERR("SIGHUP: %s: nothing reloaded, every setting stays as it was", bad);
+    snprintf(d->reload_refused, sizeof d->reload_refused, "%s", bad);
   } else {
+    d->reload_refused[0] = 0;
     d->cfg.log_level = nc.log_level;
     const char *from = apply_log_level(&nc);
     snprintf(d->cfg.limit, sizeof d->cfg.limit, "%s", nc.limit);
@@ -273,6 +295,7 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   gml_raise_fd_limit();
+  fdbudget_init(d); /* the fd table shared out from the limit it has now */
   char msg[512];
   gml_backend_opts bo = {.chunk_size = gml_env(GML_ENV_CHUNK_SIZE), .libcuda = gml_env(GML_ENV_LIBCUDA)};
   device_order_pci();
@@ -301,6 +324,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   lake_init(&d->lk, d->be, limit);
+  fdbudget_say(d);
   apply_quotas(d);
   gmlake__lake_stats__init(&d->counters);
   broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);

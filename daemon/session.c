@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,48 +47,28 @@ void session_doom(session *s, const char *why) {
   uv_idle_start(&s->d->kick, sessions_on_kick);
 }
 
-/* fds a client's replies may hold in the daemon (dups waiting in its send
- * queue) before it is read again: two replies' worth. Every fd queued is one
- * of the daemon's: a client that asks (attach, lease, return, again) and
- * never reads would otherwise fill its fd table, and then no one's lease
- * could be sent and no connection accepted. All queues together get a
- * quarter of the fd limit (d->fds_queued_max); past it, a session with fds
- * queued is not read, while one with none still is (one reply, at most
- * GML_MAX_LEASE_CHUNKS fds), so a client that reads is served beside any
- * number that do not. */
-#define SESSION_QUEUED_FDS (2 * GML_MAX_LEASE_CHUNKS)
-
+/* Room for one more reply of a lease's fds (fdbudget.c): it goes at once
+ * (nothing waits before it), or its dups fit in what s and all queues may
+ * hold. A streamed lease sends its next reply only then: else it waits for
+ * the client to read (grant_more), never refused for being read slowly. */
 int session_fds_room(const session *s) {
-  const gmld *d = s->d;
-  return s->txq.nfds == 0 || (s->txq.nfds < SESSION_QUEUED_FDS && d->fds_queued < d->fds_queued_max);
-}
-
-/* The queues' budget of fds: a quarter of the fd limit (set once). */
-static void fds_budget_init(gmld *d) {
-  struct rlimit rl;
-  rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
-  if (n == RLIM_INFINITY || n > (1u << 20)) n = 1u << 20;
-  d->fds_queued_max = (size_t)n / 4;
-}
-
-/* Fds left some queue: sessions waiting for room are looked at the next turn. */
-static void fds_released(gmld *d, size_t before) {
-  if (d->fds_queued < before && d->fd_waiters) uv_idle_start(&d->kick, sessions_on_kick);
+  return !s->txq.head || fdbudget_room(s->d, s->txq.nfds) >= GML_MAX_LEASE_CHUNKS;
 }
 
 static void tx_flush(session *s) {
   if (s->bc.closing) return;
-  size_t before = s->d->fds_queued;
   int rc = conn_flush(&s->txq, s->fd);
-  fds_released(s->d, before);
   if (rc) session_doom(s, rc == GML_EDAEMON ? "disconnected" : "send failed");
 }
 
+/* Sent, or queued within s's fd room; CONN_NO_FD_ROOM (nothing sent: the
+ * caller refuses the request, fdbudget_refusal) or an error (s doomed). */
 static int session_send(session *s, Gmlake__Envelope *env, const int *fds, int nfds) {
   if (s->bc.closing) return GML_EDAEMON;
-  int rc = conn_queue(&s->txq, env, fds, nfds);
+  int rc = conn_send_or_queue(&s->txq, s->fd, env, fds, nfds, fdbudget_room(s->d, s->txq.nfds));
+  if (rc == CONN_NO_FD_ROOM) return rc;
   if (rc) {
-    session_doom(s, "cannot queue a reply");
+    session_doom(s, rc == GML_EDAEMON ? "disconnected" : "cannot send or queue a reply");
     return rc;
   }
   if (s->txq.bytes > s->d->cfg.send_queue_max) {
@@ -297,11 +276,6 @@ static int take_frames(session *s, int *budget) {
   while ((k = gml_rx_next(&s->rx, &body, &len)) == 1) {
     if (s->bc.closing) return -1; /* doomed by its own request: nothing more from it */
     if (*budget <= 0) return 1;
-    if (!session_fds_room(s)) { /* it does not read its replies: nor is it read (sessions_on_kick) */
-      if (!s->fd_wait) s->d->fd_waiters++;
-      s->fd_wait = 1;
-      return 1;
-    }
     if (handle_frame(s, body, len)) return -1;
     gml_rx_consume(&s->rx, len);
     (*budget)--;
@@ -368,7 +342,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
 static void session_update_poll(session *s) {
   if (s->bc.closing || s->fd < 0) return;
   /* nothing more is read while frames wait from the last turn */
-  int ev = (s->backlog || s->fd_wait ? 0 : UV_READABLE) | (s->txq.head ? UV_WRITABLE : 0);
+  int ev = (s->backlog ? 0 : UV_READABLE) | (s->txq.head ? UV_WRITABLE : 0);
   if (ev != s->poll_events) {
     s->poll_events = ev;
     if (ev) uv_poll_start(&s->poll, ev, on_session_io);
@@ -377,8 +351,7 @@ static void session_update_poll(session *s) {
 }
 
 /* The next turn of the loop: doomed sessions are closed, sessions with a
- * backlog handle their next budget of frames, and so do sessions that
- * waited for room for fds and have it now. */
+ * backlog handle their next budget of frames. */
 static void sessions_on_kick(uv_idle_t *t) {
   gmld *d = t->data;
   uv_idle_stop(t); /* started again below while work is left */
@@ -390,11 +363,6 @@ static void sessions_on_kick(uv_idle_t *t) {
   }
   for (c = d->br.clients; c; c = c->next) {
     session *s = session_of(c);
-    if (s->fd_wait && !c->closing && session_fds_room(s)) {
-      s->fd_wait = 0;
-      d->fd_waiters--;
-      s->backlog = 1;
-    }
     if (!s->backlog || c->closing) continue;
     s->backlog = 0;
     session_read(s); /* may close s: then c is gone from the list, start over next turn */
@@ -484,11 +452,7 @@ static void session_close(session *s, const char *why) {
            (unsigned long long)held, !held ? "held" : gone || d->stopping ? "back in the lake" : "parked until its process exits");
   broker_remove_client(&d->br, &s->bc);
   uv_poll_stop(&s->poll);
-  if (s->fd_wait) d->fd_waiters--;
-  s->fd_wait = 0;
-  size_t before = d->fds_queued;
   conn_txq_free(&s->txq); /* closes the fd references its queue held */
-  fds_released(d, before);
   close(s->fd);
   s->fd = -1;
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
@@ -507,7 +471,7 @@ int session_open(gmld *d, int fd, const struct ucred *cred) {
   s->bc.uid = cred->uid;
   s->pidfd = conn_peer_pidfd(fd, cred->pid, &s->peer_gone);
   s->connect_ns = gml_now_ns();
-  if (!d->fds_queued_max) fds_budget_init(d);
+  if (!d->fdb.limit) fdbudget_init(d); /* set at start (main.c); here for a daemon made without it (the fuzzers) */
   s->txq.nfds_all = &d->fds_queued;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);

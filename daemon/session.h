@@ -21,7 +21,6 @@ typedef struct session {
   int hello_done;
   uint64_t adopted;         /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
   int backlog;              /* complete frames wait in rx beyond this turn's read budget */
-  int fd_wait;              /* not read until its send queue (or all of them) holds fewer fds (session_fds_room) */
   uint64_t connect_ns;      /* hello must come within hello_timeout_ms of it */
   uint64_t partial_since_ns;/* a frame started arriving then and is not whole yet (0: none) */
   const char *close_why;    /* set when the session is doomed (closed at the next turn of the loop) */
@@ -47,13 +46,13 @@ void sessions_serve_pending(struct gmld *d); /* after chunks became free (grant.
 void grant_lease(session *s, uint64_t seq, uint32_t count, int optional, int streamed);
 void grant_review(session *s, uint64_t now_ns);
 void grant_more(session *s); /* s's send queue drained: its streamed lease gets what is free */
-/* Whether another reply with fds may be queued for s now (a frame read, a
- * streamed lease's next reply): its queue holds none, or fewer than
- * SESSION_QUEUED_FDS while all queues together are under their budget. */
+/* Whether a streamed lease's next reply (up to a lease's fds) may go to s
+ * now: nothing waits in its queue, or the fd budget has room for its dups. */
 int session_fds_room(const session *s);
 void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines; timeouts */
 void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms); /* valid_ms 0: until served */
-/* For the other message handlers (shares.c): a reply with its fds, an error reply. */
+/* For the other message handlers (shares.c): a reply with its fds (0; CONN_NO_FD_ROOM: not sent, the
+ * daemon's fd budget has no room for them, fdbudget_refusal says why; else s is doomed), an error reply. */
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);
 void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 session *session_by_pid(struct gmld *d, pid_t pid);

@@ -99,7 +99,7 @@ static int allowed(const share *sh, uid_t uid) {
   return 0;
 }
 
-static void send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { session_send_msg(s, env, fds, nfds); }
+static int send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send_msg(s, env, fds, nfds); }
 
 static void share_destroy(share *sh) {
   gmld *d = sh->d;
@@ -117,7 +117,7 @@ static void share_destroy(share *sh) {
       break;
     }
   broker_unpublish(&d->br, &sh->pub);
-  CONN_INFO(sh->uid, "share '%s' has no mapper left: its %u chunk(s) are back in the lake", sh->key, sh->n);
+  CONN_INFO(sh->uid, "share '%s' has no mapper left: its %u chunk(s) are back in the lake", GML_LOG_ESC(sh->key), sh->n);
   free(sh->idx), free(sh->ro_fds), free(sh);
   if (!d->stopping) sessions_serve_pending(d);
 }
@@ -166,7 +166,7 @@ static int mapper_add(share *sh, session *s) {
 static void on_mapper_exit(uv_poll_t *h, int status, int events) {
   (void)status, (void)events;
   mapper *m = h->data;
-  CONN_INFO(m->uid, "process %d exited: it maps share '%s' no more", (int)m->pid, m->sh->key);
+  CONN_INFO(m->uid, "process %d exited: it maps share '%s' no more", (int)m->pid, GML_LOG_ESC(m->sh->key));
   mapper_remove(m);
 }
 
@@ -274,7 +274,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   d->shares = sh;
   mapper_add(sh, s);
   CONN_INFO(s->bc.uid, "client %llu (pid %d, uid %u) shares '%s': %u chunk(s), %llu bytes", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned)s->bc.uid, sh->key, sh->n, (unsigned long long)sh->size);
+           (unsigned)s->bc.uid, GML_LOG_ESC(sh->key), sh->n, (unsigned long long)sh->size);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ShareReply rep = GMLAKE__SHARE_REPLY__INIT;
   rep.share_id = sh->id;
@@ -284,17 +284,33 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   send_reply(s, &env, NULL, 0);
 }
 
+/* An attach's or detach's key: a share key, or NAME@UID for another user's
+ * (what the library sends). Anything else (empty but for an attach by
+ * content hash) is refused as invalid, and logged escaped: before, a refused
+ * key was logged raw, and a newline in it wrote a line of the client's. */
+static int key_refused(session *s, uint64_t seq, const char *key, const char *what) {
+  char name[SHARE_KEY_MAX + 1];
+  uint32_t uid;
+  if (!key || !*key || gml_share_key_ok(key, NULL) || gml_share_key_owner(key, name, &uid)) return 0;
+  CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) asked to %s '%s': not a share key: refused", (unsigned long long)s->bc.id,
+            (int)s->bc.pid, (unsigned)s->bc.uid, what, GML_LOG_ESC(key));
+  session_send_error(s, seq, GML_EINVAL, "%s: not a share key (1 to %d bytes of '!' to '~', or NAME@UID for another user's "
+                     "share)", what, SHARE_KEY_MAX);
+  return 1;
+}
+
 static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest *r) {
   gmld *d = s->d;
+  if (key_refused(s, seq, r->key, "attach")) return;
   share *sh = r->key && *r->key ? find_named(d, r->key, s->bc.uid)
                                  : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
   if (sh && !allowed(sh, s->bc.uid)) { /* said to the operator; to the client as a share that does not exist */
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
-             (unsigned)s->bc.uid, sh->key, (unsigned)sh->uid);
+             (unsigned)s->bc.uid, GML_LOG_ESC(sh->key), (unsigned)sh->uid);
     sh = NULL;
   } else if (!sh && r->key && strchr(r->key, '@')) { /* logged as a refusal is: the same work, no timing to tell them apart */
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) attached no share '%s': none of that name it may attach",
-              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, r->key);
+              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(r->key));
   }
   if (!sh) { /* one answer whether NAME@UID exists or not: no user learns another's share names by trying */
     if (r->key && strchr(r->key, '@'))
@@ -308,7 +324,12 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
     session_send_error(s, seq, GML_EINVAL, "share '%s' has %u chunks", sh->key, sh->n);
     return;
   }
-  if (r->count && r->first == 0 && mapper_add(sh, s)) {
+  /* a mapper from its first attach that takes chunks, whichever it asks for first (before, only from chunk 0: a
+   * client that took chunk 1 alone was none, its publisher's detach ended the share, and the chunk it maps went
+   * back to the lake); and once more for each attach from chunk 0 (gml_attach takes [0, 128), [128, 256) ... and
+   * detaches once) */
+  int counted = r->count && (r->first == 0 || !mapper_of(sh, s->bc.id));
+  if (counted && mapper_add(sh, s)) {
     session_send_error(s, seq, GML_ENOMEM, "out of memory");
     return;
   }
@@ -336,11 +357,19 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   env.seq = seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH_REPLY;
   env.attach_reply = &rep;
-  send_reply(s, &env, fds, (int)r->count);
-  return;
+  if (send_reply(s, &env, fds, (int)r->count) == CONN_NO_FD_ROOM) { /* not sent: refused, naming the fd limit */
+    char why[512];
+    fdbudget_refusal(d, s->txq.nfds, (int)r->count, why, sizeof why);
+    CONN_WARN(s->bc.uid, "attach of %u chunk(s) of share '%s' refused to client %llu (pid %d): %s", r->count, GML_LOG_ESC(sh->key),
+              (unsigned long long)s->bc.id, (int)s->bc.pid, why);
+    session_send_error(s, seq, GML_EAGAIN, "attach of %u chunk(s) of share '%s' refused: %s", r->count, named, why);
+    mapper *m = counted ? mapper_of(sh, s->bc.id) : NULL; /* not its mapper by this attach */
+    if (m && --m->refs == 0) mapper_remove(m); /* never the share's last: it had its mappers before */
+  }
 }
 
 static void handle_detach(session *s, uint64_t seq, const Gmlake__DetachRequest *r) {
+  if (key_refused(s, seq, r->key, "detach")) return;
   share *sh = r->key ? find_named(s->d, r->key, s->bc.uid) : NULL;
   mapper *m = sh ? mapper_of(sh, s->bc.id) : NULL;
   if (!m) {
@@ -406,7 +435,8 @@ void shares_session_closed(session *s, int gone) {
     }
     int fd = gone || d->stopping || s->pidfd < 0 ? -1 : fcntl(s->pidfd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) {
-      if (!gone && !d->stopping) CONN_WARN(s->bc.uid, "cannot watch pid %d: share '%s' forgets it", (int)s->bc.pid, sh->key);
+      if (!gone && !d->stopping)
+        CONN_WARN(s->bc.uid, "cannot watch pid %d: share '%s' forgets it", (int)s->bc.pid, GML_LOG_ESC(sh->key));
       mapper_remove(m);
       continue;
     }

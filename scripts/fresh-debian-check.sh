@@ -103,17 +103,23 @@ step $? "group gmlake and user alice in it"
 # The unit's ExecStart as systemd would run it (instance 0).
 unit="$ROOT/lib/systemd/system/gmlaked@.service"
 execstart=$(sed -n 's/^ExecStart=//p' "$unit" | sed 's/%i/0/g')
+# as the unit runs it: its User= and Group= (make install made them from sysusers.d), no capability
+uuser=$(sed -n 's/^User=//p' "$unit"); ugroup=$(sed -n 's/^Group=//p' "$unit")
+inch "id $uuser >/dev/null && getent group $ugroup >/dev/null"
+step $? "make install made the unit's user $uuser and group $ugroup (sysusers.d)"
+execstart="setpriv --reuid=$uuser --regid=$ugroup --init-groups --bounding-set=-all --inh-caps=-all --no-new-privs $execstart"
 echo "== ExecStart: $execstart"
 cat > "$ROOT/root/notify.py" <<'PY'
 # Receives sd_notify datagrams like systemd does; prints each.
 import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind(sys.argv[1])
+import os; os.chmod(sys.argv[1], 0o666)  # the daemon runs as the unit's user, as systemd's socket lets it
 while True:
     print(s.recv(4096).decode(errors="replace").replace("\n", " | "), flush=True)
 PY
 start_daemon() { # start_daemon EXTRA...: returns 0 once the socket is there
-  inch "mkdir -p /run/gmlake && chmod 0755 /run/gmlake && rm -f /run/gmlake/notify && (python3 /root/notify.py /run/gmlake/notify > /run/gmlake/notify.log 2>&1 &) && sleep 0.5 && (NOTIFY_SOCKET=/run/gmlake/notify $execstart $* > /run/gmlake/daemon.log 2>&1 & echo \$! > /run/gmlake/daemon.pid)"
+  inch "mkdir -p /run/gmlake && chmod 0755 /run/gmlake && chown $uuser:$ugroup /run/gmlake && rm -f /run/gmlake/notify && (python3 /root/notify.py /run/gmlake/notify > /run/gmlake/notify.log 2>&1 &) && sleep 0.5 && (NOTIFY_SOCKET=/run/gmlake/notify $execstart $* > /run/gmlake/daemon.log 2>&1 & echo \$! > /run/gmlake/daemon.pid)"
   for _ in $(seq 100); do
     [ -S "$ROOT/run/gmlake/gmlake-0.sock" ] && return 0
     inch 'kill -0 $(cat /run/gmlake/daemon.pid) 2>/dev/null' || return 1

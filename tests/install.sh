@@ -6,6 +6,7 @@
 # with pkg-config, and the installed unit's ExecStart run by hand with the
 # installed config (systemd cannot start units here).
 set -e
+. "$(dirname "$0")/lib.sh"
 BUILD=${1:-build}
 d=$(mktemp -d)
 run=$(mktemp -d)
@@ -66,6 +67,20 @@ echo "$v" | grep -q "^gmlakectl [0-9]" || fail "gmlakectl --version printed '$v'
 echo "  $v"
 # The installed unit's ExecStart, %i = 0, its paths moved into the scratch folders.
 cmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g; s|/run/gmlake/|$run/|g")
+# As the unit runs it: its User= and Group= (made from the installed sysusers.d file, as make install does
+# on a real install), no capability (its CapabilityBoundingSet= is empty), no new privileges.
+user=$(sed -n 's/^User=//p' "$d/lib/systemd/system/gmlaked@.service")
+group=$(sed -n 's/^Group=//p' "$d/lib/systemd/system/gmlaked@.service")
+[ "$user" = gmlaked ] && [ "$group" = gmlake ] || fail "the unit's User=/Group= are '$user'/'$group', not gmlaked/gmlake"
+grep -qx 'CapabilityBoundingSet=' "$d/lib/systemd/system/gmlaked@.service" || fail "the unit keeps capabilities"
+as_unit=
+if [ "$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then
+  systemd-sysusers "$d/usr/lib/sysusers.d/gmlake.conf" || fail "systemd-sysusers on the installed sysusers.d file failed"
+  id "$user" >/dev/null && getent group "$group" >/dev/null || fail "sysusers.d did not make $user and $group"
+  as_unit="setpriv --reuid=$user --regid=$group --init-groups --bounding-set=-all --inh-caps=-all --no-new-privs"
+else
+  skip "install: the unit's daemon as its user with no capability" "needs root and systemd-sysusers"
+fi
 if ! getent group gmlake >/dev/null; then
   # shellcheck disable=SC2086
   if $cmd 2>"$run/log"; then fail "the unit's daemon started without a gmlake group"; fi
@@ -109,3 +124,32 @@ if $reload > "$run/check.out" 2>&1; then fail "ExecReload's check passed a confi
 grep -q "bad value for limit: 'lots'" "$run/check.out" || fail "ExecReload's check did not say why: $(cat "$run/check.out")"
 cp "$run/conf.saved" "$d/etc/gmlake/gmlaked.conf"
 echo "  ExecReload checks the file first (gmlaked --check-config): the installed one passes, 'limit = lots' fails, said"
+# The unit's daemon as the unit runs it, in a mount namespace with its own /run/gmlake (RuntimeDirectory=, owned
+# by the unit's user): a client trusts a daemon of a service user there only, as it would on a real node.
+if [ -n "$as_unit" ]; then
+  if ! unshare -m true 2>/dev/null; then
+    not_run "install: the unit's daemon as its user with no capability" "no mount namespace here (unshare -m)"
+  else
+    ucmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g")
+    [ -e /dev/nvidiactl ] || ucmd="$ucmd --backend host" # no GPU here
+    chmod 711 "$d" "$run" && mkdir -m 755 "$run/bin" && cp "$BUILD/gml-testclient" "$run/bin/" && chmod 755 "$run/bin/gml-testclient"
+    gid=$(getent group "$group" | cut -d: -f3)
+    cat > "$run/unit.sh" <<SH
+set -e
+mkdir -p /run/gmlake && mount -t tmpfs -o mode=0755 tmpfs /run/gmlake && chown $user:$group /run/gmlake
+$as_unit $ucmd 2> "$run/unit.log" &
+pid=\$!
+for _ in \$(seq 400); do [ -S /run/gmlake/gmlake-0.sock ] && break; kill -0 \$pid || exit 3; sleep 0.05; done
+[ -S /run/gmlake/gmlake-0.sock ] || exit 3
+[ "\$(stat -c %U /proc/\$pid)" = "$user" ] || exit 4
+for cap in CapEff CapPrm CapBnd CapAmb; do grep -q "^\$cap:[[:space:]]*0*\$" /proc/\$pid/status || exit 5; done
+[ "\$(stat -c '%G %a' /run/gmlake/gmlake-0.sock)" = "$group 660" ] || exit 6
+printf 'alloc 4096\\nclose\\n' | setpriv --reuid=65534 --regid=65534 --groups=$gid env GMLAKE_MODE=daemon "$run/bin/gml-testclient" default:0 > "$run/client.out" 2>&1 || exit 7
+grep -q "^ok 0" "$run/client.out" || exit 7
+kill -TERM \$pid
+wait \$pid || exit 8
+SH
+    unshare -m sh "$run/unit.sh" || fail "the unit's daemon as $user (step $?: 3 start, 4 user, 5 capabilities, 6 socket, 7 client, 8 stop): $(cat "$run/unit.log" "$run/client.out" 2>/dev/null | tail -n 8)"
+    echo "  as the unit runs it: uid $user, no capability (CapEff/CapPrm/CapBnd/CapAmb 0), /run/gmlake/gmlake-0.sock $group 0660; a client of uid 65534 in group $group allocated"
+  fi
+fi

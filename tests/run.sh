@@ -288,7 +288,7 @@ opts=$("$BUILD/gmlaked" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
 [ "$(echo "$opts" | wc -l)" -ge 20 ] || { echo "could not read the options of gmlaked --help" >&2; exit 1; }
 for o in $opts; do
   sed 's/\\-/-/g' man/man8/gmlaked.8 | grep -Eq -- "^\.B[IR]* (.* )?--$o( |\"|$)" || { echo "man gmlaked lacks --$o" >&2; exit 1; }
-  case $o in config|version|check-config) continue;; esac
+  case $o in config|instance-config|version|check-config) continue;; esac
   grep -Eq "^# $o( = | +#|$)" systemd/gmlaked.conf.example || { echo "systemd/gmlaked.conf.example lacks '# $o'" >&2; exit 1; }
 done
 # and the example's settings, uncommented, parse (--help after the file: 0, or 2 naming a bad key)
@@ -365,7 +365,21 @@ section "systemd unit (systemd-analyze verify, ExecStart pointed at $BUILD/gmlak
 if command -v systemd-analyze >/dev/null; then
   d=$(mktemp -d)
   sed "s|/usr/local/bin/gmlaked|$(pwd)/$BUILD/gmlaked|" systemd/gmlaked@.service > "$d/gmlaked@.service"
-  MANPATH="$(pwd)/man:" systemd-analyze verify "$d/gmlaked@.service" # Documentation= names man:gmlaked(8)
+  for u in gmlake.target gmlake-instances.service; do sed "s|/usr/local/libexec/gmlake/|$(pwd)/scripts/|" systemd/$u > "$d/$u"; done
+  MANPATH="$(pwd)/man:" systemd-analyze verify "$d/gmlaked@.service" "$d/gmlake.target" "$d/gmlake-instances.service" # Documentation= names man:gmlaked(8)
+  # the hardened unit (issue 27): systemd's own exposure rating at most 2.5 ("OK"); it was 7.3 MEDIUM as root
+  score=$(systemd-analyze security --offline=true "$d/gmlaked@.service" 2>&1 | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\) .*/\1/p')
+  [ -n "$score" ] || { systemd-analyze security --offline=true "$d/gmlaked@.service" >&2; echo "systemd-analyze security gave no rating" >&2; exit 1; }
+  awk -v s="$score" 'BEGIN { exit !(s <= 2.5) }' || { echo "systemd-analyze security rates gmlaked@.service $score (more than 2.5)" >&2; exit 1; }
+  echo "  systemd-analyze security --offline=true gmlaked@.service: $score (at most 2.5); gmlake.target and gmlake-instances.service verify"
+  # gmlake-instances: one gmlaked@ per GPU nvidia-smi lists (a stand-in nvidia-smi here)
+  printf '#!/bin/sh\nprintf "0\\n1\\n3\\n"\n' > "$d/smi" && chmod 755 "$d/smi"
+  [ "$(GMLAKE_NVIDIA_SMI="$d/smi" scripts/gmlake-instances list | tr '\n' ' ')" = "gmlaked@0.service gmlaked@1.service gmlaked@3.service " ] ||
+    { echo "gmlake-instances list: $(GMLAKE_NVIDIA_SMI="$d/smi" scripts/gmlake-instances list 2>&1)" >&2; exit 1; }
+  printf '#!/bin/sh\necho "NVIDIA-SMI has failed" >&2; exit 9\n' > "$d/smi" 
+  if GMLAKE_NVIDIA_SMI="$d/smi" scripts/gmlake-instances list 2> "$d/err"; then echo "gmlake-instances took a failed nvidia-smi" >&2; exit 1; fi
+  grep -q "NVIDIA-SMI has failed (is the NVIDIA driver loaded?)" "$d/err" || { cat "$d/err" >&2; exit 1; }
+  echo "  gmlake-instances: gmlaked@0, @1, @3 for a node whose nvidia-smi lists 0 1 3; a failed nvidia-smi said"
   rm -rf "$d"
   # the example config offers metrics-listen (a TCP listener): the unit's sandbox must let it bind
   u=systemd/gmlaked@.service

@@ -22,6 +22,8 @@ reload_refused() { # REASON WHAT
   for _ in $(seq 400); do grep -q "SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" && break; sleep 0.05; done
   grep -q "\[error\] SIGHUP: .*$1.*: nothing reloaded" "$d/daemon.log" || fail "SIGHUP with $2: $(tail -n 3 "$d/daemon.log")"
   ctl stats --json | grep -q '"limit_bytes":33554432' || fail "a reload with $2 changed the limit: $(ctl stats --json)"
+  # and systemd's STATUS= says so (systemctl status showed the last good state)
+  wait_for 20 grep -q "STATUS=.*; last reload refused: .*$1" "$d/notify.log" || fail "STATUS= does not say the reload with $2 was refused"
 }
 
 for t in gmlaked gmlakectl; do
@@ -213,3 +215,39 @@ SH
   unshare -m sh "$d/sys.sh" || fail "the system file: root's daemon must read it, a user's must not (exit $?): $(cat "$d/root.out" "$d/user.out" 2>/dev/null)"
   echo "  /etc/gmlake/gmlaked.conf: read by root's daemon ('limit = lots' refused), not by uid 65534's (valid: $(cat "$d/user.out"))"
 fi
+
+# one shared file, one per GPU (--instance-config, as the unit passes /etc/gmlake/gmlaked@N.conf): two
+# instances with metrics-listen on their own ports (with it in the shared file only, every instance after
+# the first failed: "Address already in use", a flag nobody gave)
+pa=$((20000 + $$ % 20000)) && pb=$((pa + 1))
+printf 'backend = host\nlimit = 32MiB\nprefetch = 0\nmetrics-listen = 127.0.0.1:%d\n' $pa > "$d/shared.conf"
+printf 'metrics-listen = 127.0.0.1:%d # GPU 1 only\n' $pb > "$d/inst1.conf"
+ipids=
+for i in 0 1; do
+  "$B/gmlaked" --device $i --config "$d/shared.conf" --instance-config "$d/inst$i.conf" --socket "$d/i$i.sock" \
+    --control "ipc://$d/i$i.ctl" 2>"$d/i$i.log" &
+  ipids="$ipids $!"
+done
+metrics() { /usr/bin/python3 -c "import sys, urllib.request; sys.exit(0 if b'gmlake_lake_limit_bytes' in urllib.request.urlopen('http://127.0.0.1:$1/metrics', timeout=5).read() else 1)" 2>/dev/null; }
+wait_for 20 metrics $pa && wait_for 20 metrics $pb || { kill $ipids; fail "two instances, metrics on $pa and $pb: $(cat "$d/i0.log" "$d/i1.log")"; }
+for p in $ipids; do kill -TERM $p; wait $p || fail "an instance did not stop cleanly"; done
+echo "  two instances of one shared file: GPU 0's metrics on :$pa (the shared file's), GPU 1's on :$pb (its own file's)"
+
+# a cgroup quota that cannot bind is refused, saying why (it was taken, and bound nothing): a cgroup that
+# does not exist; on a host with no cgroup v2 hierarchy, any (checked where this host has one or not)
+"$B/gmlaked" --backend host --socket "$d/cg.sock" --control "ipc://$d/cg.ctl" --prefetch 0 2>"$d/cg.log" &
+dpid=$!
+wait_for 20 test -S "$d/cg.sock" || fail "daemon for the cgroup quota checks did not start: $(cat "$d/cg.log")"
+if "$B/gmlakectl" --control "ipc://$d/cg.ctl" quota "cgroup:/gmlake-no-such-cgroup-$$" 64MiB > "$d/cg.out" 2>&1; then
+  fail "a quota of a cgroup that does not exist was taken"
+fi
+if grep -q " - cgroup2 " /proc/self/mountinfo; then
+  grep -q "no cgroup /gmlake-no-such-cgroup-$$ on this host" "$d/cg.out" || fail "quota of no cgroup: $(cat "$d/cg.out")"
+  "$B/gmlakectl" --control "ipc://$d/cg.ctl" quota "cgroup:/" 64MiB > "$d/cg.out" 2>&1 || fail "quota of cgroup / refused: $(cat "$d/cg.out")"
+else
+  grep -q "no cgroup v2 hierarchy" "$d/cg.out" || fail "a cgroup quota on a cgroup v1 host: $(cat "$d/cg.out")"
+fi
+"$B/gmlakectl" --control "ipc://$d/cg.ctl" quota "cgroup:/gmlake-no-such-cgroup-$$" 0 > "$d/cg.out" 2>&1 ||
+  fail "removing a quota of a cgroup gone was refused: $(cat "$d/cg.out")"
+kill -TERM $dpid; wait $dpid || fail "daemon did not stop cleanly"; dpid=
+echo "  a cgroup quota that cannot bind (no such cgroup; no cgroup v2 here) is refused, saying why; removing one is not"

@@ -1194,6 +1194,29 @@ START_TEST(test_idle_release) {
 }
 END_TEST
 
+/* A cgroup quota of a Kubernetes pod's path (150-200 bytes) holds: paths of 128 bytes and more were
+ * stored empty, and their quota never applied (32 MiB leased against a 4 MiB quota). */
+START_TEST(test_quota_long_cgroup_path) {
+  const char *pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3f1c5b2a_7d4e_4c1b_9a8f_2e6d0c4b7a19.slice/"
+                    "cri-containerd-8b0f6e2d4c1a9e7f5b3d1c0a8e6f4d2b0c9e7a5f3d1b8c6e4a2f0d9b7c5e3a1f.scope";
+  ck_assert_int_gt(strlen(pod), 128);
+  broker_client a;
+  client(&a, 1, 42, 0);
+  snprintf(a.cgroup, sizeof a.cgroup, "%s", pod);
+  ck_assert_str_eq(a.cgroup, pod);
+  add_chunks(10);
+  ck_assert_int_eq(lake_set_quota_cgroup(&lk, pod, 2 * cs), 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 3, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 2); /* the quota's 2, not 3 */
+  broker_lease(&br, &a, 2, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_EQUOTA);
+  ck_assert_ptr_nonnull(strstr(d.why, "cgroup /kubepods.slice/"));
+}
+END_TEST
+
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
@@ -1216,6 +1239,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_wait_for_chunks_coming);
   tcase_add_test(tc, test_lease_wait_zero_waits_for_creation);
   tcase_add_test(tc, test_idle_release);
+  tcase_add_test(tc, test_quota_long_cgroup_path);
   tcase_add_test(tc, test_optional_leases);
   tcase_add_test(tc, test_closing_client_is_not_served);
   tcase_add_test(tc, test_refill);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char conf[64];
@@ -166,10 +167,9 @@ START_TEST(test_quota_holders) {
   ck_assert_int_eq(c.quotas[4].kind, GML_QUOTA_CGROUP); /* the flag's, after the file's */
   ck_assert_str_eq(c.quotas[4].cgroup, "/user.slice");
   ck_assert_uint_eq(c.quotas[4].bytes, 4ull << 20);
-  char longpath[200] = "cgroup:/";
-  memset(longpath + 8, 'a', GML_QUOTA_CGROUP_MAX - 1); /* a path of 128 bytes: one over */
+  static char longpath[GML_QUOTA_CGROUP_MAX + 16] = "cgroup:/", longq[GML_QUOTA_CGROUP_MAX + 32];
+  memset(longpath + 8, 'a', GML_QUOTA_CGROUP_MAX - 1); /* a path of GML_QUOTA_CGROUP_MAX bytes: one over */
   longpath[8 + GML_QUOTA_CGROUP_MAX - 1] = 0;
-  char longq[260];
   snprintf(longq, sizeof longq, "%s 1GiB", longpath);
   const char *bad[] = {"cgroup:relative 1GiB", "cgroup: 1GiB", "cgroup:/ lots", "cgroup:/", "1GiB",
                        "uid:4294967295 1GiB", "uid: 1GiB", "uid:x 1GiB", "-1 1GiB", "2147483648 1GiB",
@@ -318,11 +318,13 @@ START_TEST(test_bad_value_says_what_is_accepted) {
   }
   /* a line past the reader's buffer is refused as such: its tail was read as a line of its own, a
    * long comment's last words as a key ("unknown setting", on a line 2 the file did not have) */
-  char longline[700];
-  snprintf(longline, sizeof longline, "# %0600d limit = 1GiB\nlimit = 2GiB", 0);
+  static char longline[GML_QUOTA_CGROUP_MAX + 700];
+  snprintf(longline, sizeof longline, "# %0*d limit = 1GiB\nlimit = 2GiB", GML_QUOTA_CGROUP_MAX + 600, 0);
   write_conf(longline);
   ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
-  ck_assert_msg(strstr(said, ":1: line longer than 510 bytes"), "%s", said);
+  char want[64];
+  snprintf(want, sizeof want, ":1: line longer than %d bytes", GML_QUOTA_CGROUP_MAX + 510);
+  ck_assert_msg(strstr(said, want), "%s", said);
   write_conf("limit = 2GiB"); /* a last line without a newline is whole */
   ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
   ck_assert_str_eq(c.limit, "2GiB");
@@ -370,6 +372,7 @@ END_TEST
  * level: before, the reason went to stderr bare (journald: info priority, no time) and the
  * logged line only said "(see above)". At start the reason still goes to stderr. */
 START_TEST(test_reload_error_in_log_line) {
+  gml_log_set_ident("gmlaked"); /* as gmlaked's main says it */
   gmld_config c;
   char said[512];
   write_conf("limit = 90%\nlimit = 40%\n");
@@ -423,6 +426,33 @@ START_TEST(test_key_twice_refused) {
 }
 END_TEST
 
+/* A config path that is no regular file is refused at once, saying so: before, a FIFO was opened
+ * before it was looked at, and open() waited for a writer (a SIGHUP froze the daemon). A symlink to
+ * a regular file is followed (a config kept in /etc, linked from elsewhere). */
+START_TEST(test_config_not_regular_refused) {
+  gmld_config c;
+  char said[512], link[80];
+  ck_assert_int_eq(unlink(conf), 0);
+  ck_assert_int_eq(mkfifo(conf, 0600), 0);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, conf) && strstr(said, "is not a regular file (a FIFO)"), "%s", said);
+  ck_assert_int_eq(unlink(conf), 0);
+  ck_assert_int_eq(mkdir(conf, 0700), 0);
+  ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
+  ck_assert_msg(strstr(said, "is not a regular file (a directory)"), "%s", said);
+  ck_assert_int_eq(rmdir(conf), 0);
+  snprintf(link, sizeof link, "%s.real", conf);
+  FILE *f = fopen(link, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("limit = 40%\n", f);
+  fclose(f);
+  ck_assert_int_eq(symlink(link, conf), 0);
+  ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), 0);
+  ck_assert_str_eq(c.limit, "40%");
+  unlink(link);
+}
+END_TEST
+
 Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -439,6 +469,7 @@ Suite *config_suite(void) {
   tcase_add_test(tc, test_nul_byte_and_changed_at_start);
   tcase_add_test(tc, test_key_twice_refused);
   tcase_add_test(tc, test_reload_error_in_log_line);
+  tcase_add_test(tc, test_config_not_regular_refused);
   suite_add_tcase(s, tc);
   return s;
 }

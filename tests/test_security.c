@@ -704,6 +704,38 @@ START_TEST(test_usage_report_bounded) {
 }
 END_TEST
 
+/* A client's growable ranges map chunks it leases: a report of more is bounded
+ * by its lease, as its other figures are. Before, a client that leased one
+ * chunk and said it mapped 64 MiB in growable ranges was shown (gmlakectl
+ * clients, stats, metrics) with 64 MiB mapped. */
+START_TEST(test_growable_mapped_bounded) {
+  start_daemon("--limit 16MiB --prefetch 0");
+  int s = raw_session("growable-liar");
+  ck_assert_int_ge(s, 0);
+  uint64_t id;
+  int fd;
+  ck_assert_int_eq(lease_now(s, 2, 1, &id, &fd), 1);
+  close(fd);
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
+  u.growable_mapped = 64ull << 20;
+  u.growable_unmapped = 1ull << 30; /* address space only: no bound but the device's */
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE, env.usage = &u;
+  send_env(s, &env, NULL, 0);
+  char out[8192] = "";
+  long long mapped = 0;
+  for (int i = 0; i < 250 && json_num(out, "growable_unmapped") <= 0; i++) /* the report is taken */
+    if (ctl(out, sizeof out, "clients --json") != 0 || json_num(out, "growable_unmapped") <= 0) msleep(20);
+  mapped = json_num(out, "growable_mapped");
+  printf("  a client leasing one chunk says it maps 64 MiB in growable ranges: shown %lld\n", mapped);
+  ck_assert_int_eq(json_num(out, "growable_unmapped"), 1ll << 30);
+  ck_assert_int_eq(mapped, 2 << 20);
+  ck_assert_int_eq(stat_num("growable_mapped"), 2 << 20);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* Any client may say adopting: past the window, a burst of such hellos logs
  * one warning a second, not one each (before: one line per connection, a
  * log flood from any group member). */
@@ -2044,6 +2076,248 @@ START_TEST(test_queued_fds_bounded) {
 END_TEST
 
 
+static int call_env(int s, Gmlake__Envelope *env, Gmlake__Envelope__MsgCase want, char *msg, size_t msglen);
+
+/* Attach key's share on each of the hogs in turn, one attach of 126 chunks at a time, never reading: each
+ * until the daemon takes no more of its attaches (neither its fds nor what waits in our socket grows). The
+ * peak of the daemon's fds into *peak; how many attaches were sent. */
+static int hog_attaches(const int *hogs, int nhogs, const char *key, long limit, int *peak) {
+  Gmlake__Envelope a = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest ar = GMLAKE__ATTACH_REQUEST__INIT;
+  ar.key = (char *)key, ar.first = 0;
+  a.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, a.attach = &ar;
+  int sent = 0;
+  for (int h = 0; h < nhogs; h++) {
+    for (;;) {
+      int inq0 = 0, n0 = daemon_fds(), n = n0;
+      ioctl(hogs[h], FIONREAD, &inq0);
+      int inq = inq0;
+      if (limit - n0 <= 2) return sent; /* the daemon's fd table is full: no more from anyone */
+      ar.count = limit - n0 - 2 < 126 ? (uint32_t)(limit - n0 - 2) : 126;
+      a.seq = 2000 + (uint64_t)sent++;
+      ck_assert_int_eq(send_env(hogs[h], &a, NULL, 0), 0);
+      uint64_t until = gml_now_ns() + 200000000ull; /* its reply is in our socket, or in the daemon's queue */
+      while (gml_now_ns() < until && n == n0 && inq == inq0) {
+        n = daemon_fds();
+        ioctl(hogs[h], FIONREAD, &inq);
+      }
+      if (n == n0 && inq == inq0) break; /* this one is not served any more: the next hog */
+      for (int m = -1; m != n;) { /* the daemon may be half-way through its dups: until they stand still */
+        m = n;
+        msleep(2);
+        n = daemon_fds();
+      }
+      if (n > *peak) *peak = n;
+    }
+  }
+  return sent;
+}
+
+/* The first Error on s (replies with fds read and closed on the way): its message into msg; 0 when found. */
+static int next_error(int s, char *msg, size_t len) {
+  for (;;) {
+    int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+    Gmlake__Envelope *r = recv_env(s, fds, &nfds);
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    if (!r) return -1;
+    int err = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR;
+    if (err) snprintf(msg, len, "%s", r->error->message);
+    gmlake__envelope__free_unpacked(r, NULL);
+    if (err) return 0;
+  }
+}
+
+/* The queued-fd budgets come from the daemon's real fd limit, and no number of
+ * connections passes them: a group member's connections each attach 126
+ * chunks and read nothing, and another user's lease is still served; the
+ * attaches past the budget are refused with a message that names the limit.
+ * Before: a connection with no fd queued was read whatever all queues held,
+ * so each of a user's connections queued one more reply past the budget (a
+ * quarter of the limit): with a limit of 20,000 the daemon's fd table filled,
+ * another user's client was disconnected, its allocations failed, and the log
+ * said "device full?". */
+START_TEST(test_fd_budget_many_connections) {
+  prctl(PR_CAPBSET_DROP, CAP_SYS_RESOURCE, 0, 0, 0); /* the daemon cannot raise its fd limit past the one below */
+  daemon_env = "ulimit -n 1024; ";
+  start_daemon("--limit 300MiB --prefetch 0 --socket-mode 0666");
+  char path[64], line[256];
+  long limit = 0;
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)daemon_pid);
+  FILE *f = fopen(path, "r");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Max open files", 14)) limit = atol(line + 14);
+  if (f) fclose(f);
+  ck_assert_int_eq(limit, 1024);
+  enum { N = 126, HOGS = 6 };
+  int s = raw_session("sharer");
+  ck_assert_int_ge(s, 0);
+  uint64_t ids[N];
+  int fds[N];
+  for (int got = 0, k; got < N; got += k) { /* a lease gets what is made by then */
+    ck_assert_int_gt(k = lease_now(s, 2 + (uint64_t)got, (uint32_t)(N - got), ids + got, fds), 0);
+    for (int i = 0; i < k; i++) close(fds[i]);
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "mine", q.n_chunk_ids = N, q.chunk_ids = ids, q.size = (uint64_t)N << 21;
+  env.seq = 1000, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  ck_assert_int_eq(call_env(s, &env, GMLAKE__ENVELOPE__MSG_SHARE_REPLY, NULL, 0), 0);
+  int hogs[HOGS];
+  for (int i = 0; i < HOGS; i++) ck_assert_int_ge(hogs[i] = raw_session("hog"), 0);
+  int base = daemon_fds(), peak = base;
+  int sent = hog_attaches(hogs, HOGS, "mine", limit, &peak);
+  int victim = as_uid(ALICE_UID, lease_one, NULL);
+  printf("  fd limit %ld, %d connections attaching: %d attaches unread; daemon fds %d before them, peak %d; alice's lease "
+         "%s\n", limit, HOGS, sent, base, peak, victim == 0 ? "served" : "failed");
+  ck_assert_msg(victim == 0, "another user's lease failed beside them (%d)", victim);
+  ck_assert_msg(peak - base <= limit / 4, "the daemon held %d fds for clients that do not read (limit %ld)", peak - base, limit);
+  /* a lease of theirs is served, but its reply has no room either: its chunks go back unsent */
+  long long leased = stat_num("chunks_leased");
+  send_lease(hogs[0], 9000, 8, 0);
+  ck_assert_int_eq(stat_wait("leases_refused", 1, 5000), 1);
+  ck_assert_int_eq(stat_num("chunks_leased"), leased);
+  char msg[1024] = "", lease_msg[1024] = "";
+  int refused = 0;
+  for (int i = 0; i < HOGS && !refused; i++) refused = next_error(hogs[i], msg, sizeof msg) == 0;
+  ck_assert_msg(refused, "no attach was refused");
+  printf("  refused: %s\n", msg);
+  while (!strstr(lease_msg, "chunk(s) refused") && next_error(hogs[0], lease_msg, sizeof lease_msg) == 0) {} /* <= 8 made */
+  snprintf(line, sizeof line, "RLIMIT_NOFILE %ld", limit);
+  ck_assert_msg(strstr(msg, line), "the refusal does not name the fd limit: %s", msg);
+  ck_assert_msg(!strncmp(lease_msg, "lease of ", 9) && strstr(lease_msg, line), "the lease's refusal: %s", lease_msg);
+  ck_assert_int_eq(count_log("device full"), 0);
+  /* the connections' share of the table (two fds each): the one past it is refused, naming the limit */
+  int conns[100], nconns = 0, last = 0;
+  char why[256] = "";
+  while (!last && nconns < 100) {
+    int c = conns[nconns++] = raw_connect();
+    ck_assert_int_ge(c, 0);
+    send_hello(c, "many");
+    Gmlake__Envelope *r = recv_env(c, NULL, NULL);
+    ck_assert_ptr_nonnull(r);
+    if ((last = r->msg_case == GMLAKE__ENVELOPE__MSG_ERROR)) snprintf(why, sizeof why, "%s", r->error->message);
+    gmlake__envelope__free_unpacked(r, NULL);
+  }
+  printf("  connection %d refused: %s\n", nconns, why);
+  ck_assert_msg(strstr(why, line), "%d connections, the last said: '%s'", nconns, why);
+  for (int i = 0; i < nconns; i++) close(conns[i]);
+  for (int i = 0; i < HOGS; i++) close(hogs[i]);
+  close(s);
+  ck_assert_int_eq(stat_wait("clients", 0, 3000), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Whether the daemon's log holds a line that starts with prefix, or any of the bytes in bytes. */
+static int log_has_line_start(const char *prefix) {
+  char path[128], line[4096];
+  snprintf(path, sizeof path, "%s/daemon.log", tmpdir);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) n += !strncmp(line, prefix, strlen(prefix));
+  if (f) fclose(f);
+  return n;
+}
+
+static int log_has_byte(int byte) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/daemon.log", tmpdir);
+  FILE *f = fopen(path, "r");
+  int c, n = 0;
+  while (f && (c = fgetc(f)) != EOF) n += c == byte;
+  if (f) fclose(f);
+  return n;
+}
+
+/* A key that is no share key (a newline, a forged log line, escape codes) is
+ * refused as invalid (GML_EINVAL), and what the daemon logs of it, of a
+ * process name or of any other client's string, is escaped: no line of its
+ * own, no control byte. Before: an attach of "NAME@UID" that named no share
+ * was logged raw, so a group member wrote "gmlaked[error] ..." lines of its
+ * choosing, and terminal escape codes, into the daemon's log. */
+START_TEST(test_attach_key_logged_escaped) {
+  start_daemon("--limit 4MiB --prefetch 0");
+  int s = raw_session("forger\n12:00:00.000 gmlaked[error] forged name\x1b[31m");
+  ck_assert_int_ge(s, 0);
+  const char *key = "k\n12:00:00.000 gmlaked[error] forged key line\x1b[2K\x1b]0;title\x07@0";
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = (char *)key;
+  env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  char msg[512] = "";
+  int rc = call_env(s, &env, GMLAKE__ENVELOPE__MSG_ATTACH_REPLY, msg, sizeof msg);
+  printf("  attach of a key with a newline and escape codes: %d, '%s'\n", rc, msg);
+  for (int i = 0; i < 250 && count_log("forged key line") < 1; i++) msleep(20); /* its log line */
+  ck_assert_int_ge(count_log("forged key line"), 1);
+  ck_assert_msg(!log_has_line_start("12:00:00.000 gmlaked[error] forged"), "a forged line in the log");
+  ck_assert_msg(!log_has_byte(0x1b) && !log_has_byte(0x07), "a control byte in the log");
+  ck_assert_int_ge(count_log("k\\x0a12:00:00.000 gmlaked[error] forged key line\\x1b[2K"), 1); /* escaped, said */
+  ck_assert_msg(rc == GML_EINVAL, "an attach of a key with control bytes: %d '%s'", rc, msg);
+  Gmlake__DetachRequest dt = GMLAKE__DETACH_REQUEST__INIT;
+  dt.key = (char *)key;
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env.detach = &dt;
+  ck_assert_int_eq(call_env(s, &env, GMLAKE__ENVELOPE__MSG_DETACH_REPLY, msg, sizeof msg), GML_EINVAL);
+  close(s);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* Attach [first, first+count) of key on s: its reply's chunk fds closed; 0 or the error code. */
+static int attach_range(int s, uint64_t seq, const char *key, uint32_t first, uint32_t count) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
+  a.key = (char *)key, a.first = first, a.count = count;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_ATTACH, env.attach = &a;
+  return call_env(s, &env, GMLAKE__ENVELOPE__MSG_ATTACH_REPLY, NULL, 0);
+}
+
+/* Detach key on s: the mappers its reply says are left, or -1. */
+static long detach_left(int s, uint64_t seq, const char *key) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__DetachRequest d = GMLAKE__DETACH_REQUEST__INIT;
+  d.key = (char *)key;
+  env.seq = seq, env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH, env.detach = &d;
+  send_env(s, &env, NULL, 0);
+  Gmlake__Envelope *r = recv_env(s, NULL, NULL);
+  long left = r && r->msg_case == GMLAKE__ENVELOPE__MSG_DETACH_REPLY ? (long)r->detach_reply->mappers_left : -1;
+  if (r) gmlake__envelope__free_unpacked(r, NULL);
+  return left;
+}
+
+/* An attacher is a mapper of the share from its first attach that takes
+ * chunks, whichever chunk it asks for first: the share lives while it maps
+ * them. Before, only an attach from chunk 0 counted one: a client that took
+ * chunk 1 alone was no mapper, its publisher's detach ended the share and
+ * the chunk it maps went back to the lake, to be leased to another client. */
+START_TEST(test_attach_past_chunk0_counts_mapper) {
+  start_daemon("--limit 8MiB --prefetch 0");
+  int pub = raw_session("publisher"), att = raw_session("attacher");
+  ck_assert_int_ge(pub, 0);
+  ck_assert_int_ge(att, 0);
+  uint64_t ids[2];
+  int fds[2];
+  for (int got = 0, k; got < 2; got += k) { /* a lease gets what is made by then */
+    ck_assert_int_gt(k = lease_now(pub, 10 + (uint64_t)got, (uint32_t)(2 - got), ids + got, fds), 0);
+    for (int i = 0; i < k; i++) close(fds[i]);
+  }
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ShareRequest q = GMLAKE__SHARE_REQUEST__INIT;
+  q.key = "two", q.n_chunk_ids = 2, q.chunk_ids = ids, q.size = 4 << 20;
+  env.seq = 3, env.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env.share = &q;
+  ck_assert_int_eq(call_env(pub, &env, GMLAKE__ENVELOPE__MSG_SHARE_REPLY, NULL, 0), 0);
+  ck_assert_int_eq(attach_range(att, 2, "two", 1, 1), 0); /* chunk 1 alone */
+  long left = detach_left(pub, 4, "two");
+  printf("  the publisher detaches beside an attacher of chunk 1 alone: %ld mapper(s) left\n", left);
+  ck_assert_msg(left == 1, "the attacher of chunk 1 is no mapper: %ld left after the publisher's detach", left);
+  ck_assert_int_eq(stat_num("shares"), 1);
+  ck_assert_int_eq(stat_num("chunks_shared"), 2);
+  ck_assert_int_eq(detach_left(att, 3, "two"), 0); /* its own detach ends it */
+  ck_assert_int_eq(stat_wait("shares", 0, 3000), 0);
+  close(att), close(pub);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 /* ---------- attacker trial 2: other users' pids, the log's per-user share ---------- */
 
 /* The reply to env on s: 0 for a reply of kind want, an Error's code (its message into msg), or -1. */
@@ -2237,6 +2511,7 @@ int main(void) {
   tcase_add_test(tc, test_lease_count_64bit);
   tcase_add_test(tc, test_names_escaped);
   tcase_add_test(tc, test_usage_report_bounded);
+  tcase_add_test(tc, test_growable_mapped_bounded);
   tcase_add_test(tc, test_late_adopting_hellos_log_bounded);
   tcase_add_test(tc, test_control_oversize_request);
   tcase_add_test(tc, test_adopt_only_lake_chunks);
@@ -2245,10 +2520,13 @@ int main(void) {
   tcase_add_test(tc, test_control_pipelined_requests);
   tcase_add_test(tc, test_control_slots);
   tcase_add_test(tc, test_queued_fds_bounded);
+  tcase_add_test(tc, test_fd_budget_many_connections);
+  tcase_add_test(tc, test_attach_key_logged_escaped);
   tcase_add_test(tc, test_share_readonly_reopen);
   tcase_add_test(tc, test_detached_share_not_reused);
   tcase_add_test(tc, test_detached_share_not_reused_after_restart);
   tcase_add_test(tc, test_share_duplicate_ids);
+  tcase_add_test(tc, test_attach_past_chunk0_counts_mapper);
   tcase_add_test(tc, test_share_key_with_at_refused);
   tcase_add_test(tc, test_limit_over_device_said);
   tcase_add_test(tc, test_cgroup_quota_covers_children);

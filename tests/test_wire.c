@@ -1,6 +1,7 @@
 /* Framing: round trip with fds, over-long frames, truncation. */
 #include "gmlake.h"
 #include "fdkeep.h"
+#include "log.h"
 #include "wire.h"
 #include <errno.h>
 #include <sys/wait.h>
@@ -136,10 +137,24 @@ START_TEST(test_fdkeep_bound) {
 }
 END_TEST
 
+/* What a client sends reaches the log escaped (common/log.c): control bytes and bytes past '~' as \xNN,
+ * '\' doubled (a literal "\x0a" in a key cannot pass for an escaped newline), cut with "..." to fit. */
+START_TEST(test_log_escape) {
+  char out[16];
+  ck_assert_str_eq(gml_log_escape("a\nb\x1b[0m\\\xff", out, sizeof out), "a\\x0ab\\x1b[0...");
+  ck_assert_str_eq(gml_log_escape("k\\x0a", out, sizeof out), "k\\\\x0a");
+  ck_assert_str_eq(gml_log_escape("0123456789abcde", out, sizeof out), "0123456789abcde"); /* fits whole */
+  ck_assert_str_eq(gml_log_escape("0123456789abcdef", out, sizeof out), "0123456789ab...");
+  ck_assert_str_eq(GML_LOG_ESC("\t"), "\\x09");
+  ck_assert_uint_eq(strlen(GML_LOG_ESC((char[1000]){[0 ... 998] = '\n'})), GML_LOG_ESC_MAX - 1);
+}
+END_TEST
+
 Suite *wire_suite(void) {
   Suite *s = suite_create("wire");
   TCase *tc = tcase_create("wire");
   tcase_add_test(tc, test_round_trip_with_fds);
+  tcase_add_test(tc, test_log_escape);
   tcase_add_test(tc, test_rx_limits);
   tcase_add_test(tc, test_fdkeep);
   tcase_add_test(tc, test_fdkeep_bound);
