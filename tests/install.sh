@@ -66,7 +66,10 @@ v=$("$d$P/bin/gmlakectl" --version) || fail "gmlakectl --version failed"
 echo "$v" | grep -q "^gmlakectl [0-9]" || fail "gmlakectl --version printed '$v'"
 echo "  $v"
 # The installed unit's ExecStart, %i = 0, its paths moved into the scratch folders.
-cmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g; s|/run/gmlake/|$run/|g")
+# The unit names no socket: the daemon's defaults (/run/gmlake/gmlake-<UUID>.sock, gmlake-0.sock a link to it).
+# Outside a mount namespace, the scratch folder stands in for /run/gmlake (the last flags win).
+cmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g")
+cmd="$cmd --socket $run/gmlake-0.sock --control ipc://$run/gmlake-0.ctl"
 # As the unit runs it: its User= and Group= (made from the installed sysusers.d file, as make install does
 # on a real install), no capability (its CapabilityBoundingSet= is empty), no new privileges.
 user=$(sed -n 's/^User=//p' "$d/lib/systemd/system/gmlaked@.service")
@@ -139,15 +142,17 @@ set -e
 mkdir -p /run/gmlake && mount -t tmpfs -o mode=0755 tmpfs /run/gmlake && chown $user:$group /run/gmlake
 $as_unit $ucmd 2> "$run/unit.log" &
 pid=\$!
+trap 'kill \$pid 2>/dev/null' EXIT # a failed step leaves no daemon behind
 for _ in \$(seq 400); do [ -S /run/gmlake/gmlake-0.sock ] && break; kill -0 \$pid || exit 3; sleep 0.05; done
 [ -S /run/gmlake/gmlake-0.sock ] || exit 3
 [ "\$(stat -c %U /proc/\$pid)" = "$user" ] || exit 4
 for cap in CapEff CapPrm CapBnd CapAmb; do grep -q "^\$cap:[[:space:]]*0*\$" /proc/\$pid/status || exit 5; done
-[ "\$(stat -c '%G %a' /run/gmlake/gmlake-0.sock)" = "$group 660" ] || exit 6
+[ "\$(stat -L -c '%G %a' /run/gmlake/gmlake-0.sock)" = "$group 660" ] || exit 6 # gmlake-0.sock: a link to the UUID's
 printf 'alloc 4096\\nclose\\n' | setpriv --reuid=65534 --regid=65534 --groups=$gid env GMLAKE_MODE=daemon "$run/bin/gml-testclient" default:0 > "$run/client.out" 2>&1 || exit 7
 grep -q "^ok 0" "$run/client.out" || exit 7
 kill -TERM \$pid
 wait \$pid || exit 8
+trap - EXIT
 SH
     unshare -m sh "$run/unit.sh" || fail "the unit's daemon as $user (step $?: 3 start, 4 user, 5 capabilities, 6 socket, 7 client, 8 stop): $(cat "$run/unit.log" "$run/client.out" 2>/dev/null | tail -n 8)"
     echo "  as the unit runs it: uid $user, no capability (CapEff/CapPrm/CapBnd/CapAmb 0), /run/gmlake/gmlake-0.sock $group 0660; a client of uid 65534 in group $group allocated"
