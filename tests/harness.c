@@ -4,6 +4,7 @@
 #include "skip.h"
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ const char *tmpdir_template = "/tmp/gmlake-test.XXXXXX";
 int tmpdir_mode;
 int ctl_quiet;
 int client_as_uid = -1;
+const char *client_stderr;
 static char daemon_args[512]; /* the last start_daemon's, for launch_daemon */
 
 void harness_setup(void) {
@@ -99,6 +101,28 @@ long long stat_poll(const char *key, long long want, int tries, int step_ms) {
 
 long long stat_wait(const char *key, long long want, int ms) { return stat_poll(key, want, ms / 20, 20); }
 
+int log_count_in(const char *path, const char *needle, char *line, size_t len) {
+  char dpath[128], buf[4096];
+  if (!path) snprintf(dpath, sizeof dpath, "%s/daemon.log", tmpdir), path = dpath;
+  if (line && len) line[0] = 0;
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && fgets(buf, sizeof buf, f)) {
+    if (!strstr(buf, needle)) continue;
+    if (!n++ && line && len) snprintf(line, len, "%s", buf);
+  }
+  if (f) fclose(f);
+  return n;
+}
+
+int log_wait_in(const char *path, const char *needle, int n, int ms, char *line, size_t len) {
+  int got = 0;
+  for (int waited = 0; (got = log_count_in(path, needle, line, len)) < n && waited < ms; waited += 20) msleep(20);
+  return got;
+}
+
+int log_wait(const char *needle, int ms) { return log_wait_in(NULL, needle, 1, ms, NULL, 0) >= 1; }
+
 void launch_daemon(void) {
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
@@ -110,7 +134,7 @@ void launch_daemon(void) {
   }
   int quiet = ctl_quiet; /* "not up yet" is no error */
   ctl_quiet = 1;
-  for (int i = 0; i < 200; i++) {
+  for (int i = 0; i < 800; i++) { /* up to 20 s */
     if (stat_num("chunks_total") >= 0) {
       ctl_quiet = quiet;
       return;
@@ -153,6 +177,10 @@ proc client_start_env(const char *env) {
     dup2(from[1], 1);
     close(to[1]), close(from[0]);
     if (env) putenv((char *)env);
+    if (client_stderr) {
+      int fd = open(client_stderr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) dup2(fd, 2), close(fd);
+    }
     char path[300];
     snprintf(path, sizeof path, "%s/gml-testclient", bindir);
     if (client_as_uid >= 0) { /* a copy in the test's dir (removed with it): the checkout may lie where
@@ -265,6 +293,24 @@ int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds) {
   int rc = gml_wire_send(s, f, len, fds, nfds);
   free(f);
   return rc;
+}
+
+int raw_round_trip(int s, uint64_t seq) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *in = NULL;
+  Gmlake__DetachRequest d = GMLAKE__DETACH_REQUEST__INIT;
+  d.key = "gml-test-no-such-share";
+  env.seq = seq;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_DETACH;
+  env.detach = &d;
+  if (send_env(s, &env, NULL, 0)) return -1;
+  int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
+  for (;;) { /* replies to earlier requests may come first */
+    if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) return -1;
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+    int done = in->seq == seq;
+    gmlake__envelope__free_unpacked(in, NULL);
+    if (done) return 0;
+  }
 }
 
 int send_hello(int s, const char *name) {

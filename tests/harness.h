@@ -21,6 +21,7 @@ extern const char *tmpdir_template; /* mkdtemp's template for start_daemon's dir
 extern int tmpdir_mode;             /* non-zero: start_daemon chmods its dir to it (other uids reach the sockets) */
 extern int ctl_quiet;               /* 1: gmlakectl's stderr to /dev/null */
 extern int client_as_uid;           /* >= 0: the next client runs as that uid (setpriv; root only) */
+extern const char *client_stderr;   /* non-NULL: the next clients' stderr is appended to that file (its log, for log_wait_in) */
 
 /* bindir from $BUILD, 2 MiB chunks in the environment (the tests count them), daemon_env "". */
 void harness_setup(void);
@@ -36,6 +37,14 @@ long long stat_num(const char *key);                   /* a field of `gmlakectl 
 /* Poll a stat every step_ms, at most tries times, until it equals want; its last value. */
 long long stat_poll(const char *key, long long want, int tries, int step_ms);
 long long stat_wait(const char *key, long long want, int ms); /* stat_poll every 20 ms, for up to ms */
+
+/* Waiting for a log line (a test waits for the event it needs, never a fixed sleep before an assert):
+ * how many lines of the file at path (NULL: the daemon's daemon.log) hold the text needle, the first
+ * of them into line (when not NULL, len > 0; "" when none). */
+int log_count_in(const char *path, const char *needle, char *line, size_t len);
+/* log_count_in every 20 ms, for up to ms, until at least n lines hold needle: their count (< n: timed out). */
+int log_wait_in(const char *path, const char *needle, int n, int ms, char *line, size_t len);
+int log_wait(const char *needle, int ms); /* daemon.log: 1 once a line holds needle (up to ms), else 0 */
 
 /* A fresh temp dir, then gmlaked with extra arguments on it; returns when it answers gmlakectl. */
 void start_daemon(const char *extra);
@@ -65,6 +74,11 @@ int raw_connect(void);       /* -1 when it cannot connect; 5 s receive timeout *
 int closed_by_daemon(int s); /* 1 when the daemon closed it (EOF after draining replies) */
 int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds); /* gml_wire_send's result */
 int send_hello(int s, const char *name);
+/* A request on s that the daemon answers (a Detach of a share s does not map: an Error, nothing
+ * changed), and its answer read (what came before it is read and dropped). The daemon handles a
+ * connection's messages in order: once it answered, everything s sent before, a usage report too
+ * (which has no reply), has been handled. 0, or -1 when no answer came. */
+int raw_round_trip(int s, uint64_t seq);
 /* SIGSTOP a child of the test (a client, the daemon) and return once it is stopped, every thread:
  * kill() returns before that. Only the thread chosen to take the signal is woken; the others run
  * on until it gets a CPU, and on a loaded machine a stopped client's reader still took a reclaim

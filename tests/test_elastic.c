@@ -58,7 +58,7 @@ static void cache_and_report(proc *a, long long bytes) {
   ck_assert_str_eq(client_cmd(a, "alloc %lld", bytes), "ok 0");
   ck_assert_str_eq(client_cmd(a, "free 0"), "ok");
   ck_assert_str_eq(client_cmd(a, "flush"), "ok");
-  ck_assert_int_eq(stat_wait("cached", bytes, 4000), bytes);
+  ck_assert_int_eq(stat_wait("cached", bytes, 20000), bytes);
 }
 
 /* The test client's "timing" line: where its leases' time went (gml_stats). */
@@ -112,15 +112,15 @@ START_TEST(test_daemon_restart_keeps_shares) {
   int st;
   waitpid(daemon_pid, &st, 0);
   launch_daemon();
-  ck_assert_int_eq(stat_wait("shares", 1, 4000), 1);
-  ck_assert_int_eq(stat_wait("chunks_shared", 3, 4000), 3);
-  ck_assert_int_eq(stat_wait("chunks_leased", 2, 4000), 2);
+  ck_assert_int_eq(stat_wait("shares", 1, 20000), 1);
+  ck_assert_int_eq(stat_wait("chunks_shared", 3, 20000), 3);
+  ck_assert_int_eq(stat_wait("chunks_leased", 2, 20000), 2);
   ck_assert_int_eq(stat_num("chunks_total"), 5); /* each chunk once: 3 shared, 2 leased */
   /* B is a mapper again (it retries each second until the publisher is back) */
   char out[4096], want[64];
   snprintf(want, sizeof want, "\"mapper_pids\":[");
   int found = 0;
-  for (int i = 0; i < 600 && !found; i++) {
+  for (int i = 0; i < 2000 && !found; i++) { /* up to 20 s */
     ctl(out, sizeof out, "shares --json");
     char *m = strstr(out, want);
     char pb[16];
@@ -144,7 +144,7 @@ START_TEST(test_daemon_restart_keeps_shares) {
   ck_assert_str_eq(client_cmd(&b, "adetach"), "ok");
   ck_assert_int_eq(stat_num("chunks_shared"), 3); /* C maps it */
   ck_assert_int_eq(client_finish(&c), 0);
-  ck_assert_int_eq(stat_wait("chunks_shared", 0, 4000), 0);
+  ck_assert_int_eq(stat_wait("chunks_shared", 0, 20000), 0);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stat_num("protocol_errors"), 0);
@@ -158,7 +158,12 @@ END_TEST
  * for it after their publisher destroyed them). */
 START_TEST(test_restart_new_share_same_key) {
   start_daemon("--limit 64MiB --prefetch 0");
-  proc p = client_start(), q = client_start();
+  char qlog[128];
+  snprintf(qlog, sizeof qlog, "%s/q.log", tmpdir);
+  proc p = client_start();
+  client_stderr = qlog; /* Q's log: what it made of the share it finds under its key */
+  proc q = client_start();
+  client_stderr = NULL;
   client_ready(&p);
   int pid_q = client_ready(&q);
   ck_assert_str_eq(strtok((char *)client_cmd(&p, "grow %d", 8 << 20), " "), "ok");
@@ -176,7 +181,10 @@ START_TEST(test_restart_new_share_same_key) {
   ck_assert_str_eq(client_cmd(&t, "gensure %d", 4 << 20), "ok");
   ck_assert_str_eq(client_cmd(&t, "gtag 0 2"), "ok");
   ck_assert_str_eq(client_cmd(&t, "share k %d", 4 << 20), "ok");
-  usleep(2500000); /* Q asks once a second whether its share is back */
+  /* Q asks once a second whether its share is back; of the new share it says it is not, once its
+   * attach of it is detached again (the library's call: answered before the line is written) */
+  ck_assert_msg(log_wait_in(qlog, "share 'k' is not back in the restarted daemon as we map it", 1, 20000, NULL, 0) == 1,
+                "Q said nothing of the new share in 20 s");
   char out[4096], pq[16];
   ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
   snprintf(pq, sizeof pq, "%d", pid_q);
@@ -184,7 +192,7 @@ START_TEST(test_restart_new_share_same_key) {
   ck_assert_msg(m && !strstr(m, pq), "Q (pid %d) counted a mapper of the new share: %s", pid_q, out);
   ck_assert_str_eq(client_cmd(&q, "aread 0"), "tag 1000"); /* it maps its own on */
   ck_assert_str_eq(client_cmd(&t, "gdestroy"), "ok");
-  ck_assert_int_eq(stat_wait("chunks_shared", 0, 3000), 0); /* nobody holds the new share */
+  ck_assert_int_eq(stat_wait("chunks_shared", 0, 20000), 0); /* nobody holds the new share */
   ck_assert_int_eq(client_finish(&q), 0);
   ck_assert_int_eq(client_finish(&t), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
@@ -223,13 +231,14 @@ START_TEST(test_adoption_bounded) {
   kill(daemon_pid, SIGKILL);
   waitpid(daemon_pid, NULL, 0);
   launch_daemon();
-  ck_assert_int_eq(stat_wait("clients", 1, 4000), 1);
-  usleep(300000);
+  ck_assert_int_eq(stat_wait("clients", 1, 20000), 1);
+  /* its report after the hand-over was refused says it keeps all of it (on the same connection after
+   * its Adopt: a chunk adopted would be in the lake by then) */
+  long long got = -1;
+  for (int i = 0; i < 1000 && (got = client_num(pid_a, "uncounted")) != held; i++) usleep(20000);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 5000 5001 5002 5003 5004 5005");
   /* what it keeps outside the lake, shown: its report, gmlakectl clients (--json and the table), stats */
-  long long got = -1;
-  for (int i = 0; i < 100 && (got = client_num(pid_a, "uncounted")) != held; i++) usleep(20000);
   ck_assert_int_eq(got, held);
   ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
   ck_assert_int_eq(stat_num("uncounted"), held);
@@ -251,14 +260,14 @@ START_TEST(test_adoption_bounded) {
   waitpid(daemon_pid, NULL, 0);
   stop_child(a.pid);
   launch_daemon();
-  usleep(2500000);
+  usleep(2500000); /* past the adopt-window (2 s, from before launch_daemon returns): a time the daemon defines */
   kill(a.pid, SIGCONT);
-  ck_assert_int_eq(stat_wait("clients", 1, 4000), 1);
-  usleep(300000);
+  ck_assert_int_eq(stat_wait("clients", 1, 20000), 1);
+  /* its report after the late hello says it keeps all it holds (a hand-over taken would be in the lake by then) */
+  for (int i = 0; i < 1000 && (got = client_num(pid_a, "uncounted")) != held + leased; i++) usleep(20000);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   sh(out, sizeof out, "grep -c 'would hand over chunks' %s/daemon.log", tmpdir);
   ck_assert_int_ge(atoi(out), 1);
-  for (int i = 0; i < 100 && (got = client_num(pid_a, "uncounted")) != held + leased; i++) usleep(20000);
   ck_assert_int_eq(got, held + leased); /* all it holds, the last leases too */
   ck_assert_str_eq(client_cmd(&a, "readtags 0"), "tags 5000 5001 5002 5003 5004 5005");
   /* leases anew: more than its cache (all it leased after the first restart, less the 4 MiB block in
@@ -271,7 +280,7 @@ START_TEST(test_adoption_bounded) {
   /* the uncounted chunks let go (released locally, not returned): none left */
   for (int i = 0; i < 3; i++) ck_assert_str_eq(client_cmd(&a, "free %d", i), "ok");
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
-  for (int i = 0; i < 100 && (got = client_num(pid_a, "uncounted")) != 0; i++) usleep(20000);
+  for (int i = 0; i < 1000 && (got = client_num(pid_a, "uncounted")) != 0; i++) usleep(20000);
   ck_assert_int_eq(got, 0);
   ck_assert_int_eq(stat_num("uncounted"), 0);
   ck_assert_int_eq(client_finish(&a), 0);
@@ -301,18 +310,18 @@ START_TEST(test_uncounted_let_go) {
   waitpid(daemon_pid, NULL, 0);
   stop_child(p.pid); /* back after the new daemon's window */
   launch_daemon();
-  usleep(1500000);
+  usleep(1500000); /* past the adopt-window (1 s, from before launch_daemon returns): a time the daemon defines */
   kill(p.pid, SIGCONT);
   long long got = -1;
-  for (int i = 0; i < 150 && (got = client_num(pid_p, "uncounted")) != leased + (4 << 20); i++) usleep(20000);
+  for (int i = 0; i < 1000 && (got = client_num(pid_p, "uncounted")) != leased + (4 << 20); i++) usleep(20000);
   ck_assert_int_eq(got, leased + (4 << 20)); /* the allocator's chunks and the share's */
   ck_assert_str_eq(client_cmd(&p, "gread 0"), "tag 1000");
   ck_assert_str_eq(client_cmd(&p, "gdestroy"), "ok");
-  for (int i = 0; i < 100 && (got = client_num(pid_p, "uncounted")) != leased; i++) usleep(20000);
+  for (int i = 0; i < 1000 && (got = client_num(pid_p, "uncounted")) != leased; i++) usleep(20000);
   ck_assert_int_eq(got, leased);
   ck_assert_str_eq(client_cmd(&p, "free 0"), "ok");
   ck_assert_str_eq(strtok((char *)client_cmd(&p, "trim"), " "), "ok");
-  for (int i = 0; i < 100 && (got = client_num(pid_p, "uncounted")) != 0; i++) usleep(20000);
+  for (int i = 0; i < 1000 && (got = client_num(pid_p, "uncounted")) != 0; i++) usleep(20000);
   ck_assert_int_eq(got, 0);
   ck_assert_int_eq(client_finish(&p), 0);
   ck_assert_int_eq(stat_num("chunks_total"), 0); /* the new lake never held any of them */
@@ -332,13 +341,13 @@ START_TEST(test_idle_client_numbers_current) {
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 1"); /* no flush: A idles from here */
   double t0 = now_ms();
   long long got = -1;
-  while (now_ms() - t0 < 2000 && (got = client_num(pid_a, "allocated")) != (13 << 20)) usleep(10000);
+  while (now_ms() - t0 < 20000 && (got = client_num(pid_a, "allocated")) != (13 << 20)) usleep(10000);
   printf("  an idle client's allocation shown by the daemon after %.0f ms\n", now_ms() - t0);
   ck_assert_int_eq(got, 13 << 20);
   ck_assert_int_eq(stat_num("allocated"), 13 << 20);
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
   t0 = now_ms();
-  while (now_ms() - t0 < 2000 && (got = client_num(pid_a, "allocated")) != (3 << 20)) usleep(10000);
+  while (now_ms() - t0 < 20000 && (got = client_num(pid_a, "allocated")) != (3 << 20)) usleep(10000);
   ck_assert_int_eq(got, 3 << 20);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -488,7 +497,9 @@ START_TEST(test_idle_hog_from_idle_cache) {
   int pid_a = client_ready(&a);
   client_ready(&b);
   cache_and_report(&a, 512 << 20);
-  msleep(1200); /* A idles past BROKER_IDLE_MS (1 s) since its last allocation */
+  /* A idles past BROKER_IDLE_MS (1 s) since its last allocation: a time the daemon defines, counted from
+   * its report (handled before cache_and_report returns), so at least 1.2 s however slow the machine */
+  msleep(1200);
   ck_assert_int_eq(stat_num("chunks_total"), 256);
   ck_assert_str_eq(client_cmd(&b, "cost 400 0 0"), "ok");
   double t0 = now_ms();
@@ -539,7 +550,7 @@ static void idle_hog_after_operator_trim(int restart) {
   snprintf(arg, sizeof arg, "trim --client %d", pid_a);
   ck_assert_int_eq(ctl(out, sizeof out, arg), 0);
   long long leased = -1;
-  for (int i = 0; i < 200 && (leased = client_num(pid_a, "leased_bytes")) != 0; i++) usleep(20000);
+  for (int i = 0; i < 1000 && (leased = client_num(pid_a, "leased_bytes")) != 0; i++) usleep(20000);
   ck_assert_int_eq(leased, 0); /* A served the operator's request */
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
@@ -548,10 +559,10 @@ static void idle_hog_after_operator_trim(int restart) {
     kill(daemon_pid, SIGKILL);
     waitpid(daemon_pid, NULL, 0);
     launch_daemon();
-    ck_assert_int_eq(stat_wait("clients", 2, 4000), 2);
+    ck_assert_int_eq(stat_wait("clients", 2, 20000), 2);
   }
-  ck_assert_int_eq(stat_wait("cached", 512 << 20, 4000), 512 << 20); /* after a restart: A's cache handed over */
-  msleep(1200); /* A idles past BROKER_IDLE_MS */
+  ck_assert_int_eq(stat_wait("cached", 512 << 20, 20000), 512 << 20); /* after a restart: A's cache handed over */
+  msleep(1200); /* A idles past BROKER_IDLE_MS (1 s, a time the daemon defines), counted from its report handled above */
   int total = (int)stat_num("chunks_total");
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
@@ -587,12 +598,12 @@ static void idle_hog_stopped(int long_stop) {
   int pid_a = client_ready(&a);
   client_ready(&b);
   cache_and_report(&a, 512 << 20);
-  msleep(1200);
+  msleep(1200); /* A idles past BROKER_IDLE_MS (1 s, a time the daemon defines), counted from its report handled above */
   stop_child(pid_a);
   double t0 = now_ms();
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   double dt = now_ms() - t0;
-  if (long_stop) msleep(2500); /* the request is 2.5 s old past its 2 s */
+  if (long_stop) msleep(2500); /* the request is 2.5 s old past its 2 s (twice --lease-wait: a time the daemon defines) */
   kill(pid_a, SIGCONT);
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
   printf("  idle hog, A stopped: B served in %.1f ms (created after 500 ms without an answer)\n", dt);
@@ -602,7 +613,13 @@ static void idle_hog_stopped(int long_stop) {
   ck_assert_int_eq(atoi(out), 1);
   ck_assert_int_eq(stat_num("chunks_total"), 512); /* 256 created for B */
   if (long_stop) {
-    ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* A runs again and has read the request */
+    /* A runs again and has read the request: a reply read after it (its reader takes the daemon's
+     * messages in order, and decides whether a reclaim request is moot as it takes it) */
+    const char *att = client_cmd(&a, "attach gml-test-no-such-share");
+    ck_assert_msg(!strncmp(att, "err ", 4), "an attach of no share: '%s'", att);
+    /* Its keeper answers a moot request with a usage report that changes nothing the daemon shows:
+     * no event marks that it is done. A keeper that gave the cache back would have begun within
+     * this (it starts as soon as the reader hands it the request), so the sleep stays. */
     msleep(500);
     ck_assert_int_eq(stat_num("chunks_free"), 0);
     ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 512 << 20);
@@ -610,7 +627,7 @@ static void idle_hog_stopped(int long_stop) {
     ck_assert_str_eq(client_cmd(&a, "alloc %d", 512 << 20), "ok 0"); /* from its cache: the lake is at its limit */
   } else {
     /* A, running again, serves the request it got: its chunks go back free */
-    ck_assert_int_eq(stat_wait("chunks_free", 256, 4000), 256);
+    ck_assert_int_eq(stat_wait("chunks_free", 256, 20000), 256);
     ck_assert_int_eq(client_num(pid_a, "leased_bytes"), 0);
   }
   ck_assert_int_eq(client_finish(&a), 0);
@@ -723,10 +740,10 @@ START_TEST(test_stopped_daemon_lease_times_out) {
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
   kill(daemon_pid, SIGCONT);
   int ok = 0;
-  for (int i = 0; i < 100 && !ok; i++, msleep(50)) ok = !strncmp(client_cmd(&a, "alloc %d", 8 << 20), "ok", 2);
-  ck_assert_msg(ok, "no lease in 5 s after the daemon runs again");
+  for (int i = 0; i < 400 && !ok; i++, msleep(50)) ok = !strncmp(client_cmd(&a, "alloc %d", 8 << 20), "ok", 2);
+  ck_assert_msg(ok, "no lease in 20 s after the daemon runs again");
   ck_assert_int_eq(client_finish(&a), 0);
-  ck_assert_int_eq(stat_wait("chunks_leased", 0, 3000), 0); /* what the dropped connection held comes back */
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 20000), 0); /* what the dropped connection held comes back */
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -780,10 +797,10 @@ START_TEST(test_stopped_daemon_send_times_out) {
   ck_assert_msg(!strncmp(r, "err -2 ", 7), "expected GML_EDAEMON, got '%s'", r);
   kill(daemon_pid, SIGCONT);
   int back = 0;
-  for (int i = 0; i < 200 && !back; i++, msleep(50)) back = !strncmp(client_cmd(&a, "alloc %d", 8 << 20), "ok", 2);
-  ck_assert_msg(back, "no lease in 10 s after the daemon runs again");
+  for (int i = 0; i < 400 && !back; i++, msleep(50)) back = !strncmp(client_cmd(&a, "alloc %d", 8 << 20), "ok", 2);
+  ck_assert_msg(back, "no lease in 20 s after the daemon runs again");
   ck_assert_int_eq(client_finish(&a), 0);
-  ck_assert_int_eq(stat_wait("chunks_leased", 0, 3000), 0);
+  ck_assert_int_eq(stat_wait("chunks_leased", 0, 20000), 0);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -879,12 +896,9 @@ START_TEST(test_pid_quota_ends_with_process) {
   ck_assert_int_eq(ctl(out, sizeof out, args), 0);
   ck_assert_int_eq(client_num(pid_a, "quota_bytes"), 10 << 20);
   ck_assert_int_eq(client_finish(&a), 0);
-  char log[512];
-  long long t0 = (long long)now_ms();
-  do {
-    sh(log, sizeof log, "grep -c 'process %d exited: its quota of %d bytes is dropped' %s/daemon.log", pid_a, 10 << 20, tmpdir);
-  } while (atoi(log) != 1 && now_ms() - t0 < 3000 && !usleep(10000));
-  ck_assert_msg(atoi(log) == 1, "no line saying process %d's quota was dropped", pid_a);
+  char said[128];
+  snprintf(said, sizeof said, "process %d exited: its quota of %d bytes is dropped", pid_a, 10 << 20);
+  ck_assert_msg(log_wait_in(NULL, said, 1, 20000, NULL, 0) == 1, "no line saying process %d's quota was dropped", pid_a);
   /* a pid that no process has: refused, with why */
   pid_t dead = fork();
   if (dead == 0) _exit(0);
@@ -1010,9 +1024,9 @@ START_TEST(test_over_limit_after_restart_said) {
   fprintf(f, "limit = 8MiB\npreallocate = 8MiB\n");
   fclose(f);
   launch_daemon();
-  ck_assert_int_eq(stat_wait("chunks_leased", 4, 4000), 4);
-  ck_assert_int_eq(stat_wait("chunks_total", 4, 3000), 4); /* the preallocated ones released */
-  for (int i = 0; i < 150 && sh(out, sizeof out, "grep -m1 'past its limit' %s/daemon.log", tmpdir); i++) msleep(20);
+  ck_assert_int_eq(stat_wait("chunks_leased", 4, 20000), 4);
+  ck_assert_int_eq(stat_wait("chunks_total", 4, 20000), 4); /* the preallocated ones released */
+  log_wait_in(NULL, "past its limit", 1, 20000, out, sizeof out);
   ck_assert_msg(strstr(out, "free chunk(s) the lake held past its limit (handed over after the restart)"), "'%s'", out);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -1052,13 +1066,13 @@ START_TEST(test_over_limit_reason_kept_by_reload) {
   fprintf(f, "limit = 8MiB\n");
   fclose(f);
   launch_daemon();
-  ck_assert_int_eq(stat_wait("chunks_leased", 8, 4000), 8); /* twice the limit, each user its limit */
+  ck_assert_int_eq(stat_wait("chunks_leased", 8, 20000), 8); /* twice the limit, each user its limit */
   kill(daemon_pid, SIGHUP);
-  for (int i = 0; i < 150 && sh(out, sizeof out, "grep -c 'SIGHUP: reloaded' %s/daemon.log", tmpdir); i++) msleep(20);
+  ck_assert_msg(log_wait("SIGHUP: reloaded", 20000), "no reload logged");
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
-  ck_assert_int_eq(stat_wait("chunks_total", 4, 3000), 4);
-  for (int i = 0; i < 150 && sh(out, sizeof out, "grep -m1 'past its limit' %s/daemon.log", tmpdir); i++) msleep(20);
+  ck_assert_int_eq(stat_wait("chunks_total", 4, 20000), 4);
+  log_wait_in(NULL, "past its limit", 1, 20000, out, sizeof out);
   ck_assert_msg(strstr(out, "past its limit (handed over after the restart)"), "after a reload of the same limit: '%s'", out);
   ck_assert_int_eq(client_finish(&n), 0);
   ck_assert_int_eq(client_finish(&a), 0);

@@ -132,7 +132,8 @@ START_TEST(test_clients_numbers) {
   ck_assert_str_eq(client_cmd(&b, "alloc %d", 1 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
   ck_assert_str_eq(client_cmd(&b, "flush"), "ok");
-  msleep(100);
+  /* both reports handled (a flush only sends one): the lake's sum is all of both clients' */
+  ck_assert_int_eq(stat_wait("allocated", (15 << 20) + (1 << 20), 20000), (15 << 20) + (1 << 20));
   char out[8192], key[64];
   ck_assert_int_eq(ctl(out, sizeof out, "clients --json"), 0);
   snprintf(key, sizeof key, "\"pid\":%d,", pid_a);
@@ -624,14 +625,16 @@ START_TEST(test_share_outlives_connection) {
   char k;
   ck_assert_int_eq(read(ready[0], &k, 1), 1);
   close(ready[0]), close(ready[1]);
-  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);
-  msleep(200);
+  /* The daemon decides a share's fate when its connection goes in the same pass that drops the
+   * client (session_close: the share's mappers, then the count): once clients is 0, a share dropped
+   * with its connection would be gone already. Later only its process's exit (a pidfd) ends it. */
+  ck_assert_int_eq(stat_wait("clients", 0, 20000), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 1); /* its process lives: kept */
   ck_assert_int_eq(stat_num("shares"), 1);
   kill(child, SIGKILL);
   int st;
   waitpid(child, &st, 0);
-  ck_assert_int_eq(stat_poll("chunks_shared", 0, 200, 25), 0);
+  ck_assert_int_eq(stat_wait("chunks_shared", 0, 20000), 0);
   ck_assert_int_eq(stat_num("shares"), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -801,12 +804,12 @@ START_TEST(test_reclaim_between_clients) {
   client_first_line(&b);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 24 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* the daemon now knows A caches 24 MiB */
-  msleep(50);
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_int_eq(stat_wait("cached", 24 << 20, 20000), 24 << 20); /* the daemon now knows A caches 24 MiB */
   /* B needs 24 MiB: only 8 MiB are left under the limit */
   fprintf(b.in, "alloc %d\n", 24 << 20);
   fflush(b.in);
-  msleep(100);
+  ck_assert_msg(log_wait("asked client", 20000), "A was not asked for its idle cache"); /* B's lease got as far */
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* A picks up the request... */
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* ...and gives its idle chunks back */
   char line[256];
@@ -863,7 +866,7 @@ START_TEST(test_optional_headroom_leases) {
   ck_assert_int_eq(stop_daemon(), 0);
   /* a lake with free chunks serves them */
   start_daemon("--limit 64MiB --prefetch 16MiB");
-  msleep(300);
+  ck_assert_int_eq(stat_wait("chunks_free", 8, 20000), 8); /* the prefetch made */
   setenv("GMLAKE_HEADROOM", "100", 1);
   b = client_start();
   unsetenv("GMLAKE_HEADROOM");
@@ -899,13 +902,13 @@ START_TEST(test_leave_after_failed_send) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
   env.usage = &u;
   ck_assert_int_eq(send_env(r, &env, NULL, 0), 0);
+  ck_assert_int_eq(raw_round_trip(r, 3), 0); /* its report handled before B asks */
   shutdown(r, SHUT_RD); /* sends to it fail from now on (EPIPE) */
-  msleep(50);
   ck_assert_int_eq(stat_num("clients"), 3);
   /* waits for the lake, the daemon asks r for its cache (the send fails), then refuses */
   ck_assert_ptr_nonnull(strstr(client_cmd(&b, "alloc %d", 2 << 20), "err"));
   close(r);
-  ck_assert_int_eq(stat_poll("clients", 2, 40, 25), 2);
+  ck_assert_int_eq(stat_wait("clients", 2, 20000), 2);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stat_num("chunks_leased"), 0);
@@ -920,7 +923,7 @@ START_TEST(test_metrics_parse) {
   client_first_line(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 3 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
-  msleep(50);
+  ck_assert_int_eq(stat_wait("allocated", 3 << 20, 20000), 3 << 20); /* its report handled */
   char cmd[2048];
   /* The counters are the numbers that only go up (each a d->counters field
    * the daemon only increments); anything else is a gauge (shares and growable
@@ -1003,11 +1006,9 @@ START_TEST(test_ctl_json) {
 }
 END_TEST
 
-/* The daemon.log line that matches the grep pattern pat, waited for up to 3 s, into out ("": none). */
+/* The first daemon.log line that holds the text pat, waited for up to 20 s, into out ("": none). */
 static const char *log_line(char *out, size_t len, const char *pat) {
-  for (int i = 0; i < 150; i++, msleep(20))
-    if (sh(out, len, "grep -m1 -- '%s' %s/daemon.log", pat, tmpdir) == 0) return out;
-  out[0] = 0;
+  log_wait_in(NULL, pat, 1, 20000, out, len);
   return out;
 }
 
@@ -1070,7 +1071,7 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_str_eq(client_cmd(&b, "alloc %d", 4 << 20), "ok 0");
   ck_assert_str_eq(client_cmd(&b, "free 0"), "ok");
   ck_assert_str_eq(strtok((char *)client_cmd(&b, "trim"), " "), "ok"); /* 2 free chunks in the lake */
-  ck_assert_int_eq(stat_wait("chunks_free", 2, 3000), 2);
+  ck_assert_int_eq(stat_wait("chunks_free", 2, 20000), 2);
   FILE *f = fopen(conf, "w");
   fprintf(f, "limit = 8MiB\n");
   fclose(f);
@@ -1091,7 +1092,7 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_msg(!strncmp(r, "ok ", 3), "a lease within the limit, a's idle cache to give: '%s'", r);
   /* what a gives back beside it (the rest of its idle cache, asked or trimmed) is released: 8 + 1 chunks held, none free */
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
-  ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
+  ck_assert_int_eq(stat_wait("chunks_total", 9, 20000), 9);
   ck_assert_int_eq(stat_num("chunks_free"), 0);
   /* ... with the reason it is over (before: "handed over after the restart", with no restart) */
   log_line(out, sizeof out, "past its limit");
@@ -1149,7 +1150,7 @@ START_TEST(test_limit_below_held_said) {
   /* r1 did give back (released): the refusal says the limit, not "no other client had idle cache" */
   ck_assert_msg(strstr(r, "the lake is over its limit: what other clients give back is released") &&
                 !strstr(r, "no other client had idle cache"), "'%s'", r);
-  ck_assert_int_eq(stat_wait("chunks_total", 10, 3000), 10);
+  ck_assert_int_eq(stat_wait("chunks_total", 10, 20000), 10);
   ck_assert_int_eq(stat_num("chunks_free"), 0);
   /* root's second client is served from what r1 gives back (the rest released) */
   ck_assert_str_eq(client_cmd(&r1, "free 2"), "ok");
@@ -1158,7 +1159,7 @@ START_TEST(test_limit_below_held_said) {
   client_ready(&r2);
   r = client_cmd(&r2, "alloc %d", 2 << 20);
   ck_assert_msg(!strcmp(r, "ok 0"), "the same user's lease, its other client's idle cache to give: '%s'", r);
-  ck_assert_int_eq(stat_wait("chunks_total", 9, 3000), 9);
+  ck_assert_int_eq(stat_wait("chunks_total", 9, 20000), 9);
   log_line(out, sizeof out, "past its limit");
   ck_assert_msg(strstr(out, "past its limit (the limit was set below what it held, by gmlakectl limit)"), "'%s'", out);
   /* once what r1 gives back brings the lake within its limit, n's lease gets a chunk made anew */
