@@ -64,6 +64,8 @@ if [ -d .deb ] && ls .deb/*.deb >/dev/null 2>&1; then
   export EXTRA_CFLAGS="-I$R/usr/include" EXTRA_LDFLAGS="-L$R/usr/lib/x86_64-linux-gnu -Wl,-rpath,$R/usr/lib/x86_64-linux-gnu"
   export LD_LIBRARY_PATH="$R/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
   export CHECK_LIBS="-lcheck_pic -lrt -lm -lsubunit"
+  # a carried python3-prometheus-client (the suites parse /metrics with it)
+  [ -d "$R/usr/lib/python3/dist-packages/prometheus_client" ] && export PYTHONPATH="$R/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if [ -d .gpu/gen ]; then mkdir -p "$BUILD/gen" && cp .gpu/gen/* "$BUILD/gen/" && touch "$BUILD"/gen/*; fi
 
@@ -139,7 +141,7 @@ need_ext() { # gmlake._C against the installed torch, once per call (every stage
     say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
   fi
 }
-case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*)
+case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*)
   need_ext;; esac
 
 torch_table() { # workload ('' = all), then the environment it runs with
@@ -245,6 +247,38 @@ fi
 if has shareweights; then
   PYTHONUNBUFFERED=1 OUT="$OUTDIR" BUILD="$BUILD" python3 bench/share_weights.py 2>&1 | tee "$OUTDIR/share_weights.txt"
   sed -n '/^model:/,$p' "$OUTDIR/share_weights.txt" | sed 's/^/shareweights: /' >> "$SUMMARY"
+fi
+
+if has uuid; then # issue 27: GPUs named by UUID (bench/gpu_uuid.sh; two GPUs or more)
+  nvidia-smi topo -m 2>&1 | head -5 | tee -a "$SUMMARY"
+  timeout 300 bench/gpu_uuid.sh "$BUILD" > "$OUTDIR/gpu_uuid.txt" 2>&1
+  grep -E '^(PASS|FAIL|SKIP|gpu_uuid:)' "$OUTDIR/gpu_uuid.txt" | tee -a "$SUMMARY"
+fi
+
+if has unpriv; then # issue 27: the cuda daemon as the unit runs it (an unprivileged user, no capability)
+  d=$(mktemp -d); chmod 755 "$d"; cp "$BUILD/gmlaked" "$BUILD/gml-testclient" "$d/"; chmod 755 "$d"/*
+  mkdir -m 777 "$d/run"
+  setpriv --reuid=65534 --regid=65534 --clear-groups --bounding-set=-all --inh-caps=-all --no-new-privs \
+    "$d/gmlaked" --backend cuda --device 0 --limit 4GiB --prefetch 0 --socket "$d/run/s" --control "ipc://$d/run/c" \
+    --socket-mode 0666 2> "$d/log" &
+  dp=$!
+  for _ in $(seq 200); do [ -S "$d/run/s" ] && break; sleep 0.05; done
+  r=$(printf 'alloc 67108864\nclose\n' | setpriv --reuid=65534 --regid=65534 --clear-groups "$d/gml-testclient" "$d/run/s" 2>&1 | sed -n 2p)
+  say "cuda daemon as uid 65534, no capability: $(grep -m1 serving "$d/log" | sed 's/.*serving/serving/' | cut -c1-120); a 64 MiB allocation through it: $r; CapEff $(grep CapEff /proc/$dp/status 2>/dev/null | awk '{print $2}')"
+  kill $dp; wait $dp; rm -rf "$d"
+fi
+
+if has sanstress; then # issue 26: tests/stress.sh on the sanitizer build, each stream pinned to 2 cores with its 2 busy loops
+  make -j"$(nproc)" BUILD=build-san SAN=1 all > "$OUTDIR/build-san.log" 2>&1 || { say "sanstress: build FAILED"; tail -20 "$OUTDIR/build-san.log"; }
+  n=0; pids=; runs=${SANSTRESS_RUNS:-5}
+  for t in ${SANSTRESS_BINS:-test_elastic test_elastic test_elastic test_elastic test_security test_security test_security test_security test_integration test_integration test_integration test_integration}; do
+    c=$((2 * n)); n=$((n + 1))
+    ( STRESS_LOGS="$OUTDIR/stress$n" taskset -c $c,$((c + 1)) tests/stress.sh -n "$runs" build-san "$t" > "$OUTDIR/sanstress.$n.txt" 2>&1 ) &
+    pids="$pids $!"
+  done
+  wait $pids
+  cat "$OUTDIR"/sanstress.*.txt | grep -E 'runs passed|FAILED' | tee -a "$SUMMARY"
+  lscpu | grep -E '^(Model name|CPU\(s\))' | tee -a "$SUMMARY"
 fi
 
 echo; echo "==== summary"; cat "$SUMMARY"

@@ -1007,6 +1007,7 @@ START_TEST(test_ctl_json) {
 END_TEST
 
 /* The first daemon.log line that holds the text pat, waited for up to 20 s, into out ("": none). */
+/* The first daemon.log line holding the string pat (no pattern), waited for up to 20 s; "" if none. */
 static const char *log_line(char *out, size_t len, const char *pat) {
   log_wait_in(NULL, pat, 1, 20000, out, len);
   return out;
@@ -1027,7 +1028,7 @@ START_TEST(test_config_fifo_refused) {
   ck_assert_int_eq(unlink(conf), 0);
   ck_assert_int_eq(mkfifo(conf, 0600), 0);
   kill(daemon_pid, SIGHUP);
-  log_line(out, sizeof out, "SIGHUP: .*nothing reloaded");
+  log_line(out, sizeof out, "nothing reloaded"); /* a string, not a pattern */
   char stats[4096];
   int served = sh(stats, sizeof stats, "timeout 5 %s/gmlakectl --control %s stats --json 2>&1", bindir, ctl_url) == 0;
   if (!out[0]) { /* frozen in open(): a writer lets it go, so the test leaves no daemon behind */
@@ -1474,6 +1475,7 @@ int main(void) {
   tcase_add_test(tc, test_optional_headroom_leases);
   tcase_add_test(tc, test_leave_after_failed_send);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_parse);
+  else test_not_run("test_metrics_parse", "GMLAKE_TEST_NO_PROMETHEUS is set");
   tcase_add_test(tc, test_ctl_json);
   tcase_add_test(tc, test_ctl_errors);
   tcase_add_test(tc, test_refused_connection_says_why);

@@ -2578,6 +2578,7 @@ int main(void) {
   tcase_add_test(tc, test_log_budget_per_user);
   tcase_add_test(tc, test_log_budget_refusals);
   if (!getenv("GMLAKE_TEST_NO_PROMETHEUS")) tcase_add_test(tc, test_metrics_http);
+  else test_not_run("test_metrics_http", "GMLAKE_TEST_NO_PROMETHEUS is set");
   suite_add_tcase(su, tc);
   TCase *tc2 = tcase_create("trial2"); /* attacker trial 2: CK_RUN_CASE=trial2 runs these alone */
   tcase_set_timeout(tc2, 60);
