@@ -270,11 +270,14 @@ fi
 
 if has sanstress; then # issue 26: tests/stress.sh on the sanitizer build, each stream pinned to 2 cores with its 2 busy loops
   make -j"$(nproc)" BUILD=build-san SAN=1 all > "$OUTDIR/build-san.log" 2>&1 || { say "sanstress: build FAILED"; tail -20 "$OUTDIR/build-san.log"; }
-  n=0; pids=; runs=${SANSTRESS_RUNS:-5}
-  for t in ${SANSTRESS_BINS:-test_elastic test_elastic test_elastic test_elastic test_security test_security test_security test_security test_integration test_integration test_integration test_integration}; do
-    c=$((2 * n)); n=$((n + 1))
-    ( STRESS_LOGS="$OUTDIR/stress$n" taskset -c $c,$((c + 1)) tests/stress.sh -n "$runs" build-san "$t" > "$OUTDIR/sanstress.$n.txt" 2>&1 ) &
-    pids="$pids $!"
+  n=0; pids= # SANSTRESS: BINARY:RUNS:STREAMS ... (20 runs of each binary, in streams side by side)
+  for spec in ${SANSTRESS:-test_elastic:4:5 test_security:5:4 test_integration:10:2}; do
+    t=${spec%%:*}; r=${spec#*:}; runs=${r%%:*}; streams=${r#*:}
+    for _ in $(seq "$streams"); do
+      c=$((2 * n)); n=$((n + 1))
+      ( STRESS_LOGS="$OUTDIR/stress$n" taskset -c $c,$((c + 1)) tests/stress.sh -n "$runs" build-san "$t" > "$OUTDIR/sanstress.$n.txt" 2>&1 ) &
+      pids="$pids $!"
+    done
   done
   wait $pids
   cat "$OUTDIR"/sanstress.*.txt | grep -E 'runs passed|FAILED' | tee -a "$SUMMARY"
