@@ -257,7 +257,7 @@ fi
 
 if has unpriv; then # issue 27: the cuda daemon as the unit runs it (an unprivileged user, no capability)
   d=$(mktemp -d); chmod 755 "$d"; cp "$BUILD/gmlaked" "$BUILD/gml-testclient" "$d/"; chmod 755 "$d"/*
-  mkdir -m 777 "$d/run"
+  mkdir -m 755 "$d/run" && chown 65534 "$d/run" # its own directory: a client of its uid trusts it
   setpriv --reuid=65534 --regid=65534 --clear-groups --bounding-set=-all --inh-caps=-all --no-new-privs \
     "$d/gmlaked" --backend cuda --device 0 --limit 4GiB --prefetch 0 --socket "$d/run/s" --control "ipc://$d/run/c" \
     --socket-mode 0666 2> "$d/log" &
@@ -269,6 +269,7 @@ if has unpriv; then # issue 27: the cuda daemon as the unit runs it (an unprivil
 fi
 
 if has sanstress; then # issue 26: tests/stress.sh on the sanitizer build, each stream pinned to 2 cores with its 2 busy loops
+  if [ -d .gpu/gen ]; then mkdir -p build-san/gen && cp .gpu/gen/* build-san/gen/ && touch build-san/gen/*; fi
   make -j"$(nproc)" BUILD=build-san SAN=1 all > "$OUTDIR/build-san.log" 2>&1 || { say "sanstress: build FAILED"; tail -20 "$OUTDIR/build-san.log"; }
   n=0; pids= # SANSTRESS: BINARY:RUNS:STREAMS ... (20 runs of each binary, in streams side by side)
   for spec in ${SANSTRESS:-test_elastic:4:5 test_security:5:4 test_integration:10:2}; do

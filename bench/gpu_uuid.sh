@@ -32,7 +32,7 @@ U0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0 | tr -d ' ')
 U1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1 | tr -d ' ')
 P1=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 1 | tr -d ' ')
 echo "gpu_uuid: nvidia-smi's GPU 0 is $U0, GPU 1 is $U1 ($P1)"
-python3 -c 'import gmlake._C' 2>/dev/null || { echo "FAIL gpu_uuid: gmlake._C does not import (bench/gpu.sh ext, or pip install ./python)"; exit 1; }
+python3 -c 'import torch, gmlake._C' 2>/dev/null || { echo "FAIL gpu_uuid: gmlake._C does not import (bench/gpu.sh ext, or pip install ./python)"; exit 1; }
 
 made_run=
 if [ "$(id -u)" = 0 ]; then

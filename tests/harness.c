@@ -123,6 +123,14 @@ int log_wait_in(const char *path, const char *needle, int n, int ms, char *line,
 
 int log_wait(const char *needle, int ms) { return log_wait_in(NULL, needle, 1, ms, NULL, 0) >= 1; }
 
+int log_wait_either(const char *a, const char *b, int ms) {
+  for (int waited = 0;; waited += 20) {
+    if (log_count_in(NULL, a, NULL, 0) || log_count_in(NULL, b, NULL, 0)) return 1;
+    if (waited >= ms) return 0;
+    msleep(20);
+  }
+}
+
 void launch_daemon(void) {
   char cmd[2048];
   snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log",

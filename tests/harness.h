@@ -45,6 +45,7 @@ int log_count_in(const char *path, const char *needle, char *line, size_t len);
 /* log_count_in every 20 ms, for up to ms, until at least n lines hold needle: their count (< n: timed out). */
 int log_wait_in(const char *path, const char *needle, int n, int ms, char *line, size_t len);
 int log_wait(const char *needle, int ms); /* daemon.log: 1 once a line holds needle (up to ms), else 0 */
+int log_wait_either(const char *a, const char *b, int ms); /* a line holding a or b, waited for up to ms */
 
 /* A fresh temp dir, then gmlaked with extra arguments on it; returns when it answers gmlakectl. */
 void start_daemon(const char *extra);
