@@ -34,9 +34,9 @@ int ctl_as(int uid, char *out, size_t outlen, const char *args);
 int ctl(char *out, size_t outlen, const char *args);
 long long json_num(const char *json, const char *key); /* the number after "key": (-1: none) */
 long long stat_num(const char *key);                   /* a field of `gmlakectl stats --json` (-1: none) */
-/* Poll a stat every step_ms, at most tries times, until it equals want; its last value. */
+/* Poll a stat every step_ms, at most tries times (20 s at least), until it equals want; its last value. */
 long long stat_poll(const char *key, long long want, int tries, int step_ms);
-long long stat_wait(const char *key, long long want, int ms); /* stat_poll every 20 ms, for up to ms */
+long long stat_wait(const char *key, long long want, int ms); /* stat_poll every 20 ms, for up to ms (20 s at least) */
 
 /* Waiting for a log line (a test waits for the event it needs, never a fixed sleep before an assert):
  * how many lines of the file at path (NULL: the daemon's daemon.log) hold the text needle, the first

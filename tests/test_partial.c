@@ -321,7 +321,7 @@ static void restart_fails_halfway(int fail_how) {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "grep -q 'before its hand-over\\|parked until its process exits' %s/daemon.log", tmpdir);
     int refused = 0;
-    for (int i = 0; i < 500 && !(refused = system(cmd) == 0); i++) msleep(10);
+    for (int i = 0; i < 2000 && !(refused = system(cmd) == 0); i++) msleep(10);
     ck_assert_msg(refused, "the small daemon never saw the refused client leave");
     for (int i = 0; i < 20; i++, msleep(50)) {
       lake_stats s = stats();
@@ -332,7 +332,7 @@ static void restart_fails_halfway(int fail_how) {
     ck_assert(same(p, HELD * 2 * MiB)); /* the client's memory is all there */
     /* refused, then connected without a hand-over: it says it keeps all of it outside the lake */
     long long uncounted = -1;
-    for (int i = 0; i < 200 && (uncounted = num(ctl("clients --json"), "uncounted")) != (long long)(HELD * 2 * MiB); i++) msleep(10);
+    for (int i = 0; i < 2000 && (uncounted = num(ctl("clients --json"), "uncounted")) != (long long)(HELD * 2 * MiB); i++) msleep(10);
     ck_assert_int_eq(uncounted, HELD * 2 * MiB);
     daemon_down(SIGTERM);
     daemon_up("--limit 1GiB --prefetch 0"); /* a daemon that takes them all */
@@ -417,7 +417,7 @@ START_TEST(test_closed_by_running_daemon) {
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the client failed at step %d (see stderr)", WEXITSTATUS(st));
   lake_stats s = stats();
-  for (int i = 0; i < 200 && s.parked; i++, msleep(10)) s = stats();
+  for (int i = 0; i < 2000 && s.parked; i++, msleep(10)) s = stats();
   ck_assert_int_eq(s.parked, 0); /* the client exited: its parked chunks are back */
   ck_assert_int_eq(s.leased, 0);
   ck_assert_int_eq(s.free, s.total);
@@ -451,7 +451,7 @@ static int daemon_killed(gml_client *c) {
 /* `gmlakectl clients --json`'s uncounted of our one client, once it is want (else what it is after 2 s). */
 static long long uncounted_is(long long want) {
   long long got = -1;
-  for (int i = 0; i < 200 && (got = num(ctl("clients --json"), "uncounted")) != want; i++) msleep(10);
+  for (int i = 0; i < 2000 && (got = num(ctl("clients --json"), "uncounted")) != want; i++) msleep(10);
   return got;
 }
 
