@@ -103,6 +103,7 @@ step $? "group gmlake and user alice in it"
 # The unit's ExecStart as systemd would run it (instance 0).
 unit="$ROOT/lib/systemd/system/gmlaked@.service"
 execstart=$(sed -n 's/^ExecStart=//p' "$unit" | sed 's/%i/0/g')
+gmlaked_bin=$(echo "$execstart" | cut -d' ' -f1)
 # as the unit runs it: its User= and Group= (make install made them from sysusers.d), no capability
 uuser=$(sed -n 's/^User=//p' "$unit"); ugroup=$(sed -n 's/^Group=//p' "$unit")
 inch "id $uuser >/dev/null && getent group $ugroup >/dev/null"
@@ -178,7 +179,7 @@ step $? "alice: gmlakectl stats"
 sed 's/^/  /' "$LOG/alice-stats.log"
 
 # /metrics over HTTP, once gmlaked has --metrics-listen.
-if inch "$(echo "$execstart" | cut -d' ' -f1) --help" 2>&1 | grep -q -- --metrics-listen; then
+if inch "$gmlaked_bin --help" 2>&1 | grep -q -- --metrics-listen; then
   inch 'kill $(cat /run/gmlake/daemon.pid)'; sleep 1; stop_notify
   start_daemon --backend host --metrics-listen 127.0.0.1:9464
   step $? "daemon restarted with --metrics-listen 127.0.0.1:9464"
