@@ -6,6 +6,8 @@
 // retry before an out-of-memory, counters, history) is libgmlake-client's C
 // API (gmlake.h). What stays here is PyTorch's own: DataPtrs, the
 // OutOfMemoryError and its observers, Python stacks for memory_viz.
+#include <cstdio>
+#include <string>
 #include <c10/core/Allocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
@@ -31,6 +33,23 @@
 #include <vector>
 
 #include "gmlake.h"
+
+// Numbers and pointers go into error messages as strings made here: a number streamed by
+// TORCH_CHECK (operator<< of long, double, void*) ran this extension's instantiation of
+// std::ostream's number formatting on a stream of torch's libstdc++, and a newer compiler's
+// instantiation crashed there (a segmentation fault where the error should have been raised:
+// a job whose lake could not open, session 14 on the H200).
+static std::string gml_num(long long v) { return std::to_string(v); }
+static std::string gml_num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+static std::string gml_ptr(const void* p) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%p", p);
+  return b;
+}
 
 namespace {
 
@@ -58,7 +77,7 @@ class GmlakeAllocator : public CUDAAllocator {
   // ---------- what the C library cannot see: devices, streams, stacks ----------
   gml_client* client(c10::DeviceIndex device) {
     gml_client* c = gml_device_client(device);
-    TORCH_CHECK(c, "gmlake: cannot open the lake of device ", int(device),
+    TORCH_CHECK(c, "gmlake: cannot open the lake of device ", gml_num((long long)device),
                 " (see the gmlake log line above; GMLAKE_MODE/GMLAKE_SOCKET choose daemon or embedded)");
     std::call_once(opened_[device], [&] {
       if (fraction_[device] > 0) apply_fraction(c, device, fraction_[device]);
@@ -180,18 +199,18 @@ class GmlakeAllocator : public CUDAAllocator {
       for (auto& o : obs) o(device, m.allocated_bytes.current, m.limit_bytes ? m.limit_bytes : total_b, free_b);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. ", msg);
     }
-    TORCH_CHECK(false, "gmlake: allocation of ", size, " bytes failed: ", gml_strerror(rc), ": ", msg);
+    TORCH_CHECK(false, "gmlake: allocation of ", gml_num((long long)size), " bytes failed: ", gml_strerror(rc), ": ", msg);
     return nullptr;
   }
 
   void free_ptr(void* ptr) {
     if (!ptr) return;
     gml_client* c = client_of(ptr);
-    TORCH_CHECK(c, "gmlake: free of ", ptr, ", which no lake client holds");
+    TORCH_CHECK(c, "gmlake: free of ", gml_ptr(ptr), ", which no lake client holds");
     std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed;  // see captures_
     if (captures_.load()) relaxed.emplace(cudaStreamCaptureModeRelaxed);
     int rc = gml_free_ex(c, ptr, context_for_free());
-    TORCH_CHECK(rc == 0, "gmlake: free of ", ptr, ": ", gml_last_error(c));
+    TORCH_CHECK(rc == 0, "gmlake: free of ", gml_ptr(ptr), ": ", gml_last_error(c));
   }
 
   void apply_fraction(gml_client* c, c10::DeviceIndex device, double fraction) {
@@ -269,7 +288,7 @@ class GmlakeAllocator : public CUDAAllocator {
   }
   double getMemoryFraction(c10::DeviceIndex device) override { return fraction_[device] > 0 ? fraction_[device] : 1.0; }
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
-    TORCH_CHECK(fraction >= 0 && fraction <= 1, "invalid fraction ", fraction, ", please set within [0, 1]");
+    TORCH_CHECK(fraction >= 0 && fraction <= 1, "invalid fraction ", gml_num(fraction), ", please set within [0, 1]");
     fraction_[device] = fraction;
     apply_fraction(client(device), device, fraction);
   }
@@ -284,7 +303,7 @@ class GmlakeAllocator : public CUDAAllocator {
   }
   void* getBaseAllocation(void* ptr, size_t* size) override {
     gml_client* c = client_of(ptr);
-    TORCH_CHECK(c && gml_size_of(c, ptr, nullptr, size) == 0, "gmlake: ", ptr, " is not the start of a live allocation");
+    TORCH_CHECK(c && gml_size_of(c, ptr, nullptr, size) == 0, "gmlake: ", gml_ptr(ptr), " is not the start of a live allocation");
     return ptr;
   }
   void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
@@ -460,7 +479,7 @@ class GmlakeAllocator : public CUDAAllocator {
     gml_client* c = client_of(ptr);
     gml_ipc_handle h;
     int rc = c ? gml_ipc_export(c, ptr, &h) : GML_EBADPTR;
-    TORCH_CHECK(rc == 0, "gmlake: cannot share ", ptr, " with another process: ", gml_strerror(rc));
+    TORCH_CHECK(rc == 0, "gmlake: cannot share ", gml_ptr(ptr), " with another process: ", gml_strerror(rc));
     return ShareableHandle{0, std::string(reinterpret_cast<const char*>(h.bytes), GML_IPC_HANDLE_SIZE)};
   }
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
