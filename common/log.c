@@ -59,11 +59,12 @@ static void check_journal_stream(void) {
   to_journal = (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
+static pthread_once_t journal_once = PTHREAD_ONCE_INIT; /* to_journal, found once for every line */
+
 int gml_log_level(void) { return effective_level(); }
 
 void gml_log(int level, const char *fmt, ...) {
   if (level > effective_level()) return;
-  static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
   pthread_once(&journal_once, check_journal_stream);
   char line[1024];
   va_list ap;
@@ -84,7 +85,6 @@ void gml_log(int level, const char *fmt, ...) {
 }
 
 void gml_log_fatal(const char *fmt, ...) {
-  static pthread_once_t journal_once = PTHREAD_ONCE_INIT;
   pthread_once(&journal_once, check_journal_stream);
   char line[1024];
   va_list ap;
