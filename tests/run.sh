@@ -10,10 +10,15 @@ export BUILD
 export GMLAKE_SKIP_LOG="$(pwd)/$BUILD/test-skips"
 : > "$GMLAKE_SKIP_LOG"
 rm -f "$BUILD/test-summary"
-passed=0 failed=0 section_open=
+passed=0 failed=0 section_open= section_t0=$(date +%s) section_title= suite_t0=$(date +%s)
+: > "$BUILD/test-times"
+section_time() { # the section that just ended, and its seconds, into $BUILD/test-times
+  [ -z "$section_title" ] || printf '%5d s  %s\n' $(($(date +%s) - section_t0)) "$section_title" >> "$BUILD/test-times"
+}
 section() { # section TITLE: the previous one ended well
   [ -z "$section_open" ] || passed=$((passed + 1))
   section_open=1
+  section_time; section_t0=$(date +%s) section_title="$*"
   echo "== $*"
 }
 run_check() { # run_check BINARY: a check suite; its tests counted
@@ -31,7 +36,10 @@ summary() {
   skipped=$(grep -c '^skipped ' "$GMLAKE_SKIP_LOG" 2>/dev/null || true)
   notrun=$(grep -c '^not-run ' "$GMLAKE_SKIP_LOG" 2>/dev/null || true)
   sed 's/^/  /' "$GMLAKE_SKIP_LOG" 2>/dev/null || true
+  section_time
   echo "$passed ${failed:-0} ${skipped:-0} ${notrun:-0}" > "$BUILD/test-summary"
+  echo "times ($BUILD, $(($(date +%s) - suite_t0)) s in all; the longest sections):"
+  sort -rn "$BUILD/test-times" | head -8
   echo "summary ($BUILD): $passed passed, ${failed:-0} failed, ${skipped:-0} skipped, ${notrun:-0} not run"
   exit $rc
 }
