@@ -9,6 +9,8 @@ CC ?= cc
 SAN ?= 0
 MANDIR ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
+# make test compiles its three builds on every core (the suites themselves run one at a time)
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 
 # -fvisibility=hidden: the library exports only what include/gmlake.h marks GML_API.
 CFLAGS_BASE := -std=gnu11 -Wall -Wextra -Werror -g -fPIC -fvisibility=hidden -D_GNU_SOURCE -pthread
@@ -170,7 +172,7 @@ deps:
 # Its last line counts what passed, failed, was skipped and not run (tests/summary.sh).
 test: deps
 	@rm -f build/test-summary build-san/test-summary build-fuzz/test-summary
-	@$(MAKE) check-plain && $(MAKE) check-san && $(MAKE) check-fuzz; rc=$$?; tests/summary.sh build build-san build-fuzz; exit $$rc
+	@$(MAKE) -j$(JOBS) check-plain && $(MAKE) -j$(JOBS) check-san && $(MAKE) -j$(JOBS) check-fuzz; rc=$$?; tests/summary.sh build build-san build-fuzz; exit $$rc
 
 check-plain: all
 	BUILD=$(BUILD) tests/run.sh
