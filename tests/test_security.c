@@ -445,7 +445,10 @@ static double ops_beside(int s, void (*fn)(int ready)) {
 /* Two clients flood; a third keeps a fair share of the daemon (the read budget). The baseline is
  * the same client beside two processes that only spin, taken in the same run: what the floods take
  * beyond the CPU they burn is the daemon's doing (against the rate alone, on a loaded 2-core
- * machine the CPU they took made it 7%: 26771 ops/s alone, 1896 beside the floods). */
+ * machine the CPU they took made it 7%: 26771 ops/s alone, 1896 beside the floods). Without the
+ * budget the floods left it 1 op/s (0.05% of the baseline); with it, 24-79% beside two busy loops,
+ * and 6-8% on a 2-core machine at load 11 (builds and suites beside it: a daemon that never sleeps
+ * waits for its turn among eleven), so the bound is 2%: 40 times what starvation gives. */
 START_TEST(test_read_budget_fairness) {
   start_daemon("--limit 16MiB --prefetch 4MiB");
   int s = raw_session("legit");
@@ -456,7 +459,7 @@ START_TEST(test_read_budget_fairness) {
          "(%.1f%% of that)\n", alone, spun, flooded, 100 * flooded / spun);
   ck_assert_double_gt(alone, 0);
   ck_assert_double_gt(spun, 0);
-  ck_assert_msg(flooded >= spun * 0.1, "legitimate client: %.0f ops/s beside two spinning processes, %.0f beside two floods",
+  ck_assert_msg(flooded >= spun * 0.02, "legitimate client: %.0f ops/s beside two spinning processes, %.0f beside two floods",
                 spun, flooded);
   close(s);
   ck_assert_int_eq(stop_daemon(), 0);
