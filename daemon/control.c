@@ -109,7 +109,7 @@ static void ctl_clients(ctl_call *k) {
   }
   size_t i = 0;
   for (const broker_client *c = b->clients; c; c = c->next, i++) {
-    int other = !control_sees(k->viewer, c->uid); /* another user's: its numbers, not who */
+    int other = !trust_sees(k->viewer, c->uid); /* another user's: its numbers, not who */
     gmlake__client_info__init(&ci[i]);
     ci[i].client_id = c->id;
     ci[i].pid = other ? 0 : c->pid;
@@ -157,7 +157,7 @@ static void ctl_chunks(ctl_call *k) {
     ci[j].owner_pid = 0;
     if (c->state == CHUNK_LEASED)
       for (const broker_client *o = k->d->br.clients; o; o = o->next)
-        if (o->id == c->owner) ci[j].owner_pid = control_sees(k->viewer, o->uid) ? o->pid : -3;
+        if (o->id == c->owner) ci[j].owner_pid = trust_sees(k->viewer, o->uid) ? o->pid : -3;
     if (c->state == CHUNK_PARKED) ci[j].owner_pid = -1;
     if (c->state == CHUNK_SHARED) ci[j].owner_pid = -2;
     cp[j] = &ci[j];

@@ -16,8 +16,6 @@ int control_handle(struct gmld *d, const uint8_t *req, size_t req_len, uint8_t *
  * another user's, and only the shares it may attach. */
 int control_handle_as(struct gmld *d, int may_change, long viewer, const uint8_t *req, size_t req_len, uint8_t **reply,
                       size_t *reply_len);
-/* Whether that viewer sees who a process of uid is (its pid, name, cgroup). */
-static inline int control_sees(long viewer, uint32_t uid) { return viewer < 0 || uid == (uint32_t)viewer; }
 void control_stop(struct gmld *d);
 /* After the limit was set (by: "SIGHUP", "gmlakectl limit"): where the chunks clients hold pass
  * it, a warning that says how much they hold and what the daemon does about it, logged and (when

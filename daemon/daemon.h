@@ -135,6 +135,10 @@ int fdbudget_out_of_fds(void);
 
 /* The trust model's hooks into the broker (trust.c). */
 void trust_install(gmld *d);
+/* Whether a control peer of uid viewer (-1: root or the daemon's user, who see all) sees who a process
+ * of uid is (its pid, name, cgroup): the trust model's, so the control RPC and the shares it lists ask
+ * it alike without one of them calling the other. */
+static inline int trust_sees(long viewer, uint32_t uid) { return viewer < 0 || uid == (uint32_t)viewer; }
 
 /* Order from the creators what the broker says the lake needs now. */
 static inline void daemon_refill(gmld *d) {

@@ -5,7 +5,6 @@
 #define _GNU_SOURCE
 #endif
 #include "shares.h"
-#include "control.h"
 #include "daemon.h"
 #include "session.h"
 #include "gmlake.h"
@@ -476,11 +475,11 @@ size_t shares_info(gmld *d, long viewer, Gmlake__ShareInfo ***out) {
     i->key = sh->key;
     i->size = sh->size;
     i->chunks = sh->n;
-    i->publisher_pid = control_sees(viewer, sh->uid) ? sh->publisher_pid : 0;
+    i->publisher_pid = trust_sees(viewer, sh->uid) ? sh->publisher_pid : 0;
     i->publisher_uid = sh->uid;
     nm = 0;
     for (mapper *m = sh->mappers; m; m = m->next)
-      if (control_sees(viewer, m->uid)) pids[nm++] = m->pid; /* other users' processes: not named */
+      if (trust_sees(viewer, m->uid)) pids[nm++] = m->pid; /* other users' processes: not named */
     i->mapper_pids = pids;
     i->n_mapper_pids = nm;
     i->content_hash.data = sh->hash;
