@@ -38,7 +38,7 @@ GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
-DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
+DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
 CLIENT_SRC += client/link.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -116,11 +116,11 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/pidquota.c daemon/session.c daemon/hello.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/park.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
 $(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c daemon/hello.c daemon/pidquota.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/park.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)

@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 const char *adopt_check(const session *s, const Gmlake__Envelope *env) {
-  if (!s->rx.keep_max) return "adopt without hello's adopting";
-  return s->rx.nkept < (int)env->adopt->n_old_ids ? "adopt without its fds" : NULL;
+  if (!session_keeps_fds(s)) return "adopt without hello's adopting";
+  return session_fds_kept(s) < (int)env->adopt->n_old_ids ? "adopt without its fds" : NULL;
 }
 
 void adopt_handle(session *s, const Gmlake__Envelope *req) {
@@ -34,7 +34,7 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   uint32_t n = (uint32_t)req->adopt->n_old_ids, done = 0;
   int fds[GML_MAX_LEASE_CHUNKS];
   uint64_t ids[GML_MAX_LEASE_CHUNKS];
-  gml_rx_take_fds(&s->rx, (int)n, fds); /* adopt_check: they are there */
+  session_take_fds(s, (int)n, fds); /* adopt_check: they are there */
   if (broker_adopt_room(&d->br, &s->bc, n) < n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): its hand-over of %u more chunk(s) is past what the lake adopts (its limit for one "
@@ -108,12 +108,12 @@ const char *adopt_seen(session *s, const Gmlake__Envelope *env) {
     /* an adopting connection keeps up to GML_MAX_LEASE_CHUNKS fds until its Adopt: bounded per user, or one
      * user's connections (max-clients-per-uid of them) would hold the daemon's fd limit (20,000 here: 158 did) */
     int n = 0;
-    for (broker_client *c = s->d->br.clients; c; c = c->next) n += c->uid == s->bc.uid && session_of(c)->rx.keep_max;
+    for (broker_client *c = s->d->br.clients; c; c = c->next) n += c->uid == s->bc.uid && session_keeps_fds(session_of(c));
     return n >= ADOPT_HANDOVERS_PER_UID ? "too many hand-overs of this user at once (it may try again)" : NULL;
   }
   if (env->msg_case == GMLAKE__ENVELOPE__MSG_ADOPT) return NULL;
-  if (s->rx.nkept) return "file descriptors with a message other than an Adopt";
-  s->rx.keep_max = 0; /* the hand-over is over: no more fds from it */
+  if (session_fds_kept(s)) return "file descriptors with a message other than an Adopt";
+  session_keep_fds(s, 0); /* the hand-over is over: no more fds from it */
   if (!s->adopted) return NULL;
   CONN_INFO(s->bc.uid, "client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id, (int)s->bc.pid,
            (unsigned long long)s->adopted);

@@ -12,6 +12,7 @@
  *   quota    set/clear a quota of a process (all its connections), a user or a cgroup */
 #include "control.h"
 #include "daemon.h"
+#include "grant.h"
 #include "pidquota.h"
 #include "session.h"
 #include "shares.h"
@@ -182,7 +183,7 @@ static void ctl_trim(ctl_call *k) {
       fail(k, GML_EINVAL, "no client with that pid");
       return;
     }
-    session_send_reclaim(s, 0, 0);
+    grant_send_reclaim(s, 0, 0);
     broker_reclaim_sent(&s->bc);
   }
   k->rep->trimmed_chunks = lake_trim(&d->lk, 0);

@@ -1,31 +1,43 @@
 /* daemon.h: the state of gmlaked that its parts share, all touched on the
  * libuv loop thread only (the creator pool keeps its own queue).
  *
- * The parts, each using only those above it (no include or callback cycle):
- *   lake.c     chunks, owners, the limit, quotas                     no I/O
- *   broker.c   every lease decision: serve, wait, reclaim from whom,  no I/O
- *              refuse, optional leases declined, quotas, refill       (lake)
- *   creator.c  a worker pool that makes N chunks and hands them back  (backend only)
- *   config.c   settings: one option table for the file, flags, --help
- *   conn.c     a connection's send queue, the listening socket, pidfds (wire only)
- *   fdbudget.c the fd table shared out from RLIMIT_NOFILE: unread replies,
- *              connections, the daemon's own work                    (no I/O)
- *   trust.c    the trust model's answers: none (a chunk for another uid is made anew)
- *   session.c  client sockets: decode, validate and dispatch by table;
- *              bounds and timeouts                                   (broker, creator, conn)
- *   hello.c    a client's hello: who, its GPU (another's is refused), the reply (session)
- *   grant.c    the broker's lease decisions carried out on a session:
- *              chunks sent (streamed leases reply after reply), refusals,
- *              reclaim requests                                      (broker, session)
- *   listen.c   accepting, within the connection limits               (session, conn)
- *   shares.c   shared read-only memory: shares, their mappers         (lake, session)
- *   adopt.c    chunks handed over after a restart, all or nothing     (lake, broker, session)
- *   control.c  the control RPC, handlers in a table                   (broker, session, shares)
- *   ctlsock.c  the control socket on the loop; who may change what   (control, conn)
- *   names.c    the endpoints named after the GPU's UUID, gmlake-N links (config, backend)
- *   main.c     start-up, signals, the tick, the creators' callback    (all)
- * The only call upwards is the creator pool's completion callback, which
- * main.c registers. */
+ * The parts, each using only those above it (no include or call cycle; the
+ * files a part uses in brackets):
+ *   lake.c      chunks, owners, the limit, quotas                     no I/O
+ *   broker.c    every lease decision: serve, wait, reclaim from whom,  no I/O
+ *               refuse, optional leases declined, quotas, refill       (lake)
+ *   lakesize.c  how big the lake is: chunks to order, trim, the limit  (broker)
+ *   creator.c   a worker pool that makes N chunks and hands them back  (backend only)
+ *   config.c    settings: one option table for the file, flags, --help
+ *   conn.c      a connection's send queue, the listening socket, pidfds (wire only)
+ *   fdbudget.c  the fd table shared out from RLIMIT_NOFILE: unread replies,
+ *               connections, the daemon's own work                    (no I/O)
+ *   trust.c     the trust model's answers: none (a chunk for another uid is
+ *               made anew); trust_sees, who a control peer may see
+ *   pidquota.c  a pid quota lasts as long as its process              (conn)
+ *   names.c     the endpoints named after the GPU's UUID, gmlake-N links (config, backend)
+ *   session.c   the sessions' transport: frames read within bounds, the send
+ *               queue, timeouts, a session's life; what frames mean it hands
+ *               to the protocol's hooks (session_ops)                 (broker, conn, fdbudget)
+ *   listen.c    accepting, within the connection limits               (session, conn)
+ *   grant.c     the broker's lease decisions carried out on a session:
+ *               chunks sent (streamed leases reply after reply), refusals,
+ *               reclaim requests; the tick's review of waiting leases  (broker, session)
+ *   hello.c     a client's hello: who, its GPU (another's is refused), the reply (session)
+ *   adopt.c     chunks handed over after a restart, all or nothing     (lake, broker, session)
+ *   shares.c    shared read-only memory: shares, their mappers         (lake, session, grant)
+ *   park.c      the end of a session: chunks back, or parked until its
+ *               process exits                          (lake, broker, adopt, shares, grant)
+ *   control.c   the control RPC, handlers in a table                   (broker, session, grant, shares, pidquota)
+ *   dispatch.c  the client protocol: requests by table to the handlers
+ *               above, the transport's hooks installed at start        (grant, hello, adopt, shares, park,
+ *                                                                       listen, pidquota)
+ *   ctlsock.c   the control socket on the loop; who may change what   (control, conn)
+ *   metrics.c   Prometheus text over HTTP                              (control)
+ *   main.c      start-up, signals, the tick, the creators' callback    (all)
+ * The calls upwards go through tables installed from above: the creator
+ * pool's completion callback (main.c), the transport's session_ops
+ * (dispatch.c) and the broker's trust hooks (trust.c). */
 #ifndef GML_DAEMON_H
 #define GML_DAEMON_H
 #include "backend.h"
@@ -70,6 +82,7 @@ typedef struct gmld {
   uv_timer_t accept_pause;  /* accepting paused (out of fds) until it fires (listen.c) */
   uint64_t accept_log_ns, accept_log_held; /* accept warnings: one a second */
   uv_idle_t kick;           /* the next turn: doomed sessions closed, backlogs read (session.c) */
+  const struct session_ops *session_ops; /* the protocol the sessions' transport calls (dispatch.c installs it) */
   int ctl_fd;               /* the control socket (ctlsock.c) */
   uv_poll_t ctl_poll;
   struct ctl_conn *ctl_conns;

@@ -7,8 +7,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "grant.h"
 #include "daemon.h"
-#include "session.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
@@ -19,6 +19,15 @@
  * (session_fds_room): the rest is sent as the client reads (grant_more), so
  * a client that does not read holds neither the daemon's fds nor its memory. */
 #define GRANT_QUEUE_MAX (32 * 1024)
+
+void grant_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms) {
+  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
+  Gmlake__ReclaimRequest r = GMLAKE__RECLAIM_REQUEST__INIT;
+  r.bytes = bytes, r.sent_ns = gml_now_ns(), r.valid_ms = valid_ms;
+  env.msg_case = GMLAKE__ENVELOPE__MSG_RECLAIM;
+  env.reclaim = &r;
+  session_send_msg(s, &env, NULL, 0);
+}
 
 /* Ask the clients the broker names (most idle cache first) for idle cache,
  * each for what the broker asks of it. The request is moot once the lease
@@ -33,7 +42,7 @@ static void ask_reclaim(gmld *d, const broker_client *asker) {
     else who = few, n = GML_ARRAY_LEN(few); /* out of memory: the most idle ones */
   }
   for (size_t i = 0; i < n; i++) {
-    session_send_reclaim(session_of(who[i]), who[i]->reclaim_ask, 2 * d->br.lease_wait_ns / 1000000);
+    grant_send_reclaim(session_of(who[i]), who[i]->reclaim_ask, 2 * d->br.lease_wait_ns / 1000000);
     CONN_INFO(asker->uid, "asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
              (unsigned long long)who[i]->reclaim_ask);
   }
@@ -46,7 +55,7 @@ static void ask_reclaim(gmld *d, const broker_client *asker) {
 static void refuse_no_fd_room(session *s, const broker_decision *dec) {
   gmld *d = s->d;
   char why[512];
-  fdbudget_refusal(d, s->txq.nfds, (int)dec->n, why, sizeof why);
+  session_fd_refusal(s, (int)dec->n, why, sizeof why);
   broker_unsent(&d->br, &s->bc, dec);
   CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->n, (unsigned long long)s->bc.id,
             (int)s->bc.pid, why);
@@ -85,7 +94,7 @@ static void send_chunks(session *s, const broker_decision *dec) {
  * while its send queue has room. */
 static void serve_stream(session *s) {
   broker_decision more;
-  while (s->bc.lease.pending && s->bc.lease.streamed && s->txq.bytes < GRANT_QUEUE_MAX && session_fds_room(s) &&
+  while (s->bc.lease.pending && s->bc.lease.streamed && session_queued_bytes(s) < GRANT_QUEUE_MAX && session_fds_room(s) &&
          broker_serve_free(&s->d->br, &s->bc, &more))
     send_chunks(s, &more);
 }
@@ -155,4 +164,14 @@ void sessions_serve_pending(gmld *d) {
   broker_decision dec;
   for (broker_client *c = d->br.clients; c && d->lk.nfree; c = c->next)
     if (broker_serve_free(&d->br, c, &dec)) carry_out(session_of(c), &dec);
+}
+
+/* Each session's timeouts (the transport's) and its waiting lease's review, in one walk of the list. */
+void sessions_tick(gmld *d) {
+  uint64_t now = gml_now_ns();
+  for (broker_client *c = d->br.clients; c; c = c->next) {
+    session *s = session_of(c);
+    session_timeouts(s, now);
+    if (!c->closing) grant_review(s, now);
+  }
 }

@@ -15,8 +15,8 @@
 #include "daemon.h"
 #include "gmlake.h"
 #include "gpuname.h"
+#include "hello.h"
 #include "log.h"
-#include "session.h"
 #include "util.h"
 #include <stdio.h>
 #include <string.h>
@@ -30,7 +30,7 @@ static int gpu_refused(const gmld *d, const Gmlake__Hello *h, char *why, size_t 
   return 1;
 }
 
-void session_hello(session *s, const Gmlake__Envelope *msg) {
+void hello_handle(session *s, const Gmlake__Envelope *msg) {
   const Gmlake__Hello *h = msg->hello;
   gmld *d = s->d;
   char why[512];
@@ -54,7 +54,7 @@ void session_hello(session *s, const Gmlake__Envelope *msg) {
    * chunks it returned but kept the fds of, past its quota and the limit */
   s->bc.reconnected = h->adopting;
   int late = h->adopting && gml_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
-  if (h->adopting && !late) s->rx.keep_max = GML_MAX_LEASE_CHUNKS; /* its chunks' fds come with Adopt requests */
+  if (h->adopting && !late) session_keep_fds(s, GML_MAX_LEASE_CHUNKS); /* its chunks' fds come with Adopt requests */
   static uint64_t late_logged_ns; /* one warning a second at most: any client may say adopting */
   int loud = late && gml_now_ns() - late_logged_ns > 1000000000ull;
   if (loud) late_logged_ns = gml_now_ns();

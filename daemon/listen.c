@@ -3,13 +3,15 @@
  * (fdbudget.c), and max_clients_per_uid per user (the one over a bound gets
  * an error frame and is closed), and accept() out of fds
  * pauses accepting for accept_backoff_ms instead of spinning, with one log
- * line a second at most. The sessions themselves are session.c. */
+ * line a second at most. The sessions themselves are session.c (their
+ * transport) and dispatch.c (what they say). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "conn.h"
 #include "daemon.h"
 #include "gmlake.h"
+#include "listen.h"
 #include "log.h"
 #include "session.h"
 #include "util.h"

@@ -1,14 +1,16 @@
 /* main.c: gmlaked start-up and the loop's wiring: settings (config.c), the
  * backend, the lake and its broker, the creator pool and what happens with
- * its results, the client socket (session.c), the control RPC (control.c),
+ * its results, the client socket (listen.c, dispatch.c), the control RPC (control.c),
  * the tick that reviews waiting leases, signals and systemd readiness. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "control.h"
 #include "daemon.h"
+#include "dispatch.h"
+#include "grant.h"
+#include "listen.h"
 #include "pidquota.h"
-#include "session.h"
 #include "gmlake.h"
 #include "gpuname.h"
 #include "log.h"
@@ -345,7 +347,8 @@ int main(int argc, char **argv) {
   d->sighup.data = d;
   uv_signal_start(&d->sighup, on_reload, SIGHUP);
   if (creator_start(&d->cr, d->loop, d->be, c->creators, on_chunks_made, d)) return 1;
-  int failed = sessions_listen(d), ctl_up = !failed && !(failed = control_start(d));
+  dispatch_start(d);
+  int failed = listen_start(d), ctl_up = !failed && !(failed = control_start(d));
   if (!failed) failed = metrics_start(d);
   if (!failed) names_link(d, took);
   if (failed) { /* a failed start leaves no socket file of its own (another daemon may own the control URL) */
@@ -370,7 +373,7 @@ int main(int argc, char **argv) {
   /* clean shutdown: clients out, chunks released, files removed */
   d->stopping = 1;
   names_unlink(d);
-  sessions_close_all(d);
+  dispatch_stop(d);
   control_stop(d);
   metrics_stop(d);
   uv_timer_stop(&d->tick);

@@ -1,25 +1,21 @@
-/* session.c: client sessions on the daemon's Unix socket. Identity comes
- * from SO_PEERCRED; every frame is validated (length, fd count, message
- * kind, chunk ownership) and a bad one closes that client only. Requests go
- * through one table (`routes`: message kind -> check, handler); a lease is
- * decided by the broker (broker.c) and only carried out here. A client that
- * leaves gets its chunks back into the lake once its process is gone (a
- * pidfd says when), so no mapping in a living process can alias a chunk
- * leased to someone else. */
+/* session.c: the transport of client sessions on the daemon's Unix socket
+ * (session.h). Identity comes from SO_PEERCRED; frames are read within a
+ * budget a turn, and one over the size bound, fds a client may not send or
+ * a connection that ends within a frame close that client only; replies
+ * wait in a bounded send queue. The transport owns a session's life, from
+ * session_open to its close, and hands what happens to the protocol
+ * (dispatch.c) through the hooks installed at start: each frame
+ * (on_frame), room to send (on_writable), the end (on_closing, on_closed). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "session.h"
-#include "adopt.h"
 #include "conn.h"
 #include "daemon.h"
-#include "pidquota.h"
-#include "shares.h"
 #include "gmlake.h"
 #include "log.h"
 #include "util.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +46,7 @@ void session_doom(session *s, const char *why) {
 /* Room for one more reply of a lease's fds (fdbudget.c): it goes at once
  * (nothing waits before it), or its dups fit in what s and all queues may
  * hold. A streamed lease sends its next reply only then: else it waits for
- * the client to read (grant_more), never refused for being read slowly. */
+ * the client to read (on_writable), never refused for being read slowly. */
 int session_fds_room(const session *s) {
   return !s->txq.head || fdbudget_room(s->d, s->txq.nfds) >= GML_MAX_LEASE_CHUNKS;
 }
@@ -97,171 +93,29 @@ void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...
   env.error = &e;
   session_send(s, &env, NULL, 0);
 }
-#define send_error session_send_error
 
 int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send(s, env, fds, nfds); }
 
-void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms) {
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__ReclaimRequest r = GMLAKE__RECLAIM_REQUEST__INIT;
-  r.bytes = bytes, r.sent_ns = gml_now_ns(), r.valid_ms = valid_ms;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_RECLAIM;
-  env.reclaim = &r;
-  session_send(s, &env, NULL, 0);
-}
+void session_fd_refusal(const session *s, int nfds, char *why, size_t len) { fdbudget_refusal(s->d, s->txq.nfds, nfds, why, len); }
 
-void sessions_tick(gmld *d) {
-  uint64_t now = gml_now_ns();
-  for (broker_client *c = d->br.clients; c; c = c->next) {
-    session *s = session_of(c);
-    if (!s->hello_done && now - s->connect_ns > (uint64_t)d->cfg.hello_timeout_ms * 1000000ull)
-      session_doom(s, "no hello within hello-timeout-ms");
-    if (s->partial_since_ns && now - s->partial_since_ns > (uint64_t)d->cfg.frame_timeout_ms * 1000000ull)
-      session_doom(s, "a partial frame not completed within frame-timeout-ms");
-    if (!c->closing) grant_review(s, now);
-  }
-}
-
-/* ---------- requests: one table, message kind -> check and handler ---------- */
-
-typedef struct request {
-  session *s;
-  const Gmlake__Envelope *env;
-  char why[160];                      /* set by a check that refuses the message */
-  uint32_t idx[GML_MAX_LEASE_CHUNKS]; /* return: lake indices of the chunks, checked */
-} request;
-
-static int refuse_msg(request *rq, const char *why) {
-  snprintf(rq->why, sizeof rq->why, "%s", why);
-  return -1;
-}
-
-/* The hello: hello.c. */
-static void handle_hello(request *rq) { session_hello(rq->s, rq->env); }
-
-static int check_lease(request *rq) {
-  return rq->s->bc.lease.pending ? refuse_msg(rq, "a second lease while one is in flight") : 0;
-}
-
-static void handle_lease(request *rq) { /* decided by the broker, carried out by grant.c */
-  const Gmlake__LeaseRequest *lr = rq->env->lease;
-  grant_lease(rq->s, rq->env->seq, (uint32_t)lr->count, lr->optional, lr->streamed);
-}
-
-/* Every id must be a chunk the client holds, each once. */
-static int check_return(request *rq) {
-  const Gmlake__ReturnRequest *rr = rq->env->ret;
-  const lake *lk = &rq->s->d->lk;
-  for (size_t i = 0; i < rr->n_chunk_ids; i++) {
-    long idx = lake_owned_index(lk, rr->chunk_ids[i], rq->s->bc.id);
-    for (size_t k = 0; k < i && idx >= 0; k++)
-      if (rq->idx[k] == (uint32_t)idx) idx = -1; /* the same id twice */
-    if (idx < 0) {
-      snprintf(rq->why, sizeof rq->why, "returned chunk %#llx it does not hold", (unsigned long long)rr->chunk_ids[i]);
-      return -1;
-    }
-    rq->idx[i] = (uint32_t)idx;
-  }
-  return 0;
-}
-
-static void handle_return(request *rq) {
-  session *s = rq->s;
+void session_timeouts(session *s, uint64_t now) {
   gmld *d = s->d;
-  size_t n = rq->env->ret->n_chunk_ids;
-  /* The client unmapped and released them: they go straight back; tainted
-   * ones (another user's process may map them) are released, made anew */
-  uint8_t retire[GML_MAX_LEASE_CHUNKS]; /* only a hand-over's chunks: else a client could mint chunks it keeps */
-  for (size_t i = 0; i < n; i++) retire[i] = rq->env->ret->tainted && d->lk.chunks[rq->idx[i]].adopted;
-  broker_returned(&d->br, &s->bc, rq->idx, n);
-  for (size_t i = 0; i < n; i++)
-    if (retire[i]) lake_destroy_chunk(&d->lk, rq->idx[i]), d->counters.chunks_remade++;
-  Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
-  Gmlake__ReturnReply r = GMLAKE__RETURN_REPLY__INIT;
-  r.returned = (uint32_t)n;
-  env.seq = rq->env->seq;
-  env.msg_case = GMLAKE__ENVELOPE__MSG_RET_REPLY;
-  env.ret_reply = &r;
-  session_send(s, &env, NULL, 0);
-  sessions_serve_pending(d);
+  if (!s->hello_done && now - s->connect_ns > (uint64_t)d->cfg.hello_timeout_ms * 1000000ull)
+    session_doom(s, "no hello within hello-timeout-ms");
+  if (s->partial_since_ns && now - s->partial_since_ns > (uint64_t)d->cfg.frame_timeout_ms * 1000000ull)
+    session_doom(s, "a partial frame not completed within frame-timeout-ms");
 }
 
-static void handle_usage(request *rq) {
-  const Gmlake__UsageReport *u = rq->env->usage;
-  broker_client *c = &rq->s->bc;
-  c->allocated = u->allocated;
-  c->cached = u->cached;
-  c->stitched = u->stitched;
-  c->largest_free = u->largest_free;
-  c->paused = u->paused, c->paused_saved = u->paused_saved;
-  c->growable_mapped = u->growable_mapped, c->growable_unmapped = u->growable_unmapped;
-  c->idle = u->idle_bytes, c->fragment = u->fragment_bytes, c->uncounted = u->uncounted;
-  broker_usage_bound(&rq->s->d->br, c, rq->s->d->device_total);
-  broker_allocations(&rq->s->d->br, c, u->alloc_count, gml_now_ns()); /* allocating: not idle */
-  broker_reported(&rq->s->d->br, c, u->reclaims_served);
-  sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */
-}
+/* ---------- reading ---------- */
 
-/* Share, attach, detach: daemon/shares.c. */
-static int check_shares(request *rq) {
-  const char *why = shares_check(rq->s, rq->env);
-  return why ? refuse_msg(rq, why) : 0;
-}
-
-static void handle_shares(request *rq) { shares_handle(rq->s, rq->env); }
-
-/* Adopt: after a restart, a client hands over the chunks it holds (adopt.c). */
-static int check_adopt(request *rq) {
-  const char *why = adopt_check(rq->s, rq->env);
-  return why ? refuse_msg(rq, why) : 0;
-}
-
-static void handle_adopt(request *rq) { adopt_handle(rq->s, rq->env); }
-
-/* A new client message: its case in Envelope (proto/gmlake.proto), what it
- * must be on the wire in gml_wire_check_request (common/wire.c: sizes,
- * ranges, allowed before hello?), a row here with a check against the
- * daemon's state (NULL: none) and a handler. A message that fails either
- * check closes that client's connection. */
-static const struct msg_route {
-  Gmlake__Envelope__MsgCase kind;
-  int (*check)(request *rq); /* 0, or -1 with rq->why */
-  void (*handle)(request *rq);
-} routes[] = {
-    {GMLAKE__ENVELOPE__MSG_HELLO, NULL, handle_hello},
-    {GMLAKE__ENVELOPE__MSG_LEASE, check_lease, handle_lease},
-    {GMLAKE__ENVELOPE__MSG_RET, check_return, handle_return},
-    {GMLAKE__ENVELOPE__MSG_USAGE, NULL, handle_usage},
-    {GMLAKE__ENVELOPE__MSG_SHARE, check_shares, handle_shares},
-    {GMLAKE__ENVELOPE__MSG_ATTACH, check_shares, handle_shares},
-    {GMLAKE__ENVELOPE__MSG_DETACH, check_shares, handle_shares},
-    {GMLAKE__ENVELOPE__MSG_ADOPT, check_adopt, handle_adopt},
-};
-
-static const struct msg_route *route_of(Gmlake__Envelope__MsgCase kind) {
-  for (size_t i = 0; i < GML_ARRAY_LEN(routes); i++)
-    if (routes[i].kind == kind) return &routes[i];
-  return NULL;
-}
-
-/* Returns 0 to go on, -1 when the session was closed. */
+/* One frame to the protocol. Returns 0 to go on, -1 when the session was closed. */
 static int handle_frame(session *s, const uint8_t *body, size_t len) {
   gmld *d = s->d;
-  request rq = {.s = s};
-  Gmlake__Envelope *env = gmlake__envelope__unpack(NULL, len, body);
-  /* what every message must be on the wire (common/wire.c, fuzzed), then the route's own checks */
-  const char *bad = env ? gml_wire_check_request(env, s->hello_done) : "undecodable message";
-  const struct msg_route *r = bad ? NULL : route_of(env->msg_case);
-  rq.env = env;
-  if (!bad && !r) bad = "unexpected message kind";
-  if (!bad && r->check && r->check(&rq)) bad = rq.why;
-  if (!bad) bad = adopt_seen(s, env);
-  if (!bad) r->handle(&rq);
-  if (env) gmlake__envelope__free_unpacked(env, NULL);
-  if (bad) {
+  char why[SESSION_WHY_MAX];
+  if (d->session_ops->on_frame(s, body, len, why)) {
     d->counters.protocol_errors++;
-    CONN_WARN(s->bc.uid, "protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, bad);
-    session_close(s, bad);
+    CONN_WARN(s->bc.uid, "protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, why);
+    session_close(s, why);
     return -1;
   }
   return s->fd < 0 ? -1 : 0;
@@ -334,7 +188,7 @@ static void on_session_io(uv_poll_t *h, int status, int events) {
     session_close(s, uv_strerror(status));
     return;
   }
-  if (events & UV_WRITABLE) tx_flush(s), grant_more(s);
+  if (events & UV_WRITABLE) tx_flush(s), s->d->session_ops->on_writable(s);
   if ((events & UV_READABLE) && !s->bc.closing) session_read(s);
   if (s->fd >= 0) session_update_poll(s);
 }
@@ -374,34 +228,7 @@ static void sessions_on_kick(uv_idle_t *t) {
   }
 }
 
-/* ---------- leaving ---------- */
-
-static void parked_free(uv_handle_t *h) { free(h->data); }
-
-static void release_owner_chunks(gmld *d, uint64_t owner) {
-  for (uint32_t i = 0; i < d->lk.nslots; i++) {
-    lake_chunk *c = &d->lk.chunks[i];
-    if ((c->state == CHUNK_LEASED || c->state == CHUNK_PARKED) && c->owner == owner) lake_give_back(&d->lk, i);
-  }
-}
-
-static void on_parked_exit(uv_poll_t *h, int status, int events) {
-  (void)status, (void)events;
-  parked_owner *p = h->data;
-  gmld *d = p->d;
-  release_owner_chunks(d, p->owner);
-  broker_unpark(&d->br, &p->bc);
-  CONN_INFO(p->bc.uid, "process %d exited: its parked chunks are back in the lake", (int)p->pid);
-  for (parked_owner **pp = &d->parked; *pp; pp = &(*pp)->next)
-    if (*pp == p) {
-      *pp = p->next;
-      break;
-    }
-  uv_poll_stop(&p->poll);
-  close(p->pidfd);
-  uv_close((uv_handle_t *)&p->poll, parked_free);
-  sessions_serve_pending(d);
-}
+/* ---------- closing ---------- */
 
 static void session_free_cb(uv_handle_t *h) {
   session *s = h->data;
@@ -409,54 +236,23 @@ static void session_free_cb(uv_handle_t *h) {
   free(s);
 }
 
+/* Closed now (a protocol error, or doomed at the last turn): the protocol
+ * ends the session first (on_closing: chunks back or parked), then it
+ * leaves the client list and its socket is closed, then the protocol hears
+ * that it left (on_closed: what it held may serve others). */
 static void session_close(session *s, const char *why) {
   gmld *d = s->d;
   if (s->fd < 0) return;
   s->bc.closing = 1;
-  adopt_session_closing(s); /* a hand-over not complete: dropped, not parked (the client offers it again) */
-  uint64_t held = 0;
-  for (uint32_t i = 0; i < d->lk.nslots; i++)
-    held += d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id;
-  int gone = conn_process_gone(s->pidfd, s->bc.pid);
-  shares_session_closed(s, gone); /* before its pidfd is closed or handed on */
-  if (gone || !held || d->stopping) {
-    release_owner_chunks(d, s->bc.id);
-    if (s->pidfd >= 0) close(s->pidfd);
-  } else {
-    /* Its process lives on and may still map them: park until it exits. */
-    for (uint32_t i = 0; i < d->lk.nslots; i++)
-      if (d->lk.chunks[i].state == CHUNK_LEASED && d->lk.chunks[i].owner == s->bc.id) lake_park(&d->lk, i);
-    parked_owner *p = calloc(1, sizeof *p);
-    if (p && s->pidfd >= 0) {
-      p->d = d;
-      p->owner = s->bc.id;
-      p->pidfd = s->pidfd;
-      p->pid = s->bc.pid;
-      p->bc = s->bc; /* who it was, what it holds: still its process's */
-      p->bc.leased_chunks = held;
-      p->bc.allocated = p->bc.cached = p->bc.stitched = p->bc.paused = p->bc.paused_saved = 0;
-      p->bc.idle = p->bc.fragment = p->bc.uncounted = 0;
-      uv_poll_init(d->loop, &p->poll, p->pidfd);
-      p->poll.data = p;
-      uv_poll_start(&p->poll, UV_READABLE, on_parked_exit);
-      p->next = d->parked;
-      d->parked = p;
-      broker_park(&d->br, &p->bc);
-    } else {
-      free(p);
-      if (s->pidfd >= 0) close(s->pidfd);
-      CONN_WARN(s->bc.uid, "cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->bc.pid, (unsigned long long)held);
-    }
-  }
-  CONN_INFO(s->bc.uid, "client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid, why,
-           (unsigned long long)held, !held ? "held" : gone || d->stopping ? "back in the lake" : "parked until its process exits");
+  d->session_ops->on_closing(s, why);
+  if (s->pidfd >= 0) close(s->pidfd);
   broker_remove_client(&d->br, &s->bc);
   uv_poll_stop(&s->poll);
   conn_txq_free(&s->txq); /* closes the fd references its queue held */
   close(s->fd);
   s->fd = -1;
   uv_close((uv_handle_t *)&s->poll, session_free_cb);
-  sessions_serve_pending(d);
+  d->session_ops->on_closed(d);
 }
 
 /* ---------- opening ---------- */
@@ -483,10 +279,10 @@ int session_open(gmld *d, int fd, const struct ucred *cred) {
   return 0;
 }
 
-int sessions_listen(gmld *d) {
+void sessions_start(gmld *d, const session_ops *ops) {
+  d->session_ops = ops;
   uv_idle_init(d->loop, &d->kick);
   d->kick.data = d;
-  return listen_start(d);
 }
 
 session *session_by_pid(gmld *d, pid_t pid) {
@@ -496,19 +292,7 @@ session *session_by_pid(gmld *d, pid_t pid) {
 }
 
 void sessions_close_all(gmld *d) {
-  sessions_stop_listening(d);
   while (d->br.clients) session_close(session_of(d->br.clients), "daemon shutting down");
   uv_idle_stop(&d->kick);
   if (!uv_is_closing((uv_handle_t *)&d->kick)) uv_close((uv_handle_t *)&d->kick, NULL);
-  while (d->parked) {
-    parked_owner *p = d->parked;
-    d->parked = p->next;
-    release_owner_chunks(d, p->owner);
-    broker_unpark(&d->br, &p->bc);
-    uv_poll_stop(&p->poll);
-    close(p->pidfd);
-    uv_close((uv_handle_t *)&p->poll, parked_free);
-  }
-  shares_close_all(d); /* what processes that left still mapped */
-  pidquota_close_all(d);
 }

@@ -1,5 +1,11 @@
-/* session.h: a client's connection to the daemon (session.c); accepting
- * them within the connection limits is listen.c. */
+/* session.h: the transport of a client's connection to the daemon
+ * (session.c): its socket, frames in, the send queue out, its timeouts, its
+ * life from accept to close. What a frame means is the protocol's
+ * (dispatch.c and its handlers), which the transport calls through the hooks
+ * of session_ops, installed at start (sessions_start), as nng's transports
+ * call a protocol's pipe ops. Handlers use only the functions below, never
+ * the socket, the receive buffer or the send queue themselves. Accepting
+ * connections within the limits is listen.c. */
 #ifndef GML_SESSION_H
 #define GML_SESSION_H
 #include "broker.h"
@@ -16,9 +22,9 @@ typedef struct session {
   int fd;                   /* -1 once closed */
   uv_poll_t poll;
   int poll_events;
-  int pidfd;                /* of the process that connected (conn_peer_pidfd) */
+  int pidfd;                /* of the process that connected (conn_peer_pidfd); on_closing may hand it on (-1) */
   int peer_gone;            /* the kernel said that process had exited when it was accepted */
-  int hello_done;
+  int hello_done;           /* set by the protocol; before it, only hello_timeout_ms is given */
   uint64_t adopted;         /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
   int backlog;              /* complete frames wait in rx beyond this turn's read budget */
   uint64_t connect_ns;      /* hello must come within hello_timeout_ms of it */
@@ -32,33 +38,60 @@ static inline session *session_of(broker_client *c) {
   return (session *)((char *)c - offsetof(session, bc));
 }
 
-/* A connection accepted by listen.c: a new session (0), or an error (the
- * caller closes fd). */
+/* Why a frame was refused, for the log and the close (on_frame's why). */
+#define SESSION_WHY_MAX 160
+
+/* The protocol's hooks. All are called on the loop thread, by the transport
+ * only; none may close s or free it (session_doom asks for its close at the
+ * next turn), and none is called again for s once it is doomed but
+ * on_closing. */
+typedef struct session_ops {
+  /* One whole frame from s, in the order sent, at most read_budget a turn of the loop. May send to s
+   * and doom it (then no more of its frames come). Returns 0, or -1 with why set (a protocol error: the
+   * transport counts it, logs it and closes s at once, and reads nothing more of it). */
+  int (*on_frame)(session *s, const uint8_t *frame, size_t len, char why[SESSION_WHY_MAX]);
+  /* s's socket took frames its send queue held: room for more (a streamed lease's next reply). May send to s. */
+  void (*on_writable)(session *s);
+  /* s is closing (why): marked closing, still on the broker's client list, its socket open but neither
+   * read nor written again. The end of its session: what it holds goes back to the lake or waits for its
+   * process. May keep s->pidfd (setting it to -1: the transport closes it otherwise); may not send to s. */
+  void (*on_closing)(session *s, const char *why);
+  /* A session has left: off the client list, its socket closed. What it held may serve others now. */
+  void (*on_closed)(struct gmld *d);
+} session_ops;
+
+/* At start, before any session opens: the protocol's hooks (kept, not copied) and the loop's next-turn
+ * handle (doomed sessions closed, backlogs read). */
+void sessions_start(struct gmld *d, const session_ops *ops);
+/* A connection accepted by listen.c: a new session (0), or an error (the caller closes fd). */
 struct ucred;
 int session_open(struct gmld *d, int fd, const struct ucred *cred);
-int sessions_listen(struct gmld *d);          /* the client socket */
-int listen_start(struct gmld *d);             /* listen.c */
-void sessions_stop_listening(struct gmld *d); /* listen.c */
+/* At exit: every session closed (on_closing, on_closed as ever), the next-turn handle closed. */
 void sessions_close_all(struct gmld *d);
-void sessions_serve_pending(struct gmld *d); /* after chunks became free (grant.c) */
-/* grant.c: the broker's lease decisions carried out: a lease asked (the
- * tick reviews it while it waits), the tick's review of s's lease. */
-void grant_lease(session *s, uint64_t seq, uint32_t count, int optional, int streamed);
-void grant_review(session *s, uint64_t now_ns);
-void grant_more(session *s); /* s's send queue drained: its streamed lease gets what is free */
+/* The tick's part of the transport, for s: doomed when its hello or a partial frame is overdue. */
+void session_timeouts(session *s, uint64_t now_ns);
+session *session_by_pid(struct gmld *d, pid_t pid);
+
+/* ---------- the send API: what handlers may do to a session ---------- */
+
+/* A reply with its fds: 0; CONN_NO_FD_ROOM: not sent, the daemon's fd budget has no room for them
+ * (session_fd_refusal says why); else s is doomed. */
+int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);
+/* An Error reply to request seq. */
+void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* s cannot go on: it is closed at the next turn of the loop (nothing more read from or sent to it). */
+void session_doom(session *s, const char *why);
 /* Whether a streamed lease's next reply (up to a lease's fds) may go to s
  * now: nothing waits in its queue, or the fd budget has room for its dups. */
 int session_fds_room(const session *s);
-void sessions_tick(struct gmld *d);          /* waiting leases: reclaims, deadlines; timeouts */
-void session_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms); /* valid_ms 0: until served */
-/* For the other message handlers (shares.c): a reply with its fds (0; CONN_NO_FD_ROOM: not sent, the
- * daemon's fd budget has no room for them, fdbudget_refusal says why; else s is doomed), an error reply. */
-int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds);
-void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-session *session_by_pid(struct gmld *d, pid_t pid);
-/* hello.c: a Hello on s (request seq): the reply saying what the lake is, or an Error and s doomed
- * (another protocol version, a process that exited, a device that is another GPU). */
-void session_hello(session *s, const Gmlake__Envelope *env);
-/* s cannot go on: it is closed at the next turn of the loop (nothing more read from or sent to it). */
-void session_doom(session *s, const char *why);
+/* Bytes of replies waiting in s's send queue. */
+static inline size_t session_queued_bytes(const session *s) { return s->txq.bytes; }
+/* Why a reply of nfds fds to s was refused (CONN_NO_FD_ROOM), naming the limit. */
+void session_fd_refusal(const session *s, int nfds, char *why, size_t len);
+/* fds a client sends: none unless the protocol allows up to max to wait for the message that takes
+ * them (0: none from now on, the default); how many wait now; n of them taken (the caller owns them). */
+static inline void session_keep_fds(session *s, int max) { s->rx.keep_max = max; }
+static inline int session_keeps_fds(const session *s) { return s->rx.keep_max != 0; }
+static inline int session_fds_kept(const session *s) { return s->rx.nkept; }
+static inline int session_take_fds(session *s, int n, int *fds) { return gml_rx_take_fds(&s->rx, n, fds); }
 #endif

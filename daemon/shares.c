@@ -6,6 +6,7 @@
 #endif
 #include "shares.h"
 #include "daemon.h"
+#include "grant.h"
 #include "session.h"
 #include "gmlake.h"
 #include "log.h"
@@ -358,7 +359,7 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   env.attach_reply = &rep;
   if (send_reply(s, &env, fds, (int)r->count) == CONN_NO_FD_ROOM) { /* not sent: refused, naming the fd limit */
     char why[512];
-    fdbudget_refusal(d, s->txq.nfds, (int)r->count, why, sizeof why);
+    session_fd_refusal(s, (int)r->count, why, sizeof why);
     CONN_WARN(s->bc.uid, "attach of %u chunk(s) of share '%s' refused to client %llu (pid %d): %s", r->count, GML_LOG_ESC(sh->key),
               (unsigned long long)s->bc.id, (int)s->bc.pid, why);
     session_send_error(s, seq, GML_EAGAIN, "attach of %u chunk(s) of share '%s' refused: %s", r->count, named, why);

@@ -6,6 +6,7 @@
  * same limit, no quotas and at least 8 chunks, so a crash reproduces alone. */
 #include "control.h"
 #include "daemon.h"
+#include "dispatch.h"
 #include "session.h"
 #include "gmlake.h"
 #include "log.h"
@@ -42,8 +43,7 @@ static void setup(void) {
   broker_init(&d->br, &d->lk, &d->counters, 0, 0);
   d->device_total = 64 * d->be->chunk_size;
   d->listen_fd = -1;
-  uv_idle_init(d->loop, &d->kick);
-  d->kick.data = d;
+  dispatch_start(d); /* the protocol's hooks, as gmlaked installs them */
   d->cfg.send_queue_max = 1 << 20;
   d->cfg.read_budget = 64;
   fill_lake();

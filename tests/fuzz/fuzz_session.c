@@ -1,6 +1,6 @@
 /* fuzz_session.c: libFuzzer target for what the daemon does with a
  * client's frames past the wire checks (fuzz_frame): the session's request
- * table and handlers (daemon/session.c: hello, lease, return, usage),
+ * table and handlers (daemon/dispatch.c over session.c: hello, lease, return, usage),
  * shares (daemon/shares.c: share, attach, detach) and the restart hand-over
  * (daemon/adopt.c), on a lake of the host backend, through the real event
  * loop. The input goes down a Unix socket pair in pieces (sizes drawn from
@@ -13,6 +13,7 @@
  * so a crash reproduces alone. FUZZ_LOG=1 in the environment prints the
  * daemon's log (info) while it runs inputs. */
 #include "daemon.h"
+#include "dispatch.h"
 #include "session.h"
 #include "shares.h"
 #include "gmlake.h"
@@ -53,8 +54,7 @@ static void setup(void) {
   d->device_total = 64 * d->be->chunk_size;
   d->listen_fd = -1;
   d->instance = 42;
-  uv_idle_init(d->loop, &d->kick);
-  d->kick.data = d;
+  dispatch_start(d); /* the protocol's hooks, as gmlaked installs them */
   d->cfg.send_queue_max = 1 << 20;
   d->cfg.read_budget = 64;
   d->cfg.hello_timeout_ms = d->cfg.frame_timeout_ms = 5000;
