@@ -29,8 +29,17 @@ else
   OPT := -O2
   LDSAN :=
 endif
-INC := -Iinclude -Iclient -Idaemon -Icommon -I$(BUILD)/gen
-CFLAGS := $(CFLAGS_BASE) $(OPT) $(INC) $(EXTRA_CFLAGS)
+# Each folder is compiled with the include paths of what it may use (tests/layers.py checks the
+# calls): common/ (and the generated protobuf code) sees only itself; client/ and daemon/ see
+# common/, never each other; tools/ sees the client's; tests/ and bench/ see everything.
+INC_common := -Iinclude -Icommon -I$(BUILD)/gen
+INC_gen := $(INC_common)
+INC_client := $(INC_common) -Iclient
+INC_daemon := $(INC_common) -Idaemon
+INC_tools := $(INC_common) -Iclient -Itools
+INC_tests := $(INC_common) -Iclient -Idaemon -Itools
+INC_bench := $(INC_tests)
+CFLAGS := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 LDFLAGS := $(LDSAN) -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS ?= $(shell pkg-config --libs check)
 
@@ -60,11 +69,11 @@ $(GEN): proto/gmlake.proto
 
 $(BUILD)/obj/gen/gmlake.pb-c.o: $(BUILD)/gen/gmlake.pb-c.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
+	$(CC) $(CFLAGS) $(INC_gen) -Wno-unused-parameter -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c $(GEN) $(wildcard common/*.h client/*.h include/*.h daemon/*.h tools/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(INC_$(firstword $(subst /, ,$*))) -c $< -o $@
 
 $(BUILD)/libgmlake-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(CC) -shared -Wl,-soname,libgmlake-client.so.1 -o $@ $^ $(LDFLAGS) $(LIBS)
