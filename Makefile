@@ -49,6 +49,7 @@ CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c clie
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
 DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
 CLIENT_SRC += client/link.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
+CLIENT_SRC += client/plan.c  # placement planned from a recorded iteration (no allocator in it)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -58,7 +59,7 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC) tools/statsview.c)
 LIBS := -lprotobuf-c -ldl
 BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
-TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient
+TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan
 
 .PHONY: all borrow-model clean tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
@@ -109,6 +110,10 @@ $(BUILD)/test_elastic: $(call obj,tests/test_elastic.c tests/harness.c) $(BUILD)
 
 $(BUILD)/test_security: $(call obj,tests/test_security.c tests/harness.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) -lnng $(LIBS)
+
+# The planner, server and keeper alone: plan.c has no allocator in it.
+$(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c)
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)

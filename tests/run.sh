@@ -46,6 +46,8 @@ summary() {
 trap summary EXIT
 section "unit tests ($BUILD)"
 run_check "$BUILD/test_unit"
+section "placement planned from a recorded iteration: planner, server, keeper ($BUILD)"
+run_check "$BUILD/test_plan"
 section "multi-process integration tests ($BUILD)"
 run_check "$BUILD/test_integration"
 section "the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"

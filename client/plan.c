@@ -1,0 +1,467 @@
+/* plan.c: the recorder, the greedy-by-size planner, the plan server and the
+ * keeper that takes and rebuilds plans (plan.h says why each is as it is). */
+#include "plan.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  uint32_t c = *cap ? *cap : 64;
+  while (c < need) {
+    if (c > UINT32_MAX / 2) return -ENOMEM;
+    c *= 2;
+  }
+  void *n = realloc(*v, (size_t)c * elem);
+  if (!n) return -ENOMEM;
+  *v = n, *cap = c;
+  return 0;
+}
+
+/* ---- recorder ---- */
+
+void gml_plan_rec_init(gml_plan_recording *r, uint64_t align) {
+  memset(r, 0, sizeof *r);
+  r->align = align ? align : 1;
+}
+
+void gml_plan_rec_destroy(gml_plan_recording *r) {
+  free(r->a);
+  memset(r, 0, sizeof *r);
+}
+
+void gml_plan_rec_reset(gml_plan_recording *r) { r->n = 0, r->events = 0, r->hash = 0; }
+
+static uint64_t rec_round(const gml_plan_recording *r, uint64_t size) {
+  uint64_t units = size / r->align + (size % r->align != 0);
+  return (units ? units : 1) * r->align; /* a zero-byte request still takes an address of its own */
+}
+
+static uint64_t hash_step(uint64_t h, uint64_t size, uint64_t stream) {
+  h ^= size + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  h ^= stream * 0xBF58476D1CE4E5B9ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+int gml_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, uint32_t *k) {
+  if (r->n == UINT32_MAX - 1 || r->events >= UINT32_MAX - 2) return -ENOMEM; /* indices are 32-bit; NEVER is reserved */
+  if (grow((void **)&r->a, &r->cap, r->n + 1, sizeof *r->a)) return -ENOMEM;
+  uint64_t s = rec_round(r, size);
+  r->a[r->n] = (gml_plan_rec){
+      .size = s, .stream = stream, .alloc_at = r->events++, .free_at = GML_PLAN_NEVER, .wrap_free = GML_PLAN_NEVER};
+  r->hash = hash_step(r->hash, s, stream);
+  *k = r->n++;
+  return 0;
+}
+
+void gml_plan_rec_free(gml_plan_recording *r, uint32_t k) {
+  if (k < r->n && r->a[k].free_at == GML_PLAN_NEVER) r->a[k].free_at = r->events++;
+}
+
+int gml_plan_rec_same(const gml_plan_recording *x, const gml_plan_recording *y) {
+  if (x->n != y->n || x->hash != y->hash || x->align != y->align) return 0;
+  for (uint32_t i = 0; i < x->n; i++)
+    if (x->a[i].size != y->a[i].size || x->a[i].stream != y->a[i].stream) return 0;
+  return 1;
+}
+
+int gml_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src) {
+  if (grow((void **)&dst->a, &dst->cap, src->n, sizeof *dst->a)) return -ENOMEM;
+  if (src->n) memcpy(dst->a, src->a, (size_t)src->n * sizeof *src->a);
+  dst->n = src->n, dst->events = src->events, dst->align = src->align, dst->hash = src->hash;
+  return 0;
+}
+
+/* ---- planner ---- */
+
+/* What the orderings compare (qsort_r's argument: no globals). */
+typedef struct place_key {
+  const gml_plan_rec *a;
+  const uint64_t *breadth; /* per block: the most bytes live at one event of its lifetime */
+  const uint64_t *offset;
+} place_key;
+
+static int by_size_desc(const void *x, const void *y, void *arg) {
+  const place_key *k = arg;
+  const gml_plan_rec *a = &k->a[*(const uint32_t *)x], *b = &k->a[*(const uint32_t *)y];
+  if (a->size != b->size) return a->size > b->size ? -1 : 1;
+  return a->alloc_at < b->alloc_at ? -1 : a->alloc_at > b->alloc_at;
+}
+
+static int by_breadth_desc(const void *x, const void *y, void *arg) {
+  const place_key *k = arg;
+  uint64_t a = k->breadth[*(const uint32_t *)x], b = k->breadth[*(const uint32_t *)y];
+  return a != b ? (a > b ? -1 : 1) : by_size_desc(x, y, arg);
+}
+
+static int by_offset(const void *x, const void *y, void *arg) {
+  const place_key *k = arg;
+  uint64_t a = k->offset[*(const uint32_t *)x], b = k->offset[*(const uint32_t *)y];
+  return a < b ? -1 : a > b;
+}
+
+typedef struct span_end {
+  uint64_t offset, end;
+} span_end;
+static int span_cmp(const void *x, const void *y) {
+  const span_end *a = x, *b = y;
+  return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* Whether block a is planned: freed in its iteration, or wrapping around to
+ * a free in the next that comes before its own next allocation. */
+static int rec_planned(const gml_plan_rec *a) {
+  return a->free_at != GML_PLAN_NEVER || (a->wrap_free != GML_PLAN_NEVER && a->wrap_free <= a->alloc_at);
+}
+
+/* A lifetime on the circle of an iteration of e events, unrolled: [alloc_at,
+ * end) with end past e for a block that wraps. */
+static uint64_t rec_end(const gml_plan_rec *a, uint32_t e) {
+  return a->free_at != GML_PLAN_NEVER ? a->free_at : (uint64_t)e + a->wrap_free;
+}
+
+static int spans_overlap(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < b1 && b0 < a1; }
+
+/* Two planned lifetimes overlap on the circle: as they are, or one of them a
+ * turn later (each is shorter than a turn). */
+static int lifetimes_overlap(const gml_plan_rec *a, const gml_plan_rec *b, uint32_t e) {
+  uint64_t a0 = a->alloc_at, a1 = rec_end(a, e), b0 = b->alloc_at, b1 = rec_end(b, e);
+  return spans_overlap(a0, a1, b0, b1) || spans_overlap(a0, a1, b0 + e, b1 + e) ||
+         spans_overlap(a0 + e, a1 + e, b0, b1);
+}
+
+/* Bytes live at each event of the steady state (a wrapping block is live
+ * from the start too) into live[events]; their largest sum is the lower bound. */
+static uint64_t plan_live(const gml_plan_recording *r, uint64_t *live) {
+  memset(live, 0, ((size_t)r->events + 1) * sizeof *live);
+  for (uint32_t i = 0; i < r->n; i++) { /* deltas first, summed below (unsigned: wraps back right) */
+    const gml_plan_rec *a = &r->a[i];
+    if (!rec_planned(a)) continue;
+    live[a->alloc_at] += a->size;
+    if (a->free_at != GML_PLAN_NEVER)
+      live[a->free_at] -= a->size;
+    else
+      live[0] += a->size, live[a->wrap_free] -= a->size;
+  }
+  uint64_t sum = 0, peak = 0;
+  for (uint32_t e = 0; e < r->events; e++) {
+    sum += live[e], live[e] = sum;
+    peak = sum > peak ? sum : peak;
+  }
+  return peak;
+}
+
+static uint64_t max_live_in(const uint64_t *live, uint64_t from, uint64_t to) {
+  uint64_t m = 0;
+  for (uint64_t e = from; e < to; e++) m = live[e] > m ? live[e] : m;
+  return m;
+}
+
+/* One greedy placement: blocks in the order cmp gives, each into a gap
+ * among the placed blocks whose lifetimes overlap its own (the smallest
+ * that holds it: best_fit; else the lowest), or above the highest of them.
+ * Offsets into off; returns the range. */
+static uint64_t plan_place(const gml_plan_recording *r, uint32_t *order, uint32_t np, place_key *key,
+                           int (*cmp)(const void *, const void *, void *), int best_fit, uint64_t *off,
+                           span_end *busy) {
+  uint64_t range = 0;
+  qsort_r(order, np, sizeof *order, cmp, key);
+  for (uint32_t i = 0; i < np; i++) {
+    const gml_plan_rec *b = &r->a[order[i]];
+    uint32_t nb = 0;
+    for (uint32_t j = 0; j < i; j++) {
+      const gml_plan_rec *o = &r->a[order[j]];
+      if (lifetimes_overlap(b, o, r->events)) busy[nb++] = (span_end){off[order[j]], off[order[j]] + o->size};
+    }
+    qsort(busy, nb, sizeof *busy, span_cmp);
+    uint64_t prev_end = 0, best = GML_PLAN_NONE, best_gap = UINT64_MAX;
+    for (uint32_t j = 0; j < nb && !(best != GML_PLAN_NONE && !best_fit); j++) {
+      if (busy[j].offset > prev_end) {
+        uint64_t gap = busy[j].offset - prev_end;
+        if (gap >= b->size && gap < best_gap) best = prev_end, best_gap = gap;
+      }
+      prev_end = busy[j].end > prev_end ? busy[j].end : prev_end;
+    }
+    off[order[i]] = best != GML_PLAN_NONE ? best : prev_end;
+    range = off[order[i]] + b->size > range ? off[order[i]] + b->size : range;
+  }
+  return range;
+}
+
+/* Four greedy placements, the smallest range kept: by size (TFLite's and
+ * SmartPool's order: large blocks first claim the lifetimes they span) and
+ * by breadth (blocks of the busiest moments first: those decide the peak),
+ * each with the best-fitting and the lowest gap. Each is O(n^2); four cost
+ * a few milliseconds on a training step and each wins on some iterations. */
+static int plan_offsets(gml_plan *p, const gml_plan_recording *r, uint32_t *order, uint32_t np) {
+  uint64_t *live = malloc(((size_t)r->events + 1) * sizeof *live), *breadth = calloc(p->n + 1, sizeof *breadth);
+  uint64_t *off = malloc(((size_t)p->n + 1) * sizeof *off);
+  span_end *busy = malloc(((size_t)np + 1) * sizeof *busy);
+  if (!live || !breadth || !off || !busy) {
+    free(live), free(breadth), free(off), free(busy);
+    return -ENOMEM;
+  }
+  p->lower_bound = plan_live(r, live);
+  for (uint32_t i = 0; i < np; i++) {
+    const gml_plan_rec *a = &r->a[order[i]];
+    uint64_t head = max_live_in(live, a->alloc_at, a->free_at != GML_PLAN_NEVER ? a->free_at : r->events);
+    /* a wrapping block's start */
+    uint64_t tail = a->free_at != GML_PLAN_NEVER ? 0 : max_live_in(live, 0, a->wrap_free);
+    breadth[order[i]] = head > tail ? head : tail;
+  }
+  place_key key = {r->a, breadth, NULL};
+  int (*cmps[2])(const void *, const void *, void *) = {by_size_desc, by_breadth_desc};
+  p->range = UINT64_MAX;
+  for (int s = 0; s < 4; s++) {
+    uint64_t range = plan_place(r, order, np, &key, cmps[s / 2], s % 2 == 0, off, busy);
+    if (range < p->range) {
+      p->range = range;
+      for (uint32_t i = 0; i < np; i++) p->offset[order[i]] = off[order[i]];
+    }
+  }
+  if (!np) p->range = 0;
+  free(live), free(breadth), free(off), free(busy);
+  return 0;
+}
+
+/* For each planned block, the planned blocks that share any of its bytes:
+ * sorted by offset, block i overlaps the later ones that start before its
+ * end. Counted first, then filled (CSR). */
+static int plan_conflicts(gml_plan *p, uint32_t *order, uint32_t np) {
+  place_key key = {NULL, NULL, p->offset};
+  qsort_r(order, np, sizeof *order, by_offset, &key);
+  p->conflict_at = calloc((size_t)p->n + 1, sizeof *p->conflict_at);
+  uint32_t *fill = calloc((size_t)p->n + 1, sizeof *fill);
+  if (!p->conflict_at || !fill) {
+    free(fill);
+    return -ENOMEM;
+  }
+  uint64_t total = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t i = 0; i < np; i++) {
+      uint32_t a = order[i];
+      uint64_t end = p->offset[a] + p->size[a];
+      for (uint32_t j = i + 1; j < np && p->offset[order[j]] < end; j++) {
+        uint32_t b = order[j];
+        if (pass == 0) {
+          fill[a]++, fill[b]++, total += 2;
+        } else {
+          p->conflict[fill[a]++] = b;
+          p->conflict[fill[b]++] = a;
+        }
+      }
+    }
+    if (pass == 0) {
+      if (total >= UINT32_MAX) {
+        free(fill);
+        return -ENOMEM;
+      }
+      for (uint32_t i = 0; i < p->n; i++) p->conflict_at[i + 1] = p->conflict_at[i] + fill[i];
+      memcpy(fill, p->conflict_at, (size_t)p->n * sizeof *fill);
+      p->conflict = malloc((size_t)(total ? total : 1) * sizeof *p->conflict);
+      if (!p->conflict) {
+        free(fill);
+        return -ENOMEM;
+      }
+    }
+  }
+  free(fill);
+  return 0;
+}
+
+int gml_plan_build(gml_plan *p, const gml_plan_recording *r) {
+  memset(p, 0, sizeof *p);
+  p->align = r->align, p->n = r->n, p->hash = r->hash;
+  size_t n = r->n ? r->n : 1;
+  p->size = malloc(n * sizeof *p->size), p->stream = malloc(n * sizeof *p->stream);
+  p->offset = malloc(n * sizeof *p->offset);
+  uint32_t *order = malloc(n * sizeof *order);
+  int rc = p->size && p->stream && p->offset && order ? 0 : -ENOMEM;
+  uint32_t np = 0;
+  for (uint32_t i = 0; !rc && i < r->n; i++) {
+    p->size[i] = r->a[i].size, p->stream[i] = r->a[i].stream, p->offset[i] = GML_PLAN_NONE;
+    if (rec_planned(&r->a[i])) order[np++] = i; /* else live past the iteration: weights, optimizer state */
+  }
+  p->planned = np;
+  if (!rc) rc = plan_offsets(p, r, order, np);
+  if (!rc) rc = plan_conflicts(p, order, np);
+  free(order);
+  if (rc) gml_plan_destroy(p);
+  return rc;
+}
+
+void gml_plan_destroy(gml_plan *p) {
+  free(p->size), free(p->stream), free(p->offset), free(p->conflict_at), free(p->conflict);
+  memset(p, 0, sizeof *p);
+}
+
+int gml_plan_matches(const gml_plan *p, const gml_plan_recording *r) {
+  if (p->n != r->n || p->hash != r->hash || p->align != r->align) return 0;
+  for (uint32_t i = 0; i < r->n; i++)
+    if (p->size[i] != r->a[i].size || p->stream[i] != r->a[i].stream) return 0;
+  return 1;
+}
+
+/* ---- server ---- */
+
+void gml_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
+
+void gml_plan_server_destroy(gml_plan_server *s) {
+  free(s->live), free(s->straggler);
+  memset(s, 0, sizeof *s);
+}
+
+int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
+  uint32_t nlive = 0;
+  for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
+  if (grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
+  uint8_t *live = calloc(p->n ? p->n : 1, 1);
+  if (!live) return -ENOMEM;
+  for (uint32_t i = 0; s->plan && i < s->plan->n; i++)
+    if (s->live[i]) s->straggler[s->nstraggler++] = (gml_plan_span){s->plan->offset[i], s->plan->size[i]};
+  free(s->live);
+  s->live = live, s->plan = p, s->epoch++, s->next = 0;
+  return 0;
+}
+
+void gml_plan_server_step(gml_plan_server *s) { s->next = 0; }
+
+/* The hit path: one comparison with the recording, then the block's own
+ * flag, the flags of the blocks sharing its bytes, and the stragglers. */
+enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g) {
+  const gml_plan *p = s->plan;
+  uint32_t k = s->next++;
+  enum gml_plan_verdict v = GML_PLAN_HIT;
+  g->index = GML_PLAN_NEVER, g->epoch = s->epoch;
+  if (!p)
+    v = GML_PLAN_MISS_NOPLAN;
+  else if (k >= p->n)
+    v = GML_PLAN_MISS_SHAPE;
+  else {
+    uint64_t units = size / p->align + (size % p->align != 0);
+    if ((units ? units : 1) * p->align != p->size[k] || stream != p->stream[k])
+      v = GML_PLAN_MISS_SHAPE;
+    else if (p->offset[k] == GML_PLAN_NONE)
+      v = GML_PLAN_MISS_UNPLANNED;
+    else if (s->live[k])
+      v = GML_PLAN_MISS_OCCUPIED;
+  }
+  if (v == GML_PLAN_HIT) {
+    for (uint32_t c = p->conflict_at[k]; c < p->conflict_at[k + 1]; c++) {
+      s->conflicts_checked++;
+      if (s->live[p->conflict[c]]) {
+        v = GML_PLAN_MISS_OCCUPIED;
+        break;
+      }
+    }
+    uint64_t lo = p->offset[k], hi = lo + p->size[k];
+    for (uint32_t i = 0; v == GML_PLAN_HIT && i < s->nstraggler; i++)
+      if (s->straggler[i].offset < hi && lo < s->straggler[i].offset + s->straggler[i].size) v = GML_PLAN_MISS_OCCUPIED;
+  }
+  s->verdicts[v]++;
+  if (v == GML_PLAN_HIT) {
+    s->live[k] = 1;
+    g->index = k, g->offset = p->offset[k], g->size = p->size[k];
+  }
+  return v;
+}
+
+void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
+  if (g->index == GML_PLAN_NEVER) return;
+  if (g->epoch == s->epoch) {
+    s->live[g->index] = 0;
+    return;
+  }
+  for (uint32_t i = 0; i < s->nstraggler; i++) /* a block of an earlier plan: its span is free again */
+    if (s->straggler[i].offset == g->offset && s->straggler[i].size == g->size) {
+      s->straggler[i] = s->straggler[--s->nstraggler];
+      return;
+    }
+}
+
+/* ---- keeper ---- */
+
+void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at) {
+  memset(kp, 0, sizeof *kp);
+  kp->take_at = take_at, kp->prev = -1;
+  gml_plan_rec_init(&kp->cur, align);
+  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_init(&kp->past[i], align);
+  gml_plan_server_init(&kp->srv);
+}
+
+void gml_plan_keeper_destroy(gml_plan_keeper *kp) {
+  gml_plan_rec_destroy(&kp->cur);
+  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_destroy(&kp->past[i]);
+  gml_plan_server_destroy(&kp->srv);
+  if (kp->plan) gml_plan_destroy(kp->plan);
+  free(kp->plan);
+  memset(kp, 0, sizeof *kp);
+}
+
+int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g) {
+  int v = gml_plan_serve_alloc(&kp->srv, size, stream, g);
+  g->rec_iter = kp->iteration;
+  if (gml_plan_rec_alloc(&kp->cur, size, stream, &g->rec_k)) {
+    gml_plan_serve_free(&kp->srv, g);
+    return -ENOMEM;
+  }
+  return v;
+}
+
+void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g) {
+  gml_plan_serve_free(&kp->srv, g);
+  if (g->rec_iter == kp->iteration) {
+    gml_plan_rec_free(&kp->cur, g->rec_k);
+  } else if (g->rec_iter + 1 == kp->iteration && kp->prev >= 0) { /* the previous iteration's block: its wrap free */
+    gml_plan_rec *a = g->rec_k < kp->past[kp->prev].n ? &kp->past[kp->prev].a[g->rec_k] : NULL;
+    if (a && a->free_at == GML_PLAN_NEVER && a->wrap_free == GML_PLAN_NEVER) a->wrap_free = kp->cur.events++;
+  }
+}
+
+/* Plans kp->cur and serves it from the next iteration. The server reads
+ * its old plan while installing the new one (its live blocks become
+ * stragglers), so the old one is freed only after. */
+static int keeper_take(gml_plan_keeper *kp, uint32_t slot) {
+  gml_plan *np = malloc(sizeof *np);
+  if (!np || gml_plan_build(np, &kp->past[slot])) {
+    free(np);
+    return -ENOMEM;
+  }
+  if (gml_plan_server_install(&kp->srv, np)) {
+    gml_plan_destroy(np);
+    free(np);
+    return -ENOMEM;
+  }
+  if (kp->plan) gml_plan_destroy(kp->plan);
+  free(kp->plan);
+  kp->plan = np, kp->plans_taken++, kp->planned_from = kp->past_iter[slot];
+  return 1;
+}
+
+int gml_plan_keeper_step(gml_plan_keeper *kp) {
+  int rc = 0;
+  uint32_t remembered = kp->npast < GML_PLAN_REMEMBERED ? kp->npast : GML_PLAN_REMEMBERED;
+  if (kp->take_at >= 0) {
+    if (kp->prev >= 0 && (int64_t)kp->past_iter[kp->prev] == kp->take_at && kp->plans_taken == 0)
+      rc = keeper_take(kp, (uint32_t)kp->prev);
+  } else if (kp->cur.n && !(kp->plan && gml_plan_matches(kp->plan, &kp->cur))) {
+    for (uint32_t d = 1; d <= remembered; d++) { /* the newest first: its wrap frees are the latest */
+      uint32_t i = (kp->npast - d) % GML_PLAN_REMEMBERED;
+      if (gml_plan_rec_same(&kp->past[i], &kp->cur)) { /* a pattern seen before, now again: plan it */
+        rc = keeper_take(kp, i);
+        break;
+      }
+    }
+  }
+  uint32_t slot = kp->npast % GML_PLAN_REMEMBERED; /* remembered in the ring, over the oldest */
+  if (gml_plan_rec_copy(&kp->past[slot], &kp->cur)) {
+    rc = -ENOMEM, kp->prev = -1; /* the next iteration's frees of this one's blocks go unrecorded */
+  } else {
+    kp->past_iter[slot] = kp->iteration, kp->prev = (int32_t)slot;
+    kp->npast++;
+  }
+  gml_plan_rec_reset(&kp->cur);
+  gml_plan_server_step(&kp->srv);
+  kp->iteration++;
+  return rc;
+}
