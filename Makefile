@@ -89,7 +89,7 @@ $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/statsview.c client/discover.c) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
-$(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/statsview.c) $(BUILD)/libgmlake-client.a
+$(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c tools/statsview.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \

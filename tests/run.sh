@@ -70,6 +70,16 @@ refuses j 'line 1 is "junk"'
 refuses bad4 'line 4 is "a 2 x 0"'
 refuses empty 'no allocation or free'
 echo "  not a trace (junk, empty, a bad line 4): refused, exit 1, file and line named"
+# --plan: vit_train's batch shapes repeat, so steps are served entirely from a plan (gpt2_ckpt's never are:
+# its shapes vary every step); a plan asked of a step the trace does not have is refused
+"$BUILD/gmlake-replay" --json --plan tests/traces/vit_train.trace.gz > "$d/plan.json"
+grep -q '"steps_from_plan":[1-9]' "$d/plan.json" ||
+  { cat "$d/plan.json" >&2; echo "gmlake-replay --plan served no step of vit_train from its plan" >&2; exit 1; }
+if "$BUILD/gmlake-replay" --plan=1000 tests/traces/vit_train.trace.gz > "$d/out" 2> "$d/err"; then
+  echo "gmlake-replay --plan=1000 took a step vit_train does not have" >&2; exit 1
+fi
+grep -q "the trace has 15 steps" "$d/err" || { cat "$d/err" >&2; echo "--plan=1000: not refused naming the steps" >&2; exit 1; }
+echo "  --plan: vit_train served from its plan on $(sed -n 's/.*"steps_from_plan":\([0-9]*\).*/\1/p' "$d/plan.json") steps; a step it lacks refused"
 # a free of an id never allocated or freed already, an allocation of a live id: refused, the line
 # and what is wrong named (they were skipped, or overwrote the live block: a replay of what no program did)
 printf 'a 1 4096 0\nf 2\n' > "$d/never.trace"; printf 'a 1 4096 0\nf 1\n\nf 1\n' > "$d/twice.trace"

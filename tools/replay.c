@@ -8,6 +8,7 @@
 #endif
 #include "gmlake.h"
 #include "options.h"
+#include "replay.h"
 #include "statsview.h"
 #include "util.h"
 #include <ctype.h>
@@ -34,6 +35,7 @@ typedef struct live_slot {
   void *ptr;     /* NULL: not live */
   uint64_t size;
   size_t line;   /* the line that allocated it (live) or freed it (not live); 0: an empty slot of the table */
+  size_t event;  /* --plan: the index of its allocation's event */
 } live_slot;
 
 /* A trace's ids, any 64-bit number, to their blocks: open addressing, at most
@@ -80,92 +82,6 @@ static live_slot *id_slot(id_table *t, uint64_t id, size_t line) {
 
 static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int write);
 
-/* --steps: per-event counters, cut into training steps afterwards. */
-typedef struct step_sample {
-  uint64_t live, maps, unmaps, access, syncs, mapping, headroom, leased;
-} step_sample;
-
-/* Modelled cost of the driver calls the allocator made, in microseconds,
- * from bench/vmm_cost.c on an idle H100 (BENCHMARKS.md): cuMemUnmap 17.6 per
- * chunk; cuMemMap 1.0 plus cuMemSetAccess 27 per newly mapped chunk (whether
- * set one by one or for a whole run), so "map" carries both and a set-access
- * call costs nothing more; a synchronize is a guess. Busy GPUs cost more.
- * Override with GMLAKE_REPLAY_COST="unmap,map,access,sync". */
-static void step_costs(double *c) {
-  c[0] = 18, c[1] = 28, c[2] = 0, c[3] = 100;
-  const char *e = gml_env(GML_ENV_REPLAY_COST);
-  double v[4];
-  char extra;
-  if (e && sscanf(e, "%lf,%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &v[3], &extra) == 4)
-    memcpy(c, v, sizeof v);
-  else if (e)
-    fprintf(stderr, "gmlake-replay: GMLAKE_REPLAY_COST=%s: four numbers unmap,map,access,sync were expected; using %g,%g,%g,%g\n",
-            e, c[0], c[1], c[2], c[3]);
-}
-
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return a < b ? -1 : a > b;
-}
-
-/* A step ends where live bytes come back down to the floor the trace keeps
- * between steps (its minimum over the middle of the trace, plus 2% of the
- * swing); prints a row per step and the median modelled cost of steps >= 2,
- * the statistic bench/torch_bench.py reports for ms/step. */
-static int print_steps(const char *name, const step_sample *v, size_t n, const size_t *marks, size_t nmarks) {
-  if (n < 10) return 0;
-  uint64_t floor = UINT64_MAX, peak = 0;
-  for (size_t i = n / 5; i < n * 9 / 10; i++) floor = v[i].live < floor ? v[i].live : floor;
-  for (size_t i = 0; i < n; i++) peak = v[i].live > peak ? v[i].live : peak;
-  uint64_t lo = floor + (peak - floor) / 50, hi = floor + (peak - floor) / 10;
-  double cost[4];
-  step_costs(cost);
-  printf("%s: steps (%s, floor %.2f GiB, cost model us: unmap %.0f map %.0f access %.0f sync %.0f)\n", name,
-         nmarks ? "as marked in the trace" : "cut where live memory returns to the floor", floor / (double)GML_GIB, cost[0],
-         cost[1], cost[2], cost[3]);
-  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %7s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
-         "mallocs", "headroom", "leased");
-  double *ms = malloc(n * sizeof *ms);
-  if (!ms) {
-    fprintf(stderr, "gmlake-replay: %s: out of memory for the steps of %zu events\n", name, n);
-    return 1;
-  }
-  size_t start = 0, nsteps = 0;
-  int above = 0;
-  uint64_t speak = 0;
-  size_t mk = 0;
-  while (mk < nmarks && marks[mk] == 0) mk++;
-  for (size_t i = 0; i < n; i++) {
-    speak = v[i].live > speak ? v[i].live : speak;
-    if (nmarks) { /* the trace marks where each step begins */
-      if (!(mk < nmarks && marks[mk] == i + 1) && i != n - 1) continue;
-      while (mk < nmarks && marks[mk] <= i + 1) mk++;
-    } else {
-      if (v[i].live > hi) above = 1;
-      if (!(above && v[i].live <= lo) && i != n - 1) continue;
-    }
-    const step_sample *a = start ? &v[start - 1] : &(step_sample){0}, *b = &v[i];
-    double m = ((b->unmaps - a->unmaps) * cost[0] + (b->maps - a->maps) * cost[1] + (b->access - a->access) * cost[2] +
-                (b->syncs - a->syncs) * cost[3]) / 1000.0;
-    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %7llu %8llu %6llu\n", nsteps, i + 1 - start, speak / (double)GML_GIB,
-           (unsigned long long)(b->maps - a->maps), (unsigned long long)(b->unmaps - a->unmaps),
-           (unsigned long long)(b->access - a->access), (unsigned long long)(b->syncs - a->syncs), m,
-           (unsigned long long)(b->mapping - a->mapping), (unsigned long long)(b->headroom - a->headroom), (unsigned long long)(b->leased - a->leased));
-    ms[nsteps++] = m;
-    start = i + 1, above = 0, speak = 0;
-  }
-  if (nsteps > 3) {
-    qsort(ms + 2, nsteps - 2, sizeof *ms, cmp_double);
-    double med = (nsteps - 2) % 2 ? ms[2 + (nsteps - 2) / 2] : (ms[2 + (nsteps - 2) / 2 - 1] + ms[2 + (nsteps - 2) / 2]) / 2;
-    double sum = 0;
-    for (size_t i = 2; i < nsteps; i++) sum += ms[i];
-    printf("  %s: %zu steps, modelled driver time per step >= 2: median %.2f ms, mean %.2f ms\n", name, nsteps, med,
-           sum / (double)(nsteps - 2));
-  }
-  free(ms);
-  return 0;
-}
-
 static uint64_t header_num(const char *line, const char *key) {
   const char *k = strstr(line, key);
   return k ? strtoull(k + strlen(key), NULL, 10) : 0;
@@ -196,7 +112,8 @@ static int trace_line_ok(const char *line) {
   return p[strspn(p, " \t\r\n")] == 0;
 }
 
-static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps) {
+static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps, long plan,
+                      int json) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
     fprintf(stderr, "gmlake-replay: cannot open %s\n", path);
@@ -228,6 +145,8 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   int failed = 0;
   step_sample *samples = NULL;
   size_t nsamples = 0, samples_cap = 0, *marks = NULL, nmarks = 0;
+  replay_event *evs = NULL, ev = {0}; /* --plan: the events, as samples are */
+  int collect = steps || plan != REPLAY_NO_PLAN; /* samples and step marks */
   gml_stats st;
   gml_stats_get(c, &st);
   uint64_t wall0 = gml_now_ns();
@@ -269,7 +188,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       continue;
     }
     unsigned long long id, size, stream;
-    if (line[0] == 's' && steps) { /* a training step begins after the events so far */
+    if (line[0] == 's' && collect) { /* a training step begins after the events so far */
       size_t *m = realloc(marks, (nmarks + 1) * sizeof *m);
       if (!m) {
         fprintf(stderr, "gmlake-replay: out of memory for step marks\n");
@@ -321,6 +240,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       e->ptr = p;
       e->size = size;
       e->line = lineno;
+      e->event = nsamples, ev = (replay_event){.size = size, .stream = stream, .is_alloc = 1};
       if (verify_tag(c, p, size, id, 1)) {
         failed = 1;
         break;
@@ -354,23 +274,28 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       lat_f[nlat_f++] = dt;
       total_ns += dt;
       allocated -= e->size;
+      ev = (replay_event){.alloc_event = e->event};
       e->ptr = NULL;
       e->line = lineno;
       res->frees++;
     }
-    if (steps && (line[0] == 'a' || line[0] == 'f')) {
+    if (collect && (line[0] == 'a' || line[0] == 'f')) {
       if (nsamples == samples_cap) {
         size_t cap2 = samples_cap ? samples_cap * 2 : 1 << 16;
         step_sample *v = realloc(samples, cap2 * sizeof *v);
-        if (!v) {
+        if (v) samples = v;
+        replay_event *ve = v && plan != REPLAY_NO_PLAN ? realloc(evs, cap2 * sizeof *ve) : NULL;
+        if (ve) evs = ve;
+        if (!v || (plan != REPLAY_NO_PLAN && !ve)) {
           fprintf(stderr, "gmlake-replay: out of memory for --steps samples\n");
           failed = 1;
           break;
         }
-        samples = v, samples_cap = cap2;
+        samples_cap = cap2;
       }
       gml_stats s4;
       gml_stats_get(c, &s4);
+      if (evs) evs[nsamples] = ev;
       samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.mapped_allocs, s4.headroom_leased, s4.chunks_leased};
     }
     if ((res->allocs + res->frees) % 10000 == 0 && gml_env(GML_ENV_REPLAY_PROGRESS)) {
@@ -414,11 +339,10 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   res->chunk_size = st.chunk_size;
   res->mode = st.mode;
   res->backend = st.backend;
-  if (steps && !failed) {
-    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    failed = print_steps(name, samples, nsamples, marks, nmarks);
-  }
-  free(samples);
+  const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  if (steps && !failed) failed = print_steps(name, samples, nsamples, marks, nmarks);
+  if (plan != REPLAY_NO_PLAN && !failed) failed = replay_plan(name, evs, samples, nsamples, marks, nmarks, plan, json);
+  free(samples), free(evs);
   free(marks);
   for (size_t i = 0; i < live.cap; i++)
     if (live.slot[i].ptr) gml_free(c, live.slot[i].ptr);
@@ -456,13 +380,16 @@ static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int wr
 static void usage(void) {
   fprintf(stderr,
           "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET [--device N]] [--json] [--check N] [--steps]\n"
-          "                     [--guard[=end|both]] [--guard-grain BYTES] TRACE...\n"
+          "                     [--plan[=STEP]] [--guard[=end|both]] [--guard-grain BYTES] TRACE...\n"
           "  Replays allocation traces through libgmlake-client and prints peak allocated,\n"
           "  peak reserved, fragmentation at peak (beside PyTorch's from the trace header)\n"
           "  and allocator latency. Embedded unless --daemon is given.\n"
           "  --device N: the device the client opens (default 0): the daemon's (gmlaked --device N).\n"
           "  --steps: cut the trace into training steps and print the driver calls\n"
           "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n"
+          "  --plan[=STEP]: cut it into steps and serve them from a placement planned\n"
+          "  from step STEP (default: the first that repeats, rebuilt when another\n"
+          "  repeats); prints per step max live, the planned range, hits and misses.\n"
           "  --guard[=end|both]: guard mode (every block's end abuts an inaccessible guard;\n"
           "  a false report would kill the replay); prints its memory overhead.\n"
           "  --guard-grain BYTES: guards of that size (a multiple of the chunk, or of the\n"
@@ -474,11 +401,13 @@ int main(int argc, char **argv) {
                                        {"json", no_argument, 0, 'j'},          {"check", required_argument, 0, 'c'},
                                        {"help", no_argument, 0, 'h'},          {"steps", no_argument, 0, 's'},
                                        {"guard", optional_argument, 0, 'g'},   {"guard-grain", required_argument, 0, 'G'},
-                                       {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
+                                       {"device", required_argument, 0, 'D'},  {"plan", optional_argument, 0, 'P'},
+                                       {0, 0, 0, 0}};
   gml_open_opts oo = {0};
   oo.backend = "host";
   oo.mode = GML_MODE_EMBEDDED;
   int json = 0, check_every = 0, steps = 0, ch;
+  long plan = REPLAY_NO_PLAN;
   uint64_t grain = 0;
   while ((ch = getopt_long(argc, argv, "b:d:jc:hs", opts, NULL)) != -1) {
     switch (ch) {
@@ -521,6 +450,15 @@ int main(int argc, char **argv) {
       break;
     }
     case 's': steps = 1; break;
+    case 'P': {
+      char *end = NULL;
+      plan = optarg ? strtol(optarg, &end, 10) : -1;
+      if (optarg && (end == optarg || *end || plan < 0 || plan > INT32_MAX)) {
+        fprintf(stderr, "gmlake-replay: --plan=%s: a step number (from 0) was expected\n", optarg);
+        return 2;
+      }
+      break;
+    }
     case 'h': usage(); return 0;
     default: usage(); return 2;
     }
@@ -538,7 +476,7 @@ int main(int argc, char **argv) {
            "torch_def", "frag", "torch_exp", "frag", "ops/s", "a_p50", "a_p99", "f_p50", "f_p99", "maps");
   for (int i = optind; i < argc; i++) {
     trace_result r;
-    if (replay_one(argv[i], &oo, &r, check_every, steps)) {
+    if (replay_one(argv[i], &oo, &r, check_every, steps, plan, json)) {
       failed = 1;
       continue;
     }
