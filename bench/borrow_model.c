@@ -94,7 +94,7 @@ static int play(run *m, int r, const ev *e) {
 
 static int model(int borrow, int steps, int lag) {
   char msg[256];
-  if (gml_backend_host_open(0, NULL, &be, msg, sizeof msg) || gml_host_fake_events(be)) return -1;
+  if (gml_backend_open("host", 0, NULL, &be, msg, sizeof msg) || gml_host_fake_events(be)) return -1;
   static run m;
   memset(&m, 0, sizeof m);
   m.lag = lag;

@@ -39,7 +39,7 @@ gml_client *gml_device_client(int device) {
     gml_open_opts o = {0}; /* the backend: GMLAKE_BACKEND, else the one default, auto */
     o.device = device;
     int rc = gml_open(&o, &c);
-    if (rc == 0 && strcmp(c->be->name, "cuda") && !backend_named_by_env()) {
+    if (rc == 0 && !(c->be->caps & GML_BACKEND_DEVICE_MEMORY) && !backend_named_by_env()) {
       /* auto fell back to host memory (or a daemon serves it): a framework
        * would take it for device memory */
       GML_ERR("device %d: the lake serves %s memory, not device memory; PyTorch needs cuda "

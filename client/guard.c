@@ -174,7 +174,7 @@ int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain) {
     a->guard = mode, a->guard_grain = mode ? grain : 0;
   }
   pthread_mutex_unlock(&a->lock);
-  if (!rc && mode && !strcmp(a->be->name, "host")) rc = gml_guard_register(a); /* a cuda fault raises no signal */
+  if (!rc && mode && (a->be->caps & GML_BACKEND_FAULT_SIGNALS)) rc = gml_guard_register(a);
   return rc;
 }
 

@@ -7,51 +7,77 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* In the order "auto" tries them. skipped: what auto says when it passes
- * over one; default_limit: a daemon's limit when none is configured;
- * resolve and uuid: its devices named without opening them. */
-static const struct backend_entry {
-  const char *name;
-  gml_backend_open_fn open;
-  const char *skipped;
-  const char *default_limit;
-  gml_backend_resolve_fn resolve;
-  gml_backend_uuid_fn uuid;
-} backends[] = {
-    {"cuda", gml_backend_cuda_open, "no usable GPU", "90%", gml_backend_cuda_resolve, gml_backend_cuda_uuid},
-    {"host", gml_backend_host_open, "", "50%", gml_backend_host_resolve, gml_backend_host_uuid},
-};
+/* The backends, in the order "auto" tries them: name, what auto says when
+ * it passes over it, a daemon's limit on it when none is configured, and
+ * its capabilities. Backend NAME's file defines gml_backend_NAME_open, its
+ * devices' names without opening them (_resolve for a daemon's --device,
+ * _uuid for a process's ordinal) and nothing else outside it. */
+#define BACKEND_TABLE(X)                                                                                               \
+  X(cuda, "no usable GPU", "90%", GML_BACKEND_DEVICE_MEMORY | GML_BACKEND_DRIVER_STREAMS)                              \
+  X(host, "", "50%", GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE)
 
-static const struct backend_entry *backend_entry(const char *name) {
-  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++)
+#define BACKEND_DECLARE(n, skipped, limit, caps)                                                       \
+  int gml_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,   \
+                             size_t msglen);                                                           \
+  int gml_backend_##n##_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, \
+                                size_t msglen);                                                        \
+  int gml_backend_##n##_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
+BACKEND_TABLE(BACKEND_DECLARE)
+#define BACKEND_LINE(n, skipped, limit, caps) \
+  {#n, gml_backend_##n##_open, skipped, limit, gml_backend_##n##_resolve, gml_backend_##n##_uuid, caps},
+
+#define BACKEND_COUNT(n, skipped, limit, caps) +1
+
+/* The table and, after it, those registered (gml_backend_register). */
+#define MAX_BACKENDS (0 BACKEND_TABLE(BACKEND_COUNT) + 8)
+static gml_backend_entry backends[MAX_BACKENDS] = {BACKEND_TABLE(BACKEND_LINE)};
+static size_t nbackends = 0 BACKEND_TABLE(BACKEND_COUNT);
+static char names[128]; /* gml_backend_names, made on first use */
+
+const gml_backend_entry *gml_backend_find(const char *name) {
+  for (size_t i = 0; i < nbackends; i++)
     if (name && !strcmp(name, backends[i].name)) return &backends[i];
   return NULL;
 }
 
-int gml_backend_known(const char *name) { return name && (!strcmp(name, "auto") || backend_entry(name)); }
+int gml_backend_register(const gml_backend_entry *e) {
+  if (!e || !e->name || !e->open || !strcmp(e->name, "auto")) return GML_EINVAL;
+  gml_backend_entry *old = (gml_backend_entry *)gml_backend_find(e->name);
+  if (!old && nbackends == MAX_BACKENDS) return GML_ENOMEM;
+  *(old ? old : &backends[nbackends++]) = *e;
+  names[0] = 0;
+  return 0;
+}
+
+unsigned gml_backend_caps_named(const char *name) {
+  const gml_backend_entry *e = gml_backend_find(name);
+  return e ? e->caps : 0;
+}
+
+int gml_backend_known(const char *name) { return name && (!strcmp(name, "auto") || gml_backend_find(name)); }
 
 const char *gml_backend_names(void) {
-  static char names[128];
   if (!names[0]) {
     size_t n = (size_t)snprintf(names, sizeof names, "auto");
-    for (size_t i = 0; i < GML_ARRAY_LEN(backends) && n < sizeof names; i++)
+    for (size_t i = 0; i < nbackends && n < sizeof names; i++)
       n += (size_t)snprintf(names + n, sizeof names - n, ", %s", backends[i].name);
   }
   return names;
 }
 
 const char *gml_backend_default_limit(const gml_backend *be) {
-  const struct backend_entry *e = backend_entry(be->name);
+  const gml_backend_entry *e = gml_backend_find(be->name);
   return e ? e->default_limit : "50%";
 }
 
 static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
   char why[512] = "";
   int rc = GML_ENODEV;
-  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++) {
+  for (size_t i = 0; i < nbackends; i++) {
     char m[256] = "";
     rc = backends[i].open(device, opts, out, m, sizeof m);
     if (rc == 0) {
+      (*out)->caps = backends[i].caps;
       if (why[0]) snprintf(msg, msglen, "backend auto: picked %s (%s)", backends[i].name, why);
       else snprintf(msg, msglen, "backend auto: picked %s (device %d)", backends[i].name, device);
       return 0;
@@ -65,13 +91,13 @@ static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backe
 int gml_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
                         int *device, char *msg, size_t msglen) {
   int is_auto = !name || !strcmp(name, "auto");
-  const struct backend_entry *e = is_auto ? NULL : backend_entry(name);
+  const gml_backend_entry *e = is_auto ? NULL : gml_backend_find(name);
   if (!is_auto && !e) {
     snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gml_backend_names());
     return GML_EINVAL;
   }
   char why[512] = "";
-  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++) {
+  for (size_t i = 0; i < nbackends; i++) {
     if (e && e != &backends[i]) continue;
     char m[256] = "";
     if (backends[i].resolve(spec, opts, device, m, sizeof m) == 0) {
@@ -89,10 +115,10 @@ int gml_backend_resolve(const char *name, const char *spec, const gml_backend_op
 
 int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid) {
   int is_auto = !name || !strcmp(name, "auto");
-  const struct backend_entry *e = is_auto ? NULL : backend_entry(name);
+  const gml_backend_entry *e = is_auto ? NULL : gml_backend_find(name);
   uuid[0] = 0;
   if (!is_auto && !e) return GML_ENODEV;
-  for (size_t i = 0; i < GML_ARRAY_LEN(backends); i++) {
+  for (size_t i = 0; i < nbackends; i++) {
     char m[256];
     if ((!e || e == &backends[i]) && backends[i].uuid(device, opts, uuid, m, sizeof m) == 0) return 0;
   }
@@ -105,12 +131,13 @@ int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts
  * to move when stitching, smaller is finer sharing and less rounding. */
 int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                      size_t msglen) {
-  const struct backend_entry *e = NULL;
+  const gml_backend_entry *e = NULL;
   int rc;
   if (!name || !strcmp(name, "auto")) {
     rc = backend_open_auto(device, opts, out, msg, msglen);
-  } else if ((e = backend_entry(name))) {
+  } else if ((e = gml_backend_find(name))) {
     rc = e->open(device, opts, out, msg, msglen);
+    if (rc == 0) (*out)->caps = e->caps;
   } else {
     snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gml_backend_names());
     return GML_EINVAL;

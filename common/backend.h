@@ -1,6 +1,7 @@
 /* backend.h: the physical memory layer. One small interface, two
  * implementations (cuda: CUDA VMM; host: memfd + mmap), chosen at run time
- * by name from the table in backend.c.
+ * by name from the table in backend.c, each declaring what it can do in its
+ * capabilities: a caller asks for a capability, never for a backend by name.
  * Everything above it (lake, allocator) is policy and never calls the driver. */
 #ifndef GML_BACKEND_H
 #define GML_BACKEND_H
@@ -71,8 +72,33 @@ struct gml_backend_ops {
 
 #define GML_ACCESS_READ_ONLY 1 /* set_access flag */
 
+/* Capabilities (gml_backend.caps, from the backend's line in backend.c's
+ * table): properties a caller tests where what it may do depends on the
+ * memory under it, so that a new backend needs no caller changed. */
+enum {
+  /* The device's own memory: what a framework hands its kernels. A
+   * framework's default client refuses a backend without it (PyTorch would
+   * take host memory for device memory) unless the user named that backend. */
+  GML_BACKEND_DEVICE_MEMORY = 1u << 0,
+  /* A stray access to a guard (an unmapped or protected address) raises
+   * SIGSEGV in the process, so guard mode's handler can report it (a cuda
+   * kernel's fault raises no signal). */
+  GML_BACKEND_FAULT_SIGNALS = 1u << 1,
+  /* A chunk's fd is a file that reopens read-only through /proc/self/fd:
+   * a share's attachers get fds that cannot map it writable, read-only
+   * enforced and not only asked for in set_access. */
+  GML_BACKEND_REOPEN_READ_ONLY = 1u << 2,
+  /* A stream is the driver's handle: a made-up stream number (a trace's)
+   * must never reach it. */
+  GML_BACKEND_DRIVER_STREAMS = 1u << 3,
+  /* resolve names a device without loading a driver, so a daemon's
+   * --check-config can check --device. */
+  GML_BACKEND_RESOLVES_OFFLINE = 1u << 4,
+};
+
 struct gml_backend {
-  const char *name;   /* "cuda" or "host" */
+  const char *name;   /* "cuda" or "host": for messages and the hello, never for a decision (caps) */
+  unsigned caps;      /* GML_BACKEND_* capabilities */
   int device;
   size_t granularity; /* the smallest chunk the device allows: 2 MiB on the H100 */
   size_t chunk_size;  /* the chunk this backend creates and maps: a multiple of granularity */
@@ -92,24 +118,45 @@ typedef struct gml_backend_opts {
   const char *libcuda;    /* the CUDA driver library to dlopen (libcuda.so.1) */
 } gml_backend_opts;
 
-/* Every backend, once (backend.c's table): name, its open function, and
- * what it means for a daemon's limit when none is given. A new backend is
- * its file and one line in that table. */
+/* How a backend opens, and names a device without opening it (gpuname.h
+ * says which name means what). resolve: the device a daemon's --device names
+ * (an index; a UUID or PCI bus id of a GPU; host: N or host-N), as the index
+ * to open, or GML_ENODEV with why in msg. uuid: the UUID of this process's
+ * device `device` (an ordinal as CUDA_VISIBLE_DEVICES leaves them), into uuid
+ * (GML_UUID_MAX bytes). */
 typedef int (*gml_backend_open_fn)(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                                    size_t msglen);
-
-/* Naming a device without opening it (gpuname.h says which name means what).
- * resolve: the device a daemon's --device names (an index; a UUID or PCI bus
- * id of a GPU; host: N or host-N), as the index to open, or GML_ENODEV with
- * why in msg. uuid: the UUID of this process's device `device` (an ordinal
- * as CUDA_VISIBLE_DEVICES leaves them), into uuid (GML_UUID_MAX bytes). */
 typedef int (*gml_backend_resolve_fn)(const char *spec, const gml_backend_opts *opts, int *device, char *msg,
                                       size_t msglen);
 typedef int (*gml_backend_uuid_fn)(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
 
+/* One backend: a line of backend.c's table (a new backend is its file and
+ * that line), or one registered. */
+typedef struct gml_backend_entry {
+  const char *name;
+  gml_backend_open_fn open;
+  const char *skipped;       /* what auto says when it passes over it */
+  const char *default_limit; /* a daemon's limit on it when none is configured */
+  gml_backend_resolve_fn resolve;
+  gml_backend_uuid_fn uuid;
+  unsigned caps; /* GML_BACKEND_*: every backend it opens has them */
+} gml_backend_entry;
+
+/* The backend called name (never "auto"), NULL when there is none. */
+const gml_backend_entry *gml_backend_find(const char *name);
+/* The seam for backends outside the table (the tests' dummy and costed
+ * ones): e is copied, after the table's backends, or in place of the one of
+ * its name. Before any backend opens, from one thread; GML_ENOMEM when 8
+ * are registered, GML_EINVAL without a name or open function. */
+int gml_backend_register(const gml_backend_entry *e);
+/* Capabilities of the backend called name (0: none known). For a caller
+ * that has the name only (gml_stats.backend), not the backend. */
+unsigned gml_backend_caps_named(const char *name);
+
 /* name: "auto" or a backend of the table. auto takes the first of the table
  * that opens (cuda when a GPU is usable, else host) and says which. Asking
- * for cuda without one is GML_ENODEV with the reason in msg. */
+ * for cuda without one is GML_ENODEV with the reason in msg. The backend
+ * gets its entry's capabilities. */
 int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                      size_t msglen);
 /* The device spec names under backend name; auto: the first backend of the
@@ -133,12 +180,6 @@ const char *gml_backend_default_limit(const gml_backend *be);
 int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs);
 void gml_backend_close(gml_backend *be);
 
-int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
-int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);
-int gml_backend_host_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen);
-int gml_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen);
-int gml_backend_host_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
-int gml_backend_cuda_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
 /* The finest guard this backend can make: guard_granularity, else a chunk. */
 static inline size_t gml_backend_guard_grain(const gml_backend *be) {
   return be->ops->protect && be->guard_granularity ? be->guard_granularity : be->chunk_size;

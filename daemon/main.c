@@ -114,12 +114,14 @@ static int check_limit_form(const gmld_config *c) {
   return 0;
 }
 
-/* --check-config: a host backend's device is one it has (a GPU's UUID or PCI bus id needs the driver to check, which
- * --check-config does not load). */
-static int check_host_device(const gmld_config *c) {
+/* --check-config: the device is one the backend has, where it can tell without a driver (a GPU's UUID or PCI bus id
+ * needs the driver to check, which --check-config does not load). */
+static int check_offline_device(const gmld_config *c) {
   char msg[256];
   int n;
-  if (strcmp(c->backend, "host") || !gml_backend_host_resolve(c->device_spec, NULL, &n, msg, sizeof msg)) return 1;
+  const gml_backend_entry *e = gml_backend_find(c->backend);
+  if (!e || !(e->caps & GML_BACKEND_RESOLVES_OFFLINE)) return 1;
+  if (!e->resolve(c->device_spec, NULL, &n, msg, sizeof msg)) return 1;
   gml_log_fatal("bad value for device: %s", msg);
   return 0;
 }
@@ -280,7 +282,7 @@ int main(int argc, char **argv) {
     return rc > 0 ? 0 : 2;
   }
   if (c->check_config) { /* --check-config: what a start would refuse before it opens anything; nothing is opened */
-    int took[2], ok = names_defaults(c, NULL, took) && check_limit_form(c) && check_host_device(c);
+    int took[2], ok = names_defaults(c, NULL, took) && check_limit_form(c) && check_offline_device(c);
     if (ok) printf("gmlaked: the configuration is valid (%s)\n", c->config_path[0] ? c->config_path : "no file");
     free(d);
     return ok ? 0 : 2;

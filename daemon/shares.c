@@ -212,7 +212,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   if (old) code = GML_EEXIST;
   share *sh = code ? NULL : calloc(1, sizeof *sh);
   int *ro = NULL;
-  if (!code && sh && !strcmp(d->be->name, "host") && (ro = malloc(n * sizeof *ro))) {
+  if (!code && sh && (d->be->caps & GML_BACKEND_REOPEN_READ_ONLY) && (ro = malloc(n * sizeof *ro))) {
     /* attachers get fds that cannot map writable: read-only is enforced, not asked */
     for (size_t i = 0; i < n; i++) {
       char path[64];
@@ -221,7 +221,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
       if (ro[i] < 0) GML_WARN("no read-only fd for a shared chunk (%s): attachers get the chunk's own", strerror(errno));
     }
   }
-  if (!code && (!sh || (!strcmp(d->be->name, "host") && !ro))) code = GML_ENOMEM;
+  if (!code && (!sh || ((d->be->caps & GML_BACKEND_REOPEN_READ_ONLY) && !ro))) code = GML_ENOMEM;
   if (code == GML_EEXIST) { /* who holds it, so the user knows what ends it */
     char who[200] = "";
     int pub_maps = 0;

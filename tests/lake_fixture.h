@@ -12,7 +12,7 @@ static lake lk;
 
 static inline void lake_setup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   lake_init(&lk, be, 10 * be->chunk_size);
 }
 

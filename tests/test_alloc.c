@@ -40,7 +40,7 @@ static gml_allocator A;
 
 static void setup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   memset(&src, 0, sizeof src);
   src.be = be;
   ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL), 0);

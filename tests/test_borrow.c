@@ -74,7 +74,7 @@ static int w_wait(gml_backend *b, uintptr_t stream, uintptr_t event) {
 
 static void bsetup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   ck_assert_int_eq(gml_host_fake_events(be), 0);
   fake_ops = be->ops;
   wrapped = *be->ops;

@@ -127,7 +127,7 @@ static gml_allocator G;
 
 static void gsetup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_host_open(0, NULL, &gbe, msg, sizeof msg), 0);
+  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &gbe, msg, sizeof msg), 0);
   memset(&gs, 0, sizeof gs);
   gs.be = gbe;
   ck_assert_int_eq(gml_alloc_init(&G, gbe, (gml_chunk_source){&gs, g_acquire, g_release, NULL}, 16ul << 30, NULL), 0);

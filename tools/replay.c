@@ -6,6 +6,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "backend.h"
 #include "gmlake.h"
 #include "options.h"
 #include "replay.h"
@@ -224,7 +225,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
         }
         lat_cap *= 2;
       }
-      gml_stream s = !strcmp(st.backend, "cuda") ? 0 : (gml_stream)stream;
+      gml_stream s = gml_backend_caps_named(st.backend) & GML_BACKEND_DRIVER_STREAMS ? 0 : (gml_stream)stream;
       void *p;
       uint64_t t0 = gml_now_ns();
       rc = gml_alloc(c, size, s, &p);
