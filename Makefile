@@ -93,7 +93,7 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/rep
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \
-                      tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c) \
+                      tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c tests/backends.c) \
                     $(call obj,daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/config.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
@@ -101,6 +101,8 @@ $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_l
 # test_lake and test_broker the lake of tests/lake_fixture.h.
 $(call obj,tests/harness.c tests/test_integration.c tests/test_elastic.c tests/test_security.c): tests/harness.h
 $(call obj,tests/test_lake.c tests/test_broker.c): tests/lake_fixture.h
+# tests/backends.c: the tests' backends (fake events, a driver's costs), over the library's host backend.
+$(call obj,tests/backends.c tests/test_borrow.c tests/testclient.c bench/borrow_model.c): tests/backends.h
 
 $(BUILD)/test_integration: $(call obj,tests/test_integration.c tests/harness.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
@@ -115,12 +117,12 @@ $(BUILD)/test_security: $(call obj,tests/test_security.c tests/harness.c) $(BUIL
 $(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c)
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS)
 
-$(BUILD)/gml-testclient: $(call obj,tests/testclient.c) $(BUILD)/libgmlake-client.a
+$(BUILD)/gml-testclient: $(call obj,tests/testclient.c tests/backends.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
 
 # bench/borrow_model.c: bench/borrow.py's two replicas on the host, borrowing off and on (not in `all`).
 borrow-model: $(BUILD)/borrow-model
-$(BUILD)/borrow-model: $(call obj,bench/borrow_model.c) $(BUILD)/libgmlake-client.a
+$(BUILD)/borrow-model: $(call obj,bench/borrow_model.c tests/backends.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 # Fuzz targets (tests/fuzz/): built with clang and libFuzzer into build-fuzz/.

@@ -15,6 +15,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "../tests/backends.h"
 #include "alloc.h"
 #include <stdio.h>
 #include <stdlib.h>

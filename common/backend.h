@@ -51,7 +51,7 @@ struct gml_backend_ops {
   void (*event_destroy)(gml_backend *be, uintptr_t event);
   /* Order `stream`'s later work after `event` (recorded on another stream)
    * without waiting on the host: cross-stream borrowing. Host: a no-op, its
-   * events are done at once (fake events: recorded, see below). */
+   * events are done at once (the tests' fake events: recorded). */
   int (*stream_wait_event)(gml_backend *be, uintptr_t stream, uintptr_t event);
   /* Guard mode: make [va, va + size) of a mapped range inaccessible
    * (accessible = 0) or usable again; va and size are multiples of
@@ -185,28 +185,4 @@ static inline size_t gml_backend_guard_grain(const gml_backend *be) {
   return be->ops->protect && be->guard_granularity ? be->guard_granularity : be->chunk_size;
 }
 
-/* Host backend test hook, fake events: the host has no asynchronous work,
- * so to exercise stream ordering a test drives it by hand. Each stream has
- * work enqueued (launch) and work done (progress); an event recorded on a
- * stream is done once that stream's work up to where it was recorded is
- * done; stream_wait_event holds the waiting stream's later work until the
- * event is done (and orders it after everything the event's stream was
- * ordered after); synchronize completes all work. At most 64 streams. */
-int gml_host_fake_events(gml_backend *be); /* switch a host backend to fake events (before use) */
-/* One more unit of work on `stream`; returns its position (1, 2, ...). */
-uint64_t gml_host_fake_launch(gml_backend *be, uintptr_t stream);
-/* Let up to n more units of `stream` complete (a pending wait stops it). */
-void gml_host_fake_progress(gml_backend *be, uintptr_t stream, uint64_t n);
-/* Is the work at position pos of stream `from` ordered before any work
- * enqueued on `to` from now on: done, or the same stream, or `to` waits
- * (directly or through other streams) on an event recorded after it? */
-int gml_host_fake_ordered(gml_backend *be, uintptr_t from, uint64_t pos, uintptr_t to);
-/* Work enqueued on `stream` so far, and the waits inserted on any stream. */
-uint64_t gml_host_fake_position(gml_backend *be, uintptr_t stream);
-uint64_t gml_host_fake_waits(gml_backend *be);
-/* Tests only (gml-testclient's `cost`): the host backend of this process
- * spends the CPU time a driver would, spinning (a 50 us sleep is a timer's
- * slack): import_ns per chunk imported, unmap_ns per chunk unmapped,
- * access_ns per chunk given access. All 0 (the default): no cost. */
-void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_ns);
 #endif

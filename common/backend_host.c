@@ -1,8 +1,8 @@
 /* backend_host.c: the host backend. A chunk is a memfd, a virtual range is a
  * PROT_NONE reservation, and mapping is mmap(MAP_FIXED|MAP_SHARED) of the
  * memfd into it: real virtual-memory stitching, shared across processes by
- * passing the fd. There is no asynchronous work, so events are done at once,
- * except in the fake-event mode tests switch on (gml_host_fake_events). */
+ * passing the fd. There is no asynchronous work, so events are done at once
+ * (the tests' fake events, tests/backends.c, drive them by hand). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <pthread.h>
 #include <unistd.h>
 
 static int host_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
@@ -48,22 +47,7 @@ static int host_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
   return 0;
 }
 
-static uint64_t cost_import_ns, cost_unmap_ns, cost_access_ns; /* gml_host_test_costs */
-
-void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_ns) {
-  __atomic_store_n(&cost_import_ns, import_ns, __ATOMIC_RELAXED);
-  __atomic_store_n(&cost_unmap_ns, unmap_ns, __ATOMIC_RELAXED);
-  __atomic_store_n(&cost_access_ns, access_ns, __ATOMIC_RELAXED);
-}
-
-static void spin_cost(const uint64_t *cost, uint64_t times) {
-  uint64_t ns = __atomic_load_n(cost, __ATOMIC_RELAXED) * times;
-  for (uint64_t t0 = ns ? gml_now_ns() : 0; ns && gml_now_ns() - t0 < ns;) {
-  }
-}
-
 static int host_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
-  spin_cost(&cost_import_ns, 1);
   struct stat st;
   if (fstat(fd, &st) != 0 || (size_t)st.st_size != be->chunk_size) {
     close(fd);
@@ -144,7 +128,7 @@ static int host_map(gml_backend *be, uintptr_t va, gml_phys phys) {
 }
 
 static int host_set_access(gml_backend *be, uintptr_t va, size_t size, int flags) {
-  spin_cost(&cost_access_ns, size / be->chunk_size);
+  (void)be;
   /* mapped read-write already (read-only from a read-only fd); only narrowing is asked for */
   if ((flags & GML_ACCESS_READ_ONLY) && mprotect((void *)va, size, PROT_READ) != 0) {
     GML_ERR("host set_access read-only at %#lx: %s", (unsigned long)va, strerror(errno));
@@ -154,7 +138,7 @@ static int host_set_access(gml_backend *be, uintptr_t va, size_t size, int flags
 }
 
 static int host_unmap(gml_backend *be, uintptr_t va, size_t size) {
-  spin_cost(&cost_unmap_ns, size / be->chunk_size);
+  (void)be;
   /* Replace with a fresh PROT_NONE reservation: the range stays ours. */
   void *p = mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? GML_EBACKEND : 0;
@@ -222,186 +206,6 @@ static const struct gml_backend_ops host_ops = {
     .destroy = host_destroy,           .host_alloc = host_host_alloc,     .host_free = host_host_free,
     .stream_wait_event = host_stream_wait_event, .protect = host_protect,
 };
-
-/* ---------- fake events (a test hook, see backend.h) ----------
- * A vector clock per stream: vc[t][s] is the last position of stream s that
- * work enqueued on t from now on is ordered after (vc[t][t]: t's own).
- * An event copies its stream's clock when recorded; a wait merges it in. */
-#define FAKE_STREAMS 64
-typedef struct fake_event {
-  int stream; /* -1: free slot */
-  uint64_t vc[FAKE_STREAMS];
-} fake_event;
-typedef struct fake_wait {
-  int stream;        /* the waiting stream */
-  uint64_t at;       /* its work after position `at` waits */
-  int on;            /* for position `pos` of stream `on` to be done */
-  uint64_t pos;
-} fake_wait;
-typedef struct fake_state {
-  pthread_mutex_t lock;
-  int nstreams;
-  uintptr_t ids[FAKE_STREAMS];
-  uint64_t enq[FAKE_STREAMS], done[FAKE_STREAMS];
-  uint64_t vc[FAKE_STREAMS][FAKE_STREAMS];
-  fake_event *ev;
-  size_t nev;
-  fake_wait *waits;
-  size_t nwaits, cap_waits;
-  uint64_t total_waits;
-} fake_state;
-
-static int fake_stream(fake_state *f, uintptr_t id) {
-  for (int i = 0; i < f->nstreams; i++)
-    if (f->ids[i] == id) return i;
-  if (f->nstreams == FAKE_STREAMS) abort(); /* a test with too many streams: a bug in the test */
-  f->ids[f->nstreams] = id;
-  return f->nstreams++;
-}
-
-static int fake_event_record(gml_backend *be, uintptr_t stream, uintptr_t *event) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  int s = fake_stream(f, stream);
-  size_t i = 0;
-  while (i < f->nev && f->ev[i].stream >= 0) i++;
-  if (i == f->nev) {
-    fake_event *n = realloc(f->ev, (f->nev * 2 + 16) * sizeof *n);
-    if (!n) {
-      pthread_mutex_unlock(&f->lock);
-      return GML_ENOMEM;
-    }
-    for (size_t k = f->nev; k < f->nev * 2 + 16; k++) n[k].stream = -1;
-    f->ev = n, f->nev = f->nev * 2 + 16;
-  }
-  f->ev[i].stream = s;
-  memcpy(f->ev[i].vc, f->vc[s], sizeof f->vc[s]);
-  f->ev[i].vc[s] = f->enq[s];
-  *event = i + 1;
-  pthread_mutex_unlock(&f->lock);
-  return 0;
-}
-
-static int fake_event_done(gml_backend *be, uintptr_t event) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  fake_event *e = &f->ev[event - 1];
-  int done = e->stream >= 0 && f->done[e->stream] >= e->vc[e->stream];
-  pthread_mutex_unlock(&f->lock);
-  return done;
-}
-
-static void fake_event_destroy(gml_backend *be, uintptr_t event) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  f->ev[event - 1].stream = -1;
-  pthread_mutex_unlock(&f->lock);
-}
-
-static int fake_stream_wait_event(gml_backend *be, uintptr_t stream, uintptr_t event) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  int t = fake_stream(f, stream);
-  fake_event *e = &f->ev[event - 1];
-  for (int s = 0; s < FAKE_STREAMS; s++)
-    if (e->vc[s] > f->vc[t][s]) f->vc[t][s] = e->vc[s];
-  if (f->nwaits == f->cap_waits) {
-    fake_wait *n = realloc(f->waits, (f->cap_waits * 2 + 16) * sizeof *n);
-    if (!n) {
-      pthread_mutex_unlock(&f->lock);
-      return GML_ENOMEM;
-    }
-    f->waits = n, f->cap_waits = f->cap_waits * 2 + 16;
-  }
-  f->waits[f->nwaits++] = (fake_wait){t, f->enq[t], e->stream, e->vc[e->stream]};
-  f->total_waits++;
-  pthread_mutex_unlock(&f->lock);
-  return 0;
-}
-
-static int fake_synchronize(gml_backend *be) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  memcpy(f->done, f->enq, sizeof f->done);
-  f->nwaits = 0;
-  pthread_mutex_unlock(&f->lock);
-  return 0;
-}
-
-static void fake_destroy(gml_backend *be) {
-  fake_state *f = be->priv;
-  pthread_mutex_destroy(&f->lock);
-  free(f->ev), free(f->waits), free(f);
-  free(be);
-}
-
-static const struct gml_backend_ops host_fake_ops = {
-    .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
-    .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
-    .set_access = host_set_access,     .unmap = host_unmap,               .event_record = fake_event_record,
-    .event_done = fake_event_done,     .event_destroy = fake_event_destroy, .synchronize = fake_synchronize,
-    .write = host_write,               .read = host_read,                 .mem_info = host_mem_info,
-    .destroy = fake_destroy,           .stream_wait_event = fake_stream_wait_event, .protect = host_protect,
-    .host_alloc = host_host_alloc,     .host_free = host_host_free,
-};
-
-int gml_host_fake_events(gml_backend *be) {
-  if (be->ops != &host_ops) return GML_EINVAL;
-  fake_state *f = calloc(1, sizeof *f);
-  if (!f) return GML_ENOMEM;
-  pthread_mutex_init(&f->lock, NULL);
-  be->priv = f;
-  be->ops = &host_fake_ops;
-  return 0;
-}
-
-uint64_t gml_host_fake_launch(gml_backend *be, uintptr_t stream) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  int s = fake_stream(f, stream);
-  uint64_t pos = ++f->enq[s];
-  f->vc[s][s] = pos;
-  pthread_mutex_unlock(&f->lock);
-  return pos;
-}
-
-void gml_host_fake_progress(gml_backend *be, uintptr_t stream, uint64_t n) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  int s = fake_stream(f, stream);
-  uint64_t to = f->done[s] + n < f->enq[s] ? f->done[s] + n : f->enq[s];
-  for (size_t i = 0; i < f->nwaits; i++) { /* an unfinished wait stops the stream where it was inserted */
-    fake_wait *w = &f->waits[i];
-    if (w->stream == s && f->done[w->on] < w->pos && w->at < to) to = w->at > f->done[s] ? w->at : f->done[s];
-  }
-  f->done[s] = to;
-  for (size_t i = 0; i < f->nwaits;) /* a wait whose event is done holds nothing any more */
-    if (f->done[f->waits[i].on] >= f->waits[i].pos) f->waits[i] = f->waits[--f->nwaits];
-    else i++;
-  pthread_mutex_unlock(&f->lock);
-}
-
-int gml_host_fake_ordered(gml_backend *be, uintptr_t from, uint64_t pos, uintptr_t to) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  int s = fake_stream(f, from), t = fake_stream(f, to);
-  int ok = s == t || f->done[s] >= pos || f->vc[t][s] >= pos;
-  pthread_mutex_unlock(&f->lock);
-  return ok;
-}
-
-uint64_t gml_host_fake_position(gml_backend *be, uintptr_t stream) {
-  fake_state *f = be->priv;
-  pthread_mutex_lock(&f->lock);
-  uint64_t p = f->enq[fake_stream(f, stream)];
-  pthread_mutex_unlock(&f->lock);
-  return p;
-}
-
-uint64_t gml_host_fake_waits(gml_backend *be) {
-  fake_state *f = be->priv;
-  return f->total_waits;
-}
 
 /* Which host device this process's ordinal `device` is: as CUDA maps a
  * visible ordinal to a GPU, CUDA_VISIBLE_DEVICES=3,1 makes ordinal 0 host-3

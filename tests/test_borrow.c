@@ -7,6 +7,7 @@
  * borrower's own stream, or waited for on the borrower's stream. The same
  * run with stream_wait_event dropped (a mutant that "forgets" the wait)
  * must be caught. */
+#include "backends.h"
 #include "client_priv.h"
 #include <check.h>
 #include <stdio.h>

@@ -233,11 +233,55 @@ START_TEST(test_guard_randomized) {
 }
 END_TEST
 
+/* A new backend is its file and one table line: nothing else names it. A
+ * backend outside the table (the host's operations under another name) gets
+ * the capabilities of its entry, a flag no caller knows among them, and guard
+ * mode honours them: its SIGSEGV report is installed where faults raise
+ * signals, whatever the backend is called, and not where they do not. */
+#define DUMMY_CAP (1u << 31)
+
+static int dummy_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
+  int rc = gml_backend_find("host")->open(device, opts, out, msg, msglen);
+  if (!rc) (*out)->name = "dummy";
+  return rc;
+}
+
+static int segv_handled(void) {
+  struct sigaction cur;
+  ck_assert_int_eq(sigaction(SIGSEGV, NULL, &cur), 0);
+  return (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction != NULL;
+}
+
+START_TEST(test_backend_capability_honoured) {
+  gml_backend_entry e = *gml_backend_find("host");
+  e.name = "dummy", e.open = dummy_open, e.caps = DUMMY_CAP | (_i ? GML_BACKEND_FAULT_SIGNALS : 0);
+  ck_assert_int_eq(gml_backend_register(&e), 0);
+  ck_assert(gml_backend_known("dummy"));
+  ck_assert_str_eq(gml_backend_names(), "auto, cuda, host, dummy");
+  ck_assert_uint_eq(gml_backend_caps_named("dummy"), e.caps);
+  gml_open_opts o = {0};
+  o.backend = "dummy", o.mode = GML_MODE_EMBEDDED, o.guard = GML_GUARD_END;
+  gml_client *c = NULL;
+  ck_assert(!segv_handled());
+  ck_assert_int_eq(gml_open(&o, &c), 0);
+  gml_stats st;
+  ck_assert_int_eq(gml_stats_get(c, &st), 0);
+  ck_assert_str_eq(st.backend, "dummy");
+  ck_assert_int_eq(segv_handled(), _i); /* the report, only where a fault is a signal */
+  void *p = NULL;
+  ck_assert_int_eq(gml_alloc(c, 4096, 0, &p), 0);
+  ck_assert_int_eq(gml_free(c, p), 0);
+  ck_assert_int_eq(gml_close(c), 0);
+  ck_assert(!segv_handled());
+}
+END_TEST
+
 Suite *guard_suite(void) {
   Suite *s = suite_create("guard");
   TCase *tc = tcase_create("overflow");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_guard_overflow_reported, 0, (int)(sizeof cases / sizeof cases[0]));
+  tcase_add_loop_test(tc, test_backend_capability_honoured, 0, 2);
   suite_add_tcase(s, tc);
   TCase *ta = tcase_create("guard");
   tcase_set_timeout(ta, 120);
