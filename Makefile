@@ -54,7 +54,7 @@ CLIENT_SRC += client/plan.c  # placement planned from a recorded iteration (no a
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
-DAEMON_OBJ := $(call obj,$(DAEMON_SRC) tools/statsview.c)
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC) common/statsview.c)
 
 LIBS := -lprotobuf-c -ldl
 BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
@@ -86,10 +86,10 @@ $(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
-$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/statsview.c client/discover.c) $(COMMON_OBJ)
+$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c common/statsview.c client/discover.c) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
-$(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c tools/statsview.c) $(BUILD)/libgmlake-client.a
+$(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c common/statsview.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \

@@ -1,6 +1,6 @@
 /* metrics.c: Prometheus text over HTTP, `--metrics-listen ADDR:PORT`, on the
  * libuv loop: GET /metrics answers what `gmlakectl metrics` prints (the same
- * printer, tools/statsview.c, over the same control reply), anything else
+ * printer, common/statsview.c, over the same control reply), anything else
  * 404. A tiny HTTP/1.0 responder rather than nng's HTTP server: nng's
  * handlers run on nng's threads and the daemon's state is the loop thread's
  * alone (and libnng 1.5.2's listeners had to be left for the control socket,
@@ -16,7 +16,7 @@
 #include "daemon.h"
 #include "gmlake.h"
 #include "log.h"
-#include "../tools/statsview.h" /* the printer gmlakectl uses */
+#include "statsview.h"
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>

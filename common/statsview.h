@@ -1,5 +1,6 @@
 /* statsview.h: printing the daemon's reply messages through their protobuf-c
- * descriptors (statsview.c), for gmlakectl. */
+ * descriptors (statsview.c), for gmlakectl and the daemon's /metrics (not in
+ * the client library: those that print link it). */
 #ifndef GML_STATSVIEW_H
 #define GML_STATSVIEW_H
 #include "gmlake.pb-c.h"

@@ -1,5 +1,6 @@
-/* statsview.c: gmlakectl's printers of the daemon's numbers, driven by the
- * protobuf-c descriptors of the reply's messages (see statsview.h): a field
+/* statsview.c: the printers of the daemon's numbers that gmlakectl and the
+ * daemon's /metrics share, driven by the protobuf-c descriptors of the
+ * reply's messages (see statsview.h): a field
  * added to LakeStats in proto/gmlake.proto appears in --json, in `stats` and
  * in `metrics` with no edit here; the tables below only give a field another
  * name, unit, label, help or place. */
