@@ -1,21 +1,56 @@
-/* options.c: the one place that reads the environment (options.h). */
+/* options.c: the one place that reads the environment (options.h), and
+ * what gml_set_option says in its place. */
 #include "options.h"
 #include "gmlake.h"
 #include "log.h"
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const struct {
-  const char *name, *def, *accepts;
+  const char *name, *def, *accepts, *who;
 } env_vars[GML_ENV_COUNT] = {
-#define GML_ENV_ROW(id, name, type, def, who, help) [GML_ENV_##id] = {name, def, type},
+#define GML_ENV_ROW(id, name, type, def, who, help) [GML_ENV_##id] = {name, def, type, who},
     GML_ENV_VARS(GML_ENV_ROW)
 #undef GML_ENV_ROW
 };
 
+/* gml_set_option's values, newest first. An older one is never freed: a
+ * thread of the library may still hold what gml_env returned. */
+typedef struct set_value {
+  struct set_value *older;
+  int unset; /* gml_set_option(name, NULL): the environment's again */
+  char text[];
+} set_value;
+static set_value *set_values[GML_ENV_COUNT];
+static pthread_mutex_t set_lock = PTHREAD_MUTEX_INITIALIZER;
+
 const char *gml_env(gml_env_id id) {
-  const char *v = (unsigned)id < GML_ENV_COUNT ? getenv(env_vars[id].name) : NULL;
+  if ((unsigned)id >= GML_ENV_COUNT) return NULL;
+  const set_value *s = __atomic_load_n(&set_values[id], __ATOMIC_ACQUIRE);
+  const char *v = s && !s->unset ? s->text : getenv(env_vars[id].name);
   return v && *v ? v : NULL;
+}
+
+/* The library's own options only: a variable another program reads too
+ * (CUDA_VISIBLE_DEVICES: the driver) would mean one thing to each. */
+int gml_set_option(const char *name, const char *value) {
+  for (int id = 0; id < GML_ENV_COUNT; id++) {
+    if (!name || strcmp(name, env_vars[id].name) || strncmp(name, "GMLAKE_", 7) ||
+        (!strstr(env_vars[id].who, "library") && strcmp(env_vars[id].who, "all")))
+      continue;
+    size_t n = value ? strlen(value) + 1 : 1;
+    set_value *s = malloc(sizeof *s + n);
+    if (!s) return GML_ENOMEM;
+    s->unset = !value;
+    memcpy(s->text, value ? value : "", n);
+    pthread_mutex_lock(&set_lock);
+    s->older = set_values[id];
+    __atomic_store_n(&set_values[id], s, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&set_lock);
+    return 0;
+  }
+  return GML_EINVAL;
 }
 const char *gml_env_name(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].name : "?"; }
 const char *gml_env_default(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].def : ""; }

@@ -95,8 +95,9 @@ typedef enum gml_env_id {
   GML_ENV_COUNT
 } gml_env_id;
 
-/* The variable's value as the environment has it now (NULL when unset; an
- * empty value is unset too, so VAR= in front of a command clears it). */
+/* The variable's value as gml_set_option last set it, else as the
+ * environment has it now (NULL when unset; an empty value is unset too, so
+ * VAR= in front of a command clears it). */
 const char *gml_env(gml_env_id id);
 const char *gml_env_name(gml_env_id id);
 /* The table's default, documentation ("" when there is none). */

@@ -137,6 +137,14 @@ GML_API uint32_t gml_version(void);
 
 /* opts may be NULL. On success *out is a client; on failure a GML_E* code. */
 GML_API int gml_open(const gml_open_opts *opts, gml_client **out);
+/* A library option for the clients opened from now on, by the name of its
+ * environment variable (a GMLAKE_* the library reads: README's table), in
+ * place of the environment's value ("": unset; NULL: the environment's
+ * again). How a program configures the library without changing the
+ * environment (which its children inherit): the PyTorch layer's
+ * gmlake.enable(socket, mode). Before the clients it is meant for, never
+ * while a gml_open runs. GML_EINVAL: not an option of the library. */
+GML_API int gml_set_option(const char *name, const char *value);
 GML_API int gml_close(gml_client *c);
 
 GML_API int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);

@@ -59,6 +59,15 @@ env.pop("GMLAKE_BACKEND", None)
 p = subprocess.run([sys.executable, "-c", "import gmlake\ntry:\n  gmlake.open(0)\nexcept gmlake.GMLakeError as e:\n  print(e)"],
                    env=env, capture_output=True, text=True)
 assert p.returncode == 0 and "cannot open the lake of device 0" in p.stdout and "GMLAKE_BACKEND=host" in p.stdout, (p.stdout, p.stderr)
+# options through the C API (gml_set_option, as enable() passes socket and mode), not the environment: the
+# same process opens the host lake embedded, its environment (and so its children's) unchanged
+p = subprocess.run([sys.executable, "-c", "import gmlake, os\ngmlake._set_option('GMLAKE_BACKEND', 'host')\n"
+                    "gmlake._set_option('GMLAKE_MODE', 'embedded')\nassert gmlake.open(0)\n"
+                    "assert gmlake.stats()['backend'] == 'host' and 'GMLAKE_BACKEND' not in os.environ\n"
+                    "try:\n  gmlake._set_option('CUDA_VISIBLE_DEVICES', '1')\n"
+                    "except gmlake.GMLakeError as e:\n  print(e)"],
+                   env=env, capture_output=True, text=True)
+assert p.returncode == 0 and "gml_set_option(CUDA_VISIBLE_DEVICES): invalid argument" in p.stdout, (p.stdout, p.stderr)
 # a device index out of range: the error points at the log, which says why (it said nothing)
 p = subprocess.run([sys.executable, "-c", "import gmlake\ntry:\n  gmlake.open(64)\nexcept gmlake.GMLakeError as e:\n  print(e)"],
                    env=dict(os.environ, GMLAKE_LOG="error"), capture_output=True, text=True)

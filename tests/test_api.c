@@ -560,6 +560,38 @@ START_TEST(test_torch_default_backend) {
 }
 END_TEST
 
+/* gml_set_option: the library's options set in place of the environment,
+ * which stays as it was; NULL gives it back, "" unsets; another program's
+ * variable or an unknown one is refused. */
+START_TEST(test_set_option) {
+  ck_assert_int_eq(gml_set_option("GMLAKE_NOPE", "1"), GML_EINVAL);
+  ck_assert_int_eq(gml_set_option("CUDA_VISIBLE_DEVICES", "1"), GML_EINVAL); /* the driver reads it too */
+  ck_assert_int_eq(gml_set_option("GMLAKED_CONFIG", "/x"), GML_EINVAL);      /* the daemon's */
+  ck_assert_int_eq(gml_set_option(NULL, "1"), GML_EINVAL);
+  setenv("GMLAKE_MODE", "daemon", 1);
+  setenv("GMLAKE_SOCKET", "/nonexistent/gmlake.sock", 1);
+  unsetenv("GMLAKE_BACKEND");
+  gml_client *c = NULL;
+  ck_assert_int_ne(gml_open(NULL, &c), 0); /* the environment's: a daemon, and there is none */
+  ck_assert_int_eq(gml_set_option("GMLAKE_MODE", "embedded"), 0);
+  ck_assert_int_eq(gml_set_option("GMLAKE_BACKEND", "host"), 0);
+  ck_assert_int_eq(gml_open(NULL, &c), 0);
+  gml_stats st;
+  ck_assert_int_eq(gml_stats_get(c, &st), 0);
+  ck_assert_int_eq(st.mode, GML_MODE_EMBEDDED);
+  ck_assert_str_eq(st.backend, "host");
+  ck_assert_int_eq(gml_close(c), 0);
+  ck_assert_str_eq(getenv("GMLAKE_MODE"), "daemon");
+  ck_assert_ptr_null(getenv("GMLAKE_BACKEND"));
+  ck_assert_int_eq(gml_set_option("GMLAKE_MODE", ""), 0); /* unset: the daemon if one answers, else embedded */
+  ck_assert_int_eq(gml_open(NULL, &c), 0);
+  ck_assert_int_eq(gml_close(c), 0);
+  ck_assert_int_eq(gml_set_option("GMLAKE_MODE", NULL), 0); /* the environment's again */
+  ck_assert_int_ne(gml_open(NULL, &c), 0);
+  unsetenv("GMLAKE_MODE"), unsetenv("GMLAKE_SOCKET");
+}
+END_TEST
+
 Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("api");
@@ -577,6 +609,7 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_backend_table);
   tcase_add_test(tc, test_device_names);
   tcase_add_test(tc, test_torch_default_backend);
+  tcase_add_test(tc, test_set_option);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -136,6 +136,17 @@ def _ext(what="gmlake's PyTorch extension"):
     return _C
 
 
+def _set_option(name, value):
+    """The library's option `name` (its GMLAKE_* variable's name) for the clients opened from now on, through
+    gml_set_option: this process's environment, which its children inherit, is left as it is."""
+    lib = _load()
+    lib.gml_set_option.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    lib.gml_set_option.restype = ctypes.c_int
+    rc = lib.gml_set_option(name.encode(), None if value is None else str(value).encode())
+    if rc:
+        raise GMLakeError("gml_set_option(%s): %s" % (name, lib.gml_strerror(rc).decode()))
+
+
 def enable(socket=None, mode=None):
     """Make GMLake PyTorch's CUDA allocator. Call before the first CUDA allocation.
 
@@ -143,12 +154,12 @@ def enable(socket=None, mode=None):
     mode: None (daemon if one runs, else embedded), "daemon" or "embedded".
     """
     torch = _torch("gmlake.enable()")
+    if mode and mode not in ("daemon", "embedded"):
+        raise ValueError("mode must be 'daemon' or 'embedded'")
     if socket:
-        os.environ["GMLAKE_SOCKET"] = socket
+        _set_option("GMLAKE_SOCKET", socket)
     if mode:
-        if mode not in ("daemon", "embedded"):
-            raise ValueError("mode must be 'daemon' or 'embedded'")
-        os.environ["GMLAKE_MODE"] = mode
+        _set_option("GMLAKE_MODE", mode)
     C = _ext("gmlake.enable()")
     e = C.install()
     if e:
