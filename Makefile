@@ -93,8 +93,9 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/rep
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \
-                      tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c tests/backends.c) \
-                    $(call obj,daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/config.c) $(BUILD)/libgmlake-client.a
+                      tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c tests/backends.c \
+                      tests/test_usage.c) $(call obj,daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/config.c common/statsview.c) \
+                    $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 # The multi-process suites share tests/harness.c (a daemon, clients, gmlakectl, raw wire);

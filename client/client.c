@@ -318,11 +318,13 @@ static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   u->alloc_count = st.alloc_count;
 }
 
-/* the report's numbers as one array, to see whether any changed */
+/* the report's numbers as one array, to see whether any changed: every
+ * field, through the descriptor, so a new one needs no line here */
 static void usage_key(const Gmlake__UsageReport *u, uint64_t k[GML_USAGE_KEYS]) {
-  uint64_t v[GML_USAGE_KEYS] = {u->paused, u->reclaims_served, u->paused_saved, u->growable_mapped, u->growable_unmapped, u->allocated,
-                    u->cached, u->stitched, u->largest_free, u->alloc_count, u->fragment_bytes, u->uncounted};
-  memcpy(k, v, sizeof v);
+  const ProtobufCMessageDescriptor *d = u->base.descriptor;
+  memset(k, 0, GML_USAGE_KEYS * sizeof *k);
+  for (unsigned i = 0; i < d->n_fields && i < GML_USAGE_KEYS; i++)
+    k[i] = *(const uint64_t *)(const void *)((const char *)u + d->fields[i].offset); /* all uint64 (test_usage_fields) */
 }
 
 /* under conn_lock */

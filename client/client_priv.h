@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
-#define GML_USAGE_KEYS 12 /* the numbers of a usage report compared for a change (client.c usage_key) */
+#define GML_USAGE_KEYS 32 /* the most numbers of a usage report compared for a change (client.c usage_key) */
 
 /* A growable range (growable.c); share.c publishes or attaches whole ones. */
 enum { GML_GROW_OWN = 0, GML_GROW_PUBLISHED = 1, GML_GROW_ATTACHED = 2 };

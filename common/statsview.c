@@ -95,12 +95,32 @@ static const struct { const char *field, *fmt; } json_formats[] = {
     {"lease_p50_us", "%.1f"}, {"lease_p99_us", "%.1f"}, {"since", "%.3f"},
 };
 
+/* A message field's numbers (ClientInfo.reported: a client's report as it
+ * sent it) under their own names, but those the outer message has a field
+ * of (whose value is the one shown: the daemon's, bounded); 0 when unset. */
+static void print_json_inner(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, int *first) {
+  const ProtobufCMessage *in = *(ProtobufCMessage *const *)value_at(m, f);
+  const ProtobufCMessageDescriptor *d = f->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *g = &d->fields[i];
+    if (!is_number(g) || field_of(m, g->name)) continue;
+    printf("%s\"%s\":", *first ? "" : ",", g->name);
+    *first = 0;
+    if (in) print_integer(stdout, in, g, 1);
+    else putchar('0');
+  }
+}
+
 void print_json(const ProtobufCMessage *m) {
   const ProtobufCMessageDescriptor *desc = m->descriptor;
   int first = 1;
   putchar('{');
   for (unsigned i = 0; i < desc->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &desc->fields[i];
+    if (f->type == PROTOBUF_C_TYPE_MESSAGE && f->label != PROTOBUF_C_LABEL_REPEATED) {
+      print_json_inner(m, f, &first);
+      continue;
+    }
     int str = f->type == PROTOBUF_C_TYPE_STRING && f->label != PROTOBUF_C_LABEL_REPEATED;
     if (!str && !is_number(f)) continue;
     printf("%s\"%s\":", first ? "" : ",", f->name);
@@ -386,10 +406,20 @@ static void print_latency_histogram(FILE *o, const Gmlake__LakeStats *s, const l
   fprintf(o, "} %llu\n", (unsigned long long)s->lease_latency_count);
 }
 
-/* Per-client numbers summed per user: a series per pid would grow without
- * bound (every job a new one). At most 64 users; the rest as uid="other". */
+/* Per-client numbers are summed per user: a series per pid would grow
+ * without bound (every job a new one). At most MAXU users, the rest as
+ * uid="other": uid's row among those seen (uids, *nu of them), MAXU for the
+ * rest (*other then set). */
+enum { MAXU = 64 };
+static size_t user_row(uint32_t uids[MAXU], size_t *nu, size_t *other, uint32_t uid) {
+  size_t k = 0;
+  while (k < *nu && uids[k] != uid) k++;
+  if (k == *nu && *nu < MAXU) uids[(*nu)++] = uid;
+  if (k == MAXU) *other = 1;
+  return k;
+}
+
 static void print_per_user(FILE *o, const Gmlake__CtlReply *r, const labels *l) {
-  enum { MAXU = 64 };
   static const struct { const char *field, *kind; } client_bytes[] = {
       {"leased_bytes", "leased"}, {"allocated", "allocated"}, {"cached", "cached"}, {"stitched", "stitched"}};
   uint32_t uids[MAXU];
@@ -397,10 +427,7 @@ static void print_per_user(FILE *o, const Gmlake__CtlReply *r, const labels *l) 
   size_t nu = 0, other = 0;
   for (size_t i = 0; i < r->n_clients; i++) {
     const Gmlake__ClientInfo *c = r->clients[i];
-    size_t k = 0;
-    while (k < nu && uids[k] != c->uid) k++;
-    if (k == nu && nu < MAXU) uids[nu++] = c->uid;
-    if (k == MAXU) other = 1;
+    size_t k = user_row(uids, &nu, &other, c->uid);
     nclients[k]++;
     for (size_t j = 0; j < 4; j++) sums[k][j] += unsigned_of(&c->base, client_bytes[j].field);
   }
@@ -419,6 +446,54 @@ static void print_per_user(FILE *o, const Gmlake__CtlReply *r, const labels *l) 
     print_labels(o, l);
     if (k < nu) fprintf(o, ",uid=\"%u\"} %llu\n", uids[k], (unsigned long long)nclients[k]);
     else fprintf(o, ",uid=\"other\"} %llu\n", (unsigned long long)nclients[k]);
+  }
+}
+
+/* A number a client reports as --json shows it: ClientInfo's field of its
+ * name where there is one, else its report's (0 before the first). */
+static uint64_t client_reported(const Gmlake__ClientInfo *c, const ProtobufCFieldDescriptor *g) {
+  if (field_of(&c->base, g->name)) return unsigned_of(&c->base, g->name);
+  return c->reported ? unsigned_of(&c->reported->base, g->name) : 0;
+}
+
+/* Every number of UsageReport summed per user (as gmlake_user_bytes), a
+ * series per field: a field added there is exported with no line here. */
+static void print_user_reported(FILE *o, const Gmlake__CtlReply *r, const labels *l) {
+  const ProtobufCMessageDescriptor *d = &gmlake__usage_report__descriptor;
+  uint32_t uids[MAXU];
+  size_t nu = 0, other = 0;
+  uint64_t *sums = calloc((MAXU + 1) * d->n_fields, sizeof *sums);
+  if (!sums) return;
+  for (size_t i = 0; i < r->n_clients; i++) {
+    const Gmlake__ClientInfo *c = r->clients[i];
+    size_t k = user_row(uids, &nu, &other, c->uid);
+    for (unsigned j = 0; j < d->n_fields; j++) sums[k * d->n_fields + j] += client_reported(c, &d->fields[j]);
+  }
+  fprintf(o, "# HELP gmlake_user_reported What one user's clients report (UsageReport in proto/gmlake.proto: its "
+             "field), summed.\n# TYPE gmlake_user_reported gauge\n");
+  for (size_t k = 0; k < nu + other; k++)
+    for (unsigned j = 0; j < d->n_fields; j++) {
+      fprintf(o, "gmlake_user_reported{");
+      print_labels(o, l);
+      if (k < nu) fprintf(o, ",uid=\"%u\"", uids[k]);
+      else fprintf(o, ",uid=\"other\"");
+      fprintf(o, ",field=\"%s\"} %llu\n", d->fields[j].name, (unsigned long long)sums[k * d->n_fields + j]);
+    }
+  free(sums);
+}
+
+/* UsageReport fields `gmlakectl clients` leaves out on purpose (--json and
+ * the metrics have them); ClientInfo's own fields are the table's columns. */
+static const char *const clients_hidden[] = {"alloc_count", "idle_bytes", "fragment_bytes", "reclaims_served"};
+
+void print_client_other(const Gmlake__ClientInfo *c) {
+  const ProtobufCMessageDescriptor *d = &gmlake__usage_report__descriptor;
+  char b[32];
+  for (unsigned j = 0; j < d->n_fields; j++) {
+    const ProtobufCFieldDescriptor *g = &d->fields[j];
+    int shown = field_of(&c->base, g->name) != NULL;
+    for (size_t k = 0; k < GML_ARRAY_LEN(clients_hidden) && !shown; k++) shown = !strcmp(clients_hidden[k], g->name);
+    if (!shown) printf("  %s %s", g->name, gml_format_bytes(client_reported(c, g), b, sizeof b));
   }
 }
 
@@ -444,4 +519,5 @@ void print_metrics(FILE *o, const Gmlake__CtlReply *r) {
   print_cgroup_metrics(o, r, &l);
   print_latency_histogram(o, r->stats, &l);
   print_per_user(o, r, &l);
+  print_user_reported(o, r, &l);
 }

@@ -19,4 +19,7 @@ void print_stats(const Gmlake__LakeStats *s);
  * a `clients` request), into o: `gmlakectl metrics` and the daemon's HTTP
  * /metrics (daemon/metrics.c) print the same. */
 void print_metrics(FILE *o, const Gmlake__CtlReply *r);
+/* `gmlakectl clients`: a client's reported numbers that no column shows (a
+ * field added to UsageReport), each as "  name size", at its row's end. */
+void print_client_other(const Gmlake__ClientInfo *c);
 #endif

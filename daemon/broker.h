@@ -85,6 +85,7 @@ typedef struct broker_client {
   uint64_t reclaim_ask;        /* ... for how many bytes */
   uint64_t reclaims_sent;      /* reclaim requests the broker had sent it */
   uint64_t reclaims_answered;  /* ... that its reports say it served */
+  Gmlake__UsageReport reported; /* its last usage report as sent (descriptor NULL: none yet), for the clients RPC */
   broker_request lease;
 } broker_client;
 

@@ -132,6 +132,7 @@ static void ctl_clients(ctl_call *k) {
     ci[i].growable_unmapped = c->growable_unmapped;
     ci[i].shared_bytes = shares_bytes_of(k->d, c->id);
     ci[i].uncounted = c->uncounted;
+    ci[i].reported = c->reported.base.descriptor ? (Gmlake__UsageReport *)&c->reported : NULL;
     cp[i] = &ci[i];
   }
   k->rep->n_clients = i;

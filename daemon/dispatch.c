@@ -86,6 +86,7 @@ static void handle_return(request *rq) {
 static void handle_usage(request *rq) {
   const Gmlake__UsageReport *u = rq->env->usage;
   broker_client *c = &rq->s->bc;
+  c->reported = *u, c->reported.base.n_unknown_fields = 0, c->reported.base.unknown_fields = NULL; /* freed with u */
   c->allocated = u->allocated;
   c->cached = u->cached;
   c->stitched = u->stitched;

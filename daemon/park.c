@@ -69,6 +69,7 @@ void park_on_closing(session *s, const char *why) {
       p->bc.leased_chunks = held;
       p->bc.allocated = p->bc.cached = p->bc.stitched = p->bc.paused = p->bc.paused_saved = 0;
       p->bc.idle = p->bc.fragment = p->bc.uncounted = 0;
+      p->bc.reported.base.descriptor = NULL; /* no report of its own any more */
       uv_poll_init(d->loop, &p->poll, p->pidfd);
       p->poll.data = p;
       uv_poll_start(&p->poll, UV_READABLE, on_parked_exit);

@@ -453,6 +453,31 @@ def cgroup_bytes(fam, st, cl):
         expect("%s%s" % (fam.name, dict(k)), v[k], x, "(clients --json of that cgroup summed, bytes)")
 
 
+def usage_report_fields():
+    """The fields of UsageReport in proto/gmlake.proto: what a client reports."""
+    proto = open(os.path.join(REPO, "proto", "gmlake.proto")).read()
+    body = re.search(r"^message UsageReport \{(.*?)^\}", proto, re.S | re.M).group(1)
+    return re.findall(r"^\s*\w+ (\w+) = \d+;", body, re.M)
+
+
+def user_reported(fam, st, cl):
+    """Every UsageReport field per user: the sum of clients --json's field of that name over the user's clients."""
+    v = values(fam)
+    want = {}
+    for r in cl:
+        for field in usage_report_fields():
+            if field not in r:
+                errors.append("clients --json lacks %s, a field of UsageReport" % field)
+                continue
+            k = frozenset({("uid", str(r["uid"])), ("field", field)})
+            want[k] = want.get(k, 0) + r[field]
+    if set(v) != set(want):
+        errors.append("%s: series %s, not %s" % (fam.name, sorted(map(str, map(dict, v))), sorted(map(str, map(dict, want)))))
+        return
+    for k, x in want.items():
+        expect("%s%s" % (fam.name, dict(k)), v[k], x, "(clients --json of that uid summed)")
+
+
 # family (as the parser names it: a counter without _total) -> (type, check)
 FAMILIES = {
     "gmlake_build_info": ("gauge", build_info),
@@ -482,6 +507,7 @@ FAMILIES = {
     "gmlake_lease_duration_seconds": ("histogram", latency_histogram),
     "gmlake_user_bytes": ("gauge", user_bytes),
     "gmlake_user_clients": ("gauge", user_clients),
+    "gmlake_user_reported": ("gauge", user_reported),
 }
 # LakeStats fields in stats --json that no family exports, and why
 NOT_EXPORTED = {

@@ -16,6 +16,7 @@ Suite *borrow_suite(void);
 Suite *layer_suite(void);
 Suite *partial_suite(void);
 Suite *snapshot_suite(void);
+Suite *usage_suite(void);
 
 int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
@@ -31,6 +32,7 @@ int main(void) {
   srunner_add_suite(sr, layer_suite());
   srunner_add_suite(sr, partial_suite());
   srunner_add_suite(sr, snapshot_suite());
+  srunner_add_suite(sr, usage_suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

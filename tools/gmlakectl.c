@@ -154,10 +154,12 @@ static void print_clients(const Gmlake__CtlReply *r) {
     }
     char pid[16] = "-"; /* 0: another user's process, not named to us */
     if (c->pid) snprintf(pid, sizeof pid, "%d", c->pid);
-    printf("%-8s %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s\n", pid, c->uid, c->pid ? c->name : "(another user)",
+    printf("%-8s %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s", pid, c->uid, c->pid ? c->name : "(another user)",
            gml_format_bytes(c->leased_bytes, a, 32), gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
            c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since, gml_format_bytes(c->growable_mapped, g, 32),
            gml_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz, uc);
+    print_client_other(c);
+    putchar('\n');
   }
   if (!r->n_clients) printf("(no clients)\n");
   if (uncounted) {
