@@ -92,7 +92,7 @@ $(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c common/sta
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c common/statsview.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
-$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_config.c tests/test_wire.c \
+$(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_policy.c tests/test_config.c tests/test_wire.c \
                       tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c tests/backends.c \
                       tests/test_usage.c) $(call obj,daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/config.c common/statsview.c) \
                     $(BUILD)/libgmlake-client.a

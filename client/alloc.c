@@ -3,7 +3,8 @@
  * gml_alloc_malloc down to the pointer-map insert: a best-fit search, slot
  * use counts, maybe a split. Anything rarer is a named *_slow function:
  * mapping chunks (slots.c), harvesting other streams' blocks, failures.
- * Decisions are policy.c's, bookkeeping blocks.c's, chunks slots.c's. */
+ * Decisions are policy.c's plans, carried out here (placement) and in
+ * slots.c (chunks); bookkeeping is blocks.c's. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -102,6 +103,29 @@ static int malloc_untracked_slow(gml_allocator *a, gml_region *r, gml_block *b, 
   return GML_ENOMEM;
 }
 
+/* Carry out the placement policy's steps until it names the block. */
+static gml_block *place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_place_plan p) {
+  while (p.kind != GML_PLACE_FIT) {
+    int moved = 0;
+    switch (p.kind) {
+    case GML_PLACE_HARVEST:
+      moved = gml_harvest_streams_slow(a, r);
+      break;
+    case GML_PLACE_TAKE_ORDERED:
+      moved = gml_take_ordered_slow(a, r, pi, stream);
+      break;
+    case GML_PLACE_BORROW:
+      if (gml_borrows_pending(a) < p.max_pending && !gml_order_after_slow(a, stream, p.lender))
+        moved = gml_take_ordered_slow(a, r, pi, stream);
+      break;
+    case GML_PLACE_FIT:
+      break;
+    }
+    p = gml_policy_place_next(a, r, pi, rsize, stream, &p, moved);
+  }
+  return p.block;
+}
+
 int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr) {
   return gml_alloc_malloc_ex(a, size, stream, 0, ptr);
 }
@@ -112,7 +136,9 @@ int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int fl
   pthread_mutex_lock(&a->lock);
   a->tick++;
   gml_region *r = region_for(a, bsize);
-  gml_block *b = gml_policy_place(a, r, pool_index(a, r, stream, 1), rsize, stream);
+  int pi = pool_index(a, r, stream, 1);
+  gml_place_plan plan = gml_policy_place(a, r, pi, rsize, stream);
+  gml_block *b = plan.kind == GML_PLACE_FIT ? plan.block : place_slow(a, r, pi, rsize, stream, plan);
   if (!b) {
     int rc = malloc_no_fit_slow(a, r, size);
     pthread_mutex_unlock(&a->lock);

@@ -5,7 +5,9 @@
  *   blocks.c       block structs, best-fit treaps, pools, the pointer map
  *   slots.c        chunk free lists, slot mappings (map/unmap/rollback),
  *                  leases, stream fences and harvest
- *   policy.c       every decision (policy.h)
+ *   policy.c       every decision, as a plan (policy.h), and the queries
+ *                  the mechanism shares with it: is a chunk ready, does a
+ *                  window need driver calls
  *   alloc.c        the entry points: fast path, slow paths, init, stats
  *   alloc_check.c  the invariant checker
  *   guard.c        guard mode's setting and fault report, gml_block_of
@@ -45,26 +47,26 @@ enum { GML_PAUSED_NO = 0, GML_PAUSED = 1, GML_PAUSED_FREED = 2 /* freed while pa
 
 /* ---------- layout ---------- */
 
-static inline uint32_t slot_of(gml_allocator *a, uintptr_t addr) { return (uint32_t)((addr - a->va_base) / a->cs); }
-static inline uintptr_t slot_addr(gml_allocator *a, uint32_t s) { return a->va_base + (uintptr_t)s * a->cs; }
-static inline uint64_t reserved_bytes(gml_allocator *a) { return (uint64_t)a->held * a->cs; }
-static inline size_t free_chunks(gml_allocator *a) { return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count; }
+static inline uint32_t slot_of(const gml_allocator *a, uintptr_t addr) { return (uint32_t)((addr - a->va_base) / a->cs); }
+static inline uintptr_t slot_addr(const gml_allocator *a, uint32_t s) { return a->va_base + (uintptr_t)s * a->cs; }
+static inline uint64_t reserved_bytes(const gml_allocator *a) { return (uint64_t)a->held * a->cs; }
+static inline size_t free_chunks(const gml_allocator *a) { return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count; }
 static inline gml_region *region_for(gml_allocator *a, size_t size) { return &a->regions[size < GML_SMALL_LIMIT ? 0 : 1]; }
 
 /* Guard mode: a block is [front guard][slack][usable][back guard] in whole
  * grains (policy.c places the pointer); guards that are whole slots are
  * never mapped, so a block uses only the slots of its grains in between. */
-static inline uintptr_t guard_data_start(gml_allocator *a, uintptr_t addr) {
+static inline uintptr_t guard_data_start(const gml_allocator *a, uintptr_t addr) {
   return addr + (a->guard == GML_GUARD_BOTH ? a->guard_grain : 0);
 }
-static inline int guard_slots_unmapped(gml_allocator *a) { return a->guard && a->guard_grain == a->cs; }
+static inline int guard_slots_unmapped(const gml_allocator *a) { return a->guard && a->guard_grain == a->cs; }
 /* The bytes whose slots a block at addr of bsize bytes (rsize usable) uses. */
-static inline void claim_window(gml_allocator *a, uintptr_t addr, size_t bsize, size_t rsize, uintptr_t *lo, uintptr_t *hi) {
+static inline void claim_window(const gml_allocator *a, uintptr_t addr, size_t bsize, size_t rsize, uintptr_t *lo, uintptr_t *hi) {
   *lo = addr, *hi = addr + bsize;
   if (guard_slots_unmapped(a)) *lo = guard_data_start(a, addr), *hi = *lo + gml_round_up(rsize, a->cs);
 }
 /* The slots [first, last] live block b uses. */
-static inline void block_slots(gml_allocator *a, const gml_block *b, uint32_t *first, uint32_t *last) {
+static inline void block_slots(const gml_allocator *a, const gml_block *b, uint32_t *first, uint32_t *last) {
   uintptr_t lo = b->addr, hi = b->addr + b->size;
   if (guard_slots_unmapped(a)) hi = b->ptr + b->usable, lo = hi - gml_round_up(b->usable, a->cs);
   *first = slot_of(a, lo), *last = slot_of(a, hi - 1);
@@ -148,14 +150,14 @@ static inline void clist_unlink(gml_allocator *a, int32_t ci) {
 }
 
 /* Index of stream s in streams_seen, -1 if never seen. */
-static inline int stream_index(gml_allocator *a, gml_stream s) {
+static inline int stream_index(const gml_allocator *a, gml_stream s) {
   for (int k = 0; k < a->nstreams_seen; k++)
     if (a->streams_seen[k] == s) return k;
   return -1;
 }
 /* Was chunk c freed on a stream that `stream` was made to wait for
- * (borrowing) after the free? */
-GML_HIDDEN int gml_chunk_ordered_slow(gml_allocator *a, const gml_pchunk *c, gml_stream stream);
+ * (borrowing) after the free? (policy.c) */
+GML_HIDDEN int gml_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream);
 
 /* Chunk ci (mapped there, or mapped nowhere: s = -1) is shown at slot s in
  * snapshots from now on (gml_pchunk.shown_at; slots.c). */
@@ -181,8 +183,8 @@ static inline void slot_release(gml_allocator *a, uint32_t s) {
 
 /* May a block on `stream` use chunk ci now without waiting? Work queued on
  * the stream that freed it runs first anyway; other streams need the fence. */
-static inline int chunk_ready_for(gml_allocator *a, int32_t ci, gml_stream stream) {
-  gml_pchunk *c = &a->chunks[ci];
+static inline int chunk_ready_for(const gml_allocator *a, int32_t ci, gml_stream stream) {
+  const gml_pchunk *c = &a->chunks[ci];
   return c->free_stream == stream || c->free_tick < a->safe_tick || /* MIXED matches no stream */
          (a->any_ordered && gml_chunk_ordered_slow(a, c, stream));
 }
@@ -226,11 +228,6 @@ GML_HIDDEN void gml_fence_update(gml_allocator *a);
 /* Move free blocks whose stream has passed them into the shared pool;
  * returns how many moved. */
 GML_HIDDEN int gml_harvest_streams_slow(gml_allocator *a, gml_region *r);
-/* Would a block at [addr, addr + rsize) on `stream` need a driver call or a wait? */
-GML_HIDDEN int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);
-/* ... or would it find every slot's chunk in place, usable once `stream`
- * waits for stream index j (borrowing)? */
-GML_HIDDEN int gml_window_ready_after_wait(gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j);
 /* Borrowing: the free blocks of other streams' pools in region r that
  * `stream` is ordered after (freed before a wait made it wait for their
  * stream) join its pool pi; returns how many moved. */

@@ -1,4 +1,5 @@
-/* policy.c: the allocator's decisions (policy.h lists them). Measured on
+/* policy.c: the allocator's decisions (policy.h lists them), each a plan
+ * read off the state it is given, never carried out here. Measured on
  * the recorded traces with gmlake-replay (BENCHMARKS.md, sessions 2-4):
  * best-fit placement plus headroom lets a repeated training step lay out
  * exactly as before and map nothing; placement that chased mapped chunks
@@ -9,30 +10,52 @@
 #include "policy.h"
 #include "util.h"
 
+/* ---------- what a window needs (the mechanism asks too) ---------- */
+
+/* A slot the block touches that no live block uses maps no chunk, or one
+ * owned elsewhere, or a free chunk another stream may still be using. */
+int gml_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
+  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last; s++) {
+    int32_t ci = a->slot_chunk[s];
+    if (a->slot_use[s]) { /* joining another stream's slot may have to wait (slot_claim) */
+      if (a->slot_stream[s] != stream && !chunk_ready_for(a, ci, stream)) return 1;
+      continue;
+    }
+    if (ci < 0 || a->chunks[ci].owner >= 0 || !chunk_ready_for(a, ci, stream)) return 1;
+  }
+  return 0;
+}
+
+int gml_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j) {
+  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last; s++) {
+    int32_t ci = a->slot_chunk[s];
+    if (!a->slot_use[s] && (ci < 0 || a->chunks[ci].owner >= 0)) return 0; /* needs a mapping */
+    if ((a->slot_use[s] && a->slot_stream[s] == stream) || chunk_ready_for(a, ci, stream)) continue;
+    if (a->chunks[ci].free_stream != a->streams_seen[j]) return 0; /* another stream's work: not this wait's */
+  }
+  return 1;
+}
+
+int gml_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
+  if (c->free_stream == GML_STREAM_MIXED) return 0;
+  int i = stream_index(a, stream), j = stream_index(a, c->free_stream);
+  return i >= 0 && j >= 0 && c->free_tick <= a->ordered[i][j];
+}
+
 /* ---------- placement with several streams ---------- */
 
-static int borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream);
+/* Where the sequence of gml_policy_place_slow stands (gml_place_plan.stage). */
+enum { STAGE_HARVESTED = 1, STAGE_TOOK_ORDERED, STAGE_BORROWED };
 
-static inline int fit_needs_calls(gml_allocator *a, gml_block *b, size_t bsize, size_t rsize, gml_stream stream) {
+static inline int fit_needs_calls(const gml_allocator *a, const gml_block *b, size_t rsize, gml_stream stream) {
   uintptr_t lo, hi;
-  claim_window(a, b->addr, bsize, rsize, &lo, &hi);
+  claim_window(a, b->addr, gml_policy_block_size(a, rsize), rsize, &lo, &hi);
   return gml_window_needs_calls(a, lo, hi - lo, stream);
 }
 
-/* Other streams' free blocks whose work is done join the shared pool when
- * none fits, or when the fit would need driver calls; if it still would,
- * borrowing takes the blocks of streams this one already waits for, then
- * makes it wait for one more. */
-gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_block *b) {
-  size_t bsize = gml_policy_block_size(a, rsize);
-  int multi = a->nstreams_seen > 1;
-  if ((!b || (multi && fit_needs_calls(a, b, bsize, rsize, stream))) && gml_harvest_streams_slow(a, r)) b = find_fit(r, pi, bsize);
-  if (!multi || !a->borrow || a->guard || (b && !fit_needs_calls(a, b, bsize, rsize, stream))) return b;
-  if (a->any_ordered && gml_take_ordered_slow(a, r, pi, stream)) {
-    b = find_fit(r, pi, bsize);
-    if (b && !fit_needs_calls(a, b, bsize, rsize, stream)) return b;
-  }
-  return borrow_slow(a, r, pi, rsize, stream) ? find_fit(r, pi, bsize) : b;
+static inline gml_place_plan fit(gml_block *b) { return (gml_place_plan){.kind = GML_PLACE_FIT, .block = b}; }
+static inline gml_place_plan step(gml_place_kind kind, int stage, gml_block *b) {
+  return (gml_place_plan){.kind = kind, .stage = stage, .block = b};
 }
 
 /* Cross-stream borrowing: nothing of this stream's, nor free of pending
@@ -44,16 +67,18 @@ gml_block *gml_policy_place_slow(gml_allocator *a, gml_region *r, int pi, size_t
  * block that stream freed so far joins this stream's pool: they are
  * ordered before its work now, and best fit (splitting as usual) picks
  * among them. At most borrow_max waits pending, because each one ties the
- * streams together; not in guard mode (its block sizes differ). With
- * borrowing off such a request maps or stitches chunks, waiting for the
- * device (a fence, or a synchronize) where another stream freed them. */
-static int borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream) {
-  if (pi <= 0 || gml_borrows_pending(a) >= a->borrow_max || stream_index(a, stream) < 0) return 0;
+ * streams together (the mechanism counts them as it borrows); not in guard
+ * mode (its block sizes differ). With borrowing off such a request maps or
+ * stitches chunks, waiting for the device (a fence, or a synchronize)
+ * where another stream freed them. */
+static gml_place_plan plan_borrow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize, gml_stream stream,
+                             gml_block *b) {
+  if (pi <= 0 || stream_index(a, stream) < 0) return fit(b);
   double cap = (double)rsize * a->borrow_ratio;
   gml_block *best = NULL;
   int best_j = -1;
   for (int pj = 1; pj <= GML_MAX_STREAMS; pj++) {
-    gml_pool *p = &r->pools[pj];
+    const gml_pool *p = &r->pools[pj];
     int j, n = 0;
     if (pj == pi || !p->used || !p->count || (j = stream_index(a, p->stream)) < 0) continue;
     gml_block *cand[8];
@@ -65,26 +90,66 @@ static int borrow_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gm
       }
     }
   }
-  if (!best || gml_order_after_slow(a, stream, best_j)) return 0;
-  return gml_take_ordered_slow(a, r, pi, stream);
+  if (!best) return fit(b);
+  gml_place_plan p = step(GML_PLACE_BORROW, STAGE_BORROWED, b);
+  p.lender = best_j, p.max_pending = a->borrow_max;
+  return p;
 }
 
-/* ---------- headroom ---------- */
+/* After the harvest: the fit if it needs no driver calls (or borrowing is
+ * off), else the blocks this stream already waits for, then borrowing. */
+static gml_place_plan after_harvest(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+                                    gml_stream stream, gml_block *b) {
+  if (a->nstreams_seen < 2 || !a->borrow || a->guard || (b && !fit_needs_calls(a, b, rsize, stream))) return fit(b);
+  if (a->any_ordered) return step(GML_PLACE_TAKE_ORDERED, STAGE_TOOK_ORDERED, b);
+  return plan_borrow(a, r, pi, rsize, stream, b);
+}
 
-/* Rather than take a free chunk that is mapped elsewhere (whose layout then
- * breaks when it comes back), lease fresh ones while the held bytes stay
- * within headroom_pct of the peak allocated. Best effort: at the limit, or
- * if the source says no, the free chunks serve; after a no, the source is
- * not asked again for GML_HEADROOM_BACKOFF operations (each ask is a daemon
- * round trip). */
-void gml_policy_headroom(gml_allocator *a, size_t need) {
-  size_t fresh = a->lists[GML_CL_FRESH].count;
-  if (fresh < need && a->headroom_pct > 0 && a->tick >= a->headroom_retry_tick) {
-    uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100), held = reserved_bytes(a);
-    size_t room = cap > held ? (size_t)((cap - held) / a->cs) : 0, want = GML_MIN(need - fresh, room);
-    if (want && gml_lease_chunks_slow(a, want, 1) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
-    else if (want) a->headroom_retry_tick = a->tick + GML_HEADROOM_BACKOFF;
+/* Other streams' free blocks whose work is done join the shared pool when
+ * none fits, or when the fit would need driver calls; if it still would,
+ * borrowing takes the blocks of streams this one already waits for, then
+ * makes it wait for one more. */
+gml_place_plan gml_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+                                     gml_stream stream, gml_block *b) {
+  if (!b || (a->nstreams_seen > 1 && fit_needs_calls(a, b, rsize, stream))) return step(GML_PLACE_HARVEST, STAGE_HARVESTED, b);
+  return after_harvest(a, r, pi, rsize, stream, b);
+}
+
+gml_place_plan gml_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+                                     gml_stream stream, const gml_place_plan *done, int moved) {
+  gml_block *b = moved ? find_fit(r, pi, gml_policy_block_size(a, rsize)) : done->block;
+  switch (done->stage) {
+  case STAGE_HARVESTED:
+    return after_harvest(a, r, pi, rsize, stream, b);
+  case STAGE_TOOK_ORDERED:
+    if (moved && b && !fit_needs_calls(a, b, rsize, stream)) return fit(b);
+    return plan_borrow(a, r, pi, rsize, stream, b);
+  default:
+    return fit(b);
   }
+}
+
+/* ---------- leases ---------- */
+
+/* Needed chunks first. Then, rather than take a free chunk that is mapped
+ * elsewhere (whose layout then breaks when it comes back), lease fresh ones
+ * while the held bytes stay within headroom_pct of the peak allocated. Best
+ * effort: at the limit, or if the source says no, the free chunks serve;
+ * after a no, the source is not asked again for GML_HEADROOM_BACKOFF
+ * operations (each ask is a daemon round trip). */
+gml_lease_plan gml_policy_lease(const gml_allocator *a, size_t need) {
+  gml_lease_plan p = {0, 0, 0};
+  size_t free = free_chunks(a), fresh = a->lists[GML_CL_FRESH].count;
+  if (free < need) {
+    p.chunks = need - free;
+  } else if (fresh < need && a->headroom_pct > 0 && a->tick >= a->headroom_retry_tick) {
+    uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100), held = reserved_bytes(a);
+    size_t room = cap > held ? (size_t)((cap - held) / a->cs) : 0;
+    p.chunks = GML_MIN(need - fresh, room);
+    p.optional = 1;
+    p.retry_tick = a->tick + GML_HEADROOM_BACKOFF;
+  }
+  return p;
 }
 
 /* ---------- remap: which chunk for a slot ---------- */
@@ -95,7 +160,7 @@ void gml_policy_headroom(gml_allocator *a, size_t need) {
  * step, alive together; a chunk taken from far away is less likely to be
  * wanted back while s holds it (on the recorded traces: half the remaps of
  * taking simply the oldest). The oldest if none is ready. */
-static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s, gml_stream stream) {
+static int32_t pick_cached_chunk(const gml_allocator *a, uint32_t s, gml_stream stream) {
   int32_t best = a->lists[GML_CL_CACHED].head;
   uint32_t best_d = 0;
   int n = 0;
@@ -113,7 +178,7 @@ static int32_t pick_cached_chunk(gml_allocator *a, uint32_t s, gml_stream stream
 
 /* A fresh chunk (mapped nowhere, so no other layout loses it) first, the
  * oldest fresh one; else pick_cached_chunk's. */
-int32_t gml_policy_chunk_for_slot(gml_allocator *a, uint32_t s, gml_stream stream) {
+int32_t gml_policy_chunk_for_slot(const gml_allocator *a, uint32_t s, gml_stream stream) {
   if (a->lists[GML_CL_FRESH].count) return a->lists[GML_CL_FRESH].head;
   return pick_cached_chunk(a, s, stream);
 }
@@ -122,11 +187,11 @@ int32_t gml_policy_chunk_for_slot(gml_allocator *a, uint32_t s, gml_stream strea
 
 /* Free chunks mapped nowhere go first, then mapped ones, freed longest ago
  * first (each is unmapped from every slot once the device is done). */
-int32_t gml_policy_trim_next(gml_allocator *a) {
+int32_t gml_policy_trim_next(const gml_allocator *a) {
   if (a->lists[GML_CL_FRESH].count) return a->lists[GML_CL_FRESH].head;
   return a->lists[GML_CL_CACHED].count ? a->lists[GML_CL_CACHED].head : -1;
 }
 
-int gml_policy_trim_reaches_mapped(gml_allocator *a, size_t max_chunks) {
+int gml_policy_trim_reaches_mapped(const gml_allocator *a, size_t max_chunks) {
   return a->lists[GML_CL_FRESH].count < max_chunks && a->lists[GML_CL_CACHED].count;
 }

@@ -292,8 +292,8 @@ static int map_streamed(gml_allocator *a, uint32_t first, uint32_t last, size_t 
 
 /* Give chunks to every slot of [first, last] that has none of its own: a
  * free chunk mapped there already (waiting for the device if another stream
- * freed it), else the free chunk gml_policy_chunk_for_slot picks (after
- * gml_policy_headroom had its say), leasing new ones when too few are free.
+ * freed it), else the free chunk gml_policy_chunk_for_slot picks, leasing
+ * what gml_policy_lease plans (too few free, then headroom).
  * A slot still mapping a chunk that is owned elsewhere is unmapped first.
  * New mappings get their access set in runs. On failure every slot is
  * consistent and nothing is lost: the caller unclaims the range. */
@@ -322,12 +322,17 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
     for (uint32_t s = first; s <= last; s++) need += a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s;
     if (!need) return 0;
   }
-  while (free_chunks(a) < need) {
+  gml_lease_plan lp;
+  while ((lp = gml_policy_lease(a, need)).chunks && !lp.optional) {
     if (a->no_grow) return GML_EAGAIN;
-    int rc = gml_lease_chunks_slow(a, need - free_chunks(a), 0);
+    int rc = gml_lease_chunks_slow(a, lp.chunks, 0);
     if (rc) return rc;
   }
-  gml_policy_headroom(a, need);
+  if (lp.chunks) { /* headroom: a no leaves the request to the free chunks */
+    size_t fresh = a->lists[GML_CL_FRESH].count;
+    if (gml_lease_chunks_slow(a, lp.chunks, 1) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
+    else a->headroom_retry_tick = lp.retry_tick;
+  }
   uint32_t run_start = UINT32_MAX;
   for (uint32_t s = first; s <= last + 1; s++) {
     int mapped_now = 0;
@@ -352,7 +357,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
   return 0;
 }
 
-/* ---------- streams: harvest, and would a window need driver calls ---------- */
+/* ---------- streams: harvest ---------- */
 
 /* Only runs when a request found no fit (or one needing driver calls). */
 int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
@@ -390,37 +395,7 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
   return moved;
 }
 
-/* A slot the block touches that no live block uses maps no chunk, or one
- * owned elsewhere, or a free chunk another stream may still be using. */
-int gml_window_needs_calls(gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
-  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last; s++) {
-    int32_t ci = a->slot_chunk[s];
-    if (a->slot_use[s]) { /* joining another stream's slot may have to wait (slot_claim) */
-      if (a->slot_stream[s] != stream && !chunk_ready_for(a, ci, stream)) return 1;
-      continue;
-    }
-    if (ci < 0 || a->chunks[ci].owner >= 0 || !chunk_ready_for(a, ci, stream)) return 1;
-  }
-  return 0;
-}
-
 /* ---------- cross-stream borrowing: ordering a stream after another ---------- */
-
-int gml_chunk_ordered_slow(gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
-  if (c->free_stream == GML_STREAM_MIXED) return 0;
-  int i = stream_index(a, stream), j = stream_index(a, c->free_stream);
-  return i >= 0 && j >= 0 && c->free_tick <= a->ordered[i][j];
-}
-
-int gml_window_ready_after_wait(gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j) {
-  for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last; s++) {
-    int32_t ci = a->slot_chunk[s];
-    if (!a->slot_use[s] && (ci < 0 || a->chunks[ci].owner >= 0)) return 0; /* needs a mapping */
-    if ((a->slot_use[s] && a->slot_stream[s] == stream) || chunk_ready_for(a, ci, stream)) continue;
-    if (a->chunks[ci].free_stream != a->streams_seen[j]) return 0; /* another stream's work: not this wait's */
-  }
-  return 1;
-}
 
 int gml_borrows_pending(gml_allocator *a) {
   int k = 0;

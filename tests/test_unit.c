@@ -1,4 +1,4 @@
-/* Unit tests (check): allocator, lake bookkeeping, lease broker, daemon settings, wire framing,
+/* Unit tests (check): allocator, lake bookkeeping, lease broker, allocator policy, daemon settings, wire framing,
  * growable ranges, the API boundary. */
 #include <check.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 Suite *alloc_suite(void);
 Suite *lake_suite(void);
 Suite *broker_suite(void);
+Suite *policy_suite(void);
 Suite *config_suite(void);
 Suite *wire_suite(void);
 Suite *growable_suite(void);
@@ -22,6 +23,7 @@ int main(void) {
   SRunner *sr = srunner_create(alloc_suite());
   srunner_add_suite(sr, lake_suite());
   srunner_add_suite(sr, broker_suite());
+  srunner_add_suite(sr, policy_suite());
   srunner_add_suite(sr, config_suite());
   srunner_add_suite(sr, wire_suite());
   srunner_add_suite(sr, growable_suite());
