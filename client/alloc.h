@@ -3,7 +3,8 @@
  * physical chunk backs which slot (every such decision: policy.c); the
  * driver calls (map/unmap, events) are a gml_backend's and chunks come from
  * a gml_chunk_source (the daemon, or the backend directly when embedded).
- * Its files: alloc_internal.h says which holds what.
+ * Its files: alloc_internal.h says which holds what; its state (the types
+ * below the entry points) is blocks.h's.
  *
  * Layout: one large virtual reservation, split into a small-block region
  * (requests < GML_SMALL_LIMIT, packed 512 B apart into shared chunks) and a
@@ -53,20 +54,12 @@
  * begins: a page protected, or a slot never mapped. */
 #ifndef GML_ALLOC_H
 #define GML_ALLOC_H
-#include "backend.h"
-#include "gmlake.h"
-#include <pthread.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "blocks.h"
 
-#define GML_ALIGN 512
-#define GML_SMALL_LIMIT (1u << 20)
-#define GML_MAX_STREAMS 32
 #define GML_DEFAULT_HEADROOM_PCT 2.0
 #define GML_DEFAULT_BORROW 0         /* off until the GPU measures its time cost (README, cross-stream borrowing) */
 #define GML_DEFAULT_BORROW_RATIO 1.5
 #define GML_DEFAULT_BORROW_MAX 8
-#define GML_BORROW_MAX_CAP 64        /* the most borrows waiting on a lender at once */
 
 /* The allocator's settings. It reads no environment: client.c fills this
  * from the library's options (gml_alloc_config_from_options). */
@@ -83,152 +76,6 @@ typedef struct gml_alloc_config {
 } gml_alloc_config;
 #define GML_ALLOC_CONFIG_DEFAULT \
   {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0}
-
-#define GML_LEASE_MAX 65536 /* the most chunks the allocator asks its source for in one call */
-typedef struct gml_chunk_source {
-  void *ctx;
-  /* Obtain up to n chunks; returns how many (>0) or a GML_E* code.
-   * optional: headroom, not need; take only what is free at once. */
-  int (*acquire)(void *ctx, size_t n, int optional, gml_phys *phys, uint64_t *ids);
-  /* Give chunks back (already unmapped). */
-  void (*release)(void *ctx, size_t n, const gml_phys *phys, const uint64_t *ids);
-  /* Optional (NULL: none): up to n needed chunks handed to got() batch by
-   * batch as they come, the rest still on its way (the caller maps them
-   * meanwhile); returns how many in all (>0) or a GML_E* code. */
-  int (*acquire_stream)(void *ctx, size_t n, void (*got)(void *arg, const gml_phys *phys, const uint64_t *ids, size_t k),
-                        void *arg);
-} gml_chunk_source;
-
-typedef struct gml_block gml_block;
-typedef struct gml_pool {
-  gml_stream stream;
-  int used;
-  gml_block *root; /* treap of free blocks keyed (size, addr) */
-  size_t count;
-} gml_pool;
-
-typedef struct gml_region {
-  uintptr_t base;
-  size_t size;
-  uint32_t first_slot;
-  gml_block *first; /* the block at base: never merged away */
-  gml_pool pools[GML_MAX_STREAMS + 1]; /* [0] = any stream (no pending work) */
-} gml_region;
-
-/* Free-chunk lists (gml_pchunk.list). */
-enum { GML_CL_OWNED = 0, GML_CL_FRESH = 1 /* free, mapped nowhere */, GML_CL_CACHED = 2 /* free, mapped */, GML_CL_DEAD = 3 };
-#define GML_STREAM_MIXED ((gml_stream)UINTPTR_MAX)
-
-typedef struct gml_pchunk {
-  gml_phys phys;
-  uint64_t id;
-  int32_t owner;     /* slot whose live blocks use it; -1 when free */
-  int32_t maps_head; /* first slot mapping it (-1: none); linked by slot_anext/aprev */
-  uint32_t nmaps;
-  uint8_t list;      /* GML_CL_* */
-  int32_t lprev, lnext;  /* links in its free list (or the dead stack) */
-  gml_stream free_stream; /* stream that used it last (GML_STREAM_MIXED: several) */
-  uint64_t free_tick;     /* a->tick when it became free */
-  /* The slot that stands for it in snapshots (gml_segments), so each held
-   * chunk is shown once, at one address: its owner; when free, the slot that
-   * stood for it while it still maps it, else another slot mapping it; -1
-   * when mapped nowhere. Every change is a segment event (gml_chunk_show). */
-  int32_t shown_at;
-} gml_pchunk;
-
-typedef struct gml_clist {
-  int32_t head, tail;
-  size_t count;
-} gml_clist;
-
-typedef struct gml_ptrmap {
-  uintptr_t *keys;
-  gml_block **vals;
-  size_t cap, count;
-} gml_ptrmap;
-
-typedef struct gml_allocator {
-  pthread_mutex_t lock;
-  gml_backend *be;
-  gml_chunk_source src;
-  size_t cs;           /* chunk size */
-  uintptr_t va_base;
-  size_t va_size;
-  gml_region regions[2]; /* 0 small, 1 large */
-  uint32_t nslots;
-  int32_t *slot_chunk;   /* chunk mapped at the slot, -1 if none */
-  uint32_t *slot_use;    /* live blocks touching the slot */
-  int32_t *slot_anext, *slot_aprev; /* other slots mapping the same chunk */
-  uint64_t *slot_idle_tick; /* a->tick when the slot was last released */
-  gml_stream *slot_stream;  /* stream of the blocks touching it (GML_STREAM_MIXED: several) */
-  uint64_t tick;            /* counts operations */
-  /* Fence: events recorded on every stream seen at fence_tick; once all are
-   * done, whatever was released before fence_tick is unused by the device
-   * (may be unmapped, or reused from any stream) without a full synchronize. */
-  uint64_t safe_tick, fence_tick;
-  int fence_n;
-  uintptr_t fence_ev[GML_MAX_STREAMS];
-  gml_pchunk *chunks;    /* indices stay put; released chunks go on the dead stack */
-  size_t chunks_used, chunks_cap, held;
-  int32_t dead;
-  gml_clist lists[3];    /* [GML_CL_FRESH], [GML_CL_CACHED] (LRU: head freed longest ago) */
-  gml_ptrmap live;
-  gml_block *spare;      /* free list of block structs */
-  uint64_t rng;
-  int nstreams_seen;
-  gml_stream streams_seen[GML_MAX_STREAMS];
-  /* numbers */
-  uint64_t allocated, peak_allocated, peak_reserved, stitched;
-  uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
-  uint64_t mapped_allocs;   /* allocations that mapped a chunk (the slow path) */
-  double headroom_pct;      /* config: fresh chunks leased past need, % of peak allocated */
-  uint64_t headroom_leased; /* chunks leased as headroom */
-  uint64_t headroom_retry_tick; /* no headroom lease before this tick (the source said no) */
-  uint64_t map_ns;      /* time in map_slots_slow (driver calls, fence waits) */
-  int timing;           /* config: also sum the time of every malloc in malloc_ns */
-  uint64_t malloc_ns;
-  size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
-  uint32_t tag;        /* given to new blocks (gml_set_tag); pause may take only one tag's blocks */
-  uint64_t paused_bytes;  /* bytes of paused blocks (pause.c): not in allocated */
-  /* A CUDA graph is being captured (gml_pool_begin): no event may be
-   * recorded or queried and the device may not be synchronized, so fences
-   * and harvests wait, and what would need a wait fails instead. */
-  int no_device_waits;
-  uint64_t lease_ns[1024]; /* recent calls to src.acquire (a daemon round trip + imports) */
-  uint64_t lease_calls;
-  /* where the slow path's time goes (gml_stats): the source adds the first
-   * two (atomically: the growable ranges lease under their own lock) */
-  uint64_t lease_wait_ns;  /* waiting for the daemon's lease replies (not importing) */
-  uint64_t import_ns;      /* importing leased chunks (the backend's chunk_import) */
-  uint64_t map_call_ns, access_ns; /* of map_ns: the backend's map and set-access calls */
-  uint64_t chunks_streamed; /* chunks that came by streamed leases (the source adds them) */
-  int stream_map;          /* config: a large lease mapped as it comes (slots.c) */
-  /* guard mode (guard.c) */
-  int guard;              /* 0 off, GML_GUARD_END or GML_GUARD_BOTH */
-  size_t guard_grain;     /* bytes per guard: a page (backend protect) or the chunk (an unmapped slot) */
-  int guard_bt;           /* record each allocation's backtrace */
-  /* cross-stream borrowing (policy.c decides, slots.c orders the streams) */
-  int borrow;             /* take blocks freed on other streams, with a wait if need be */
-  double borrow_ratio;    /* a stream waits for another for a block of at most this times the request */
-  int borrow_max;         /* the most waits whose lender may not be done, at once */
-  int borrow_nev;
-  uintptr_t borrow_ev[GML_BORROW_MAX_CAP]; /* their lenders' events */
-  uint64_t borrows, borrow_waits;
-  /* ordered[i][j]: work enqueued on streams_seen[i] from now on runs after
-   * everything streams_seen[j] enqueued up to that tick (a wait put it there) */
-  uint64_t ordered[GML_MAX_STREAMS][GML_MAX_STREAMS];
-  int any_ordered;
-  int no_grow;            /* this malloc fails with GML_EAGAIN rather than lease (gml_alloc_malloc_ex) */
-  /* snapshot segment events (gml_chunk_show), while the client's history is
-   * on: a slot's address, | 1 when it starts standing for a chunk
-   * (segment_map), else it stops (segment_unmap); the client moves them into
-   * its history (gml_trace_segments) */
-  int seg_log;
-  uintptr_t *seg_ev;
-  size_t seg_ev_n, seg_ev_cap;
-  uint64_t seg_ev_lost; /* no memory to record them: snapshots may not replay */
-  char last_error[256];
-} gml_allocator;
 
 /* cfg NULL: GML_ALLOC_CONFIG_DEFAULT. */
 int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg);

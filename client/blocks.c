@@ -2,11 +2,13 @@
  * beyond destroying events: block structs (recycled through a spare list),
  * the best-fit treaps of free blocks keyed (size, addr), one per stream
  * pool, coalescing and splitting, and the pointer map from a live block's
- * address to its struct. Which free block serves a request is policy.c's. */
+ * address to its struct, and whether borrowing ordered a stream after a
+ * chunk's free. Its declarations, and the state it works on, are
+ * blocks.h's. Which free block serves a request is policy.c's. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "alloc_internal.h"
+#include "blocks.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,4 +222,12 @@ gml_block *gml_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove) {
   m->keys[hole] = 0;
   m->vals[hole] = NULL;
   return v;
+}
+
+/* ---------- chunks: ordered by borrowing ---------- */
+
+int gml_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
+  if (c->free_stream == GML_STREAM_MIXED) return 0;
+  int i = stream_index(a, stream), j = stream_index(a, c->free_stream);
+  return i >= 0 && j >= 0 && c->free_tick <= a->ordered[i][j];
 }

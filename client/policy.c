@@ -36,12 +36,6 @@ int gml_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t s
   return 1;
 }
 
-int gml_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
-  if (c->free_stream == GML_STREAM_MIXED) return 0;
-  int i = stream_index(a, stream), j = stream_index(a, c->free_stream);
-  return i >= 0 && j >= 0 && c->free_tick <= a->ordered[i][j];
-}
-
 /* ---------- placement with several streams ---------- */
 
 /* Where the sequence of gml_policy_place_slow stands (gml_place_plan.stage). */

@@ -43,7 +43,7 @@
  * plug in the same way, as a field of their plan. */
 #ifndef GML_POLICY_H
 #define GML_POLICY_H
-#include "alloc_internal.h"
+#include "blocks.h"
 
 #define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
 #define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
