@@ -3,8 +3,12 @@
  * physical chunk backs which slot (every such decision: policy.c); the
  * driver calls (map/unmap, events) are a gml_backend's and chunks come from
  * a gml_chunk_source (the daemon, or the backend directly when embedded).
- * Its files: alloc_internal.h says which holds what; its state (the types
- * below the entry points) is blocks.h's.
+ * Its files: alloc_internal.h says which holds what. They stand in layers,
+ * each using only those below it: blocks.h, the state (types, layout,
+ * treaps, pools); policy.h, which reads the state and answers with plans;
+ * slots.h, the chunk mechanism, which carries chunk plans out; this file's
+ * entry points (alloc.c), which carry placement plans out. A policy is
+ * thus tested on a state built by hand (tests/test_policy.c).
  *
  * Layout: one large virtual reservation, split into a small-block region
  * (requests < GML_SMALL_LIMIT, packed 512 B apart into shared chunks) and a

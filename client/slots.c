@@ -8,8 +8,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "alloc_internal.h"
 #include "policy.h"
+#include "slots.h"
 #include "util.h"
 #include <stdio.h>
 #include <stdlib.h>
