@@ -48,7 +48,7 @@ COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c commo
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
 DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
-CLIENT_SRC += client/link.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
+CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 CLIENT_SRC += client/plan.c  # placement planned from a recorded iteration (no allocator in it)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))

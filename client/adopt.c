@@ -1,4 +1,4 @@
-/* adopt.c: what a reconnection says to the daemon on its new socket (link.c's
+/* adopt.c: what a reconnection says to the daemon on its new socket (keeper.c's
  * reconnect runs the hello before it takes its locks, the batches with them
  * held; no reader runs on the socket yet):
  * the adopting hello, whose failure says what happened (the connection

@@ -1,5 +1,8 @@
-/* client_priv.h: the client handle as the library's parts see it (client.c
- * owns the connection and the allocator's chunk sources; growable.c maps
+/* client_priv.h: the client handle as the library's parts see it, and the
+ * map of their internal functions, grouped under the file that defines each
+ * (client.c the handle's base; open.c puts the parts together; link.c,
+ * lease.c, report.c, keeper.c, hello.c and adopt.c the daemon conversation;
+ * the allocator's chunk sources are lease.c's and open.c's; growable.c maps
  * chunks from the same source into ranges of their own; track.c, streams.c
  * and pools.c keep what a framework layer needs on top of the allocator:
  * per-allocation records, PyTorch's counters, history, recorded streams,
@@ -13,7 +16,7 @@
 #include <stdint.h>
 
 #define REPORT_INTERVAL_NS (100 * 1000 * 1000ull)
-#define GML_USAGE_KEYS 32 /* the most numbers of a usage report compared for a change (client.c usage_key) */
+#define GML_USAGE_KEYS 32 /* the most numbers of a usage report compared for a change (report.c usage_key) */
 
 /* A growable range (growable.c); share.c publishes or attaches whole ones. */
 enum { GML_GROW_OWN = 0, GML_GROW_PUBLISHED = 1, GML_GROW_ATTACHED = 2 };
@@ -42,7 +45,7 @@ struct gml_growable {
   } pub;
   int lost;        /* GML_SHARE_*: where the share stands with a daemon that restarted (share.c) */
 };
-/* A shared range after a daemon restart (link.c hands its chunks over, share.c
+/* A shared range after a daemon restart (keeper.c hands its chunks over, share.c
  * restores): PUBLISH, its chunks were adopted and it is to be published again;
  * REGISTER, attached: to be counted a mapper again once its share is back;
  * OWNED, its publication failed: its chunks are plainly leased to us. */
@@ -118,13 +121,13 @@ typedef struct gml_grow_state {
 } gml_grow_state;
 
 /* A chunk id with this bit: the chunk belongs to a session of this daemon
- * instance that it closed while we lived on (link.c): it is parked under our
+ * instance that it closed while we lived on (keeper.c): it is parked under our
  * pid there and freed when we exit, so we release it locally only, never
  * return it by id; a real restart hands it over like any other. */
 #define GML_ID_PARKED (1ull << 63)
 /* With GML_ID_PARKED: a restarted daemon took no hand-over of the chunk (past
  * its adopt-window, or refused): no lake counts it; ours until we exit or
- * hand it over to a later daemon (link.c). c->uncounted_chunks counts them. */
+ * hand it over to a later daemon (keeper.c). c->uncounted_chunks counts them. */
 #define GML_ID_UNCOUNTED (1ull << 62)
 
 struct gml_client {
@@ -135,7 +138,7 @@ struct gml_client {
   pthread_mutex_t conn_lock;
   uint64_t seq;
   uint64_t client_id;
-  uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; link.c) */
+  uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; keeper.c) */
   uint64_t lease_wait_ns;    /* HelloReply.lease_wait_ms: a reply may rightly take this long more (link.c) */
   uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none); set under
                               * conn_lock (atomic: daemon_acquire_stream peeks without it) */
@@ -170,7 +173,7 @@ struct gml_client {
   struct gml_ipc_map *ipc_maps; /* what gml_ipc_open mapped (ipc.c), under track_lock */
 };
 
-/* link.c: the daemon connection's threads (see there). start after hello;
+/* keeper.c: the daemon connection's threads (see there). start after hello;
  * quiesce (the keeper stops) before the allocator goes; stop at last. */
 typedef struct gml_link gml_link;
 /* hello.c: a Hello with this process's protocol version, name
@@ -188,12 +191,18 @@ void gml_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]);
 struct gml_options;
 int gml_daemon_find(gml_client *c, const struct gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen,
                     char *why, size_t whylen, char *backend, size_t blen, uint64_t *chunk_size);
+/* keeper.c */
 int gml_link_start(gml_client *c, const char *socket_path);
 void gml_link_quiesce(gml_client *c);
 void gml_link_stop(gml_client *c);
-/* Send env (its seq set here); with want_reply, wait for the reply the reader
- * routes back. conn_lock held. GML_EDAEMON when the connection is gone. */
+/* link.c: send env (its seq set here); with want_reply, wait for the reply
+ * (the reader routes it back; before the threads start, read here, the
+ * daemon's requests meanwhile noted). conn_lock held. GML_EDAEMON when the
+ * connection is gone. */
 int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds);
+/* A message from the daemon and the fds that came with it: every path that
+ * receives one ends here (fds set to -1 were taken over). */
+void gml_link_free(Gmlake__Envelope *env, const int *fds, int nfds);
 /* The same in steps, for a request with several replies (a streamed lease):
  * send (with want_reply its replies are queued by the reader from now on),
  * take the next reply (waiting; GML_EDAEMON once the connection went and
@@ -207,7 +216,7 @@ int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
 int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
                          size_t *nchunks);
 void gml_link_end(gml_client *c);
-/* adopt.c: a reconnection's messages on its new socket (link.c's reconnect; no reader runs on it
+/* adopt.c: a reconnection's messages on its new socket (keeper.c's reconnect; no reader runs on it
  * yet). The adopting hello, sent before reconnect takes its locks: 0, or a failure with why saying
  * what happened. What the reply says of the new connection goes to *said, not to c: reconnect sets
  * it under conn_lock (an allocator call reads max_stream and seq under it meanwhile). */
@@ -229,27 +238,30 @@ typedef struct gml_adopt_batch {
 } gml_adopt_batch;
 void gml_adopt_add(void *ctx, gml_phys phys, uint64_t *id);
 int gml_adopt_flush(gml_adopt_batch *b);
-/* client.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams nothing. */
+/* keeper.c and link.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams
+ * nothing; how long a reply is waited for. */
 void gml_client_test_nostream(gml_client *c);
 void gml_client_test_reply_timeout(gml_client *c, uint64_t ms);
-/* client.c: send the allocator's numbers to the daemon now. */
-void gml_client_report(gml_client *c);
-/* The daemon's clock against ours, from a hello reply's mono_ns (0: not said). */
+/* link.c: the daemon's clock against ours, from a hello reply's mono_ns (0: not said). */
 void gml_daemon_clock(gml_client *c, uint64_t daemon_mono_ns);
 /* A reclaim request that came after its valid_ms on our clock (we were
  * stopped): its lease is over; answered without giving anything back. */
 int gml_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r);
+/* report.c: send the allocator's numbers to the daemon now. */
+void gml_client_report(gml_client *c);
 /* From the keeper thread every REPORT_INTERVAL_NS: a report only where the
  * numbers changed since the last one and no other thread is talking to the
  * daemon, so `gmlakectl clients` is never more than that behind an idle
  * process. */
 void gml_client_report_changed(gml_client *c);
+/* lease.c: the daemon as the allocator's chunk source (gml_open's). */
+gml_chunk_source gml_lease_source(gml_client *c);
 /* Give chunks back that processes of other users may still map (the daemon
  * releases them and never leases them again); our handles and mappings stay. */
 void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
-/* A chunk with GML_ID_UNCOUNTED let go (released locally): one less kept outside the lake. */
+/* client.c: a chunk with GML_ID_UNCOUNTED let go (released locally): one less kept outside the lake. */
 void gml_client_uncounted_gone(gml_client *c);
-/* track.c: why a call on c fails, for gml_last_error (the call and the
+/* Why a call on c fails, for gml_last_error (the call and the
  * argument that was wrong, so the message is never the last call's); returns rc. */
 int gml_fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* settings.c: gml_open's options (GML_EINVAL, said on stderr, for a mode,
@@ -262,7 +274,7 @@ size_t gml_va_size(const struct gml_options *opt, gml_backend *be);
 void gml_pause_stats(gml_client *c, gml_stats *st);
 void gml_pause_destroy(gml_client *c);
 
-/* client.c: serve a reclaim, report usage now and then (force: now) */
+/* report.c: serve a reclaim, report usage now and then (force: now) */
 void gml_client_housekeeping(gml_client *c, int force);
 
 /* track.c */
@@ -315,18 +327,18 @@ void gml_grow_stats(gml_client *c, gml_stats *st);
 int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1);
 /* share.c: a shared range's chunks at close or destroy: unmapped, released, detached. grow.lock held. */
 int gml_share_release_range(gml_growable *g);
-/* After a hand-over to a restarted daemon (link.c): published ranges marked
+/* After a hand-over to a restarted daemon (keeper.c): published ranges marked
  * GML_SHARE_PUBLISH are published again, attached ones registered as mappers
  * once their share is back (retried by the keeper thread, at most once a
  * second, while any is left). Takes grow.lock. */
 void gml_share_restore(gml_client *c);
-/* link.c, reconnecting to a restarted daemon (grow.lock held): every chunk of
+/* keeper.c, reconnecting to a restarted daemon (grow.lock held): every chunk of
  * a published range to fn, and every shared range marked for restore.
  * adopted: fn hands them over with the rest, to be published again; else
  * (a daemon that takes no hand-over) fn keeps them local and the published
  * ranges are mapped on uncounted. Attached ones wait for their share either way. */
 void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx, int adopted);
-/* client.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS). */
+/* link.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS); takes conn_lock. */
 struct Gmlake__Envelope;
 int gml_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);
 #endif

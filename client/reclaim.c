@@ -1,5 +1,5 @@
 /* reclaim.c: giving idle chunks back without waiting for the device, for a
- * thread that is not the allocator's caller: the keeper (link.c) serving
+ * thread that is not the allocator's caller: the keeper (keeper.c) serving
  * the daemon's reclaim request while the process may be idle, or busy on
  * its streams. gml_alloc_release_idle (alloc.c) synchronizes the device
  * when it must unmap chunks a stream may still touch; this never does: it

@@ -97,14 +97,6 @@ void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_s
   if (pool >= 0) e->pool = c->pools[pool].id;
 }
 
-int gml_fail(gml_client *c, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 int gml_trace_enable(gml_client *c, size_t capacity) {
   if (!c) return GML_EINVAL;
   gml_trace_entry *e = capacity ? calloc(capacity, sizeof *e) : NULL;
