@@ -1,6 +1,6 @@
 /* client.c: the client handle's base, below every part that uses it: why a
- * call failed (gml_fail, gml_last_error), the handle's plain accessors and the
- * count of chunks no lake counts. struct gml_client and the map of the
+ * call failed (gml_fail, gml_last_error), the handle's plain accessors, the
+ * count of chunks no lake counts and the chunk holders' registry. struct gml_client and the map of the
  * library's internal functions are in client_priv.h; gml_open and gml_close,
  * which put the parts together, are in open.c; the conversation with the
  * daemon is link.c's, lease.c's, report.c's and keeper.c's. */
@@ -9,6 +9,7 @@
 #endif
 #include "client_priv.h"
 #include "gmlake.h"
+#include "log.h"
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -48,3 +49,8 @@ int gml_block_list(gml_client *c, gml_block_info *out, size_t max) {
 }
 
 void gml_client_uncounted_gone(gml_client *c) { __atomic_fetch_sub(&c->uncounted_chunks, 1, __ATOMIC_RELAXED); }
+
+void gml_holder_add(gml_client *c, const gml_holder_ops *ops) {
+  if (c->nholders < GML_MAX_HOLDERS) c->holders[c->nholders++] = ops;
+  else GML_ERR("more than %d chunk holders: one is left out of reconnections and usage reports", GML_MAX_HOLDERS);
+}

@@ -118,7 +118,48 @@ typedef struct gml_grow_state {
   int lost_shares;          /* ranges whose share a restarted daemon does not know yet (GML_SHARE_*) */
   uint64_t restore_ns;      /* the last attempt to restore them */
   uint64_t lost_since_ns;   /* when the last hand-over marked them */
+  /* How a shared range's chunks go at destroy or close: share.c's, set when it
+   * first shares a range (growable.c calls it, never share.c by name). grow.lock held. */
+  int (*release_shared)(struct gml_growable *g);
 } gml_grow_state;
+
+/* A chunk holder: a part of the client that keeps leased chunks across a
+ * reconnection to the daemon (the allocator: open.c; growable ranges:
+ * growable.c; shares: share.c), or numbers for the usage report (pause.c).
+ * gml_open registers each (gml_holder_add) in the order their locks nest; the
+ * daemon conversation calls them through these ops (keeper.c's reconnection
+ * and tick, report.c's usage report), never by name, as nng's transports call
+ * a protocol's pipe ops. Any op may be NULL. */
+typedef void (*gml_chunk_fn)(void *ctx, gml_phys phys, uint64_t *id);
+/* What a reconnection does with the chunks (handover's and reconnected's how):
+ * ADOPT, a restarted daemon takes them (fn hands each over, its id replaced in
+ * place); PARKED, the same daemon, which closed our connection, keeps them
+ * parked under our pid; UNCOUNTED, a restarted daemon takes none (fn marks
+ * each id local: ours, counted by no lake, until we exit). */
+enum { GML_HANDOVER_ADOPT = 0, GML_HANDOVER_PARKED = 1, GML_HANDOVER_UNCOUNTED = 2 };
+typedef struct gml_holder_ops {
+  /* lock, unlock: around a reconnection's hand-over, lock in registration order
+   * (then conn_lock), unlock in reverse, so that no chunk comes or goes
+   * meanwhile. They take or drop the holder's own lock and do nothing else. */
+  void (*lock)(gml_client *c);
+  void (*unlock)(gml_client *c);
+  /* handover: fn(ctx, phys, &id) for every chunk it holds that the daemon is
+   * to know of; fn may rewrite the id. Every holder's lock and conn_lock are
+   * held: it may not take a lock, lease or return chunks, or send a message. */
+  void (*handover)(gml_client *c, gml_chunk_fn fn, void *ctx, int how);
+  /* reconnected: once a hand-over succeeded and the usage report followed it;
+   * on the keeper thread, no lock held: it may talk to the daemon
+   * (gml_client_call), never wait for the keeper. */
+  void (*reconnected)(gml_client *c, int how);
+  /* tick: the keeper thread, about every REPORT_INTERVAL_NS while connected
+   * and idle (work a reconnection left, retried); as reconnected, and returns
+   * at once when there is nothing to do. */
+  void (*tick)(gml_client *c);
+  /* usage: its numbers into st for the usage report (report.c); any thread,
+   * no lock of the conversation held: it takes its own lock only, and sends nothing. */
+  void (*usage)(gml_client *c, gml_stats *st);
+} gml_holder_ops;
+#define GML_MAX_HOLDERS 8
 
 /* A chunk id with this bit: the chunk belongs to a session of this daemon
  * instance that it closed while we lived on (keeper.c): it is parked under our
@@ -155,6 +196,8 @@ struct gml_client {
   uint64_t last_report_ns;
   uint64_t last_usage[GML_USAGE_KEYS]; /* the numbers of the last usage report (gml_client_report_changed skips an unchanged one) */
   uint32_t ops_since_check;
+  const gml_holder_ops *holders[GML_MAX_HOLDERS]; /* gml_holder_add's, in registration order */
+  int nholders;
   gml_grow_state grow;
   char last_error[1400];
   char lake_error[1024];    /* the daemon's refusal of the last lease (the lake-wide picture), "" after a served one */
@@ -259,7 +302,10 @@ gml_chunk_source gml_lease_source(gml_client *c);
 /* Give chunks back that processes of other users may still map (the daemon
  * releases them and never leases them again); our handles and mappings stay. */
 void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
-/* client.c: a chunk with GML_ID_UNCOUNTED let go (released locally): one less kept outside the lake. */
+/* client.c: a chunk holder's ops, kept (not copied) for the handle's life;
+ * registered by gml_open before the daemon's threads start. */
+void gml_holder_add(gml_client *c, const gml_holder_ops *ops);
+/* A chunk with GML_ID_UNCOUNTED let go (released locally): one less kept outside the lake. */
 void gml_client_uncounted_gone(gml_client *c);
 /* Why a call on c fails, for gml_last_error (the call and the
  * argument that was wrong, so the message is never the last call's); returns rc. */
@@ -273,6 +319,7 @@ size_t gml_va_size(const struct gml_options *opt, gml_backend *be);
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
 void gml_pause_stats(gml_client *c, gml_stats *st);
 void gml_pause_destroy(gml_client *c);
+extern const gml_holder_ops gml_pause_holder; /* its numbers in the usage report */
 
 /* report.c: serve a reclaim, report usage now and then (force: now) */
 void gml_client_housekeeping(gml_client *c, int force);
@@ -318,26 +365,17 @@ void gml_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is f
 void gml_ipc_client_gone(gml_client *c);          /* at close: exports dropped, mappings unmapped */
 
 /* growable.c */
-/* fn(ctx, phys, &id) for every chunk mapped in the client's ranges (grow.lock held). */
-void gml_grow_each_chunk(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx);
+/* The ranges as a chunk holder: grow.lock, their own chunks, their numbers. */
+extern const gml_holder_ops gml_grow_holder;
 void gml_grow_init(gml_client *c);
 void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */
 void gml_grow_stats(gml_client *c, gml_stats *st);
 /* grow.lock held: unmap slots [s0, s1) and give the chunks back (own ranges) */
 int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1);
-/* share.c: a shared range's chunks at close or destroy: unmapped, released, detached. grow.lock held. */
-int gml_share_release_range(gml_growable *g);
-/* After a hand-over to a restarted daemon (keeper.c): published ranges marked
- * GML_SHARE_PUBLISH are published again, attached ones registered as mappers
- * once their share is back (retried by the keeper thread, at most once a
- * second, while any is left). Takes grow.lock. */
-void gml_share_restore(gml_client *c);
-/* keeper.c, reconnecting to a restarted daemon (grow.lock held): every chunk of
- * a published range to fn, and every shared range marked for restore.
- * adopted: fn hands them over with the rest, to be published again; else
- * (a daemon that takes no hand-over) fn keeps them local and the published
- * ranges are mapped on uncounted. Attached ones wait for their share either way. */
-void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx, int adopted);
+/* share.c as a chunk holder: a reconnection hands over (or keeps local) the
+ * chunks of published ranges; shared ranges are published or registered again
+ * (reconnected, then at most once a second from tick while any is left). */
+extern const gml_holder_ops gml_share_holder;
 /* link.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS); takes conn_lock. */
 struct Gmlake__Envelope;
 int gml_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);

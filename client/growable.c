@@ -284,7 +284,7 @@ int gml_growable_info_get(gml_growable *g, gml_growable_info *out) {
 /* grow.lock held. */
 static int destroy_locked(gml_growable *g) {
   gml_client *c = g->c;
-  int rc = g->shared ? gml_share_release_range(g) : gml_grow_unmap_slots(g, 0, g->nslots);
+  int rc = g->shared ? c->grow.release_shared(g) : gml_grow_unmap_slots(g, 0, g->nslots);
   if (rc) return rc; /* still mapped: keep the range rather than free a mapped reservation */
   c->be->ops->va_free(c->be, g->base, g->size);
   if (g->prev) g->prev->next = g->next;
@@ -321,8 +321,15 @@ void gml_grow_destroy_all(gml_client *c) {
   pthread_mutex_destroy(&c->grow.lock);
 }
 
-void gml_grow_each_chunk(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx) {
+static void holder_handover(gml_client *c, gml_chunk_fn fn, void *ctx, int how) {
+  (void)how;
   for (gml_growable *g = c->grow.head; g; g = g->next)
     for (size_t k = 0; k < g->nslots && !g->shared; k++) /* a share's chunks are the share's, not ours */
       if (g->mapped[k]) fn(ctx, g->phys[k], &g->ids[k]);
 }
+
+static void holder_lock(gml_client *c) { pthread_mutex_lock(&c->grow.lock); }
+static void holder_unlock(gml_client *c) { pthread_mutex_unlock(&c->grow.lock); }
+
+const gml_holder_ops gml_grow_holder = {
+    .lock = holder_lock, .unlock = holder_unlock, .handover = holder_handover, .usage = gml_grow_stats};

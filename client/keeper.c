@@ -6,8 +6,9 @@
  *           the fence for up to RECLAIM_POLL_MS), then reports usage. It
  *           takes the allocator's lock, then conn_lock (to return chunks):
  *           the order every allocator call takes them in. Every
- *           REPORT_INTERVAL_NS it reports usage where it changed, and retries
- *           the restore of shares a restarted daemon does not know yet.
+ *           REPORT_INTERVAL_NS it reports usage where it changed and gives
+ *           the chunk holders their tick (shares a restarted daemon does not
+ *           know yet are restored then).
  *
  * The daemon gone (EOF or an error on the socket: a restart, a SIGKILL), the
  * reader ends and the keeper reconnects (backoff from 10 ms to 1 s) to the
@@ -23,8 +24,10 @@
  * daemon instance we connected to last: the daemon closed our connection,
  * a protocol error): it parked our chunks under our pid, so nothing is
  * handed over; their ids get GML_ID_PARKED and are released locally only.
- * It holds the allocator's lock, the ranges' lock and conn_lock meanwhile (in
- * that order), so no chunk comes or goes during the hand-over. While the
+ * It holds every chunk holder's lock (in the order they registered: the
+ * allocator's, the ranges') and conn_lock meanwhile, so no chunk comes or
+ * goes during the hand-over; the holders' chunks come through their hooks
+ * (gml_holder_ops, client_priv.h), no holder is called by name. While the
  * daemon is away, allocations are served from what the process holds and a
  * lease fails at once with GML_EDAEMON; chunks given back meanwhile are
  * released here (the dead daemon's chunks: the driver frees them once the
@@ -122,11 +125,10 @@ static int reconnect(gml_client *c) {
     close(s);
     return rc;
   }
-  gml_allocator *a = &c->alloc;
   gml_adopt_batch b = {.c = c, .sock = s};
   l->said[0] = 0;
-  pthread_mutex_lock(&a->lock);
-  pthread_mutex_lock(&c->grow.lock);
+  for (int i = 0; i < c->nholders; i++)
+    if (c->holders[i]->lock) c->holders[i]->lock(c);
   pthread_mutex_lock(&c->conn_lock);
   /* the new connection's, set here under conn_lock: daemon_lease reads max_stream under it, a
    * test reads client_id without it (atomic); the reader that reads the clock starts after */
@@ -140,24 +142,16 @@ static int reconnect(gml_client *c) {
    * over our quota last time): keep using them; released locally only (lease.c) */
   int refused = l->adopt_refused && (inst ? inst : 1) == l->adopt_refused;
   int local = same || no_adopt || refused;
-  /* shared counted apart: the message counts the allocator's and the ranges' */
-  local_mark parked = {GML_ID_PARKED | (same ? 0 : GML_ID_UNCOUNTED), 0}, shared = parked;
-  if (local) {
-    for (size_t i = 0; i < a->chunks_used; i++)
-      if (a->chunks[i].list != GML_CL_DEAD) mark_local(&parked, a->chunks[i].phys, &a->chunks[i].id);
-    gml_grow_each_chunk(c, mark_local, &parked);
-    if (!same) gml_share_handover(c, mark_local, &shared, 0);
-  } else {
-    for (size_t i = 0; i < a->chunks_used && !b.rc; i++)
-      if (a->chunks[i].list != GML_CL_DEAD) gml_adopt_add(&b, a->chunks[i].phys, &a->chunks[i].id);
-    gml_grow_each_chunk(c, gml_adopt_add, &b);
-    gml_share_handover(c, gml_adopt_add, &b, 1); /* published ranges' chunks too: published again after */
-  }
+  int how = same ? GML_HANDOVER_PARKED : local ? GML_HANDOVER_UNCOUNTED : GML_HANDOVER_ADOPT;
+  local_mark parked = {GML_ID_PARKED | (same ? 0 : GML_ID_UNCOUNTED), 0};
+  for (int i = 0; i < c->nholders; i++) /* in the order they registered: the allocator's chunks first */
+    if (c->holders[i]->handover)
+      c->holders[i]->handover(c, local ? mark_local : gml_adopt_add, local ? (void *)&parked : (void *)&b, how);
   rc = gml_adopt_flush(&b);
   if (!rc) {
     /* what no lake counts now: all we hold (a daemon that took none), nothing (one that took all), or
      * as before (the same daemon: those it never counted stay so, the rest it keeps parked) */
-    if (!same) __atomic_store_n(&c->uncounted_chunks, local ? (uint64_t)(parked.n + shared.n) : 0, __ATOMIC_RELAXED);
+    if (!same) __atomic_store_n(&c->uncounted_chunks, local ? (uint64_t)parked.n : 0, __ATOMIC_RELAXED);
     c->daemon_instance = inst, l->adopt_refused = 0; /* the next reconnection compares with this daemon, not the first */
     tv.tv_sec = 0;
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -185,8 +179,8 @@ static int reconnect(gml_client *c) {
     close(s);
   }
   pthread_mutex_unlock(&c->conn_lock);
-  pthread_mutex_unlock(&c->grow.lock);
-  pthread_mutex_unlock(&a->lock);
+  for (int i = c->nholders - 1; i >= 0; i--)
+    if (c->holders[i]->unlock) c->holders[i]->unlock(c);
   if (rc) return rc;
   if (same)
     GML_WARN("reconnected to the daemon at %s (it closed our connection, it did not restart): of the %zu chunk(s) we "
@@ -198,7 +192,8 @@ static int reconnect(gml_client *c) {
   else
     GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
   gml_client_report(c);
-  if (!local && __atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED)) gml_share_restore(c);
+  for (int i = 0; i < c->nholders; i++)
+    if (c->holders[i]->reconnected) c->holders[i]->reconnected(c, how);
   return 0;
 }
 static void *keeper_main(void *arg) {
@@ -233,9 +228,8 @@ static void *keeper_main(void *arg) {
     if (gml_link_wait_ns(l, REPORT_INTERVAL_NS) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
       pthread_mutex_unlock(&l->mu);
       gml_client_report_changed(c);
-      /* attached ranges wait for their publishers to publish again after a restart */
-      if (__atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED) && gml_now_ns() - c->grow.restore_ns > 1000000000ull)
-        gml_share_restore(c);
+      for (int i = 0; i < c->nholders; i++)
+        if (c->holders[i]->tick) c->holders[i]->tick(c);
       pthread_mutex_lock(&l->mu);
     }
   }

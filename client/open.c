@@ -1,7 +1,8 @@
 /* open.c: gml_open and gml_close, which put the client's parts together:
  * the allocator over one of its two chunk sources (the daemon's, lease.c, or,
  * embedded, the backend itself: below), the growable ranges, the daemon
- * connection's threads (keeper.c), and at close take them apart in order. */
+ * connection's threads (keeper.c) and the chunk holders their reconnection
+ * calls, and at close take them apart in order. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -40,6 +41,20 @@ static void embedded_release(void *ctx, size_t n, const gml_phys *phys, const ui
   (void)ids;
   for (size_t i = 0; i < n; i++) c->be->ops->chunk_release(c->be, phys[i]);
 }
+/* ---------- the allocator as a chunk holder ---------- */
+
+static void alloc_lock(gml_client *c) { pthread_mutex_lock(&c->alloc.lock); }
+static void alloc_unlock(gml_client *c) { pthread_mutex_unlock(&c->alloc.lock); }
+
+static void alloc_handover(gml_client *c, gml_chunk_fn fn, void *ctx, int how) {
+  (void)how;
+  gml_allocator *a = &c->alloc;
+  for (size_t i = 0; i < a->chunks_used; i++)
+    if (a->chunks[i].list != GML_CL_DEAD) fn(ctx, a->chunks[i].phys, &a->chunks[i].id);
+}
+
+static const gml_holder_ops alloc_holder = {.lock = alloc_lock, .unlock = alloc_unlock, .handover = alloc_handover};
+
 int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_open_opts o = {0};
   if (opts) o = *opts;
@@ -130,6 +145,11 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       GML_WARN("GMLAKE_LIMIT=%s is not applied: this process uses the daemon at %s, whose limit and quotas hold; "
                "GMLAKE_MODE=embedded applies it", opt.limit, path);
   }
+  /* in the order their locks nest: the allocator's, then the ranges' (shares keep none of their own) */
+  gml_holder_add(c, &alloc_holder);
+  gml_holder_add(c, &gml_grow_holder);
+  gml_holder_add(c, &gml_share_holder);
+  gml_holder_add(c, &gml_pause_holder);
   if (c->mode == GML_MODE_DAEMON && (rc = gml_link_start(c, path))) {
     gml_alloc_destroy(&c->alloc);
     goto fail;

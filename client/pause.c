@@ -302,3 +302,5 @@ void gml_pause_destroy(gml_client *c) {
   pause_free(c, c->pause);
   c->pause = NULL;
 }
+
+const gml_holder_ops gml_pause_holder = {.usage = gml_pause_stats};

@@ -14,8 +14,8 @@
 static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   gml_stats st;
   gml_alloc_stats(&c->alloc, &st);
-  gml_grow_stats(c, &st);
-  gml_pause_stats(c, &st);
+  for (int i = 0; i < c->nholders; i++) /* the ranges' and pause's numbers */
+    if (c->holders[i]->usage) c->holders[i]->usage(c, &st);
   u->paused = st.paused_bytes;
   u->reclaims_served = __atomic_load_n(&c->reclaims_served, __ATOMIC_RELAXED);
   u->uncounted = __atomic_load_n(&c->uncounted_chunks, __ATOMIC_RELAXED) * c->be->chunk_size;

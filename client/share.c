@@ -70,7 +70,9 @@ static void set_lost(gml_growable *g, int lost) {
   g->lost = lost;
 }
 
-int gml_share_release_range(gml_growable *g) {
+/* A shared range's chunks at close or destroy: unmapped, released, detached
+ * (growable.c calls it as c->grow.release_shared). grow.lock held. */
+static int release_range(gml_growable *g) {
   gml_client *c = g->c;
   gml_backend *be = c->be;
   /* adopted by a restarted daemon and not (yet) published again: leased to us, returned like our own */
@@ -188,6 +190,7 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
   if (rc) pub_forget(g);
   if (!rc) {
     g->shared = GML_GROW_PUBLISHED;
+    c->grow.release_shared = release_range;
     snprintf(g->key, sizeof g->key, "%s", key);
     __atomic_fetch_sub(&c->grow.mapped, n * g->cs, __ATOMIC_RELAXED);
     c->grow.shared += n * g->cs;
@@ -274,6 +277,7 @@ int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size,
   if (!rc) rc = be->ops->set_access(be, g->base, (size_t)n * g->cs, GML_ACCESS_READ_ONLY);
   if (mapper) { /* from here on, releasing the range detaches */
     g->shared = GML_GROW_ATTACHED;
+    c->grow.release_shared = release_range;
     snprintf(g->key, sizeof g->key, "%s", key);
   }
   pthread_mutex_unlock(&c->grow.lock);
@@ -351,6 +355,7 @@ static int remap_onto(gml_growable *g, gml_growable *t, size_t n) {
     memcpy(g->ids, t->ids, n * sizeof *g->ids);
     __atomic_fetch_sub(&c->grow.mapped, n * g->cs, __ATOMIC_RELAXED); /* t's shared bytes are g's now */
     g->shared = GML_GROW_ATTACHED;
+    c->grow.release_shared = release_range;
     snprintf(g->key, sizeof g->key, "%s", t->key);
     forget_range(t);
     return 0;
@@ -460,7 +465,12 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
 
 /* ---------- a daemon restart: shares handed over and restored ---------- */
 
-void gml_share_handover(gml_client *c, void (*fn)(void *ctx, gml_phys phys, uint64_t *id), void *ctx, int adopted) {
+/* Reconnecting to a restarted daemon (every holder's lock held): every chunk
+ * of a published range to fn, and every shared range marked for restore.
+ * adopted: fn hands them over with the rest, to be published again; else (a
+ * daemon that takes no hand-over) fn keeps them local and the published ranges
+ * are mapped on uncounted. Attached ones wait for their share either way. */
+static void handover(gml_client *c, gml_chunk_fn fn, void *ctx, int adopted) {
   for (gml_growable *g = c->grow.head; g; g = g->next) {
     if (g->shared == GML_GROW_ATTACHED) {
       if (g->lost != GML_SHARE_ORPHAN) set_lost(g, GML_SHARE_REGISTER);
@@ -511,7 +521,9 @@ static int reregister(gml_client *c, gml_growable *g) {
   return rc;
 }
 
-void gml_share_restore(gml_client *c) {
+/* After a hand-over: published ranges marked GML_SHARE_PUBLISH are published
+ * again, attached ones registered as mappers once their share is back. Takes grow.lock. */
+static void restore(gml_client *c) {
   pthread_mutex_lock(&c->grow.lock);
   c->grow.restore_ns = gml_now_ns();
   int waited_long = c->grow.restore_ns - c->grow.lost_since_ns > GML_SHARE_REGISTER_FOR_NS;
@@ -551,3 +563,20 @@ void gml_share_restore(gml_client *c) {
   }
   pthread_mutex_unlock(&c->grow.lock);
 }
+
+static void holder_handover(gml_client *c, gml_chunk_fn fn, void *ctx, int how) {
+  if (how != GML_HANDOVER_PARKED) handover(c, fn, ctx, how == GML_HANDOVER_ADOPT); /* the same daemon kept the shares */
+}
+
+static void holder_reconnected(gml_client *c, int how) {
+  if (how == GML_HANDOVER_ADOPT && __atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED)) restore(c);
+}
+
+/* attached ranges wait for their publishers to publish again after a restart */
+static void holder_tick(gml_client *c) {
+  if (__atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED) && gml_now_ns() - c->grow.restore_ns > 1000000000ull)
+    restore(c);
+}
+
+const gml_holder_ops gml_share_holder = {
+    .handover = holder_handover, .reconnected = holder_reconnected, .tick = holder_tick};
