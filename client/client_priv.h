@@ -6,7 +6,8 @@
  * chunks from the same source into ranges of their own; track.c, streams.c
  * and pools.c keep what a framework layer needs on top of the allocator:
  * per-allocation records, PyTorch's counters, history, recorded streams,
- * private pools; checkpoint.c their checkpoints). Not installed. */
+ * private pools, on records.c and release.c beneath them; checkpoint.c their
+ * checkpoints). Not installed. */
 #ifndef GML_CLIENT_PRIV_H
 #define GML_CLIENT_PRIV_H
 #include "alloc.h"
@@ -324,20 +325,34 @@ extern const gml_holder_ops gml_pause_holder; /* its numbers in the usage report
 /* report.c: serve a reclaim, report usage now and then (force: now) */
 void gml_client_housekeeping(gml_client *c, int force);
 
-/* track.c */
+/* PyTorch's counters (gml_counters): a use begins, a use ends. */
+static inline void gml_stat_inc(gml_stat *s, int64_t v) {
+  s->current += v;
+  s->allocated += v;
+  if (s->current > s->peak) s->peak = s->current;
+}
+
+static inline void gml_stat_dec(gml_stat *s, int64_t v) {
+  s->current -= v;
+  s->freed += v;
+}
+
+/* records.c */
 int gml_recmap_put(gml_recmap *m, gml_rec *r);
 gml_rec *gml_recmap_get(gml_recmap *m, uintptr_t ptr, int remove);
 void gml_recmap_destroy(gml_recmap *m);
-void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
 /* gml_trace_add without first moving the allocator's segment events in (snapshot.c's) */
 void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
-/* snapshot.c: the allocator's segment events into the history; the log on or off */
+/* snapshot.c: the allocator's segment events into the history; the log on or off; an entry after them */
+void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
 void gml_trace_segments(gml_client *c);
 void gml_trace_segments_enable(gml_client *c, int on);
+/* track.c */
 void gml_track_destroy(gml_client *c);
-/* The allocation of rec r is done with (no stream uses it any more): back to its pool or the allocator. */
+/* release.c: the allocation of rec r is done with (no stream uses it any more): back to its pool or the allocator. */
 void gml_rec_release(gml_client *c, gml_rec *r);
-/* r becomes a live allocation of `size` bytes asked on stream (in pool, -1: none): counters, history. */
+void gml_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
+/* track.c: r becomes a live allocation of `size` bytes asked on stream (in pool, -1: none): counters, history. */
 void gml_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_stream stream, uint64_t tag);
 /* The live allocation r is freed (tag: the free's, 0 keeps its own): counters, history, then released
  * at once or once its recorded streams have passed (streams.c). */
@@ -358,7 +373,6 @@ int32_t gml_pools_route(gml_client *c, gml_stream stream); /* pool an allocation
 int gml_pools_find(gml_client *c, gml_pool_id id); /* index of the pool, -1: none */
 gml_rec *gml_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
 void gml_pools_unlink(gml_client *c, gml_rec *r); /* take r off its pool's free list */
-void gml_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
 void gml_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
 /* ipc.c */
 void gml_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is freed */

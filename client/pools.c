@@ -163,16 +163,6 @@ void gml_pools_unlink(gml_client *c, gml_rec *r) {
   r->lnext = r->lprev = NULL;
 }
 
-void gml_pools_put(gml_client *c, gml_rec *r) {
-  gml_priv_pool *p = &c->pools[r->pool];
-  p->live--;
-  r->state = GML_BLOCK_FREE;
-  r->lprev = NULL;
-  r->lnext = p->free_head;
-  if (p->free_head) p->free_head->lprev = r;
-  p->free_head = r;
-}
-
 void gml_pools_trim(gml_client *c) {
   for (int i = 0; i < GML_MAX_POOLS; i++)
     if (c->pools[i].used && c->pools[i].use_count <= 0) pool_give_back(c, i);

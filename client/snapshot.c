@@ -129,3 +129,9 @@ int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *
   *nblocks = o.nblocks;
   return 0;
 }
+
+void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
+  if (!c->trace.cap) return;
+  gml_trace_segments(c); /* the segment changes before it come first */
+  gml_trace_put(c, action, addr, size, stream, pool, tag);
+}

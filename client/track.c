@@ -3,7 +3,9 @@
  * stream, tag, private pool, recorded streams), PyTorch's counters, the
  * history ring, the block list for snapshots. Before an allocation fails it
  * completes the frees that wait for streams, gives idle memory back and tries
- * once more. track_lock orders all of it; the allocator's lock nests inside. */
+ * once more. track_lock orders all of it; the allocator's lock nests inside.
+ * The records' hash and the ring's append are records.c's, an allocation's
+ * end release.c's. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -15,87 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------- records: chained hash on the pointer ---------- */
-
-static inline size_t rec_hash(uintptr_t k, size_t cap) { return (size_t)(((k >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1); }
-
-int gml_recmap_put(gml_recmap *m, gml_rec *r) {
-  if (m->count >= m->cap) {
-    size_t ncap = m->cap ? m->cap * 2 : 1024;
-    gml_rec **nb = calloc(ncap, sizeof *nb);
-    if (!nb) return GML_ENOMEM;
-    for (size_t i = 0; i < m->cap; i++) {
-      for (gml_rec *e = m->buckets[i], *n; e; e = n) {
-        n = e->hnext;
-        size_t j = rec_hash(e->ptr, ncap);
-        e->hnext = nb[j];
-        nb[j] = e;
-      }
-    }
-    free(m->buckets);
-    m->buckets = nb;
-    m->cap = ncap;
-  }
-  size_t j = rec_hash(r->ptr, m->cap);
-  r->hnext = m->buckets[j];
-  m->buckets[j] = r;
-  m->count++;
-  return 0;
-}
-
-gml_rec *gml_recmap_get(gml_recmap *m, uintptr_t ptr, int remove) {
-  if (!m->cap) return NULL;
-  for (gml_rec **pp = &m->buckets[rec_hash(ptr, m->cap)]; *pp; pp = &(*pp)->hnext) {
-    gml_rec *r = *pp;
-    if (r->ptr != ptr) continue;
-    if (remove) {
-      *pp = r->hnext;
-      m->count--;
-    }
-    return r;
-  }
-  return NULL;
-}
-
-void gml_recmap_destroy(gml_recmap *m) {
-  for (size_t i = 0; i < m->cap; i++)
-    for (gml_rec *e = m->buckets[i], *n; e; e = n) {
-      n = e->hnext;
-      free(e);
-    }
-  free(m->buckets);
-  memset(m, 0, sizeof *m);
-}
-
 /* ---------- counters and history ---------- */
-
-static inline void stat_inc(gml_stat *s, int64_t v) {
-  s->current += v;
-  s->allocated += v;
-  if (s->current > s->peak) s->peak = s->current;
-}
-
-static inline void stat_dec(gml_stat *s, int64_t v) {
-  s->current -= v;
-  s->freed += v;
-}
-
-void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
-  if (!c->trace.cap) return;
-  gml_trace_segments(c); /* the segment changes before it come first */
-  gml_trace_put(c, action, addr, size, stream, pool, tag);
-}
-
-void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
-  gml_trace_ring *t = &c->trace;
-  if (!t->cap) return;
-  gml_trace_entry *e = &t->e[(t->head + t->count) % t->cap];
-  if (t->count < t->cap) t->count++;
-  else t->head = (t->head + 1) % t->cap; /* full: the oldest goes */
-  *e = (gml_trace_entry){.seq = ++t->seq, .time_ns = gml_now_ns(), .tag = tag, .action = action, .addr = addr,
-                         .size = size, .stream = stream};
-  if (pool >= 0) e->pool = c->pools[pool].id;
-}
 
 int gml_trace_enable(gml_client *c, size_t capacity) {
   if (!c) return GML_EINVAL;
@@ -198,11 +120,11 @@ void gml_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_
   r->tag = tag;
   r->state = GML_BLOCK_ALLOCATED;
   r->nuses = r->uses_overflow = r->nevents = 0;
-  stat_inc(&c->ctr.allocation, 1);
-  stat_inc(&c->ctr.active, 1);
-  stat_inc(&c->ctr.allocated_bytes, (int64_t)r->size);
-  stat_inc(&c->ctr.active_bytes, (int64_t)r->size);
-  stat_inc(&c->ctr.requested_bytes, (int64_t)size);
+  gml_stat_inc(&c->ctr.allocation, 1);
+  gml_stat_inc(&c->ctr.active, 1);
+  gml_stat_inc(&c->ctr.allocated_bytes, (int64_t)r->size);
+  gml_stat_inc(&c->ctr.active_bytes, (int64_t)r->size);
+  gml_stat_inc(&c->ctr.requested_bytes, (int64_t)size);
   gml_trace_add(c, GML_TRACE_ALLOC, r->ptr, r->size, stream, pool, tag);
 }
 
@@ -259,32 +181,10 @@ out:
 
 int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) { return gml_alloc_ex(c, size, stream, 0, ptr); }
 
-void gml_rec_release(gml_client *c, gml_rec *r) {
-  if (r->exported) { /* no new receiver may open it */
-    gml_ipc_forget(c, r->ptr);
-    r->exported = 0;
-  }
-  stat_dec(&c->ctr.active, 1);
-  stat_dec(&c->ctr.active_bytes, (int64_t)r->size);
-  gml_trace_add(c, GML_TRACE_FREE_COMPLETED, r->ptr, r->size, r->stream, r->pool, r->tag);
-  if (r->pool >= 0 && c->pools[r->pool].use_count > 0) {
-    gml_pools_put(c, r);
-    return;
-  }
-  if (r->pool >= 0) {
-    gml_priv_pool *p = &c->pools[r->pool];
-    if (--p->live == 0 && !p->free_head) p->used = 0; /* released earlier; its last block is gone */
-  }
-  gml_recmap_get(&c->recs, r->ptr, 1);
-  int rc = gml_alloc_free(&c->alloc, (void *)r->ptr);
-  if (rc) GML_ERR("free of %#lx: %s", (unsigned long)r->ptr, c->alloc.last_error);
-  free(r);
-}
-
 void gml_rec_free(gml_client *c, gml_rec *r, uint64_t tag) {
-  stat_dec(&c->ctr.allocation, 1);
-  stat_dec(&c->ctr.allocated_bytes, (int64_t)r->size);
-  stat_dec(&c->ctr.requested_bytes, (int64_t)r->requested);
+  gml_stat_dec(&c->ctr.allocation, 1);
+  gml_stat_dec(&c->ctr.allocated_bytes, (int64_t)r->size);
+  gml_stat_dec(&c->ctr.requested_bytes, (int64_t)r->requested);
   r->tag = tag ? tag : r->tag;
   gml_trace_add(c, GML_TRACE_FREE_REQUESTED, r->ptr, r->size, r->stream, r->pool, r->tag);
   r->state = GML_BLOCK_PENDING_FREE;
