@@ -12,6 +12,7 @@
 #define GML_CLIENT_PRIV_H
 #include "alloc.h"
 #include "gmlake.h"
+#include "options.h"
 #include "wire.h"
 #include <pthread.h>
 #include <stdint.h>
@@ -316,6 +317,10 @@ int gml_fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(
 struct gml_options;
 int gml_open_options(const gml_open_opts *o, struct gml_options *opt);
 size_t gml_va_size(const struct gml_options *opt, gml_backend *be);
+/* A "0, 1" variable's value: def when unset; anything but 0 or 1 warns,
+ * naming the variable, the value and def, and gives def. Here, not in
+ * common/options.c: that file is below the log, which reads GMLAKE_LOG. */
+int gml_env_flag(gml_env_id id, const char *value, int def);
 
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
 void gml_pause_stats(gml_client *c, gml_stats *st);

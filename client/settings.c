@@ -13,6 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+int gml_env_flag(gml_env_id id, const char *value, int def) {
+  if (!value || !*value) return def;
+  if (!strcmp(value, "0") || !strcmp(value, "1")) return value[0] == '1';
+  GML_WARN("%s=%s: 0 or 1 was expected; using %d", gml_env_name(id), value, def);
+  return def;
+}
+
 /* GMLAKE_VA_SIZE, else twice the device's memory within [64 GiB, 1 TiB].
  * A tuning knob: a value that is no size, or less than the 64 chunks the
  * allocator needs, warns and the default (or 64 chunks) holds. */

@@ -2,7 +2,6 @@
  * what gml_set_option says in its place. */
 #include "options.h"
 #include "gmlake.h"
-#include "log.h"
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +55,6 @@ const char *gml_env_name(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? 
 const char *gml_env_default(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].def : ""; }
 const char *gml_env_accepts(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].accepts : ""; }
 
-int gml_env_flag(gml_env_id id, const char *value, int def) {
-  if (!value || !*value) return def;
-  if (!strcmp(value, "0") || !strcmp(value, "1")) return value[0] == '1';
-  GML_WARN("%s=%s: 0 or 1 was expected; using %d", gml_env_name(id), value, def);
-  return def;
-}
 
 void gml_options_from_env(gml_options *o) {
   memset(o, 0, sizeof *o);

@@ -104,9 +104,6 @@ const char *gml_env_name(gml_env_id id);
 const char *gml_env_default(gml_env_id id);
 /* What the table says the variable accepts ("daemon, embedded"). */
 const char *gml_env_accepts(gml_env_id id);
-/* A "0, 1" variable's value: def when unset; anything but 0 or 1 warns,
- * naming the variable, the value and def, and gives def. */
-int gml_env_flag(gml_env_id id, const char *value, int def);
 
 /* The client library's options, read once at gml_open; gml_open_opts
  * override what they set. Strings are NULL when unset and are parsed where

@@ -2,6 +2,7 @@
  * common code returns where it used to return -errno or -1; the options
  * table (environment read once, explicit options win); the backend table. */
 #include "backend.h"
+#include "client_priv.h"
 #include "gmlake.h"
 #include "gpuname.h"
 #include "log.h"
