@@ -49,7 +49,7 @@ CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c clie
 CLIENT_SRC += client/records.c client/release.c client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
 DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
 CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
-CLIENT_SRC += client/plan.c  # placement planned from a recorded iteration (no allocator in it)
+CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -115,7 +115,7 @@ $(BUILD)/test_security: $(call obj,tests/test_security.c tests/harness.c) $(BUIL
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) -lnng $(LIBS)
 
 # The planner, server and keeper alone: plan.c has no allocator in it.
-$(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c)
+$(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c client/plan_keep.c)
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c tests/backends.c) $(BUILD)/libgmlake-client.a

@@ -1,5 +1,5 @@
-/* plan.c: the recorder, the greedy-by-size planner, the plan server and the
- * keeper that takes and rebuilds plans (plan.h says why each is as it is). */
+/* plan.c: the recorder and the planner (plan.h says why each is as it is);
+ * the server and the keeper that take and serve plans are plan_keep.c. */
 #include "plan.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -285,6 +285,9 @@ int gml_plan_build(gml_plan *p, const gml_plan_recording *r) {
   p->planned = np;
   if (!rc) rc = plan_offsets(p, r, order, np);
   if (!rc) rc = plan_conflicts(p, order, np);
+  if (!rc) /* what the keeper's byte bound counts */
+    p->bytes = sizeof *p + (uint64_t)n * (3 * sizeof(uint64_t) + sizeof(uint32_t)) +
+               (uint64_t)p->conflict_at[p->n] * sizeof(uint32_t);
   free(order);
   if (rc) gml_plan_destroy(p);
   return rc;
@@ -302,166 +305,3 @@ int gml_plan_matches(const gml_plan *p, const gml_plan_recording *r) {
   return 1;
 }
 
-/* ---- server ---- */
-
-void gml_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
-
-void gml_plan_server_destroy(gml_plan_server *s) {
-  free(s->live), free(s->straggler);
-  memset(s, 0, sizeof *s);
-}
-
-int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
-  uint32_t nlive = 0;
-  for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
-  if (grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
-  uint8_t *live = calloc(p->n ? p->n : 1, 1);
-  if (!live) return -ENOMEM;
-  for (uint32_t i = 0; s->plan && i < s->plan->n; i++)
-    if (s->live[i]) s->straggler[s->nstraggler++] = (gml_plan_span){s->plan->offset[i], s->plan->size[i]};
-  free(s->live);
-  s->live = live, s->plan = p, s->epoch++, s->next = 0;
-  return 0;
-}
-
-void gml_plan_server_step(gml_plan_server *s) { s->next = 0; }
-
-/* The hit path: one comparison with the recording, then the block's own
- * flag, the flags of the blocks sharing its bytes, and the stragglers. */
-enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g) {
-  const gml_plan *p = s->plan;
-  uint32_t k = s->next++;
-  enum gml_plan_verdict v = GML_PLAN_HIT;
-  g->index = GML_PLAN_NEVER, g->epoch = s->epoch;
-  if (!p)
-    v = GML_PLAN_MISS_NOPLAN;
-  else if (k >= p->n)
-    v = GML_PLAN_MISS_SHAPE;
-  else {
-    uint64_t units = size / p->align + (size % p->align != 0);
-    if ((units ? units : 1) * p->align != p->size[k] || stream != p->stream[k])
-      v = GML_PLAN_MISS_SHAPE;
-    else if (p->offset[k] == GML_PLAN_NONE)
-      v = GML_PLAN_MISS_UNPLANNED;
-    else if (s->live[k])
-      v = GML_PLAN_MISS_OCCUPIED;
-  }
-  if (v == GML_PLAN_HIT) {
-    for (uint32_t c = p->conflict_at[k]; c < p->conflict_at[k + 1]; c++) {
-      s->conflicts_checked++;
-      if (s->live[p->conflict[c]]) {
-        v = GML_PLAN_MISS_OCCUPIED;
-        break;
-      }
-    }
-    uint64_t lo = p->offset[k], hi = lo + p->size[k];
-    for (uint32_t i = 0; v == GML_PLAN_HIT && i < s->nstraggler; i++)
-      if (s->straggler[i].offset < hi && lo < s->straggler[i].offset + s->straggler[i].size) v = GML_PLAN_MISS_OCCUPIED;
-  }
-  s->verdicts[v]++;
-  if (v == GML_PLAN_HIT) {
-    s->live[k] = 1;
-    g->index = k, g->offset = p->offset[k], g->size = p->size[k];
-  }
-  return v;
-}
-
-void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
-  if (g->index == GML_PLAN_NEVER) return;
-  if (g->epoch == s->epoch) {
-    s->live[g->index] = 0;
-    return;
-  }
-  for (uint32_t i = 0; i < s->nstraggler; i++) /* a block of an earlier plan: its span is free again */
-    if (s->straggler[i].offset == g->offset && s->straggler[i].size == g->size) {
-      s->straggler[i] = s->straggler[--s->nstraggler];
-      return;
-    }
-}
-
-/* ---- keeper ---- */
-
-void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at) {
-  memset(kp, 0, sizeof *kp);
-  kp->take_at = take_at, kp->prev = -1;
-  gml_plan_rec_init(&kp->cur, align);
-  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_init(&kp->past[i], align);
-  gml_plan_server_init(&kp->srv);
-}
-
-void gml_plan_keeper_destroy(gml_plan_keeper *kp) {
-  gml_plan_rec_destroy(&kp->cur);
-  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_destroy(&kp->past[i]);
-  gml_plan_server_destroy(&kp->srv);
-  if (kp->plan) gml_plan_destroy(kp->plan);
-  free(kp->plan);
-  memset(kp, 0, sizeof *kp);
-}
-
-int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g) {
-  int v = gml_plan_serve_alloc(&kp->srv, size, stream, g);
-  g->rec_iter = kp->iteration;
-  if (gml_plan_rec_alloc(&kp->cur, size, stream, &g->rec_k)) {
-    gml_plan_serve_free(&kp->srv, g);
-    return -ENOMEM;
-  }
-  return v;
-}
-
-void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g) {
-  gml_plan_serve_free(&kp->srv, g);
-  if (g->rec_iter == kp->iteration) {
-    gml_plan_rec_free(&kp->cur, g->rec_k);
-  } else if (g->rec_iter + 1 == kp->iteration && kp->prev >= 0) { /* the previous iteration's block: its wrap free */
-    gml_plan_rec *a = g->rec_k < kp->past[kp->prev].n ? &kp->past[kp->prev].a[g->rec_k] : NULL;
-    if (a && a->free_at == GML_PLAN_NEVER && a->wrap_free == GML_PLAN_NEVER) a->wrap_free = kp->cur.events++;
-  }
-}
-
-/* Plans kp->cur and serves it from the next iteration. The server reads
- * its old plan while installing the new one (its live blocks become
- * stragglers), so the old one is freed only after. */
-static int keeper_take(gml_plan_keeper *kp, uint32_t slot) {
-  gml_plan *np = malloc(sizeof *np);
-  if (!np || gml_plan_build(np, &kp->past[slot])) {
-    free(np);
-    return -ENOMEM;
-  }
-  if (gml_plan_server_install(&kp->srv, np)) {
-    gml_plan_destroy(np);
-    free(np);
-    return -ENOMEM;
-  }
-  if (kp->plan) gml_plan_destroy(kp->plan);
-  free(kp->plan);
-  kp->plan = np, kp->plans_taken++, kp->planned_from = kp->past_iter[slot];
-  return 1;
-}
-
-int gml_plan_keeper_step(gml_plan_keeper *kp) {
-  int rc = 0;
-  uint32_t remembered = kp->npast < GML_PLAN_REMEMBERED ? kp->npast : GML_PLAN_REMEMBERED;
-  if (kp->take_at >= 0) {
-    if (kp->prev >= 0 && (int64_t)kp->past_iter[kp->prev] == kp->take_at && kp->plans_taken == 0)
-      rc = keeper_take(kp, (uint32_t)kp->prev);
-  } else if (kp->cur.n && !(kp->plan && gml_plan_matches(kp->plan, &kp->cur))) {
-    for (uint32_t d = 1; d <= remembered; d++) { /* the newest first: its wrap frees are the latest */
-      uint32_t i = (kp->npast - d) % GML_PLAN_REMEMBERED;
-      if (gml_plan_rec_same(&kp->past[i], &kp->cur)) { /* a pattern seen before, now again: plan it */
-        rc = keeper_take(kp, i);
-        break;
-      }
-    }
-  }
-  uint32_t slot = kp->npast % GML_PLAN_REMEMBERED; /* remembered in the ring, over the oldest */
-  if (gml_plan_rec_copy(&kp->past[slot], &kp->cur)) {
-    rc = -ENOMEM, kp->prev = -1; /* the next iteration's frees of this one's blocks go unrecorded */
-  } else {
-    kp->past_iter[slot] = kp->iteration, kp->prev = (int32_t)slot;
-    kp->npast++;
-  }
-  gml_plan_rec_reset(&kp->cur);
-  gml_plan_server_step(&kp->srv);
-  kp->iteration++;
-  return rc;
-}

@@ -11,7 +11,7 @@
  * and say "miss" where they depart so the caller falls back to the
  * stitching allocator. The keeper ties the three together: it records every
  * iteration, takes a plan when an iteration repeats one of the last few, and
- * rebuilds it when a new pattern repeats.
+ * keeps one per repeating pattern (plan_keep.c, with the server).
  *
  * The planner: greedy offset assignment (TFLite's and SmartPool-like
  * planners). Blocks in an order; each goes into a gap, among the already
@@ -91,6 +91,9 @@ typedef struct gml_plan {
   uint64_t range; /* bytes the plan needs: the highest planned end */
   uint64_t lower_bound; /* max live planned bytes at one event: no placement needs less */
   uint32_t planned; /* allocations with an offset */
+  uint64_t bytes; /* the plan's own memory: what the keeper's byte bound counts */
+  uint32_t from_iter; /* the keeper's: the iteration it was planned from */
+  uint32_t used_iter; /* the keeper's: the last iteration that matched it (or when it was taken) */
 } gml_plan;
 
 /* Plans recording r into p (any previous content of p is not freed). -ENOMEM.
@@ -140,14 +143,32 @@ typedef struct gml_plan_server {
 
 void gml_plan_server_init(gml_plan_server *s);
 void gml_plan_server_destroy(gml_plan_server *s);
-/* Serves from p from the next iteration on; the old plan's live blocks stay
- * occupied as stragglers. p must outlive its use. -ENOMEM (nothing changed). */
+/* Serves from p from now on (the allocation index k goes on); the old
+ * plan's live blocks stay occupied as stragglers. p must outlive its use.
+ * -ENOMEM (nothing changed). */
 int gml_plan_server_install(gml_plan_server *s, const gml_plan *p);
 void gml_plan_server_step(gml_plan_server *s); /* an iteration begins: k back to 0 */
 enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g);
 void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g);
 
-/* Records every iteration, plans, serves. */
+/* Records every iteration, keeps a plan per repeating pattern, serves.
+ *
+ * Shapes vary (a few batch shapes cycling, sequence lengths that come
+ * back), so one plan at a time is rebuilt over and over. The keeper keeps
+ * up to GML_PLAN_KEPT plans, one per pattern (a pattern: the sequence of
+ * rounded sizes and streams; its hash plus a full compare tell two apart),
+ * and picks the plan of a new iteration from its first allocations: the
+ * plans whose prefix matches what the iteration allocated so far are the
+ * candidates; while the one being served is among them it stays, otherwise
+ * the most recently used candidate is installed in its place (the blocks
+ * the old one served stay occupied as stragglers). Plans no iteration
+ * matched for GML_PLAN_STALE iterations are dropped, and the least recently
+ * used go first when the count or the byte bound (max_bytes, of the plans'
+ * own memory) would be passed; the plan being served is never dropped. */
+#define GML_PLAN_KEPT 8 /* plans kept at most */
+#define GML_PLAN_STALE 64 /* iterations without a match after which a plan is dropped */
+#define GML_PLAN_KEPT_BYTES (64ull << 20) /* default byte bound of the kept plans */
+
 typedef struct gml_plan_keeper {
   /* < 0: plan when an iteration repeats; else plan that iteration only (once the next one ended: its wrap
    * frees are known), never rebuild */
@@ -159,23 +180,33 @@ typedef struct gml_plan_keeper {
   uint32_t npast;
   /* the ring's slot of the previous iteration (its blocks' frees in this one are its wrap frees); -1: none */
   int32_t prev;
-  /* NULL: none yet; on the heap so that the server's old one stays valid while a new one is installed */
-  gml_plan *plan;
-  uint32_t plans_taken; /* the first plan and each rebuild */
-  uint32_t planned_from; /* the iteration the plan was taken from */
+  gml_plan *kept[GML_PLAN_KEPT]; /* on the heap, NULL: a free slot; the server's old one stays valid while a new one
+                                  * is installed */
+  uint32_t nkept;
+  uint64_t kept_bytes, max_bytes; /* max_bytes: GML_PLAN_KEPT_BYTES unless changed after init */
+  uint32_t cand; /* kept slots whose prefix matches the current iteration so far (bit i: kept[i]) */
+  gml_plan *plan; /* the one being served, one of kept; NULL: none yet */
+  uint32_t plans_taken; /* plans built: the first and each new pattern's */
+  uint32_t planned_from; /* the iteration the served plan was taken from */
+  uint32_t switches; /* plans installed in place of another (at an iteration's start or early in it) */
+  uint32_t dropped; /* plans dropped: stale, or over the count or byte bound */
+  double plan_seconds, plan_seconds_max; /* time spent planning (gml_plan_build), in all and the longest */
   gml_plan_server srv;
 } gml_plan_keeper;
 
 void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at);
 void gml_plan_keeper_destroy(gml_plan_keeper *kp);
 /* Serves and records one allocation: GML_PLAN_HIT (g->offset in the plan's
- * range) or a miss (the caller allocates elsewhere). -ENOMEM from recording. */
+ * range) or a miss (the caller allocates elsewhere). May switch to another
+ * kept plan first, when this iteration so far matches it and not the one
+ * served. -ENOMEM from recording or switching. */
 int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g);
 void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g);
 /* The iteration ended: 1 when a new plan was taken (serving it from the next), 0, or -ENOMEM.
- * Automatic: when this iteration repeats a remembered one (the same
- * sequence) that the plan does not already serve, the plan is rebuilt from
- * the remembered one, whose wrap frees the iteration after it gave. */
+ * Automatic: when this iteration matched a kept plan, that plan is the
+ * most recently used; else when it repeats a remembered one (the same
+ * sequence), a plan is built from the remembered one, whose wrap frees the
+ * iteration after it gave, kept, and served from the next iteration. */
 int gml_plan_keeper_step(gml_plan_keeper *kp);
 
 #endif

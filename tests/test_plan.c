@@ -420,8 +420,9 @@ START_TEST(test_keeper_rebuilds_under_departures) {
 END_TEST
 
 /* When the keeper takes a plan: after a repeat (not after one iteration),
- * again when another pattern repeats, again for a remembered pattern; never
- * for the pattern it already serves; with take_at, that iteration only. */
+ * again when another pattern repeats; never for a pattern it keeps a plan
+ * of (the 7th iteration, a again, is served from a's kept plan: switched to
+ * at its first allocation); with take_at, that iteration only. */
 START_TEST(test_keeper_takes_on_repeat) {
   rng_state = 7;
   iteration a = {0}, b = {0};
@@ -431,16 +432,21 @@ START_TEST(test_keeper_takes_on_repeat) {
   runner rn = {0};
   gml_plan_keeper_init(&rn.kp, A, -1);
   const iteration *seq[] = {&a, &a, &a, &b, &b, &b, &a};
-  const uint32_t want_taken[] = {0, 1, 1, 1, 2, 2, 3}; /* the 7th: a, remembered, repeats (planned from the 3rd) */
+  const uint32_t want_taken[] = {0, 1, 1, 1, 2, 2, 2};
   for (int i = 0; i < 7; i++) {
     uint32_t n = depart(seq[i], ops, 0);
+    uint64_t before = rn.ck.hits;
     run_ops(&rn, ops, n, 0);
+    if (i == 6) /* all of a's but the two that b's carried gradients may hold */
+      ck_assert_uint_ge(rn.ck.hits - before, a.allocs - 2);
     ck_assert_uint_eq(rn.kp.plans_taken, want_taken[i]);
     if (i ==
         1) /* all planned: the two gradients live past the end too, freed mid-way through the next (their wrap frees) */
       ck_assert_uint_eq(rn.kp.plan->planned, a.allocs);
   }
-  ck_assert_uint_eq(rn.kp.planned_from, 2);
+  ck_assert_uint_eq(rn.kp.planned_from, 0); /* a's plan, from the 1st (taken when the 2nd repeated it) */
+  ck_assert_uint_eq(rn.kp.switches, 2); /* to b's new plan, back to a's kept one */
+  ck_assert_uint_eq(rn.kp.nkept, 2);
   gml_plan_keeper_destroy(&rn.kp);
   free(rn.ck.b), free(rn.carried);
   rn = (runner){0};
@@ -456,6 +462,55 @@ START_TEST(test_keeper_takes_on_repeat) {
 }
 END_TEST
 
+/* Several patterns cycling at random (a job's few batch shapes): one plan
+ * per pattern, each taken once and kept, each iteration served from its
+ * own, picked from its first allocations; with more patterns than kept
+ * plans, or a byte bound below two plans, the least recently used go and
+ * the served one stays. Random interleavings: nothing carried between
+ * iterations, so a matching iteration hits wherever its own plan was served from its start. */
+START_TEST(test_keeper_keeps_a_plan_per_pattern) {
+  rng_state = 99;
+  for (int c = 0; c < 40; c++) {
+    int npat = c < 30 ? 2 + (int)below(5) : GML_PLAN_KEPT + 2;
+    iteration pat[GML_PLAN_KEPT + 2] = {{0}};
+    uint32_t cap = 0;
+    for (int i = 0; i < npat; i++) {
+      make_random(&pat[i], 5 + below(30), 1 + below(2));
+      cap = pat[i].n > cap ? pat[i].n : cap;
+    }
+    live_op *ops = malloc((cap * 2 + 8) * sizeof *ops);
+    runner rn = {0};
+    gml_plan_keeper_init(&rn.kp, A, -1);
+    if (c >= 35) rn.kp.max_bytes = 1; /* below any plan: only the served one is kept */
+    uint64_t late_allocs = 0, late_hits = 0;
+    for (int round = 0; round < 30 * npat; round++) {
+      int which = round < 2 * npat ? round / 2 : (int)below(npat); /* each pattern twice in a row, then at random */
+      uint32_t n = depart(&pat[which], ops, 0);
+      uint64_t before = rn.ck.hits;
+      run_ops(&rn, ops, n, 0);
+      ck_assert_uint_le(rn.kp.nkept, GML_PLAN_KEPT);
+      if (rn.kp.plan)
+        ck_assert_uint_le(rn.kp.kept_bytes, rn.kp.max_bytes > rn.kp.plan->bytes ? rn.kp.max_bytes : rn.kp.plan->bytes);
+      if (round >= 2 * npat) late_allocs += pat[which].allocs, late_hits += rn.ck.hits - before;
+    }
+    if (npat <= GML_PLAN_KEPT && c < 35) {
+      ck_assert_uint_eq(rn.kp.plans_taken, npat); /* never rebuilt */
+      /* every allocation but where patterns share a prefix and the iteration turned out to be the other one
+       * (the first's blocks stay where it put them, and the second's slots under them miss) */
+      ck_assert_uint_ge(late_hits * 100, late_allocs * 95);
+      ck_assert_uint_eq(rn.kp.dropped, 0);
+    } else {
+      ck_assert_uint_gt(rn.kp.dropped, 0);
+      ck_assert_uint_gt(late_hits, 0);
+      if (c >= 35) ck_assert_uint_eq(rn.kp.nkept, 1);
+    }
+    gml_plan_keeper_destroy(&rn.kp);
+    free(rn.ck.b), free(rn.carried), free(ops);
+    for (int i = 0; i < npat; i++) free(pat[i].e);
+  }
+}
+END_TEST
+
 Suite *plan_suite(void) {
   Suite *s = suite_create("plan");
   TCase *tc = tcase_create("plan");
@@ -465,6 +520,7 @@ Suite *plan_suite(void) {
   tcase_add_test(tc, test_server_departures);
   tcase_add_test(tc, test_keeper_rebuilds_under_departures);
   tcase_add_test(tc, test_keeper_takes_on_repeat);
+  tcase_add_test(tc, test_keeper_keeps_a_plan_per_pattern);
   suite_add_tcase(s, tc);
   return s;
 }

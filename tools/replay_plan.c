@@ -45,12 +45,9 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
   gml_plan_grant *grant = calloc(ends[nsteps - 1] ? ends[nsteps - 1] : 1, sizeof *grant);
   if (!grant) return -ENOMEM;
   uint64_t pool = 0; /* bytes live outside the plan's range */
-  long from = -1;
   for (size_t s = 0, i = 0; s < nsteps; s++) {
     plan_step_row *r = &rows[s];
     memset(r, 0, sizeof *r);
-    r->plan_from = from;
-    uint32_t want = kp->plan ? kp->plan->n : 0;
     for (; i < ends[s]; i++) {
       if (ev[i].is_alloc) {
         int rc = gml_plan_keeper_alloc(kp, ev[i].size, ev[i].stream, &grant[i]);
@@ -70,15 +67,17 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
       r->max_live = v[i].live > r->max_live ? v[i].live : r->max_live;
     }
     r->range = range_in_use(kp);
-    r->full =
-        kp->plan && r->allocs == want && !r->verdicts[GML_PLAN_MISS_SHAPE] && !r->verdicts[GML_PLAN_MISS_OCCUPIED];
+    /* the plan that served the step's end (the keeper may have switched to it at the step's first allocations) */
+    r->plan_from = kp->plan ? (long)kp->planned_from : -1;
+    r->full = kp->plan && r->allocs == kp->plan->n && !r->verdicts[GML_PLAN_MISS_SHAPE] &&
+              !r->verdicts[GML_PLAN_MISS_OCCUPIED];
     int rc = gml_plan_keeper_step(kp);
     if (rc < 0) {
       free(grant);
       return rc;
     }
     if (rc == 1)
-      r->taken = 1, r->plan_lb = kp->plan->lower_bound, r->plan_range = kp->plan->range, from = (long)kp->planned_from;
+      r->taken = 1, r->plan_lb = kp->plan->lower_bound, r->plan_range = kp->plan->range;
   }
   uint64_t hits = kp->srv.verdicts[GML_PLAN_HIT];
   *conflicts_per_hit = hits ? kp->srv.conflicts_checked / hits : 0;
@@ -88,7 +87,7 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
 
 static void print_rows_text(const char *name, const plan_step_row *rows, size_t nsteps, long plan_step) {
   printf("%s: plan (%s)\n", name,
-         plan_step < 0 ? "taken from the first step that repeats an earlier one, rebuilt when another repeats"
+         plan_step < 0 ? "one per pattern: taken when a step repeats an earlier one, picked by a step's first allocations"
                        : "taken from the step given");
   printf("  %4s %6s %9s %9s %9s %7s %6s %6s %6s %6s %6s %5s %s\n", "step", "allocs", "max_live", "range", "peak",
          "pk/live", "hits", "noplan", "shape", "unplan", "occup", "plan", "");
@@ -177,19 +176,22 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
     printf(",\"steps\":%zu,\"steps_with_plan\":%zu,\"steps_from_plan\":%zu,\"plans_taken\":%u,\"hits\":%llu,\"misses\":"
            "%llu,"
            "\"planned_peak\":%llu,\"max_live\":%llu,\"planned_peak_over_max_live\":%.6f,\"worst_from_plan_step\":%.6f,"
-           "\"conflicts_per_hit\":%llu}\n",
+           "\"conflicts_per_hit\":%llu,\"plans_kept\":%u,\"plan_switches\":%u,\"plans_dropped\":%u,\"plan_seconds\":%.6f,"
+           "\"plan_seconds_max\":%.6f}\n",
            nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            (unsigned long long)peak, (unsigned long long)live, ratio(peak, live), worst_full,
-           (unsigned long long)conflicts_per_hit);
+           (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds, kp.plan_seconds_max);
   } else {
     print_rows_text(name, rows, nsteps, plan_step);
     printf("  %s: %zu steps, %zu with a plan, %zu served from the plan, %u plan(s) taken; %llu hits, %llu misses; "
            "planned peak / max live over the steps with a plan: %.3f / %.3f GiB = %.4f; worst step served from the "
            "plan: %.4f; "
-           "conflict-list entries checked per hit: %llu\n",
+           "conflict-list entries checked per hit: %llu; %u plan(s) kept at the end, %u switch(es), %u dropped; "
+           "planning %.1f ms in all, %.1f ms the longest\n",
            name, nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            peak / (double)GML_GIB, live / (double)GML_GIB, ratio(peak, live), worst_full,
-           (unsigned long long)conflicts_per_hit);
+           (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds * 1e3,
+           kp.plan_seconds_max * 1e3);
   }
   gml_plan_keeper_destroy(&kp);
   free(ends), free(rows);

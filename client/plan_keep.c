@@ -1,0 +1,262 @@
+/* plan_keep.c: serving plans (the server: the k-th allocation's planned
+ * offset, or a miss saying why) and keeping them (the keeper: records every
+ * iteration, keeps a plan per repeating pattern, picks the one a new
+ * iteration follows); plan.h says why each is as it is. */
+#include "plan.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  uint32_t c = *cap ? *cap : 64;
+  while (c < need) {
+    if (c > UINT32_MAX / 2) return -ENOMEM;
+    c *= 2;
+  }
+  void *n = realloc(*v, (size_t)c * elem);
+  if (!n) return -ENOMEM;
+  *v = n, *cap = c;
+  return 0;
+}
+
+static uint64_t plan_round(uint64_t align, uint64_t size) {
+  uint64_t units = size / align + (size % align != 0);
+  return (units ? units : 1) * align;
+}
+
+/* ---- server ---- */
+
+void gml_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
+
+void gml_plan_server_destroy(gml_plan_server *s) {
+  free(s->live), free(s->straggler);
+  memset(s, 0, sizeof *s);
+}
+
+int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
+  uint32_t nlive = 0;
+  for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
+  if (grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
+  uint8_t *live = calloc(p->n ? p->n : 1, 1);
+  if (!live) return -ENOMEM;
+  for (uint32_t i = 0; s->plan && i < s->plan->n; i++)
+    if (s->live[i]) s->straggler[s->nstraggler++] = (gml_plan_span){s->plan->offset[i], s->plan->size[i]};
+  free(s->live);
+  s->live = live, s->plan = p, s->epoch++;
+  return 0;
+}
+
+void gml_plan_server_step(gml_plan_server *s) { s->next = 0; }
+
+/* The hit path: one comparison with the recording, then the block's own
+ * flag, the flags of the blocks sharing its bytes, and the stragglers. */
+enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g) {
+  const gml_plan *p = s->plan;
+  uint32_t k = s->next++;
+  enum gml_plan_verdict v = GML_PLAN_HIT;
+  g->index = GML_PLAN_NEVER, g->epoch = s->epoch;
+  if (!p)
+    v = GML_PLAN_MISS_NOPLAN;
+  else if (k >= p->n)
+    v = GML_PLAN_MISS_SHAPE;
+  else {
+    if (plan_round(p->align, size) != p->size[k] || stream != p->stream[k])
+      v = GML_PLAN_MISS_SHAPE;
+    else if (p->offset[k] == GML_PLAN_NONE)
+      v = GML_PLAN_MISS_UNPLANNED;
+    else if (s->live[k])
+      v = GML_PLAN_MISS_OCCUPIED;
+  }
+  if (v == GML_PLAN_HIT) {
+    for (uint32_t c = p->conflict_at[k]; c < p->conflict_at[k + 1]; c++) {
+      s->conflicts_checked++;
+      if (s->live[p->conflict[c]]) {
+        v = GML_PLAN_MISS_OCCUPIED;
+        break;
+      }
+    }
+    uint64_t lo = p->offset[k], hi = lo + p->size[k];
+    for (uint32_t i = 0; v == GML_PLAN_HIT && i < s->nstraggler; i++)
+      if (s->straggler[i].offset < hi && lo < s->straggler[i].offset + s->straggler[i].size) v = GML_PLAN_MISS_OCCUPIED;
+  }
+  s->verdicts[v]++;
+  if (v == GML_PLAN_HIT) {
+    s->live[k] = 1;
+    g->index = k, g->offset = p->offset[k], g->size = p->size[k];
+  }
+  return v;
+}
+
+void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
+  if (g->index == GML_PLAN_NEVER) return;
+  if (g->epoch == s->epoch) {
+    s->live[g->index] = 0;
+    return;
+  }
+  for (uint32_t i = 0; i < s->nstraggler; i++) /* a block of an earlier plan: its span is free again */
+    if (s->straggler[i].offset == g->offset && s->straggler[i].size == g->size) {
+      s->straggler[i] = s->straggler[--s->nstraggler];
+      return;
+    }
+}
+
+/* ---- keeper ---- */
+
+void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at) {
+  memset(kp, 0, sizeof *kp);
+  kp->take_at = take_at, kp->prev = -1, kp->max_bytes = GML_PLAN_KEPT_BYTES;
+  gml_plan_rec_init(&kp->cur, align);
+  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_init(&kp->past[i], align);
+  gml_plan_server_init(&kp->srv);
+}
+
+static void keeper_drop(gml_plan_keeper *kp, uint32_t i) {
+  kp->kept_bytes -= kp->kept[i]->bytes;
+  gml_plan_destroy(kp->kept[i]);
+  free(kp->kept[i]);
+  kp->kept[i] = NULL, kp->nkept--, kp->cand &= ~(1u << i), kp->dropped++;
+}
+
+void gml_plan_keeper_destroy(gml_plan_keeper *kp) {
+  gml_plan_rec_destroy(&kp->cur);
+  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_destroy(&kp->past[i]);
+  gml_plan_server_destroy(&kp->srv);
+  for (uint32_t i = 0; i < GML_PLAN_KEPT; i++)
+    if (kp->kept[i]) keeper_drop(kp, i);
+  memset(kp, 0, sizeof *kp);
+}
+
+/* Serves kp->kept[i] from now on (the old one's live blocks become stragglers). */
+static int keeper_install(gml_plan_keeper *kp, uint32_t i) {
+  if (kp->plan == kp->kept[i]) return 0;
+  if (gml_plan_server_install(&kp->srv, kp->kept[i])) return -ENOMEM;
+  if (kp->plan) kp->switches++;
+  kp->plan = kp->kept[i], kp->planned_from = kp->plan->from_iter;
+  return 0;
+}
+
+/* The k-th allocation of the iteration: drops the candidates it departs
+ * from; where the served plan is no longer one of them, installs the most
+ * recently used candidate. Once none is left the iteration is a new
+ * pattern: the served plan goes on serving what still matches it by index. */
+static int keeper_pick(gml_plan_keeper *kp, uint64_t size, uint64_t stream, uint32_t k) {
+  uint32_t keep = 0, best = GML_PLAN_KEPT;
+  for (uint32_t i = 0; i < GML_PLAN_KEPT; i++) {
+    const gml_plan *p = kp->kept[i];
+    if (!(kp->cand >> i & 1) || k >= p->n || p->size[k] != plan_round(p->align, size) || p->stream[k] != stream)
+      continue;
+    keep |= 1u << i;
+    if (best == GML_PLAN_KEPT || p->used_iter > kp->kept[best]->used_iter) best = i;
+  }
+  kp->cand = keep;
+  for (uint32_t i = 0; i < GML_PLAN_KEPT; i++)
+    if ((keep >> i & 1) && kp->kept[i] == kp->plan) return 0;
+  return best < GML_PLAN_KEPT ? keeper_install(kp, best) : 0;
+}
+
+int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g) {
+  if (kp->cand && keeper_pick(kp, size, stream, kp->cur.n)) return -ENOMEM;
+  int v = gml_plan_serve_alloc(&kp->srv, size, stream, g);
+  g->rec_iter = kp->iteration;
+  if (gml_plan_rec_alloc(&kp->cur, size, stream, &g->rec_k)) {
+    gml_plan_serve_free(&kp->srv, g);
+    return -ENOMEM;
+  }
+  return v;
+}
+
+void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g) {
+  gml_plan_serve_free(&kp->srv, g);
+  if (g->rec_iter == kp->iteration) {
+    gml_plan_rec_free(&kp->cur, g->rec_k);
+  } else if (g->rec_iter + 1 == kp->iteration && kp->prev >= 0) { /* the previous iteration's block: its wrap free */
+    gml_plan_rec *a = g->rec_k < kp->past[kp->prev].n ? &kp->past[kp->prev].a[g->rec_k] : NULL;
+    if (a && a->free_at == GML_PLAN_NEVER && a->wrap_free == GML_PLAN_NEVER) a->wrap_free = kp->cur.events++;
+  }
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A free slot of kept (want_free), or the kept plan used least recently
+ * but the one served; GML_PLAN_KEPT: none. */
+static uint32_t keeper_lru(const gml_plan_keeper *kp, int want_free) {
+  uint32_t r = GML_PLAN_KEPT;
+  for (uint32_t i = 0; i < GML_PLAN_KEPT; i++) {
+    if (want_free && !kp->kept[i]) return i;
+    if (!want_free && kp->kept[i] && kp->kept[i] != kp->plan &&
+        (r == GML_PLAN_KEPT || kp->kept[i]->used_iter < kp->kept[r]->used_iter))
+      r = i;
+  }
+  return r;
+}
+
+/* Plans the remembered iteration in ring slot `slot`, keeps the plan (the
+ * least recently used dropped first where the count or the byte bound
+ * would be passed, never the one served) and serves it from the next
+ * iteration. */
+static int keeper_take(gml_plan_keeper *kp, uint32_t slot) {
+  gml_plan *np = malloc(sizeof *np);
+  double t0 = now_seconds();
+  if (!np || gml_plan_build(np, &kp->past[slot])) {
+    free(np);
+    return -ENOMEM;
+  }
+  double dt = now_seconds() - t0;
+  kp->plan_seconds += dt, kp->plan_seconds_max = dt > kp->plan_seconds_max ? dt : kp->plan_seconds_max;
+  np->from_iter = kp->past_iter[slot], np->used_iter = kp->iteration;
+  uint32_t at = keeper_lru(kp, 1);
+  if (at == GML_PLAN_KEPT) keeper_drop(kp, at = keeper_lru(kp, 0)); /* full: the least recently used goes */
+  kp->kept[at] = np, kp->nkept++, kp->kept_bytes += np->bytes, kp->plans_taken++;
+  if (keeper_install(kp, at)) {
+    keeper_drop(kp, at);
+    kp->dropped--;
+    return -ENOMEM;
+  }
+  for (uint32_t lru; kp->kept_bytes > kp->max_bytes && (lru = keeper_lru(kp, 0)) < GML_PLAN_KEPT;)
+    keeper_drop(kp, lru);
+  return 1;
+}
+
+int gml_plan_keeper_step(gml_plan_keeper *kp) {
+  int rc = 0, matched = 0;
+  uint32_t remembered = kp->npast < GML_PLAN_REMEMBERED ? kp->npast : GML_PLAN_REMEMBERED;
+  for (uint32_t i = 0; i < GML_PLAN_KEPT && kp->cur.n; i++) /* a kept pattern, whole: the most recently used now */
+    if ((kp->cand >> i & 1) && kp->kept[i]->n == kp->cur.n && gml_plan_matches(kp->kept[i], &kp->cur)) {
+      kp->kept[i]->used_iter = kp->iteration, matched = 1;
+      if (keeper_install(kp, i)) rc = -ENOMEM;
+    }
+  if (kp->take_at >= 0) {
+    if (kp->prev >= 0 && (int64_t)kp->past_iter[kp->prev] == kp->take_at && kp->plans_taken == 0)
+      rc = keeper_take(kp, (uint32_t)kp->prev);
+  } else if (kp->cur.n && !matched) {
+    for (uint32_t d = 1; d <= remembered; d++) { /* the newest first: its wrap frees are the latest */
+      uint32_t i = (kp->npast - d) % GML_PLAN_REMEMBERED;
+      if (gml_plan_rec_same(&kp->past[i], &kp->cur)) { /* a pattern seen before, now again: plan it */
+        rc = keeper_take(kp, i);
+        break;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < GML_PLAN_KEPT; i++) /* patterns not seen for long */
+    if (kp->kept[i] && kp->kept[i] != kp->plan && kp->iteration - kp->kept[i]->used_iter > GML_PLAN_STALE)
+      keeper_drop(kp, i);
+  uint32_t slot = kp->npast % GML_PLAN_REMEMBERED; /* remembered in the ring, over the oldest */
+  if (gml_plan_rec_copy(&kp->past[slot], &kp->cur)) {
+    rc = -ENOMEM, kp->prev = -1; /* the next iteration's frees of this one's blocks go unrecorded */
+  } else {
+    kp->past_iter[slot] = kp->iteration, kp->prev = (int32_t)slot;
+    kp->npast++;
+  }
+  gml_plan_rec_reset(&kp->cur);
+  gml_plan_server_step(&kp->srv);
+  kp->cand = 0; /* the next iteration may follow any kept plan */
+  for (uint32_t i = 0; i < GML_PLAN_KEPT; i++) kp->cand |= (uint32_t)(kp->kept[i] != NULL) << i;
+  kp->iteration++;
+  return rc;
+}
