@@ -112,6 +112,7 @@ int gml_plan_matches(const gml_plan *p, const gml_plan_recording *r); /* 1: plan
 typedef struct gml_plan_grant {
   uint64_t offset, size; /* offset in the plan's range (a hit) */
   uint32_t index; /* the planned block, GML_PLAN_NEVER on a miss */
+  uint8_t lent; /* a miss lent whole granules of the range: offset and size say which (gml_plan_server_lend) */
   uint32_t epoch; /* the plan that served it */
   uint32_t rec_iter, rec_k; /* the keeper's iteration and recording index, for recording its free */
 } gml_plan_grant;
@@ -139,6 +140,13 @@ typedef struct gml_plan_server {
   uint32_t nstraggler, straggler_cap;
   uint64_t verdicts[GML_PLAN_VERDICTS];
   uint64_t conflicts_checked; /* entries of conflict lists looked at: the hit path's cost */
+  /* Lending: the unit (the allocator's chunk; 0, the default: never lent), and per granule of the range the
+   * live blocks in it (hits, stragglers, lent misses) and whether a miss was lent it */
+  uint64_t granule;
+  uint32_t *occ;
+  uint8_t *lent;
+  uint32_t ngranules;
+  uint64_t lends, lent_bytes; /* misses lent bytes of the range, and their bytes (in all) */
 } gml_plan_server;
 
 void gml_plan_server_init(gml_plan_server *s);
@@ -149,6 +157,13 @@ void gml_plan_server_destroy(gml_plan_server *s);
 int gml_plan_server_install(gml_plan_server *s, const gml_plan *p);
 void gml_plan_server_step(gml_plan_server *s); /* an iteration begins: k back to 0 */
 enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g);
+/* A departing iteration need not hold the whole range on top of its
+ * misses: a miss of at least one granule may be lent whole granules of the
+ * plan's range that nothing live touches (g->lent, g->offset, g->size: the
+ * caller places the block there, as it places a hit). A lent granule is
+ * occupied: no planned slot over it is handed out until the lent block is
+ * freed. 1: lent; 0: not (lending off, no plan, too small, no room). */
+int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g);
 void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g);
 
 /* Records every iteration, keeps a plan per repeating pattern, serves.
@@ -185,6 +200,8 @@ typedef struct gml_plan_keeper {
   uint32_t nkept;
   uint64_t kept_bytes, max_bytes; /* max_bytes: GML_PLAN_KEPT_BYTES unless changed after init */
   uint32_t cand; /* kept slots whose prefix matches the current iteration so far (bit i: kept[i]) */
+  /* the iteration departed from every kept plan: its misses may be lent the range's free granules (srv.granule) */
+  int departed;
   gml_plan *plan; /* the one being served, one of kept; NULL: none yet */
   uint32_t plans_taken; /* plans built: the first and each new pattern's */
   uint32_t planned_from; /* the iteration the served plan was taken from */
@@ -197,9 +214,13 @@ typedef struct gml_plan_keeper {
 void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at);
 void gml_plan_keeper_destroy(gml_plan_keeper *kp);
 /* Serves and records one allocation: GML_PLAN_HIT (g->offset in the plan's
- * range) or a miss (the caller allocates elsewhere). May switch to another
- * kept plan first, when this iteration so far matches it and not the one
- * served. -ENOMEM from recording or switching. */
+ * range) or a miss (the caller allocates elsewhere, or at g->offset where
+ * g->lent). May switch to another kept plan first, when this iteration so
+ * far matches it and not the one served. Once the iteration departs from
+ * every kept plan, its misses are lent the range's free granules where
+ * srv.granule is set (a matching iteration's are not: they would take the
+ * slots its later allocations are planned in). -ENOMEM from recording or
+ * switching. */
 int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g);
 void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g);
 /* The iteration ended: 1 when a new plan was taken (serving it from the next), 0, or -ENOMEM.

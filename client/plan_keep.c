@@ -31,11 +31,35 @@ static uint64_t plan_round(uint64_t align, uint64_t size) {
 void gml_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
 
 void gml_plan_server_destroy(gml_plan_server *s) {
-  free(s->live), free(s->straggler);
+  free(s->live), free(s->straggler), free(s->occ), free(s->lent);
   memset(s, 0, sizeof *s);
 }
 
+/* The per-granule arrays cover [0, range): they grow with the largest
+ * plan, and stay (stragglers and lent blocks may lie above a smaller one). */
+static int granules_cover(gml_plan_server *s, uint64_t range) {
+  if (!s->granule) return 0;
+  uint64_t need = range / s->granule + 1;
+  if (need <= s->ngranules) return 0;
+  if (need > UINT32_MAX / 2) return -ENOMEM;
+  uint32_t *occ = realloc(s->occ, need * sizeof *occ);
+  if (occ) s->occ = occ;
+  uint8_t *lent = realloc(s->lent, need);
+  if (lent) s->lent = lent;
+  if (!occ || !lent) return -ENOMEM;
+  memset(s->occ + s->ngranules, 0, (need - s->ngranules) * sizeof *occ);
+  memset(s->lent + s->ngranules, 0, need - s->ngranules);
+  s->ngranules = (uint32_t)need;
+  return 0;
+}
+
+static void occ_add(gml_plan_server *s, uint64_t offset, uint64_t size, int delta) {
+  if (!s->granule) return;
+  for (uint64_t g = offset / s->granule; g <= (offset + size - 1) / s->granule; g++) s->occ[g] += (uint32_t)delta;
+}
+
 int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
+  if (granules_cover(s, p->range)) return -ENOMEM;
   uint32_t nlive = 0;
   for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
   if (grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
@@ -56,7 +80,7 @@ enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, ui
   const gml_plan *p = s->plan;
   uint32_t k = s->next++;
   enum gml_plan_verdict v = GML_PLAN_HIT;
-  g->index = GML_PLAN_NEVER, g->epoch = s->epoch;
+  g->index = GML_PLAN_NEVER, g->epoch = s->epoch, g->lent = 0;
   if (!p)
     v = GML_PLAN_MISS_NOPLAN;
   else if (k >= p->n)
@@ -80,17 +104,43 @@ enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, ui
     uint64_t lo = p->offset[k], hi = lo + p->size[k];
     for (uint32_t i = 0; v == GML_PLAN_HIT && i < s->nstraggler; i++)
       if (s->straggler[i].offset < hi && lo < s->straggler[i].offset + s->straggler[i].size) v = GML_PLAN_MISS_OCCUPIED;
+    for (uint64_t gr = s->granule ? lo / s->granule : 1; v == GML_PLAN_HIT && s->granule && gr <= (hi - 1) / s->granule;
+         gr++)
+      if (s->lent[gr]) v = GML_PLAN_MISS_OCCUPIED; /* a departed step's miss holds it */
   }
   s->verdicts[v]++;
   if (v == GML_PLAN_HIT) {
     s->live[k] = 1;
+    occ_add(s, p->offset[k], p->size[k], 1);
     g->index = k, g->offset = p->offset[k], g->size = p->size[k];
   }
   return v;
 }
 
+/* Lent granules are taken from the top of the plan's range down: the
+ * planner stacks blocks from offset 0 up, so the top is where the fewest
+ * planned blocks lie and a lent block blocks the fewest slots. */
+int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
+  if (!s->granule || !s->plan || size < s->granule) return 0;
+  uint64_t want = size / s->granule + (size % s->granule != 0), top = s->plan->range / s->granule, run = 0;
+  for (uint64_t gr = top; gr-- > 0;) {
+    run = s->occ[gr] ? 0 : run + 1;
+    if (run < want) continue;
+    for (uint64_t i = gr; i < gr + want; i++) s->lent[i] = 1, s->occ[i]++;
+    g->lent = 1, g->offset = gr * s->granule, g->size = want * s->granule;
+    s->lends++, s->lent_bytes += g->size;
+    return 1;
+  }
+  return 0;
+}
+
 void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
+  if (g->lent) {
+    for (uint64_t i = g->offset / s->granule; i < (g->offset + g->size) / s->granule; i++) s->lent[i] = 0, s->occ[i]--;
+    return;
+  }
   if (g->index == GML_PLAN_NEVER) return;
+  occ_add(s, g->offset, g->size, -1);
   if (g->epoch == s->epoch) {
     s->live[g->index] = 0;
     return;
@@ -159,6 +209,8 @@ static int keeper_pick(gml_plan_keeper *kp, uint64_t size, uint64_t stream, uint
 int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g) {
   if (kp->cand && keeper_pick(kp, size, stream, kp->cur.n)) return -ENOMEM;
   int v = gml_plan_serve_alloc(&kp->srv, size, stream, g);
+  if (!kp->cand && kp->plan && v == GML_PLAN_MISS_SHAPE) kp->departed = 1; /* no kept plan is this iteration's */
+  if (v != GML_PLAN_HIT && kp->departed) gml_plan_server_lend(&kp->srv, size, g);
   g->rec_iter = kp->iteration;
   if (gml_plan_rec_alloc(&kp->cur, size, stream, &g->rec_k)) {
     gml_plan_serve_free(&kp->srv, g);
@@ -255,7 +307,7 @@ int gml_plan_keeper_step(gml_plan_keeper *kp) {
   }
   gml_plan_rec_reset(&kp->cur);
   gml_plan_server_step(&kp->srv);
-  kp->cand = 0; /* the next iteration may follow any kept plan */
+  kp->cand = 0, kp->departed = 0; /* the next iteration may follow any kept plan */
   for (uint32_t i = 0; i < GML_PLAN_KEPT; i++) kp->cand |= (uint32_t)(kp->kept[i] != NULL) << i;
   kp->iteration++;
   return rc;

@@ -18,7 +18,7 @@
 #include <string.h>
 
 typedef struct plan_step_row {
-  size_t allocs;
+  size_t allocs, lent; /* lent: misses placed in the range's free granules */
   uint64_t max_live, range, peak; /* peak: the range plus the pool's live bytes, at its highest in the step */
   uint64_t verdicts[GML_PLAN_VERDICTS];
   int full; /* every allocation of the step matched the plan and was served from it where planned */
@@ -27,6 +27,10 @@ typedef struct plan_step_row {
   uint64_t plan_lb; /* at a take: the new plan's lower bound and range */
   uint64_t plan_range;
 } plan_step_row;
+
+/* A departing step's misses of at least this much are lent the plan range's
+ * free granules: the allocator's chunk (2 MiB on the GPUs measured) */
+#define REPLAY_PLAN_GRANULE (2ull << 20)
 
 static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0; }
 
@@ -56,10 +60,11 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
           return rc;
         }
         r->allocs++, r->verdicts[rc]++;
-        if (rc != GML_PLAN_HIT) pool += ev[i].size;
+        if (rc != GML_PLAN_HIT && !grant[i].lent) pool += ev[i].size;
+        r->lent += grant[i].lent;
       } else {
         const gml_plan_grant *g = &grant[ev[i].alloc_event];
-        if (g->index == GML_PLAN_NEVER) pool -= ev[ev[i].alloc_event].size;
+        if (g->index == GML_PLAN_NEVER && !g->lent) pool -= ev[ev[i].alloc_event].size;
         gml_plan_keeper_free(kp, g);
       }
       uint64_t reserved = range_in_use(kp) + pool;
@@ -89,18 +94,18 @@ static void print_rows_text(const char *name, const plan_step_row *rows, size_t 
   printf("%s: plan (%s)\n", name,
          plan_step < 0 ? "one per pattern: taken when a step repeats an earlier one, picked by a step's first allocations"
                        : "taken from the step given");
-  printf("  %4s %6s %9s %9s %9s %7s %6s %6s %6s %6s %6s %5s %s\n", "step", "allocs", "max_live", "range", "peak",
-         "pk/live", "hits", "noplan", "shape", "unplan", "occup", "plan", "");
+  printf("  %4s %6s %9s %9s %9s %7s %6s %6s %6s %6s %6s %5s %5s %s\n", "step", "allocs", "max_live", "range", "peak",
+         "pk/live", "hits", "noplan", "shape", "unplan", "occup", "lent", "plan", "");
   for (size_t s = 0; s < nsteps; s++) {
     const plan_step_row *r = &rows[s];
     char from[24] = "-";
     if (r->plan_from >= 0) snprintf(from, sizeof from, "%ld", r->plan_from);
-    printf("  %4zu %6zu %8.3fG %8.3fG %8.3fG %7.4f %6llu %6llu %6llu %6llu %6llu %5s %s", s, r->allocs,
+    printf("  %4zu %6zu %8.3fG %8.3fG %8.3fG %7.4f %6llu %6llu %6llu %6llu %6llu %5zu %5s %s", s, r->allocs,
            r->max_live / (double)GML_GIB, r->range / (double)GML_GIB, r->peak / (double)GML_GIB,
            ratio(r->peak, r->max_live), (unsigned long long)r->verdicts[GML_PLAN_HIT],
            (unsigned long long)r->verdicts[GML_PLAN_MISS_NOPLAN], (unsigned long long)r->verdicts[GML_PLAN_MISS_SHAPE],
            (unsigned long long)r->verdicts[GML_PLAN_MISS_UNPLANNED],
-           (unsigned long long)r->verdicts[GML_PLAN_MISS_OCCUPIED], from, r->full ? "from the plan" : "");
+           (unsigned long long)r->verdicts[GML_PLAN_MISS_OCCUPIED], r->lent, from, r->full ? "from the plan" : "");
     if (r->taken)
       printf("%splan taken: range %.3f GiB, lower bound %.3f GiB (x%.4f)", r->full ? "; " : "",
              r->plan_range / (double)GML_GIB, r->plan_lb / (double)GML_GIB, ratio(r->plan_range, r->plan_lb));
@@ -137,6 +142,7 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
   plan_step_row *rows = calloc(n, sizeof *rows);
   gml_plan_keeper kp;
   gml_plan_keeper_init(&kp, GML_PLAN_ALIGN, plan_step);
+  kp.srv.granule = REPLAY_PLAN_GRANULE;
   uint64_t floor, conflicts_per_hit = 0;
   size_t nsteps = ends && rows ? replay_step_ends(v, n, marks, nmarks, ends, &floor) : 0;
   if (nsteps && plan_step >= (long)nsteps) {
@@ -177,21 +183,22 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
            "%llu,"
            "\"planned_peak\":%llu,\"max_live\":%llu,\"planned_peak_over_max_live\":%.6f,\"worst_from_plan_step\":%.6f,"
            "\"conflicts_per_hit\":%llu,\"plans_kept\":%u,\"plan_switches\":%u,\"plans_dropped\":%u,\"plan_seconds\":%.6f,"
-           "\"plan_seconds_max\":%.6f}\n",
+           "\"plan_seconds_max\":%.6f,\"lent\":%llu,\"lent_bytes\":%llu}\n",
            nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            (unsigned long long)peak, (unsigned long long)live, ratio(peak, live), worst_full,
-           (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds, kp.plan_seconds_max);
+           (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds, kp.plan_seconds_max,
+           (unsigned long long)kp.srv.lends, (unsigned long long)kp.srv.lent_bytes);
   } else {
     print_rows_text(name, rows, nsteps, plan_step);
     printf("  %s: %zu steps, %zu with a plan, %zu served from the plan, %u plan(s) taken; %llu hits, %llu misses; "
            "planned peak / max live over the steps with a plan: %.3f / %.3f GiB = %.4f; worst step served from the "
            "plan: %.4f; "
            "conflict-list entries checked per hit: %llu; %u plan(s) kept at the end, %u switch(es), %u dropped; "
-           "planning %.1f ms in all, %.1f ms the longest\n",
+           "planning %.1f ms in all, %.1f ms the longest; %llu misses lent %.3f GiB of the range in all\n",
            name, nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            peak / (double)GML_GIB, live / (double)GML_GIB, ratio(peak, live), worst_full,
            (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds * 1e3,
-           kp.plan_seconds_max * 1e3);
+           kp.plan_seconds_max * 1e3, (unsigned long long)kp.srv.lends, kp.srv.lent_bytes / (double)GML_GIB);
   }
   gml_plan_keeper_destroy(&kp);
   free(ends), free(rows);
