@@ -78,7 +78,6 @@ int gml_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src) {
 typedef struct place_key {
   const gml_plan_rec *a;
   const uint64_t *breadth; /* per block: the most bytes live at one event of its lifetime */
-  const uint64_t *offset;
 } place_key;
 
 static int by_size_desc(const void *x, const void *y, void *arg) {
@@ -92,12 +91,6 @@ static int by_breadth_desc(const void *x, const void *y, void *arg) {
   const place_key *k = arg;
   uint64_t a = k->breadth[*(const uint32_t *)x], b = k->breadth[*(const uint32_t *)y];
   return a != b ? (a > b ? -1 : 1) : by_size_desc(x, y, arg);
-}
-
-static int by_offset(const void *x, const void *y, void *arg) {
-  const place_key *k = arg;
-  uint64_t a = k->offset[*(const uint32_t *)x], b = k->offset[*(const uint32_t *)y];
-  return a < b ? -1 : a > b;
 }
 
 typedef struct span_end {
@@ -209,7 +202,7 @@ static int plan_offsets(gml_plan *p, const gml_plan_recording *r, uint32_t *orde
     uint64_t tail = a->free_at != GML_PLAN_NEVER ? 0 : max_live_in(live, 0, a->wrap_free);
     breadth[order[i]] = head > tail ? head : tail;
   }
-  place_key key = {r->a, breadth, NULL};
+  place_key key = {r->a, breadth};
   int (*cmps[2])(const void *, const void *, void *) = {by_size_desc, by_breadth_desc};
   p->range = UINT64_MAX;
   for (int s = 0; s < 4; s++) {
@@ -224,49 +217,56 @@ static int plan_offsets(gml_plan *p, const gml_plan_recording *r, uint32_t *orde
   return 0;
 }
 
-/* For each planned block, the planned blocks that share any of its bytes:
- * sorted by offset, block i overlaps the later ones that start before its
- * end. Counted first, then filled (CSR). */
-static int plan_conflicts(gml_plan *p, uint32_t *order, uint32_t np) {
-  place_key key = {NULL, NULL, p->offset};
-  qsort_r(order, np, sizeof *order, by_offset, &key);
-  p->conflict_at = calloc((size_t)p->n + 1, sizeof *p->conflict_at);
-  uint32_t *fill = calloc((size_t)p->n + 1, sizeof *fill);
-  if (!p->conflict_at || !fill) {
-    free(fill);
-    return -ENOMEM;
+static int u64_cmp(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* The atoms: the planned blocks' offsets and ends, sorted and distinct, cut
+ * the range into intervals that each block covers whole or not at all; two
+ * planned blocks share bytes exactly when they share an atom. The server
+ * counts live blocks per atom in a tree, so a hit costs O(log atoms) where
+ * a list of the blocks sharing its bytes cost their number (up to hundreds). */
+static int plan_atoms(gml_plan *p, const uint32_t *order, uint32_t np) {
+  p->bound = malloc(((size_t)np * 2 + 1) * sizeof *p->bound);
+  p->atom = malloc(((size_t)p->n * 2 + 1) * sizeof *p->atom);
+  if (!p->bound || !p->atom) return -ENOMEM;
+  uint32_t nb = 0;
+  for (uint32_t i = 0; i < np; i++)
+    p->bound[nb++] = p->offset[order[i]], p->bound[nb++] = p->offset[order[i]] + p->size[order[i]];
+  qsort(p->bound, nb, sizeof *p->bound, u64_cmp);
+  uint32_t d = 0;
+  for (uint32_t i = 0; i < nb; i++)
+    if (!d || p->bound[i] != p->bound[d - 1]) p->bound[d++] = p->bound[i];
+  p->nbound = d;
+  for (uint32_t i = 0; i < p->n; i++) {
+    p->atom[2 * i] = p->atom[2 * i + 1] = 0;
+    if (p->offset[i] != GML_PLAN_NONE)
+      gml_plan_atoms_of(p, p->offset[i], p->size[i], &p->atom[2 * i], &p->atom[2 * i + 1]);
   }
-  uint64_t total = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    for (uint32_t i = 0; i < np; i++) {
-      uint32_t a = order[i];
-      uint64_t end = p->offset[a] + p->size[a];
-      for (uint32_t j = i + 1; j < np && p->offset[order[j]] < end; j++) {
-        uint32_t b = order[j];
-        if (pass == 0) {
-          fill[a]++, fill[b]++, total += 2;
-        } else {
-          p->conflict[fill[a]++] = b;
-          p->conflict[fill[b]++] = a;
-        }
-      }
-    }
-    if (pass == 0) {
-      if (total >= UINT32_MAX) {
-        free(fill);
-        return -ENOMEM;
-      }
-      for (uint32_t i = 0; i < p->n; i++) p->conflict_at[i + 1] = p->conflict_at[i] + fill[i];
-      memcpy(fill, p->conflict_at, (size_t)p->n * sizeof *fill);
-      p->conflict = malloc((size_t)(total ? total : 1) * sizeof *p->conflict);
-      if (!p->conflict) {
-        free(fill);
-        return -ENOMEM;
-      }
-    }
-  }
-  free(fill);
   return 0;
+}
+
+/* Atoms [*a0, *a1) that bytes [offset, offset + size) touch: exactly a
+ * planned block's own; any other span's, rounded out (a straggler of an
+ * earlier plan, a lent block) so that it occupies every atom it touches. */
+void gml_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32_t *a0, uint32_t *a1) {
+  uint32_t lo = 0, hi = p->nbound; /* bounds <= offset: lo after the search */
+  while (lo < hi) {
+    uint32_t m = lo + (hi - lo) / 2;
+    if (p->bound[m] <= offset) lo = m + 1;
+    else hi = m;
+  }
+  *a0 = lo ? lo - 1 : 0;
+  uint32_t l2 = *a0, h2 = p->nbound; /* bounds < end */
+  while (l2 < h2) {
+    uint32_t m = l2 + (h2 - l2) / 2;
+    if (p->bound[m] < offset + size) l2 = m + 1;
+    else h2 = m;
+  }
+  uint32_t atoms = p->nbound ? p->nbound - 1 : 0;
+  *a1 = l2 < atoms ? l2 : atoms;
+  if (*a0 > *a1) *a0 = *a1;
 }
 
 int gml_plan_build(gml_plan *p, const gml_plan_recording *r) {
@@ -284,17 +284,16 @@ int gml_plan_build(gml_plan *p, const gml_plan_recording *r) {
   }
   p->planned = np;
   if (!rc) rc = plan_offsets(p, r, order, np);
-  if (!rc) rc = plan_conflicts(p, order, np);
+  if (!rc) rc = plan_atoms(p, order, np);
   if (!rc) /* what the keeper's byte bound counts */
-    p->bytes = sizeof *p + (uint64_t)n * (3 * sizeof(uint64_t) + sizeof(uint32_t)) +
-               (uint64_t)p->conflict_at[p->n] * sizeof(uint32_t);
+    p->bytes = sizeof *p + (uint64_t)n * (3 * sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)np * 2 * sizeof(uint64_t);
   free(order);
   if (rc) gml_plan_destroy(p);
   return rc;
 }
 
 void gml_plan_destroy(gml_plan *p) {
-  free(p->size), free(p->stream), free(p->offset), free(p->conflict_at), free(p->conflict);
+  free(p->size), free(p->stream), free(p->offset), free(p->bound), free(p->atom);
   memset(p, 0, sizeof *p);
 }
 

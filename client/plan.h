@@ -36,12 +36,15 @@
  * Serving safely: the recording's lifetimes hold only for an iteration that
  * is the recording. A departing one (another shape, frees out of order, an
  * iteration's block freed in the next) may still hold a block at an address
- * that the plan gives the next request. So for every planned block the plan
- * keeps the list of planned blocks that share any of its bytes (they never
- * live together in the recording); a hit requires the block itself and all
- * of those to be free, and no block of an earlier plan (a straggler) to
- * overlap it. The cost of a hit is the length of that list (printed by the
- * replay: 16 to 157 entries per hit on the traces), not a search. */
+ * that the plan gives the next request. So the plan cuts its range into
+ * atoms at every planned block's offset and end (two planned blocks share
+ * bytes exactly when they share an atom), and the server counts the live
+ * blocks on each atom in a tree (range add, range max): this plan's hits on
+ * their own atoms, blocks of an earlier plan (stragglers) and lent blocks on
+ * every atom they touch. A hit requires the most live blocks on one of its
+ * atoms to be 0: O(log atoms), where a list of the planned blocks sharing
+ * its bytes cost 16 to 272 entries per hit on the traces (and a scan of the
+ * stragglers on top). */
 #ifndef GML_PLAN_H
 #define GML_PLAN_H
 #include <stddef.h>
@@ -86,8 +89,11 @@ typedef struct gml_plan {
   uint32_t n; /* recorded allocations, planned or not */
   uint64_t hash; /* the recording's */
   uint64_t *size, *stream, *offset; /* offset GML_PLAN_NONE: not planned */
-  uint32_t *conflict_at; /* n + 1 entries: block i shares bytes with conflict[conflict_at[i] .. conflict_at[i + 1]) */
-  uint32_t *conflict;
+  /* atoms: the planned blocks' offsets and ends, sorted and distinct (nbound); atom a is [bound[a], bound[a + 1]);
+   * planned block i covers atoms [atom[2i], atom[2i + 1]) and shares bytes with exactly the blocks sharing one */
+  uint64_t *bound;
+  uint32_t nbound;
+  uint32_t *atom;
   uint64_t range; /* bytes the plan needs: the highest planned end */
   uint64_t lower_bound; /* max live planned bytes at one event: no placement needs less */
   uint32_t planned; /* allocations with an offset */
@@ -107,12 +113,15 @@ typedef struct gml_plan {
 int gml_plan_build(gml_plan *p, const gml_plan_recording *r);
 void gml_plan_destroy(gml_plan *p);
 int gml_plan_matches(const gml_plan *p, const gml_plan_recording *r); /* 1: planned from this sequence */
+/* The atoms of p that bytes [offset, offset + size) touch, [*a0, *a1): a
+ * planned block's own exactly; any other span rounded out. */
+void gml_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32_t *a0, uint32_t *a1);
 
 /* What serving one allocation gave: keep it with the block, hand it back on its free. */
 typedef struct gml_plan_grant {
   uint64_t offset, size; /* offset in the plan's range (a hit) */
   uint32_t index; /* the planned block, GML_PLAN_NEVER on a miss */
-  uint8_t lent; /* a miss lent whole granules of the range: offset and size say which (gml_plan_server_lend) */
+  uint32_t lent; /* a miss lent whole granules of the range (offset and size say which): its lent slot + 1; else 0 */
   uint32_t epoch; /* the plan that served it */
   uint32_t rec_iter, rec_k; /* the keeper's iteration and recording index, for recording its free */
 } gml_plan_grant;
@@ -139,12 +148,17 @@ typedef struct gml_plan_server {
   gml_plan_span *straggler; /* live blocks of earlier plans, in the same range */
   uint32_t nstraggler, straggler_cap;
   uint64_t verdicts[GML_PLAN_VERDICTS];
-  uint64_t conflicts_checked; /* entries of conflict lists looked at: the hit path's cost */
+  /* live blocks per atom of the plan (hits, stragglers, lent blocks rounded out to atoms): a tree of
+   * 2 * tree_leaves nodes, each the max over its atoms and an add pending for all of them */
+  int32_t *tmax, *tadd;
+  uint32_t tree_leaves, tree_cap;
+  uint64_t tree_visits; /* nodes visited by hits (the check and the count): the hit path's cost */
+  gml_plan_span *lent_span; /* the live lent blocks (size 0: a free slot; a lent grant's lent - 1 names its slot) */
+  uint32_t nlent_span, lent_span_cap;
   /* Lending: the unit (the allocator's chunk; 0, the default: never lent), and per granule of the range the
-   * live blocks in it (hits, stragglers, lent misses) and whether a miss was lent it */
+   * live blocks in it (hits, stragglers, lent misses) */
   uint64_t granule;
   uint32_t *occ;
-  uint8_t *lent;
   uint32_t ngranules;
   uint64_t lends, lent_bytes; /* misses lent bytes of the range, and their bytes (in all) */
 } gml_plan_server;

@@ -31,11 +31,11 @@ static uint64_t plan_round(uint64_t align, uint64_t size) {
 void gml_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
 
 void gml_plan_server_destroy(gml_plan_server *s) {
-  free(s->live), free(s->straggler), free(s->occ), free(s->lent);
+  free(s->live), free(s->straggler), free(s->occ), free(s->tmax), free(s->tadd), free(s->lent_span);
   memset(s, 0, sizeof *s);
 }
 
-/* The per-granule arrays cover [0, range): they grow with the largest
+/* The per-granule counts cover [0, range): they grow with the largest
  * plan, and stay (stragglers and lent blocks may lie above a smaller one). */
 static int granules_cover(gml_plan_server *s, uint64_t range) {
   if (!s->granule) return 0;
@@ -43,13 +43,9 @@ static int granules_cover(gml_plan_server *s, uint64_t range) {
   if (need <= s->ngranules) return 0;
   if (need > UINT32_MAX / 2) return -ENOMEM;
   uint32_t *occ = realloc(s->occ, need * sizeof *occ);
-  if (occ) s->occ = occ;
-  uint8_t *lent = realloc(s->lent, need);
-  if (lent) s->lent = lent;
-  if (!occ || !lent) return -ENOMEM;
-  memset(s->occ + s->ngranules, 0, (need - s->ngranules) * sizeof *occ);
-  memset(s->lent + s->ngranules, 0, need - s->ngranules);
-  s->ngranules = (uint32_t)need;
+  if (!occ) return -ENOMEM;
+  memset(occ + s->ngranules, 0, (need - s->ngranules) * sizeof *occ);
+  s->occ = occ, s->ngranules = (uint32_t)need;
   return 0;
 }
 
@@ -58,24 +54,76 @@ static void occ_add(gml_plan_server *s, uint64_t offset, uint64_t size, int delt
   for (uint64_t g = offset / s->granule; g <= (offset + size - 1) / s->granule; g++) s->occ[g] += (uint32_t)delta;
 }
 
+/* The atom tree: node 1 covers leaves [0, tree_leaves); a node's tmax is
+ * the most live blocks on one of its atoms, tadd what was added to all of
+ * them at once. Adding over a run of atoms and asking its max each visit
+ * O(log atoms) nodes. */
+static void tree_add(gml_plan_server *s, uint32_t node, uint32_t lo, uint32_t hi, uint32_t a, uint32_t b, int delta) {
+  s->tree_visits++;
+  if (b <= lo || hi <= a) return;
+  if (a <= lo && hi <= b) {
+    s->tmax[node] += delta, s->tadd[node] += delta;
+    return;
+  }
+  uint32_t mid = lo + (hi - lo) / 2;
+  tree_add(s, 2 * node, lo, mid, a, b, delta);
+  tree_add(s, 2 * node + 1, mid, hi, a, b, delta);
+  int32_t l = s->tmax[2 * node], r = s->tmax[2 * node + 1];
+  s->tmax[node] = s->tadd[node] + (l > r ? l : r);
+}
+
+static int32_t tree_max(gml_plan_server *s, uint32_t node, uint32_t lo, uint32_t hi, uint32_t a, uint32_t b) {
+  s->tree_visits++;
+  if (b <= lo || hi <= a) return 0;
+  if (a <= lo && hi <= b) return s->tmax[node];
+  uint32_t mid = lo + (hi - lo) / 2;
+  int32_t l = tree_max(s, 2 * node, lo, mid, a, b), r = tree_max(s, 2 * node + 1, mid, hi, a, b);
+  return s->tadd[node] + (l > r ? l : r);
+}
+
+/* A span that is not one of the plan's blocks (a straggler, a lent block),
+ * counted on every atom it touches. */
+static void tree_span(gml_plan_server *s, gml_plan_span sp, int delta) {
+  uint32_t a0, a1;
+  gml_plan_atoms_of(s->plan, sp.offset, sp.size, &a0, &a1);
+  if (a0 < a1) tree_add(s, 1, 0, s->tree_leaves, a0, a1, delta);
+}
+
 int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
   if (granules_cover(s, p->range)) return -ENOMEM;
-  uint32_t nlive = 0;
+  uint32_t nlive = 0, leaves = 1;
   for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
   if (grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
+  while (leaves < p->nbound) leaves *= 2;
+  if (2 * leaves > s->tree_cap) {
+    int32_t *tmax = realloc(s->tmax, 2 * (size_t)leaves * sizeof *tmax);
+    if (tmax) s->tmax = tmax;
+    int32_t *tadd = realloc(s->tadd, 2 * (size_t)leaves * sizeof *tadd);
+    if (tadd) s->tadd = tadd;
+    if (!tmax || !tadd) return -ENOMEM;
+    s->tree_cap = 2 * leaves;
+  }
   uint8_t *live = calloc(p->n ? p->n : 1, 1);
   if (!live) return -ENOMEM;
   for (uint32_t i = 0; s->plan && i < s->plan->n; i++)
     if (s->live[i]) s->straggler[s->nstraggler++] = (gml_plan_span){s->plan->offset[i], s->plan->size[i]};
   free(s->live);
-  s->live = live, s->plan = p, s->epoch++;
+  s->live = live, s->plan = p, s->epoch++, s->tree_leaves = leaves;
+  memset(s->tmax, 0, 2 * (size_t)leaves * sizeof *s->tmax), memset(s->tadd, 0, 2 * (size_t)leaves * sizeof *s->tadd);
+  uint64_t visits = s->tree_visits; /* what an install costs is not the hit path's */
+  for (uint32_t i = 0; i < s->nstraggler; i++) tree_span(s, s->straggler[i], 1);
+  for (uint32_t i = 0; i < s->nlent_span; i++)
+    if (s->lent_span[i].size) tree_span(s, s->lent_span[i], 1);
+  s->tree_visits = visits;
   return 0;
 }
 
 void gml_plan_server_step(gml_plan_server *s) { s->next = 0; }
 
-/* The hit path: one comparison with the recording, then the block's own
- * flag, the flags of the blocks sharing its bytes, and the stragglers. */
+/* The hit path: one comparison with the recording, then the most live
+ * blocks on one of the slot's atoms, from the tree: every live block in the
+ * range is counted there (this plan's on their own atoms; stragglers and
+ * lent blocks on every atom they touch). */
 enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g) {
   const gml_plan *p = s->plan;
   uint32_t k = s->next++;
@@ -85,32 +133,16 @@ enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, ui
     v = GML_PLAN_MISS_NOPLAN;
   else if (k >= p->n)
     v = GML_PLAN_MISS_SHAPE;
-  else {
-    if (plan_round(p->align, size) != p->size[k] || stream != p->stream[k])
-      v = GML_PLAN_MISS_SHAPE;
-    else if (p->offset[k] == GML_PLAN_NONE)
-      v = GML_PLAN_MISS_UNPLANNED;
-    else if (s->live[k])
-      v = GML_PLAN_MISS_OCCUPIED;
-  }
-  if (v == GML_PLAN_HIT) {
-    for (uint32_t c = p->conflict_at[k]; c < p->conflict_at[k + 1]; c++) {
-      s->conflicts_checked++;
-      if (s->live[p->conflict[c]]) {
-        v = GML_PLAN_MISS_OCCUPIED;
-        break;
-      }
-    }
-    uint64_t lo = p->offset[k], hi = lo + p->size[k];
-    for (uint32_t i = 0; v == GML_PLAN_HIT && i < s->nstraggler; i++)
-      if (s->straggler[i].offset < hi && lo < s->straggler[i].offset + s->straggler[i].size) v = GML_PLAN_MISS_OCCUPIED;
-    for (uint64_t gr = s->granule ? lo / s->granule : 1; v == GML_PLAN_HIT && s->granule && gr <= (hi - 1) / s->granule;
-         gr++)
-      if (s->lent[gr]) v = GML_PLAN_MISS_OCCUPIED; /* a departed step's miss holds it */
-  }
+  else if (plan_round(p->align, size) != p->size[k] || stream != p->stream[k])
+    v = GML_PLAN_MISS_SHAPE;
+  else if (p->offset[k] == GML_PLAN_NONE)
+    v = GML_PLAN_MISS_UNPLANNED;
+  else if (s->live[k] || tree_max(s, 1, 0, s->tree_leaves, p->atom[2 * k], p->atom[2 * k + 1]) > 0)
+    v = GML_PLAN_MISS_OCCUPIED;
   s->verdicts[v]++;
   if (v == GML_PLAN_HIT) {
     s->live[k] = 1;
+    tree_add(s, 1, 0, s->tree_leaves, p->atom[2 * k], p->atom[2 * k + 1], 1);
     occ_add(s, p->offset[k], p->size[k], 1);
     g->index = k, g->offset = p->offset[k], g->size = p->size[k];
   }
@@ -123,11 +155,19 @@ enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, ui
 int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
   if (!s->granule || !s->plan || size < s->granule) return 0;
   uint64_t want = size / s->granule + (size % s->granule != 0), top = s->plan->range / s->granule, run = 0;
+  uint32_t slot = 0;
+  while (slot < s->nlent_span && s->lent_span[slot].size) slot++;
+  if (slot == s->nlent_span &&
+      grow((void **)&s->lent_span, &s->lent_span_cap, s->nlent_span + 1, sizeof *s->lent_span))
+    return 0;
   for (uint64_t gr = top; gr-- > 0;) {
     run = s->occ[gr] ? 0 : run + 1;
     if (run < want) continue;
-    for (uint64_t i = gr; i < gr + want; i++) s->lent[i] = 1, s->occ[i]++;
-    g->lent = 1, g->offset = gr * s->granule, g->size = want * s->granule;
+    g->lent = slot + 1, g->offset = gr * s->granule, g->size = want * s->granule;
+    occ_add(s, g->offset, g->size, 1);
+    s->lent_span[slot] = (gml_plan_span){g->offset, g->size};
+    s->nlent_span += slot == s->nlent_span;
+    tree_span(s, s->lent_span[slot], 1);
     s->lends++, s->lent_bytes += g->size;
     return 1;
   }
@@ -135,18 +175,22 @@ int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
 }
 
 void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
+  if (g->index == GML_PLAN_NEVER && !g->lent) return;
+  occ_add(s, g->offset, g->size, -1);
   if (g->lent) {
-    for (uint64_t i = g->offset / s->granule; i < (g->offset + g->size) / s->granule; i++) s->lent[i] = 0, s->occ[i]--;
+    tree_span(s, s->lent_span[g->lent - 1], -1);
+    s->lent_span[g->lent - 1].size = 0;
+    while (s->nlent_span && !s->lent_span[s->nlent_span - 1].size) s->nlent_span--;
     return;
   }
-  if (g->index == GML_PLAN_NEVER) return;
-  occ_add(s, g->offset, g->size, -1);
   if (g->epoch == s->epoch) {
     s->live[g->index] = 0;
+    tree_add(s, 1, 0, s->tree_leaves, s->plan->atom[2 * g->index], s->plan->atom[2 * g->index + 1], -1);
     return;
   }
   for (uint32_t i = 0; i < s->nstraggler; i++) /* a block of an earlier plan: its span is free again */
     if (s->straggler[i].offset == g->offset && s->straggler[i].size == g->size) {
+      tree_span(s, s->straggler[i], -1);
       s->straggler[i] = s->straggler[--s->nstraggler];
       return;
     }

@@ -112,7 +112,7 @@ static int live_bits(const gml_plan_rec *a, uint32_t e, uint64_t *bits) {
 }
 
 /* Brute force: the plan is valid, its lower bound is the largest live sum,
- * its conflict lists are exactly the planned blocks sharing bytes. */
+ * two planned blocks share atoms exactly where they share bytes. */
 static void check_plan(const gml_plan *p, const gml_plan_recording *r) {
   uint32_t e = r->events, words = (e + 63) / 64;
   uint64_t *bits = calloc((size_t)r->n * words + 1, sizeof *bits), lb = 0;
@@ -136,20 +136,20 @@ static void check_plan(const gml_plan *p, const gml_plan_recording *r) {
     nplanned++;
     ck_assert_uint_eq(p->offset[i] % A, 0);
     ck_assert_uint_le(p->offset[i] + p->size[i], p->range);
-    uint32_t nconf = 0;
+    uint32_t a0 = p->atom[2 * i], a1 = p->atom[2 * i + 1]; /* its atoms: exactly its bytes */
+    ck_assert_uint_lt(a0, a1);
+    ck_assert_uint_eq(p->bound[a0], p->offset[i]);
+    ck_assert_uint_eq(p->bound[a1], p->offset[i] + p->size[i]);
     for (uint32_t j = 0; j < r->n; j++) {
       if (j == i || !planned[j]) continue;
       int addr = p->offset[i] < p->offset[j] + p->size[j] && p->offset[j] < p->offset[i] + p->size[i], life = 0;
       for (uint32_t w = 0; w < words; w++) life |= (bits[(size_t)i * words + w] & bits[(size_t)j * words + w]) != 0;
       ck_assert_msg(!(addr && life), "blocks %u and %u live together and share bytes", i, j);
-      if (!addr) continue;
-      nconf++;
-      int listed = 0;
-      for (uint32_t c = p->conflict_at[i]; c < p->conflict_at[i + 1]; c++) listed |= p->conflict[c] == j;
-      ck_assert_msg(listed, "block %u shares bytes with %u, not in its conflict list", i, j);
+      int atoms = a0 < p->atom[2 * j + 1] && p->atom[2 * j] < a1;
+      ck_assert_msg(addr == atoms, "blocks %u and %u: sharing bytes %d, sharing atoms %d", i, j, addr, atoms);
     }
-    ck_assert_uint_eq(p->conflict_at[i + 1] - p->conflict_at[i], nconf);
   }
+  for (uint32_t b = 1; b < p->nbound; b++) ck_assert_uint_lt(p->bound[b - 1], p->bound[b]);
   ck_assert_uint_eq(p->planned, nplanned);
   free(bits), free(planned);
 }
@@ -504,8 +504,9 @@ START_TEST(test_keeper_keeps_a_plan_per_pattern) {
       if (round >= 2 * npat) late_allocs += pat[which].allocs, late_hits += rn.ck.hits - before;
     }
     for (uint32_t g = 0; g < rn.kp.srv.ngranules; g++) /* nothing live between iterations: every granule free */
-      ck_assert_msg(!rn.kp.srv.occ[g] && !rn.kp.srv.lent[g], "granule %u occupied (%u) with nothing live", g,
-                    rn.kp.srv.occ[g]);
+      ck_assert_msg(!rn.kp.srv.occ[g], "granule %u occupied (%u) with nothing live", g, rn.kp.srv.occ[g]);
+    for (uint32_t a = 1; a < 2 * rn.kp.srv.tree_leaves; a++) /* nor any atom */
+      ck_assert_msg(!rn.kp.srv.tmax[a], "atom tree node %u counts %d with nothing live", a, rn.kp.srv.tmax[a]);
     if (npat <= GML_PLAN_KEPT && c < 35) {
       ck_assert_uint_eq(rn.kp.plans_taken, npat); /* never rebuilt */
       /* every allocation but where patterns share a prefix and the iteration turned out to be the other one

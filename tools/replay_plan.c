@@ -45,7 +45,7 @@ static uint64_t range_in_use(const gml_plan_keeper *kp) {
 
 /* Serves the events of steps [0, nsteps) through the keeper into rows. */
 static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step_sample *v, const size_t *ends,
-                         size_t nsteps, plan_step_row *rows, uint64_t *conflicts_per_hit) {
+                         size_t nsteps, plan_step_row *rows, uint64_t *visits_per_hit) {
   gml_plan_grant *grant = calloc(ends[nsteps - 1] ? ends[nsteps - 1] : 1, sizeof *grant);
   if (!grant) return -ENOMEM;
   uint64_t pool = 0; /* bytes live outside the plan's range */
@@ -85,7 +85,7 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
       r->taken = 1, r->plan_lb = kp->plan->lower_bound, r->plan_range = kp->plan->range;
   }
   uint64_t hits = kp->srv.verdicts[GML_PLAN_HIT];
-  *conflicts_per_hit = hits ? kp->srv.conflicts_checked / hits : 0;
+  *visits_per_hit = hits ? kp->srv.tree_visits / hits : 0;
   free(grant);
   return 0;
 }
@@ -143,7 +143,7 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
   gml_plan_keeper kp;
   gml_plan_keeper_init(&kp, GML_PLAN_ALIGN, plan_step);
   kp.srv.granule = REPLAY_PLAN_GRANULE;
-  uint64_t floor, conflicts_per_hit = 0;
+  uint64_t floor, visits_per_hit = 0;
   size_t nsteps = ends && rows ? replay_step_ends(v, n, marks, nmarks, ends, &floor) : 0;
   if (nsteps && plan_step >= (long)nsteps) {
     fprintf(stderr, "gmlake-replay: %s: --plan=%ld: the trace has %zu steps (0 to %zu)\n", name, plan_step, nsteps,
@@ -152,7 +152,7 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
     free(ends), free(rows);
     return 1;
   }
-  if (!nsteps || plan_simulate(&kp, ev, v, ends, nsteps, rows, &conflicts_per_hit)) {
+  if (!nsteps || plan_simulate(&kp, ev, v, ends, nsteps, rows, &visits_per_hit)) {
     fprintf(stderr, "gmlake-replay: %s: out of memory for --plan's %zu events\n", name, n);
     gml_plan_keeper_destroy(&kp);
     free(ends), free(rows);
@@ -182,22 +182,22 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
     printf(",\"steps\":%zu,\"steps_with_plan\":%zu,\"steps_from_plan\":%zu,\"plans_taken\":%u,\"hits\":%llu,\"misses\":"
            "%llu,"
            "\"planned_peak\":%llu,\"max_live\":%llu,\"planned_peak_over_max_live\":%.6f,\"worst_from_plan_step\":%.6f,"
-           "\"conflicts_per_hit\":%llu,\"plans_kept\":%u,\"plan_switches\":%u,\"plans_dropped\":%u,\"plan_seconds\":%.6f,"
+           "\"tree_visits_per_hit\":%llu,\"plans_kept\":%u,\"plan_switches\":%u,\"plans_dropped\":%u,\"plan_seconds\":%.6f,"
            "\"plan_seconds_max\":%.6f,\"lent\":%llu,\"lent_bytes\":%llu}\n",
            nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            (unsigned long long)peak, (unsigned long long)live, ratio(peak, live), worst_full,
-           (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds, kp.plan_seconds_max,
+           (unsigned long long)visits_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds, kp.plan_seconds_max,
            (unsigned long long)kp.srv.lends, (unsigned long long)kp.srv.lent_bytes);
   } else {
     print_rows_text(name, rows, nsteps, plan_step);
     printf("  %s: %zu steps, %zu with a plan, %zu served from the plan, %u plan(s) taken; %llu hits, %llu misses; "
            "planned peak / max live over the steps with a plan: %.3f / %.3f GiB = %.4f; worst step served from the "
            "plan: %.4f; "
-           "conflict-list entries checked per hit: %llu; %u plan(s) kept at the end, %u switch(es), %u dropped; "
+           "atom tree nodes visited per hit (its check and count, frees, lends): %llu; %u plan(s) kept at the end, %u switch(es), %u dropped; "
            "planning %.1f ms in all, %.1f ms the longest; %llu misses lent %.3f GiB of the range in all\n",
            name, nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            peak / (double)GML_GIB, live / (double)GML_GIB, ratio(peak, live), worst_full,
-           (unsigned long long)conflicts_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds * 1e3,
+           (unsigned long long)visits_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds * 1e3,
            kp.plan_seconds_max * 1e3, (unsigned long long)kp.srv.lends, kp.srv.lent_bytes / (double)GML_GIB);
   }
   gml_plan_keeper_destroy(&kp);
