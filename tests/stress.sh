@@ -12,6 +12,7 @@ shift $((OPTIND - 1))
 BUILD=${1:?usage: tests/stress.sh [-n RUNS] [-b BUSY] BUILD [BINARY...]}
 shift
 [ $# -gt 0 ] || set -- test_integration test_elastic test_security
+case $BUILD in *san*) export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-3};; esac # as make check-san (tests/run.sh)
 export BUILD ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 logs=${STRESS_LOGS:-$BUILD/stress}
 mkdir -p "$logs"
