@@ -122,12 +122,9 @@ void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits)
 /* gml_block_of / gml_block_list (gmlake.h) on the allocator (guard.c). */
 int gml_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info);
 int gml_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max);
-/* For the fault handler: is addr in this allocator's virtual range; and
- * block_of without blocking on the lock (a crash path), with the block's
- * allocation backtrace if one was recorded (bt: GML_GUARD_BT entries). */
-static inline int gml_alloc_owns(const gml_allocator *a, uintptr_t addr) {
-  return addr >= a->va_base && addr - a->va_base < a->va_size;
-}
+/* For the fault handler: block_of without blocking on the lock (a crash path), with the block's
+ * allocation backtrace if one was recorded (bt: GML_GUARD_BT entries); gml_alloc_owns (blocks.h)
+ * says whether an address is this allocator's. */
 int gml_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt);
 /* The settings from the library's options (common/options.h: GMLAKE_HEADROOM,
  * a percentage, 0 turns it off, anything else warns and keeps the default;

@@ -316,4 +316,10 @@ static inline int chunk_ready_for(const gml_allocator *a, int32_t ci, gml_stream
   return c->free_stream == stream || c->free_tick < a->safe_tick || /* MIXED matches no stream */
          (a->any_ordered && gml_chunk_ordered_slow(a, c, stream));
 }
+/* Is addr in a's virtual range (the fault handler asks, guard.c: a reader of the state, so guard mode
+ * sits above the state, not beside the allocator's entry points). */
+static inline int gml_alloc_owns(const gml_allocator *a, uintptr_t addr) {
+  return addr >= a->va_base && addr - a->va_base < a->va_size;
+}
+
 #endif
