@@ -2243,7 +2243,14 @@ START_TEST(test_fd_budget_many_connections) {
    * beside two busy loops: the number of attaches sent, and so of Errors queued, depends on timing);
    * either way no chunk of it is leased past the budget */
   int lease_refused = stat_wait("leases_refused", 1, 20000) == 1;
-  ck_assert_int_eq(stat_num("chunks_leased"), leased);
+  /* served in part is a third outcome (fresh-debian-check's chroot: 2 of the 8 leased, where the
+   * budget had room for their fds at that moment): what must hold is that the fds the daemon keeps
+   * for these clients stay within their budget, the lease's included */
+  long long now_leased = stat_num("chunks_leased");
+  int fds_now = daemon_fds();
+  ck_assert_msg(now_leased == leased || fds_now - base <= limit / 4,
+                "hog 0's lease took %lld chunk(s) and the daemon holds %d fds past its %d before the hogs (limit %ld)",
+                now_leased - leased, fds_now - base, base, limit);
   char msg[1024] = "", lease_msg[1024] = "";
   int refused = 0;
   for (int i = 0; i < HOGS && !refused; i++) refused = next_error(hogs[i], msg, sizeof msg) == 0;
