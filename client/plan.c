@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
+int gml_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
   if (need <= *cap) return 0;
   uint32_t c = *cap ? *cap : 64;
   while (c < need) {
@@ -45,7 +45,7 @@ static uint64_t hash_step(uint64_t h, uint64_t size, uint64_t stream) {
 
 int gml_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, uint32_t *k) {
   if (r->n == UINT32_MAX - 1 || r->events >= UINT32_MAX - 2) return -ENOMEM; /* indices are 32-bit; NEVER is reserved */
-  if (grow((void **)&r->a, &r->cap, r->n + 1, sizeof *r->a)) return -ENOMEM;
+  if (gml_plan_grow((void **)&r->a, &r->cap, r->n + 1, sizeof *r->a)) return -ENOMEM;
   uint64_t s = rec_round(r, size);
   r->a[r->n] = (gml_plan_rec){
       .size = s, .stream = stream, .alloc_at = r->events++, .free_at = GML_PLAN_NEVER, .wrap_free = GML_PLAN_NEVER};
@@ -66,7 +66,7 @@ int gml_plan_rec_same(const gml_plan_recording *x, const gml_plan_recording *y) 
 }
 
 int gml_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src) {
-  if (grow((void **)&dst->a, &dst->cap, src->n, sizeof *dst->a)) return -ENOMEM;
+  if (gml_plan_grow((void **)&dst->a, &dst->cap, src->n, sizeof *dst->a)) return -ENOMEM;
   if (src->n) memcpy(dst->a, src->a, (size_t)src->n * sizeof *src->a);
   dst->n = src->n, dst->events = src->events, dst->align = src->align, dst->hash = src->hash;
   return 0;

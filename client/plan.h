@@ -244,4 +244,8 @@ void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g);
  * iteration after it gave, kept, and served from the next iteration. */
 int gml_plan_keeper_step(gml_plan_keeper *kp);
 
+/* Grows *v (elements of elem bytes, *cap of them) to hold need, doubling from 64: 0 or -ENOMEM
+ * (plan.c; plan_keep.c uses it too). */
+int gml_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem);
+
 #endif

@@ -8,18 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-static int grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  uint32_t c = *cap ? *cap : 64;
-  while (c < need) {
-    if (c > UINT32_MAX / 2) return -ENOMEM;
-    c *= 2;
-  }
-  void *n = realloc(*v, (size_t)c * elem);
-  if (!n) return -ENOMEM;
-  *v = n, *cap = c;
-  return 0;
-}
 
 static uint64_t plan_round(uint64_t align, uint64_t size) {
   uint64_t units = size / align + (size % align != 0);
@@ -93,7 +81,7 @@ int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
   if (granules_cover(s, p->range)) return -ENOMEM;
   uint32_t nlive = 0, leaves = 1;
   for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
-  if (grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
+  if (gml_plan_grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
   while (leaves < p->nbound) leaves *= 2;
   if (2 * leaves > s->tree_cap) {
     int32_t *tmax = realloc(s->tmax, 2 * (size_t)leaves * sizeof *tmax);
@@ -158,7 +146,7 @@ int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
   uint32_t slot = 0;
   while (slot < s->nlent_span && s->lent_span[slot].size) slot++;
   if (slot == s->nlent_span &&
-      grow((void **)&s->lent_span, &s->lent_span_cap, s->nlent_span + 1, sizeof *s->lent_span))
+      gml_plan_grow((void **)&s->lent_span, &s->lent_span_cap, s->nlent_span + 1, sizeof *s->lent_span))
     return 0;
   for (uint64_t gr = top; gr-- > 0;) {
     run = s->occ[gr] ? 0 : run + 1;
