@@ -78,14 +78,14 @@ static int play(run *m, int r, const ev *e) {
   if (e->op == 'a') {
     void *p;
     gml_host_fake_launch(be, s);
-    if (gml_alloc_malloc(&m->a, e->size, s, &p)) {
+    if (gmli_alloc_malloc(&m->a, e->size, s, &p)) {
       fprintf(stderr, "borrow-model: %s\n", m->a.last_error);
       return -1;
     }
     m->live[r][e->id] = p;
   } else if (m->live[r][e->id]) {
     gml_host_fake_launch(be, s);
-    gml_alloc_free(&m->a, m->live[r][e->id]);
+    gmli_alloc_free(&m->a, m->live[r][e->id]);
     m->live[r][e->id] = NULL;
   }
   if (++m->ops % (unsigned long long)m->lag == 0)
@@ -95,13 +95,13 @@ static int play(run *m, int r, const ev *e) {
 
 static int model(int borrow, int steps, int lag) {
   char msg[256];
-  if (gml_backend_open("host", 0, NULL, &be, msg, sizeof msg) || gml_host_fake_events(be)) return -1;
+  if (gmli_backend_open("host", 0, NULL, &be, msg, sizeof msg) || gml_host_fake_events(be)) return -1;
   static run m;
   memset(&m, 0, sizeof m);
   m.lag = lag;
   gml_alloc_config cfg = GML_ALLOC_CONFIG_DEFAULT;
   cfg.borrow = borrow;
-  if (gml_alloc_init(&m.a, be, (gml_chunk_source){NULL, acquire, release, NULL}, 128ul << 30, &cfg)) return -1;
+  if (gmli_alloc_init(&m.a, be, (gml_chunk_source){NULL, acquire, release, NULL}, 128ul << 30, &cfg)) return -1;
   for (int r = 0; r < 2; r++) m.live[r] = calloc(max_id + 1, sizeof(void *));
   int first = nmarks > 2 ? 2 : 0, rc = 0; /* the steps after the first two (warm-up) */
   for (int r = 0; r < 2 && !rc; r++) /* each replica's model, optimizer state and first steps */
@@ -113,15 +113,15 @@ static int model(int borrow, int steps, int lag) {
     be->ops->synchronize(be);
   }
   gml_stats s;
-  gml_alloc_stats(&m.a, &s);
+  gmli_alloc_stats(&m.a, &s);
   printf("borrowing %-3s  peak reserved %7.3f GiB  peak allocated %7.3f GiB  maps %6llu  unmaps %6llu  syncs %4llu  "
          "borrows %6llu  waits %4llu\n",
          borrow ? "on" : "off", s.peak_reserved / 1073741824.0, s.peak_allocated / 1073741824.0, (unsigned long long)s.maps,
          (unsigned long long)s.unmaps, (unsigned long long)s.syncs, (unsigned long long)s.borrows,
          (unsigned long long)s.borrow_waits);
   for (int r = 0; r < 2; r++) free(m.live[r]);
-  gml_alloc_destroy(&m.a);
-  gml_backend_close(be);
+  gmli_alloc_destroy(&m.a);
+  gmli_backend_close(be);
   return rc;
 }
 

@@ -30,14 +30,14 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
   if (!env->seq) env->seq = ++c->seq;
   uint8_t *frame;
   size_t len;
-  int rc = gml_wire_encode(env, &frame, &len);
+  int rc = gmli_wire_encode(env, &frame, &len);
   if (rc) return rc;
-  int sent = gml_wire_send(sock, frame, len, fds, nfds);
+  int sent = gmli_wire_send(sock, frame, len, fds, nfds);
   free(frame);
-  if (sent && !gml_wire_refusal_waits(sock)) return sent; /* else a refusal's reason waits: read it */
+  if (sent && !gmli_wire_refusal_waits(sock)) return sent; /* else a refusal's reason waits: read it */
   for (;;) {
     int rfds[GML_MAX_LEASE_CHUNKS], rn = 0;
-    if ((rc = gml_wire_recv(sock, reply, rfds, &rn, GML_MAX_LEASE_CHUNKS))) return sent ? sent : rc;
+    if ((rc = gmli_wire_recv(sock, reply, rfds, &rn, GML_MAX_LEASE_CHUNKS))) return sent ? sent : rc;
     free_msg(NULL, rfds, rn);
     if (!(*reply)->seq && (*reply)->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) return 0; /* the connection refused */
     if (!sent && (*reply)->seq == env->seq) return 0;
@@ -45,11 +45,11 @@ static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int
   }
 }
 
-int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen) {
+int gmli_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT, *r = NULL;
   Gmlake__Hello h;
   char name[GML_HELLO_NAME];
-  gml_hello_init(c, &h, name);
+  gmli_hello_init(c, &h, name);
   h.adopting = 1;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
@@ -73,8 +73,8 @@ int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, si
     rc = GML_EPROTO;
   } else if (hr->chunk_size != c->be->chunk_size || strcmp(hr->backend, c->be->name)) { /* not where ours came from */
     snprintf(why, whylen, "it serves %s chunks of %s, we hold %s chunks of %s: not the lake we held chunks of", hr->backend,
-             gml_format_bytes(hr->chunk_size, theirs, sizeof theirs), c->be->name,
-             gml_format_bytes(c->be->chunk_size, ours, sizeof ours));
+             gmli_format_bytes(hr->chunk_size, theirs, sizeof theirs), c->be->name,
+             gmli_format_bytes(c->be->chunk_size, ours, sizeof ours));
     rc = GML_EPROTO;
   } else {
     uint64_t inst = hr->instance;
@@ -90,7 +90,7 @@ int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, si
   return rc;
 }
 
-int gml_adopt_flush(gml_adopt_batch *b) {
+int gmli_adopt_flush(gml_adopt_batch *b) {
   if (!b->n || b->rc) return b->rc;
   gml_backend *be = b->c->be;
   int fds[GML_MAX_LEASE_CHUNKS];
@@ -123,11 +123,11 @@ int gml_adopt_flush(gml_adopt_batch *b) {
   return b->rc;
 }
 
-void gml_adopt_add(void *ctx, gml_phys phys, uint64_t *id) {
+void gmli_adopt_add(void *ctx, gml_phys phys, uint64_t *id) {
   gml_adopt_batch *b = ctx;
   if (b->rc || !*id) return; /* id 0: not a chunk of the daemon's */
   b->phys[b->n] = phys;
   b->old[b->n] = *id & ~(GML_ID_PARKED | GML_ID_UNCOUNTED);
   b->idp[b->n++] = id;
-  if (b->n == GML_MAX_LEASE_CHUNKS) gml_adopt_flush(b);
+  if (b->n == GML_MAX_LEASE_CHUNKS) gmli_adopt_flush(b);
 }

@@ -1,6 +1,6 @@
 /* alloc.c: the allocator's entry points (alloc.h). The fast path of a
  * request (a cached block fits and its slots keep their chunks) is
- * gml_alloc_malloc down to the pointer-map insert: a best-fit search, slot
+ * gmli_alloc_malloc down to the pointer-map insert: a best-fit search, slot
  * use counts, maybe a split. Anything rarer is a named *_slow function:
  * mapping chunks (slots.c), harvesting other streams' blocks, failures.
  * Decisions are policy.c's plans, carried out here (placement) and in
@@ -25,8 +25,8 @@ static void format_oom(gml_allocator *a, size_t size, int rc) {
   char s1[32], s2[32], s3[32], s4[32];
   snprintf(a->last_error, sizeof a->last_error, "%s: asked %s, allocated %s, cached %s, held %s%s",
            rc == GML_EDAEMON ? "no new chunks: the daemon is gone (a lease fails until it is back)" : "out of memory",
-           gml_format_bytes(size, s1, sizeof s1), gml_format_bytes(a->allocated, s2, sizeof s2),
-           gml_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3), gml_format_bytes(reserved_bytes(a), s4, sizeof s4),
+           gmli_format_bytes(size, s1, sizeof s1), gmli_format_bytes(a->allocated, s2, sizeof s2),
+           gmli_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3), gmli_format_bytes(reserved_bytes(a), s4, sizeof s4),
            rc == GML_EQUOTA ? " (quota reached)" : "");
 }
 
@@ -39,7 +39,7 @@ static int malloc_bad_size_slow(gml_allocator *a, size_t size) {
   else
     snprintf(a->last_error, sizeof a->last_error,
              "%s is more than half the %s of virtual address space reserved (GMLAKE_VA_SIZE raises it)",
-             gml_format_bytes(size, s1, sizeof s1), gml_format_bytes(a->va_size, s2, sizeof s2));
+             gmli_format_bytes(size, s1, sizeof s1), gmli_format_bytes(a->va_size, s2, sizeof s2));
   return size ? GML_ENOMEM : GML_EINVAL;
 }
 
@@ -57,15 +57,15 @@ static int malloc_no_fit_slow(gml_allocator *a, gml_region *r, size_t size) {
  * the slots unclaimed; returns the error the caller reports. */
 static int malloc_map_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t size, uint32_t first, uint32_t last,
                            size_t need, gml_stream stream, int *stole) {
-  GML_DEBUG("map: size %zu needs %zu of %u slots (free chunks %zu, tick %llu)", gml_round_up(size, GML_ALIGN), need,
+  GML_DEBUG("map: size %zu needs %zu of %u slots (free chunks %zu, tick %llu)", gmli_round_up(size, GML_ALIGN), need,
             last - first + 1, free_chunks(a), (unsigned long long)a->tick);
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   a->mapped_allocs++;
-  int rc = gml_map_slots_slow(a, first, last, stream, stole);
-  a->map_ns += gml_now_ns() - t0;
+  int rc = gmli_map_slots_slow(a, first, last, stream, stole);
+  a->map_ns += gmli_now_ns() - t0;
   if (!rc) return 0;
-  gml_slots_unclaim(a, first, last);
-  gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+  gmli_slots_unclaim(a, first, last);
+  gmli_pool_add(r, b->pool, gmli_block_coalesce(a, r, b));
   if (rc == GML_EAGAIN) { /* would lease (GML_ALLOC_NO_GROW): not an out-of-memory; asked again */
     a->mapped_allocs--;
     return rc;
@@ -78,8 +78,8 @@ static int malloc_map_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t
 /* Guard mode: b's guards could not be made (an unmap or protect failed). */
 static int malloc_guard_failed_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t size, uint32_t first, uint32_t last,
                                     int rc) {
-  gml_slots_unclaim(a, first, last);
-  gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+  gmli_slots_unclaim(a, first, last);
+  gmli_pool_add(r, b->pool, gmli_block_coalesce(a, r, b));
   format_oom(a, size, rc);
   a->ooms++;
   return rc == GML_EBACKEND ? rc : GML_ENOMEM;
@@ -96,10 +96,10 @@ static void malloc_guard_record_slow(gml_allocator *a, gml_block *b) {
 /* The pointer map could not grow: b cannot be tracked, so it must not be
  * handed out. */
 static int malloc_untracked_slow(gml_allocator *a, gml_region *r, gml_block *b, uint32_t first, uint32_t last) {
-  if (a->guard) gml_guards_set(a, b, 0);
-  gml_slots_unclaim(a, first, last);
+  if (a->guard) gmli_guards_set(a, b, 0);
+  gmli_slots_unclaim(a, first, last);
   b->is_free = 1;
-  gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+  gmli_pool_add(r, b->pool, gmli_block_coalesce(a, r, b));
   return GML_ENOMEM;
 }
 
@@ -109,42 +109,42 @@ static gml_block *place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsi
     int moved = 0;
     switch (p.kind) {
     case GML_PLACE_HARVEST:
-      moved = gml_harvest_streams_slow(a, r);
+      moved = gmli_harvest_streams_slow(a, r);
       break;
     case GML_PLACE_TAKE_ORDERED:
-      moved = gml_take_ordered_slow(a, r, pi, stream);
+      moved = gmli_take_ordered_slow(a, r, pi, stream);
       break;
     case GML_PLACE_BORROW:
-      if (gml_borrows_pending(a) < p.max_pending && !gml_order_after_slow(a, stream, p.lender))
-        moved = gml_take_ordered_slow(a, r, pi, stream);
+      if (gmli_borrows_pending(a) < p.max_pending && !gmli_order_after_slow(a, stream, p.lender))
+        moved = gmli_take_ordered_slow(a, r, pi, stream);
       break;
     case GML_PLACE_FIT:
       break;
     }
-    p = gml_policy_place_next(a, r, pi, rsize, stream, &p, moved);
+    p = gmli_policy_place_next(a, r, pi, rsize, stream, &p, moved);
   }
   return p.block;
 }
 
-int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr) {
-  return gml_alloc_malloc_ex(a, size, stream, 0, ptr);
+int gmli_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr) {
+  return gmli_alloc_malloc_ex(a, size, stream, 0, ptr);
 }
 
-int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr) {
+int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr) {
   if (!size || size > (a->va_size >> 1)) return malloc_bad_size_slow(a, size);
-  size_t rsize = gml_round_up(size, GML_ALIGN), bsize = gml_policy_block_size(a, rsize);
+  size_t rsize = gmli_round_up(size, GML_ALIGN), bsize = gmli_policy_block_size(a, rsize);
   pthread_mutex_lock(&a->lock);
   a->tick++;
   gml_region *r = region_for(a, bsize);
   int pi = pool_index(a, r, stream, 1);
-  gml_place_plan plan = gml_policy_place(a, r, pi, rsize, stream);
+  gml_place_plan plan = gmli_policy_place(a, r, pi, rsize, stream);
   gml_block *b = plan.kind == GML_PLACE_FIT ? plan.block : place_slow(a, r, pi, rsize, stream, plan);
   if (!b) {
     int rc = malloc_no_fit_slow(a, r, size);
     pthread_mutex_unlock(&a->lock);
     return rc;
   }
-  gml_pool_del(r, b);
+  gmli_pool_del(r, b);
   /* Claim the slots first, so that stitching cannot take their chunks;
    * whole-slot guards are not claimed. */
   uintptr_t lo, hi;
@@ -161,16 +161,16 @@ int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int fl
     GML_DEBUG("%s", a->last_error);
     return rc;
   }
-  b->ptr = a->guard ? gml_policy_guard_ptr(a, b->addr, rsize) : b->addr;
+  b->ptr = a->guard ? gmli_policy_guard_ptr(a, b->addr, rsize) : b->addr;
   b->usable = rsize;
-  if (a->guard && (rc = gml_guards_set(a, b, 1))) {
+  if (a->guard && (rc = gmli_guards_set(a, b, 1))) {
     rc = malloc_guard_failed_slow(a, r, b, size, first, last, rc);
     pthread_mutex_unlock(&a->lock);
     return rc;
   }
   if (b->size - bsize >= GML_ALIGN) {
-    gml_block *rest = gml_block_split(a, b, bsize);
-    if (rest) gml_pool_add(r, b->pool, rest);
+    gml_block *rest = gmli_block_split(a, b, bsize);
+    if (rest) gmli_pool_add(r, b->pool, rest);
   }
   if (!a->guard) b->usable = b->size; /* all of it: a split's rest under 512 B */
   if (b->has_event) {
@@ -183,7 +183,7 @@ int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int fl
   b->stream = stream;
   b->stitched = (uint8_t)stole;
   b->pause_tag = a->tag;
-  if (gml_ptrmap_put(&a->live, b->ptr, b)) {
+  if (gmli_ptrmap_put(&a->live, b->ptr, b)) {
     rc = malloc_untracked_slow(a, r, b, first, last);
     pthread_mutex_unlock(&a->lock);
     return rc;
@@ -201,9 +201,9 @@ int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int fl
   return 0;
 }
 
-int gml_alloc_free(gml_allocator *a, void *ptr) {
+int gmli_alloc_free(gml_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
-  gml_block *b = gml_ptrmap_take(&a->live, (uintptr_t)ptr, 1);
+  gml_block *b = gmli_ptrmap_take(&a->live, (uintptr_t)ptr, 1);
   if (!b) {
     snprintf(a->last_error, sizeof a->last_error, "free of %p: not a live block of this client", ptr);
     pthread_mutex_unlock(&a->lock);
@@ -220,13 +220,13 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   block_slots(a, b, &first, &last);
   a->tick++;
   if (a->guard) { /* its guards become ordinary memory again (page guards) */
-    gml_guards_set(a, b, 0);
+    gmli_guards_set(a, b, 0);
     free(b->bt);
     b->bt = NULL;
   }
   for (uint32_t s = first; s <= last; s++)
     if (--a->slot_use[s] == 0) slot_release(a, s);
-  if ((a->free_count & 255) == 0) gml_fence_update(a); /* keep a recent fence: remaps then need no synchronize */
+  if ((a->free_count & 255) == 0) gmli_fence_update(a); /* keep a recent fence: remaps then need no synchronize */
   a->allocated -= b->usable;
   if (b->stitched) a->stitched -= b->usable;
   a->free_count++;
@@ -235,15 +235,15 @@ int gml_alloc_free(gml_allocator *a, void *ptr) {
   b->has_event = 0;
   b->lent = 0;
   b->free_tick = a->tick;
-  b = gml_block_coalesce(a, r, b);
-  gml_pool_add(r, b->pool, b);
+  b = gmli_block_coalesce(a, r, b);
+  gmli_pool_add(r, b->pool, b);
   pthread_mutex_unlock(&a->lock);
   return 0;
 }
 
-int gml_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size) {
+int gmli_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size) {
   pthread_mutex_lock(&a->lock);
-  gml_block *b = gml_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
+  gml_block *b = gmli_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
   int rc = 0;
   if (!b) {
     rc = GML_EBADPTR;
@@ -261,7 +261,7 @@ int gml_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max
   return rc;
 }
 
-int gml_alloc_quiesce(gml_allocator *a) {
+int gmli_alloc_quiesce(gml_allocator *a) {
   pthread_mutex_lock(&a->lock);
   int rc = a->be->ops->synchronize(a->be);
   if (rc == 0) {
@@ -272,9 +272,9 @@ int gml_alloc_quiesce(gml_allocator *a) {
   return rc;
 }
 
-size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
+size_t gmli_alloc_size_of(gml_allocator *a, void *ptr) {
   pthread_mutex_lock(&a->lock);
-  gml_block *b = gml_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
+  gml_block *b = gmli_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
   size_t n = b ? b->usable : 0;
   pthread_mutex_unlock(&a->lock);
   return n;
@@ -282,18 +282,18 @@ size_t gml_alloc_size_of(gml_allocator *a, void *ptr) {
 
 /* ---------- trim, stats, init, destroy ---------- */
 
-size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
+size_t gmli_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
   pthread_mutex_lock(&a->lock);
   size_t max_chunks = max_bytes ? max_bytes / a->cs + (max_bytes % a->cs != 0) : SIZE_MAX; /* no wrap near 2^64 */
   /* mapped chunks are unmapped from every slot once the device is done */
-  if (!a->no_device_waits && gml_policy_trim_reaches_mapped(a, max_chunks)) {
+  if (!a->no_device_waits && gmli_policy_trim_reaches_mapped(a, max_chunks)) {
     if (a->be->ops->synchronize(a->be) == 0) a->safe_tick = a->tick + 1;
   }
   size_t released = 0;
   int32_t ci;
-  while (released < max_chunks && (ci = gml_policy_trim_next(a)) >= 0) {
+  while (released < max_chunks && (ci = gmli_policy_trim_next(a)) >= 0) {
     if (a->chunks[ci].list == GML_CL_CACHED && a->chunks[ci].free_tick >= a->safe_tick) break; /* synchronize failed */
-    if (gml_chunk_give_back(a, ci)) break; /* the backend refused an unmap: keep it */
+    if (gmli_chunk_give_back(a, ci)) break; /* the backend refused an unmap: keep it */
     released++;
   }
   a->chunks_released += released;
@@ -301,7 +301,7 @@ size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes) {
   return released * a->cs;
 }
 
-void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
+void gmli_alloc_stats(gml_allocator *a, gml_stats *st) {
   pthread_mutex_lock(&a->lock);
   memset(st, 0, sizeof *st);
   st->allocated = a->allocated;
@@ -336,8 +336,8 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   if (nl) {
     uint64_t tmp[GML_ARRAY_LEN(a->lease_ns)];
     memcpy(tmp, a->lease_ns, nl * sizeof tmp[0]);
-    st->lease_p50_ns = (uint64_t)gml_percentile_u64(tmp, nl, 50);
-    st->lease_p99_ns = (uint64_t)gml_percentile_u64(tmp, nl, 99);
+    st->lease_p50_ns = (uint64_t)gmli_percentile_u64(tmp, nl, 50);
+    st->lease_p99_ns = (uint64_t)gmli_percentile_u64(tmp, nl, 99);
   }
   st->fragmentation = st->reserved ? 1.0 - (double)st->allocated / (double)st->reserved : 0.0;
   st->chunk_size = a->cs;
@@ -345,7 +345,7 @@ void gml_alloc_stats(gml_allocator *a, gml_stats *st) {
   pthread_mutex_unlock(&a->lock);
 }
 
-int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg) {
+int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg) {
   static const gml_alloc_config defaults = GML_ALLOC_CONFIG_DEFAULT;
   if (!cfg) cfg = &defaults;
   memset(a, 0, sizeof *a);
@@ -353,12 +353,12 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->be = be;
   a->src = src;
   a->cs = be->chunk_size;
-  a->va_size = gml_round_up(va_size, 8 * a->cs);
+  a->va_size = gmli_round_up(va_size, 8 * a->cs);
   a->rng = 0x2545F4914F6CDD1Dull;
   a->timing = cfg->timing;
   a->stream_map = cfg->stream_map;
   a->headroom_pct = cfg->headroom_pct;
-  gml_alloc_set_borrow(a, cfg->borrow, cfg->borrow_ratio, cfg->borrow_max);
+  gmli_alloc_set_borrow(a, cfg->borrow, cfg->borrow_ratio, cfg->borrow_max);
   a->dead = -1;
   a->safe_tick = 1; /* fresh chunks (free_tick 0) are ready for every stream */
   for (int l = 0; l < 3; l++) a->lists[l].head = a->lists[l].tail = -1;
@@ -372,7 +372,7 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
   a->slot_aprev = malloc(a->nslots * sizeof *a->slot_aprev);
   a->slot_stream = calloc(a->nslots, sizeof *a->slot_stream);
   if (!a->slot_chunk || !a->slot_use || !a->slot_anext || !a->slot_aprev || !a->slot_idle_tick || !a->slot_stream) {
-    gml_alloc_destroy(a);
+    gmli_alloc_destroy(a);
     return GML_ENOMEM;
   }
   memset(a->slot_chunk, 0xff, a->nslots * sizeof *a->slot_chunk);
@@ -384,9 +384,9 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
     r->base = a->va_base + (i ? small : 0);
     r->size = i ? a->va_size - small : small;
     r->first_slot = slot_of(a, r->base);
-    gml_block *b = gml_block_new(a);
+    gml_block *b = gmli_block_new(a);
     if (!b) {
-      gml_alloc_destroy(a);
+      gmli_alloc_destroy(a);
       return GML_ENOMEM;
     }
     b->addr = r->base;
@@ -394,17 +394,17 @@ int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size
     b->region = (uint8_t)i;
     b->is_free = 1;
     r->first = b;
-    gml_pool_add(r, 0, b);
+    gmli_pool_add(r, 0, b);
   }
-  if (cfg->guard > 0 && (rc = gml_alloc_set_guard(a, cfg->guard, cfg->guard_grain))) {
-    gml_alloc_destroy(a);
+  if (cfg->guard > 0 && (rc = gmli_alloc_set_guard(a, cfg->guard, cfg->guard_grain))) {
+    gmli_alloc_destroy(a);
     return rc;
   }
   a->guard_bt = cfg->guard_bt;
   return 0;
 }
 
-void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits) {
+void gmli_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits) {
   if (a->be) pthread_mutex_lock(&a->lock);
   a->borrow = on != 0;
   a->borrow_ratio = ratio >= 1 ? ratio : 1;
@@ -413,9 +413,9 @@ void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits)
 }
 
 
-void gml_alloc_destroy(gml_allocator *a) {
+void gmli_alloc_destroy(gml_allocator *a) {
   if (!a->be) return;
-  if (a->guard) gml_guard_unregister(a);
+  if (a->guard) gmli_guard_unregister(a);
   for (int i = 0; i < a->borrow_nev; i++) a->be->ops->event_destroy(a->be, a->borrow_ev[i]);
   if (a->slot_chunk) {
     a->be->ops->synchronize(a->be);
@@ -424,7 +424,7 @@ void gml_alloc_destroy(gml_allocator *a) {
     for (size_t i = 0; i < a->chunks_used; i++)
       if (a->chunks[i].list != GML_CL_DEAD) a->src.release(a->src.ctx, 1, &a->chunks[i].phys, &a->chunks[i].id);
   }
-  for (int i = 0; i < 2; i++) gml_region_free_blocks(a, &a->regions[i]);
+  for (int i = 0; i < 2; i++) gmli_region_free_blocks(a, &a->regions[i]);
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
   for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);
   free(a->slot_chunk), free(a->slot_use), free(a->slot_anext), free(a->slot_aprev), free(a->slot_idle_tick);

@@ -66,14 +66,14 @@
 #define GML_DEFAULT_BORROW_MAX 8
 
 /* The allocator's settings. It reads no environment: client.c fills this
- * from the library's options (gml_alloc_config_from_options). */
+ * from the library's options (gmli_alloc_config_from_options). */
 typedef struct gml_alloc_config {
   double headroom_pct; /* fresh chunks leased past need, % of the peak allocated; 0: none */
   int timing;          /* the caller sums the time of every malloc in malloc_ns */
-  int guard;           /* guard mode: 0 off, GML_GUARD_END or GML_GUARD_BOTH (gml_alloc_set_guard) */
+  int guard;           /* guard mode: 0 off, GML_GUARD_END or GML_GUARD_BOTH (gmli_alloc_set_guard) */
   size_t guard_grain;  /* bytes per guard; 0: the finest the backend can make */
   int guard_bt;        /* guard mode: keep each allocation's backtrace for the fault report */
-  int borrow;          /* cross-stream borrowing (gml_alloc_set_borrow) */
+  int borrow;          /* cross-stream borrowing (gmli_alloc_set_borrow) */
   double borrow_ratio; /* a stream waits for another for a block of at most this times the request */
   int borrow_max;      /* the most borrows waiting on a lender's event at once */
   int stream_map;      /* map a large lease's chunks as they come (src.acquire_stream), GMLAKE_STREAM_MAP */
@@ -82,54 +82,54 @@ typedef struct gml_alloc_config {
   {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0}
 
 /* cfg NULL: GML_ALLOC_CONFIG_DEFAULT. */
-int gml_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg);
-void gml_alloc_destroy(gml_allocator *a); /* unmaps and releases everything */
-int gml_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr);
+int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg);
+void gmli_alloc_destroy(gml_allocator *a); /* unmaps and releases everything */
+int gmli_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr);
 /* With GML_ALLOC_NO_GROW: GML_EAGAIN (nothing changed) where the request
  * would need chunks leased from the source (borrowing, streams.c, first
  * frees memory that waits for other streams, then asks again). */
 #define GML_ALLOC_NO_GROW 1
-int gml_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr);
-int gml_alloc_free(gml_allocator *a, void *ptr);
+int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr);
+int gmli_alloc_free(gml_allocator *a, void *ptr);
 /* Size of a live block (0 if ptr is not one). */
-size_t gml_alloc_size_of(gml_allocator *a, void *ptr);
-void gml_alloc_stats(gml_allocator *a, gml_stats *st);
+size_t gmli_alloc_size_of(gml_allocator *a, void *ptr);
+void gmli_alloc_stats(gml_allocator *a, gml_stats *st);
 /* Unmap idle chunks and give up to max_bytes (0 = all) back to the source. */
-size_t gml_alloc_release_idle(gml_allocator *a, size_t max_bytes);
+size_t gmli_alloc_release_idle(gml_allocator *a, size_t max_bytes);
 /* Give up to max_bytes (0 = all) of free chunks back without waiting for the
  * device: those mapped nowhere, and mapped ones a fence says the streams are
  * done with (reclaim.c; for a thread other than the caller's). *free_left:
  * free chunks still held afterwards (a later call may give more once the
  * fence passes). */
-size_t gml_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left);
+size_t gmli_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left);
 /* The chunks behind the live block at ptr, in address order (at most max):
  * *n of them, the block's offset in the first and its size. */
-int gml_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size);
+int gmli_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size);
 /* Wait for the device once: everything released so far becomes usable
  * from any stream without a wait (before a graph capture). */
-int gml_alloc_quiesce(gml_allocator *a);
+int gmli_alloc_quiesce(gml_allocator *a);
 /* Consistency check for tests: 0 when every invariant holds, else a GML_E*
  * code with the broken invariant in a->last_error. */
-int gml_alloc_check(gml_allocator *a);
+int gmli_alloc_check(gml_allocator *a);
 
 /* Guard mode (guard.c), before the first allocation: GML_GUARD_END or
  * GML_GUARD_BOTH (anything else: off); grain 0 = the finest the backend can
  * guard, else a multiple of it that divides the chunk size. */
-int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain);
+int gmli_alloc_set_guard(gml_allocator *a, int mode, size_t grain);
 /* Cross-stream borrowing: on/off, the most a block waited for may exceed
  * the request (ratio >= 1), the most waits on a lender pending at once. */
-void gml_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits);
+void gmli_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits);
 /* gml_block_of / gml_block_list (gmlake.h) on the allocator (guard.c). */
-int gml_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info);
-int gml_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max);
+int gmli_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info);
+int gmli_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max);
 /* For the fault handler: block_of without blocking on the lock (a crash path), with the block's
- * allocation backtrace if one was recorded (bt: GML_GUARD_BT entries); gml_alloc_owns (blocks.h)
+ * allocation backtrace if one was recorded (bt: GML_GUARD_BT entries); gmli_alloc_owns (blocks.h)
  * says whether an address is this allocator's. */
-int gml_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt);
+int gmli_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt);
 /* The settings from the library's options (common/options.h: GMLAKE_HEADROOM,
  * a percentage, 0 turns it off, anything else warns and keeps the default;
  * GMLAKE_TIMING). Defined in client.c: the environment is read once, at
  * gml_open, never inside the allocator. */
 struct gml_options;
-void gml_alloc_config_from_options(const struct gml_options *opt, gml_alloc_config *cfg);
+void gmli_alloc_config_from_options(const struct gml_options *opt, gml_alloc_config *cfg);
 #endif

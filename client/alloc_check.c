@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-int gml_alloc_check(gml_allocator *a) {
+int gmli_alloc_check(gml_allocator *a) {
   pthread_mutex_lock(&a->lock);
   int bad = 0;
 #define CHECK(cond, ...)                                                  \
@@ -34,11 +34,11 @@ int gml_alloc_check(gml_allocator *a) {
       } else if (b->paused == GML_PAUSED_FREED) { /* out of the pointer map, no slots: free at resume */
       } else if (b->paused) {                    /* in the pointer map, no slots, not allocated */
         live++;
-        CHECK(gml_ptrmap_take(&a->live, b->ptr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->ptr);
+        CHECK(gmli_ptrmap_take(&a->live, b->ptr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->ptr);
       } else {
         allocated += b->usable;
         live++;
-        CHECK(gml_ptrmap_take(&a->live, b->ptr, 0) == b, "live block %#lx missing from the pointer map", (unsigned long)b->ptr);
+        CHECK(gmli_ptrmap_take(&a->live, b->ptr, 0) == b, "live block %#lx missing from the pointer map", (unsigned long)b->ptr);
         CHECK(b->ptr >= b->addr && b->ptr + b->usable <= b->addr + b->size && b->req <= b->usable,
               "block %#lx: its pointer or size outside it", (unsigned long)b->addr);
         uint32_t first, last;

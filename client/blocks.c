@@ -14,7 +14,7 @@
 
 /* ---------- block structs ---------- */
 
-gml_block *gml_block_new(gml_allocator *a) {
+gml_block *gmli_block_new(gml_allocator *a) {
   gml_block *b = a->spare;
   if (b) a->spare = b->next;
   else b = malloc(sizeof *b);
@@ -26,12 +26,12 @@ gml_block *gml_block_new(gml_allocator *a) {
 }
 
 /* b was merged away: its struct goes to the spare list. */
-void gml_block_put(gml_allocator *a, gml_block *b) {
+void gmli_block_put(gml_allocator *a, gml_block *b) {
   b->next = a->spare;
   a->spare = b;
 }
 
-void gml_region_free_blocks(gml_allocator *a, gml_region *r) {
+void gmli_region_free_blocks(gml_allocator *a, gml_region *r) {
   for (gml_block *b = r->first, *n; b; b = n) {
     n = b->next;
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
@@ -84,12 +84,12 @@ static gml_block *treap_remove(gml_block *root, gml_block *b) {
   return root;
 }
 
-void gml_treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
+void gmli_treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max) {
   if (!n || *k >= max) return;
-  if (n->size >= want) gml_treap_collect_ge(L(n), want, out, k, max);
+  if (n->size >= want) gmli_treap_collect_ge(L(n), want, out, k, max);
   if (*k >= max) return;
   if (n->size >= want) out[(*k)++] = n;
-  gml_treap_collect_ge(R(n), want, out, k, max);
+  gmli_treap_collect_ge(R(n), want, out, k, max);
 }
 
 #undef L
@@ -97,13 +97,13 @@ void gml_treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, in
 
 /* ---------- pools (one free tree per stream, [0] = any stream) ---------- */
 
-void gml_pool_add(gml_region *r, int pi, gml_block *b) {
+void gmli_pool_add(gml_region *r, int pi, gml_block *b) {
   b->pool = (uint8_t)pi;
   r->pools[pi].root = treap_insert(r->pools[pi].root, b);
   r->pools[pi].count++;
 }
 
-void gml_pool_del(gml_region *r, gml_block *b) {
+void gmli_pool_del(gml_region *r, gml_block *b) {
   gml_pool *p = &r->pools[b->pool];
   p->root = treap_remove(p->root, b);
   p->count--;
@@ -120,10 +120,10 @@ static inline void merge_lender(gml_block *into, const gml_block *from) {
   into->lent = 1;
 }
 
-gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
+gml_block *gmli_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
   gml_block *n = b->next;
   if (n && n->is_free && n->pool == b->pool) {
-    gml_pool_del(r, n);
+    gmli_pool_del(r, n);
     b->size += n->size;
     merge_lender(b, n);
     b->next = n->next;
@@ -131,11 +131,11 @@ gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     if (n->has_event) a->be->ops->event_destroy(a->be, n->event);
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     b->has_event = 0; /* re-recorded at the next harvest: covers both */
-    gml_block_put(a, n);
+    gmli_block_put(a, n);
   }
   gml_block *p = b->prev;
   if (p && p->is_free && p->pool == b->pool) {
-    gml_pool_del(r, p);
+    gmli_pool_del(r, p);
     p->size += b->size;
     merge_lender(p, b);
     p->next = b->next;
@@ -143,14 +143,14 @@ gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b) {
     if (b->has_event) a->be->ops->event_destroy(a->be, b->event);
     if (p->has_event) a->be->ops->event_destroy(a->be, p->event);
     p->has_event = 0;
-    gml_block_put(a, b);
+    gmli_block_put(a, b);
     b = p;
   }
   return b;
 }
 
-gml_block *gml_block_split(gml_allocator *a, gml_block *b, size_t at) {
-  gml_block *n = gml_block_new(a);
+gml_block *gmli_block_split(gml_allocator *a, gml_block *b, size_t at) {
+  gml_block *n = gmli_block_new(a);
   if (!n) return NULL;
   n->addr = b->addr + at;
   n->size = b->size - at;
@@ -191,7 +191,7 @@ static int ptrmap_grow(gml_ptrmap *m) {
   return 0;
 }
 
-int gml_ptrmap_put(gml_ptrmap *m, uintptr_t k, gml_block *v) {
+int gmli_ptrmap_put(gml_ptrmap *m, uintptr_t k, gml_block *v) {
   if ((m->count + 1) * 2 > m->cap && ptrmap_grow(m)) return GML_ENOMEM;
   size_t j = ptr_hash(k, m->cap);
   while (m->keys[j]) j = (j + 1) & (m->cap - 1);
@@ -201,7 +201,7 @@ int gml_ptrmap_put(gml_ptrmap *m, uintptr_t k, gml_block *v) {
   return 0;
 }
 
-gml_block *gml_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove) {
+gml_block *gmli_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove) {
   if (!m->cap) return NULL;
   size_t j = ptr_hash(k, m->cap);
   while (m->keys[j] && m->keys[j] != k) j = (j + 1) & (m->cap - 1);
@@ -226,7 +226,7 @@ gml_block *gml_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove) {
 
 /* ---------- chunks: ordered by borrowing ---------- */
 
-int gml_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
+int gmli_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream) {
   if (c->free_stream == GML_STREAM_MIXED) return 0;
   int i = stream_index(a, stream), j = stream_index(a, c->free_stream);
   return i >= 0 && j >= 0 && c->free_tick <= a->ordered[i][j];

@@ -72,7 +72,7 @@ typedef struct gml_pchunk {
   /* The slot that stands for it in snapshots (gml_segments), so each held
    * chunk is shown once, at one address: its owner; when free, the slot that
    * stood for it while it still maps it, else another slot mapping it; -1
-   * when mapped nowhere. Every change is a segment event (gml_chunk_show). */
+   * when mapped nowhere. Every change is a segment event (gmli_chunk_show). */
   int32_t shown_at;
 } gml_pchunk;
 
@@ -158,11 +158,11 @@ typedef struct gml_allocator {
    * everything streams_seen[j] enqueued up to that tick (a wait put it there) */
   uint64_t ordered[GML_MAX_STREAMS][GML_MAX_STREAMS];
   int any_ordered;
-  int no_grow;            /* this malloc fails with GML_EAGAIN rather than lease (gml_alloc_malloc_ex) */
-  /* snapshot segment events (gml_chunk_show), while the client's history is
+  int no_grow;            /* this malloc fails with GML_EAGAIN rather than lease (gmli_alloc_malloc_ex) */
+  /* snapshot segment events (gmli_chunk_show), while the client's history is
    * on: a slot's address, | 1 when it starts standing for a chunk
    * (segment_map), else it stops (segment_unmap); the client moves them into
-   * its history (gml_trace_segments) */
+   * its history (gmli_trace_segments) */
   int seg_log;
   uintptr_t *seg_ev;
   size_t seg_ev_n, seg_ev_cap;
@@ -213,25 +213,25 @@ static inline int guard_slots_unmapped(const gml_allocator *a) { return a->guard
 /* The bytes whose slots a block at addr of bsize bytes (rsize usable) uses. */
 static inline void claim_window(const gml_allocator *a, uintptr_t addr, size_t bsize, size_t rsize, uintptr_t *lo, uintptr_t *hi) {
   *lo = addr, *hi = addr + bsize;
-  if (guard_slots_unmapped(a)) *lo = guard_data_start(a, addr), *hi = *lo + gml_round_up(rsize, a->cs);
+  if (guard_slots_unmapped(a)) *lo = guard_data_start(a, addr), *hi = *lo + gmli_round_up(rsize, a->cs);
 }
 /* The slots [first, last] live block b uses. */
 static inline void block_slots(const gml_allocator *a, const gml_block *b, uint32_t *first, uint32_t *last) {
   uintptr_t lo = b->addr, hi = b->addr + b->size;
-  if (guard_slots_unmapped(a)) hi = b->ptr + b->usable, lo = hi - gml_round_up(b->usable, a->cs);
+  if (guard_slots_unmapped(a)) hi = b->ptr + b->usable, lo = hi - gmli_round_up(b->usable, a->cs);
   *first = slot_of(a, lo), *last = slot_of(a, hi - 1);
 }
 
 /* ---------- blocks.c: block structs, treaps, pools, pointer map ---------- */
 
-GML_HIDDEN gml_block *gml_block_new(gml_allocator *a);
-GML_HIDDEN void gml_block_put(gml_allocator *a, gml_block *b);
+GML_HIDDEN gml_block *gmli_block_new(gml_allocator *a);
+GML_HIDDEN void gmli_block_put(gml_allocator *a, gml_block *b);
 /* Cut free block b (in no tree) at offset `at`: b keeps the front, the
  * returned free block (in no tree yet) the rest; NULL if out of memory. */
-GML_HIDDEN gml_block *gml_block_split(gml_allocator *a, gml_block *b, size_t at);
+GML_HIDDEN gml_block *gmli_block_split(gml_allocator *a, gml_block *b, size_t at);
 /* Merge b with free neighbours of the same pool; b is not in any tree. */
-GML_HIDDEN gml_block *gml_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b);
-GML_HIDDEN void gml_region_free_blocks(gml_allocator *a, gml_region *r);
+GML_HIDDEN gml_block *gmli_block_coalesce(gml_allocator *a, gml_region *r, gml_block *b);
+GML_HIDDEN void gmli_region_free_blocks(gml_allocator *a, gml_region *r);
 
 /* Smallest (size, addr) with size >= want. */
 static inline gml_block *treap_best_fit(gml_block *root, size_t want) {
@@ -247,7 +247,7 @@ static inline gml_block *treap_best_fit(gml_block *root, size_t want) {
   return best;
 }
 /* Up to max free blocks of size >= want, in (size, addr) order. */
-GML_HIDDEN void gml_treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max);
+GML_HIDDEN void gmli_treap_collect_ge(gml_block *n, size_t want, gml_block **out, int *k, int max);
 
 /* Pool of stream s in region r ([0]: any stream), created if asked. */
 static inline int pool_index(gml_allocator *a, gml_region *r, gml_stream s, int create) {
@@ -266,12 +266,12 @@ static inline int pool_index(gml_allocator *a, gml_region *r, gml_stream s, int 
   }
   return 0; /* too many streams: fall back to the shared pool after a full sync */
 }
-GML_HIDDEN void gml_pool_add(gml_region *r, int pi, gml_block *b);
-GML_HIDDEN void gml_pool_del(gml_region *r, gml_block *b);
+GML_HIDDEN void gmli_pool_add(gml_region *r, int pi, gml_block *b);
+GML_HIDDEN void gmli_pool_del(gml_region *r, gml_block *b);
 
-GML_HIDDEN int gml_ptrmap_put(gml_ptrmap *m, uintptr_t k, gml_block *v);
+GML_HIDDEN int gmli_ptrmap_put(gml_ptrmap *m, uintptr_t k, gml_block *v);
 /* The block at k (NULL if none), taken out of the map if `remove`. */
-GML_HIDDEN gml_block *gml_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove);
+GML_HIDDEN gml_block *gmli_ptrmap_take(gml_ptrmap *m, uintptr_t k, int remove);
 
 /* ---------- free-chunk lists and readiness ---------- */
 
@@ -307,18 +307,18 @@ static inline int stream_index(const gml_allocator *a, gml_stream s) {
 }
 /* Was chunk c freed on a stream that `stream` was made to wait for
  * (borrowing) after the free? (blocks.c) */
-GML_HIDDEN int gml_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream);
+GML_HIDDEN int gmli_chunk_ordered_slow(const gml_allocator *a, const gml_pchunk *c, gml_stream stream);
 
 /* May a block on `stream` use chunk ci now without waiting? Work queued on
  * the stream that freed it runs first anyway; other streams need the fence. */
 static inline int chunk_ready_for(const gml_allocator *a, int32_t ci, gml_stream stream) {
   const gml_pchunk *c = &a->chunks[ci];
   return c->free_stream == stream || c->free_tick < a->safe_tick || /* MIXED matches no stream */
-         (a->any_ordered && gml_chunk_ordered_slow(a, c, stream));
+         (a->any_ordered && gmli_chunk_ordered_slow(a, c, stream));
 }
 /* Is addr in a's virtual range (the fault handler asks, guard.c: a reader of the state, so guard mode
  * sits above the state, not beside the allocator's entry points). */
-static inline int gml_alloc_owns(const gml_allocator *a, uintptr_t addr) {
+static inline int gmli_alloc_owns(const gml_allocator *a, uintptr_t addr) {
   return addr >= a->va_base && addr - a->va_base < a->va_size;
 }
 

@@ -42,7 +42,7 @@ static int ckpt_has(const gml_pool_ckpt *k, uintptr_t ptr) {
 
 /* The pool of id, with a use; else -1 and why in last_error. */
 static int pool_in_use(gml_client *c, gml_pool_id id, const char *what) {
-  int i = gml_pools_find(c, id);
+  int i = gmli_pools_find(c, id);
   if (i < 0 || c->pools[i].use_count <= 0)
     snprintf(c->last_error, sizeof c->last_error, "%s: no pool (%llu, %llu) in use", what, (unsigned long long)id.a,
              (unsigned long long)id.b);
@@ -51,7 +51,7 @@ static int pool_in_use(gml_client *c, gml_pool_id id, const char *what) {
 
 int gml_pool_checkpoint(gml_client *c, gml_pool_id id, gml_pool_ckpt **out) {
   if (!c) return GML_EINVAL;
-  if (!out) return gml_fail(c, GML_EINVAL, "gml_pool_checkpoint: out is NULL");
+  if (!out) return gmli_fail(c, GML_EINVAL, "gml_pool_checkpoint: out is NULL");
   *out = NULL;
   gml_pool_ckpt *k = calloc(1, sizeof *k);
   if (!k) return GML_ENOMEM;
@@ -115,7 +115,7 @@ int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t
                      void **allocd, size_t allocd_cap, size_t *nallocd) {
   if (!c) return GML_EINVAL;
   if (!k || !nfreed || !nallocd || (freed_cap && !freed) || (allocd_cap && !allocd))
-    return gml_fail(c, GML_EINVAL, "gml_pool_restore: %s is NULL",
+    return gmli_fail(c, GML_EINVAL, "gml_pool_restore: %s is NULL",
                     !k ? "k" : !nfreed ? "nfreed" : !nallocd ? "nallocd" : !freed ? "freed (with freed_cap > 0)" : "allocd (with allocd_cap > 0)");
   *nfreed = *nallocd = 0;
   pthread_mutex_lock(&c->track_lock);
@@ -129,10 +129,10 @@ int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t
     rc = GML_EINVAL;
     goto out;
   }
-  if (c->pending) gml_streams_poll(c, 1); /* an allocation of the checkpoint may wait for its streams */
+  if (c->pending) gmli_streams_poll(c, 1); /* an allocation of the checkpoint may wait for its streams */
   size_t na = 0, nf = 0;
   for (size_t j = 0; j < k->n; j++) {
-    gml_rec *r = gml_recmap_get(&c->recs, k->b[j].ptr, 0);
+    gml_rec *r = gmli_recmap_get(&c->recs, k->b[j].ptr, 0);
     if ((rc = block_restorable(c, i, &k->b[j], r))) goto out;
     na += r->state == GML_BLOCK_FREE;
   }
@@ -149,12 +149,12 @@ int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t
   for (size_t h = 0; h < c->recs.cap; h++)
     for (gml_rec *r = c->recs.buckets[h]; r; r = r->hnext)
       if (r->pool == i && r->state == GML_BLOCK_ALLOCATED && !ckpt_has(k, r->ptr)) freed[(*nfreed)++] = (void *)r->ptr;
-  for (size_t j = 0; j < *nfreed; j++) gml_rec_free(c, gml_recmap_get(&c->recs, (uintptr_t)freed[j], 0), 0);
+  for (size_t j = 0; j < *nfreed; j++) gmli_rec_free(c, gmli_recmap_get(&c->recs, (uintptr_t)freed[j], 0), 0);
   for (size_t j = 0; j < k->n; j++) {
-    gml_rec *r = gml_recmap_get(&c->recs, k->b[j].ptr, 0);
+    gml_rec *r = gmli_recmap_get(&c->recs, k->b[j].ptr, 0);
     if (r->state != GML_BLOCK_FREE) continue; /* live then and now */
-    gml_pools_unlink(c, r);
-    gml_rec_activate(c, r, i, k->b[j].requested, k->b[j].stream, k->b[j].tag);
+    gmli_pools_unlink(c, r);
+    gmli_rec_activate(c, r, i, k->b[j].requested, k->b[j].stream, k->b[j].tag);
     allocd[(*nallocd)++] = (void *)r->ptr;
   }
 out:

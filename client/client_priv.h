@@ -128,7 +128,7 @@ typedef struct gml_grow_state {
 /* A chunk holder: a part of the client that keeps leased chunks across a
  * reconnection to the daemon (the allocator: open.c; growable ranges:
  * growable.c; shares: share.c), or numbers for the usage report (pause.c).
- * gml_open registers each (gml_holder_add) in the order their locks nest; the
+ * gml_open registers each (gmli_holder_add) in the order their locks nest; the
  * daemon conversation calls them through these ops (keeper.c's reconnection
  * and tick, report.c's usage report), never by name, as nng's transports call
  * a protocol's pipe ops. Any op may be NULL. */
@@ -151,7 +151,7 @@ typedef struct gml_holder_ops {
   void (*handover)(gml_client *c, gml_chunk_fn fn, void *ctx, int how);
   /* reconnected: once a hand-over succeeded and the usage report followed it;
    * on the keeper thread, no lock held: it may talk to the daemon
-   * (gml_client_call), never wait for the keeper. */
+   * (gmli_client_call), never wait for the keeper. */
   void (*reconnected)(gml_client *c, int how);
   /* tick: the keeper thread, about every REPORT_INTERVAL_NS while connected
    * and idle (work a reconnection left, retried); as reconnected, and returns
@@ -196,9 +196,9 @@ struct gml_client {
   struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
-  uint64_t last_usage[GML_USAGE_KEYS]; /* the numbers of the last usage report (gml_client_report_changed skips an unchanged one) */
+  uint64_t last_usage[GML_USAGE_KEYS]; /* the numbers of the last usage report (gmli_client_report_changed skips an unchanged one) */
   uint32_t ops_since_check;
-  const gml_holder_ops *holders[GML_MAX_HOLDERS]; /* gml_holder_add's, in registration order */
+  const gml_holder_ops *holders[GML_MAX_HOLDERS]; /* gmli_holder_add's, in registration order */
   int nholders;
   gml_grow_state grow;
   char last_error[1400];
@@ -225,7 +225,7 @@ typedef struct gml_link gml_link;
  * (/proc/self/comm, into name) and device (c->gpu_uuid, c->device): gml_open's
  * and a reconnection's. */
 #define GML_HELLO_NAME 64
-void gml_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]);
+void gmli_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]);
 /* gml_open's daemon: c->gpu_uuid found for c->device (opt->backend's), then
  * the sockets of discover.h tried in turn until a daemon of this device says
  * hello (0: connected, c->mode GML_MODE_DAEMON, the daemon's backend and
@@ -234,33 +234,33 @@ void gml_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]);
  * why. None (another GPU's are passed over): GML_EDAEMON, why saying for each
  * path what was wrong. */
 struct gml_options;
-int gml_daemon_find(gml_client *c, const struct gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen,
+int gmli_daemon_find(gml_client *c, const struct gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen,
                     char *why, size_t whylen, char *backend, size_t blen, uint64_t *chunk_size);
 /* keeper.c */
-int gml_link_start(gml_client *c, const char *socket_path);
-void gml_link_quiesce(gml_client *c);
-void gml_link_stop(gml_client *c);
+int gmli_link_start(gml_client *c, const char *socket_path);
+void gmli_link_quiesce(gml_client *c);
+void gmli_link_stop(gml_client *c);
 /* link.c: send env (its seq set here); with want_reply, wait for the reply
  * (the reader routes it back; before the threads start, read here, the
  * daemon's requests meanwhile noted). conn_lock held. GML_EDAEMON when the
  * connection is gone. */
-int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds);
+int gmli_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds);
 /* A message from the daemon and the fds that came with it: every path that
  * receives one ends here (fds set to -1 were taken over). */
-void gml_link_free(Gmlake__Envelope *env, const int *fds, int nfds);
+void gmli_link_free(Gmlake__Envelope *env, const int *fds, int nfds);
 /* The same in steps, for a request with several replies (a streamed lease):
  * send (with want_reply its replies are queued by the reader from now on),
  * take the next reply (waiting; GML_EDAEMON once the connection went and
  * nothing is queued), end (what is still queued is dropped). conn_lock held
  * throughout. */
-int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int import);
-int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
+int gmli_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int import);
+int gmli_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds);
 /* With import set at the send, the reader imports each lease reply's chunks
- * itself: gml_link_next_chunks gives them (phys/ids, up to
+ * itself: gmli_link_next_chunks gives them (phys/ids, up to
  * GML_MAX_LEASE_CHUNKS), the fds already taken. */
-int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
+int gmli_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
                          size_t *nchunks);
-void gml_link_end(gml_client *c);
+void gmli_link_end(gml_client *c);
 /* adopt.c: a reconnection's messages on its new socket (keeper.c's reconnect; no reader runs on it
  * yet). The adopting hello, sent before reconnect takes its locks: 0, or a failure with why saying
  * what happened. What the reply says of the new connection goes to *said, not to c: reconnect sets
@@ -270,9 +270,9 @@ typedef struct gml_hello_said {
   uint64_t instance;   /* HelloReply.instance (0: not said) */
   uint64_t client_id, max_stream, mono_ns, lease_wait_ns;
 } gml_hello_said;
-int gml_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen);
-/* Our chunks handed over in Adopt batches of up to GML_MAX_LEASE_CHUNKS: gml_adopt_add (an fn of
- * gml_grow_each_chunk and gml_share_handover, ctx a batch) sends each full batch, gml_adopt_flush the
+int gmli_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen);
+/* Our chunks handed over in Adopt batches of up to GML_MAX_LEASE_CHUNKS: gmli_adopt_add (an fn of
+ * gml_grow_each_chunk and gml_share_handover, ctx a batch) sends each full batch, gmli_adopt_flush the
  * rest; the daemon's ids replace the old ones in place; the first failure stays in rc. */
 typedef struct gml_adopt_batch {
   gml_client *c;
@@ -281,121 +281,121 @@ typedef struct gml_adopt_batch {
   gml_phys phys[GML_MAX_LEASE_CHUNKS];
   uint64_t old[GML_MAX_LEASE_CHUNKS], *idp[GML_MAX_LEASE_CHUNKS];
 } gml_adopt_batch;
-void gml_adopt_add(void *ctx, gml_phys phys, uint64_t *id);
-int gml_adopt_flush(gml_adopt_batch *b);
+void gmli_adopt_add(void *ctx, gml_phys phys, uint64_t *id);
+int gmli_adopt_flush(gml_adopt_batch *b);
 /* keeper.c and link.c, tests only (gml-testclient's `nostream`): lease as from a daemon that streams
  * nothing; how long a reply is waited for. */
-void gml_client_test_nostream(gml_client *c);
-void gml_client_test_reply_timeout(gml_client *c, uint64_t ms);
+void gmli_client_test_nostream(gml_client *c);
+void gmli_client_test_reply_timeout(gml_client *c, uint64_t ms);
 /* link.c: the daemon's clock against ours, from a hello reply's mono_ns (0: not said). */
-void gml_daemon_clock(gml_client *c, uint64_t daemon_mono_ns);
+void gmli_daemon_clock(gml_client *c, uint64_t daemon_mono_ns);
 /* A reclaim request that came after its valid_ms on our clock (we were
  * stopped): its lease is over; answered without giving anything back. */
-int gml_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r);
+int gmli_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r);
 /* report.c: send the allocator's numbers to the daemon now. */
-void gml_client_report(gml_client *c);
+void gmli_client_report(gml_client *c);
 /* From the keeper thread every REPORT_INTERVAL_NS: a report only where the
  * numbers changed since the last one and no other thread is talking to the
  * daemon, so `gmlakectl clients` is never more than that behind an idle
  * process. */
-void gml_client_report_changed(gml_client *c);
+void gmli_client_report_changed(gml_client *c);
 /* lease.c: the daemon as the allocator's chunk source (gml_open's). */
-gml_chunk_source gml_lease_source(gml_client *c);
+gml_chunk_source gmli_lease_source(gml_client *c);
 /* Give chunks back that processes of other users may still map (the daemon
  * releases them and never leases them again); our handles and mappings stay. */
-void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
+void gmli_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n);
 /* client.c: a chunk holder's ops, kept (not copied) for the handle's life;
  * registered by gml_open before the daemon's threads start. */
-void gml_holder_add(gml_client *c, const gml_holder_ops *ops);
+void gmli_holder_add(gml_client *c, const gml_holder_ops *ops);
 /* A chunk with GML_ID_UNCOUNTED let go (released locally): one less kept outside the lake. */
-void gml_client_uncounted_gone(gml_client *c);
+void gmli_client_uncounted_gone(gml_client *c);
 /* Why a call on c fails, for gml_last_error (the call and the
  * argument that was wrong, so the message is never the last call's); returns rc. */
-int gml_fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int gmli_fail(gml_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* settings.c: gml_open's options (GML_EINVAL, said on stderr, for a mode,
  * backend or limit that cannot be read) and its virtual range's size. */
 struct gml_options;
-int gml_open_options(const gml_open_opts *o, struct gml_options *opt);
-size_t gml_va_size(const struct gml_options *opt, gml_backend *be);
+int gmli_open_options(const gml_open_opts *o, struct gml_options *opt);
+size_t gmli_va_size(const struct gml_options *opt, gml_backend *be);
 /* A "0, 1" variable's value: def when unset; anything but 0 or 1 warns,
  * naming the variable, the value and def, and gives def. Here, not in
  * common/options.c: that file is below the log, which reads GMLAKE_LOG. */
-int gml_env_flag(gml_env_id id, const char *value, int def);
+int gmli_env_flag(gml_env_id id, const char *value, int def);
 
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
-void gml_pause_stats(gml_client *c, gml_stats *st);
-void gml_pause_destroy(gml_client *c);
-extern const gml_holder_ops gml_pause_holder; /* its numbers in the usage report */
+void gmli_pause_stats(gml_client *c, gml_stats *st);
+void gmli_pause_destroy(gml_client *c);
+extern const gml_holder_ops gmli_pause_holder; /* its numbers in the usage report */
 
 /* report.c: serve a reclaim, report usage now and then (force: now) */
-void gml_client_housekeeping(gml_client *c, int force);
+void gmli_client_housekeeping(gml_client *c, int force);
 
 /* PyTorch's counters (gml_counters): a use begins, a use ends. */
-static inline void gml_stat_inc(gml_stat *s, int64_t v) {
+static inline void gmli_stat_inc(gml_stat *s, int64_t v) {
   s->current += v;
   s->allocated += v;
   if (s->current > s->peak) s->peak = s->current;
 }
 
-static inline void gml_stat_dec(gml_stat *s, int64_t v) {
+static inline void gmli_stat_dec(gml_stat *s, int64_t v) {
   s->current -= v;
   s->freed += v;
 }
 
 /* records.c */
-int gml_recmap_put(gml_recmap *m, gml_rec *r);
-gml_rec *gml_recmap_get(gml_recmap *m, uintptr_t ptr, int remove);
-void gml_recmap_destroy(gml_recmap *m);
-/* gml_trace_add without first moving the allocator's segment events in (snapshot.c's) */
-void gml_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+int gmli_recmap_put(gml_recmap *m, gml_rec *r);
+gml_rec *gmli_recmap_get(gml_recmap *m, uintptr_t ptr, int remove);
+void gmli_recmap_destroy(gml_recmap *m);
+/* gmli_trace_add without first moving the allocator's segment events in (snapshot.c's) */
+void gmli_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
 /* snapshot.c: the allocator's segment events into the history; the log on or off; an entry after them */
-void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
-void gml_trace_segments(gml_client *c);
-void gml_trace_segments_enable(gml_client *c, int on);
+void gmli_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+void gmli_trace_segments(gml_client *c);
+void gmli_trace_segments_enable(gml_client *c, int on);
 /* track.c */
-void gml_track_destroy(gml_client *c);
+void gmli_track_destroy(gml_client *c);
 /* release.c: the allocation of rec r is done with (no stream uses it any more): back to its pool or the allocator. */
-void gml_rec_release(gml_client *c, gml_rec *r);
-void gml_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
+void gmli_rec_release(gml_client *c, gml_rec *r);
+void gmli_pools_put(gml_client *c, gml_rec *r); /* a freed pool block */
 /* track.c: r becomes a live allocation of `size` bytes asked on stream (in pool, -1: none): counters, history. */
-void gml_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_stream stream, uint64_t tag);
+void gmli_rec_activate(gml_client *c, gml_rec *r, int32_t pool, size_t size, gml_stream stream, uint64_t tag);
 /* The live allocation r is freed (tag: the free's, 0 keeps its own): counters, history, then released
  * at once or once its recorded streams have passed (streams.c). */
-void gml_rec_free(gml_client *c, gml_rec *r, uint64_t tag);
+void gmli_rec_free(gml_client *c, gml_rec *r, uint64_t tag);
 
 /* streams.c: frees that wait for recorded streams. wait: block until all are done. */
-int gml_streams_defer(gml_client *c, gml_rec *r);
-void gml_streams_poll(gml_client *c, int wait);
+int gmli_streams_defer(gml_client *c, gml_rec *r);
+void gmli_streams_poll(gml_client *c, int wait);
 /* Borrowing: does a free wait for streams that used the block? Then
- * gml_streams_borrow makes the block's own stream wait for those uses on
+ * gmli_streams_borrow makes the block's own stream wait for those uses on
  * the device (no CPU wait) and releases such frees, oldest first, until
  * `size` bytes are back; returns the bytes released. */
-int gml_streams_lendable(gml_client *c);
-size_t gml_streams_borrow(gml_client *c, size_t size);
+int gmli_streams_lendable(gml_client *c);
+size_t gmli_streams_borrow(gml_client *c, size_t size);
 
 /* pools.c */
-int32_t gml_pools_route(gml_client *c, gml_stream stream); /* pool an allocation on stream goes to, -1: none */
-int gml_pools_find(gml_client *c, gml_pool_id id); /* index of the pool, -1: none */
-gml_rec *gml_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
-void gml_pools_unlink(gml_client *c, gml_rec *r); /* take r off its pool's free list */
-void gml_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
+int32_t gmli_pools_route(gml_client *c, gml_stream stream); /* pool an allocation on stream goes to, -1: none */
+int gmli_pools_find(gml_client *c, gml_pool_id id); /* index of the pool, -1: none */
+gml_rec *gmli_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
+void gmli_pools_unlink(gml_client *c, gml_rec *r); /* take r off its pool's free list */
+void gmli_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
 /* ipc.c */
-void gml_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is freed */
-void gml_ipc_client_gone(gml_client *c);          /* at close: exports dropped, mappings unmapped */
+void gmli_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is freed */
+void gmli_ipc_client_gone(gml_client *c);          /* at close: exports dropped, mappings unmapped */
 
 /* growable.c */
 /* The ranges as a chunk holder: grow.lock, their own chunks, their numbers. */
-extern const gml_holder_ops gml_grow_holder;
-void gml_grow_init(gml_client *c);
-void gml_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */
-void gml_grow_stats(gml_client *c, gml_stats *st);
+extern const gml_holder_ops gmli_grow_holder;
+void gmli_grow_init(gml_client *c);
+void gmli_grow_destroy_all(gml_client *c); /* at close: unmaps and returns every range's chunks */
+void gmli_grow_stats(gml_client *c, gml_stats *st);
 /* grow.lock held: unmap slots [s0, s1) and give the chunks back (own ranges) */
-int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1);
+int gmli_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1);
 /* share.c as a chunk holder: a reconnection hands over (or keeps local) the
  * chunks of published ranges; shared ranges are published or registered again
  * (reconnected, then at most once a second from tick while any is left). */
-extern const gml_holder_ops gml_share_holder;
+extern const gml_holder_ops gmli_share_holder;
 /* link.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS); takes conn_lock. */
 struct Gmlake__Envelope;
-int gml_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);
+int gmli_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);
 #endif

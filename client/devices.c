@@ -18,7 +18,7 @@ static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 /* GMLAKE_BACKEND names the backend a client in this process gets. */
 static int backend_named_by_env(void) {
   gml_options opt;
-  gml_options_from_env(&opt);
+  gmli_options_from_env(&opt);
   return opt.backend_named;
 }
 

@@ -17,15 +17,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-int gml_daemon_candidates(int device, const char *uuid, const char *named, char out[][GML_PATH_MAX]) {
+int gmli_daemon_candidates(int device, const char *uuid, const char *named, char out[][GML_PATH_MAX]) {
   char ordinal[16];
   snprintf(ordinal, sizeof ordinal, "%d", device);
   if (named && *named) { /* "%d" in it stands for the device: one setting for every GPU of a process */
-    gml_socket_of_device(named, ordinal, out[0], GML_PATH_MAX);
+    gmli_socket_of_device(named, ordinal, out[0], GML_PATH_MAX);
     return 1;
   }
   int n = 0;
-  const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR), *names[2] = {uuid && gml_device_name_ok(uuid) ? uuid : NULL, ordinal};
+  const char *x = gmli_env(GML_ENV_XDG_RUNTIME_DIR), *names[2] = {uuid && gmli_device_name_ok(uuid) ? uuid : NULL, ordinal};
   for (int i = 0; i < 2; i++) {
     if (!names[i]) continue;
     snprintf(out[n++], GML_PATH_MAX, "%s/gmlake-%s.sock", GML_SYSTEM_RUNTIME_DIR, names[i]);
@@ -160,7 +160,7 @@ static int check_socket(const char *path, uid_t *owner, char *why, size_t len) {
   }
 }
 
-int gml_socket_path_trusted(const char *path, char *why, size_t why_len, int *missing) {
+int gmli_socket_path_trusted(const char *path, char *why, size_t why_len, int *missing) {
   uid_t owner;
   struct stat st;
   if (check_socket(path, &owner, why, why_len) == 0) return 0;
@@ -184,7 +184,7 @@ static int connect_verified(const char *path, uid_t owner, char *why, size_t len
   if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
     int e = errno;
     char hint[256];
-    if (e == EACCES && gml_socket_access_hint(path, hint, sizeof hint) == 0) /* the daemon is there; this login is not in its socket's group */
+    if (e == EACCES && gmli_socket_access_hint(path, hint, sizeof hint) == 0) /* the daemon is there; this login is not in its socket's group */
       snprintf(why, len, "%s: %s", strerror(EACCES), hint);
     else snprintf(why, len, "%s", strerror(e));
     close(s);
@@ -207,24 +207,24 @@ static int connect_verified(const char *path, uid_t owner, char *why, size_t len
   return s;
 }
 
-int gml_daemon_dial(const char *path, char *why, size_t why_len, int *refused) {
+int gmli_daemon_dial(const char *path, char *why, size_t why_len, int *refused) {
   uid_t owner = 0;
   if (check_socket(path, &owner, why, why_len) == 0) return connect_verified(path, owner, why, why_len, refused);
   if (access(path, F_OK) == 0) *refused = 1; /* something is there, and we do not trust it */
   return -1;
 }
 
-void gml_why_add(char *why, size_t len, const char *path, const char *reason) {
+void gmli_why_add(char *why, size_t len, const char *path, const char *reason) {
   size_t off = strnlen(why, len);
   if (off < len) snprintf(why + off, len - off, "%s%s (%s)", off ? "; " : "", path, reason);
 }
 
-int gml_daemon_connect(const char *named, char *path_out, size_t path_len, char *why, size_t why_len, int *refused) {
+int gmli_daemon_connect(const char *named, char *path_out, size_t path_len, char *why, size_t why_len, int *refused) {
   why[0] = 0;
   *refused = 0;
   char reason[1024];
-  int s = gml_daemon_dial(named, reason, sizeof reason, refused);
+  int s = gmli_daemon_dial(named, reason, sizeof reason, refused);
   if (s >= 0) snprintf(path_out, path_len, "%s", named);
-  else gml_why_add(why, why_len, named, reason);
+  else gmli_why_add(why, why_len, named, reason);
   return s;
 }

@@ -40,20 +40,20 @@
  * its UUID `uuid`, "" when no driver gave one), in order; `named` (may be
  * NULL; "%d" in it stands for the ordinal) replaces the search. Returns how
  * many (at most GML_CANDIDATES_MAX). */
-int gml_daemon_candidates(int device, const char *uuid, const char *named, char out[][GML_PATH_MAX]);
+int gmli_daemon_candidates(int device, const char *uuid, const char *named, char out[][GML_PATH_MAX]);
 
 /* Connect to path if it passes the checks: the connected socket, or -1 with
  * why saying what was there and what was wrong (*refused set when a socket
  * was found but failed a check: an untrusted daemon, not a missing one). */
-int gml_daemon_dial(const char *path, char *why, size_t why_len, int *refused);
+int gmli_daemon_dial(const char *path, char *why, size_t why_len, int *refused);
 /* "PATH (REASON)" appended to why, after "; " when it holds some already. */
-void gml_why_add(char *why, size_t len, const char *path, const char *reason);
+void gmli_why_add(char *why, size_t len, const char *path, const char *reason);
 /* 0 when a socket at path would be trusted by the rules above (its path and
  * owner only: nothing is connected, so no SO_PEERCRED), else -1 with why;
  * *missing then says whether nothing is at path. For gmlakectl, whose
  * control endpoint beside GMLAKE_SOCKET must pass what that socket would. */
-int gml_socket_path_trusted(const char *path, char *why, size_t why_len, int *missing);
+int gmli_socket_path_trusted(const char *path, char *why, size_t why_len, int *missing);
 
-/* gml_daemon_dial of the named socket (a reconnection's), its path in path_out, why as "PATH (REASON)". */
-int gml_daemon_connect(const char *named, char *path_out, size_t path_len, char *why, size_t why_len, int *refused);
+/* gmli_daemon_dial of the named socket (a reconnection's), its path in path_out, why as "PATH (REASON)". */
+int gmli_daemon_connect(const char *named, char *path_out, size_t path_len, char *why, size_t why_len, int *refused);
 #endif

@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gml_grow_init(gml_client *c) {
+void gmli_grow_init(gml_client *c) {
   memset(&c->grow, 0, sizeof c->grow);
   pthread_mutex_init(&c->grow.lock, NULL);
 }
 
-void gml_grow_stats(gml_client *c, gml_stats *st) {
+void gmli_grow_stats(gml_client *c, gml_stats *st) {
   pthread_mutex_lock(&c->grow.lock);
   st->growable_ranges = c->grow.ranges;
   st->growable_mapped = c->grow.mapped;
@@ -60,7 +60,7 @@ static int acquire_chunks(gml_client *c, size_t n, gml_phys *phys, uint64_t *ids
       got += (size_t)rc;
       continue;
     }
-    if (rc == GML_ENOMEM && !retried && gml_alloc_release_idle(&c->alloc, (n - got) * c->be->chunk_size) > 0) {
+    if (rc == GML_ENOMEM && !retried && gmli_alloc_release_idle(&c->alloc, (n - got) * c->be->chunk_size) > 0) {
       retried = 1;
       continue;
     }
@@ -91,16 +91,16 @@ static int check_range(gml_growable *g, size_t offset, size_t len) {
 
 int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out) {
   if (!c) return GML_EINVAL;
-  if (!out) return gml_fail(c, GML_EINVAL, "gml_growable_create: out is NULL");
-  if (!max_bytes) return gml_fail(c, GML_EINVAL, "gml_growable_create: max_bytes 0 (a range is at least one chunk)");
+  if (!out) return gmli_fail(c, GML_EINVAL, "gml_growable_create: out is NULL");
+  if (!max_bytes) return gmli_fail(c, GML_EINVAL, "gml_growable_create: max_bytes 0 (a range is at least one chunk)");
   size_t cs = c->be->chunk_size;
   if (max_bytes > SIZE_MAX - cs)
-    return gml_fail(c, GML_EINVAL, "gml_growable_create: max_bytes %zu does not round up to whole chunks of %zu", max_bytes, cs);
+    return gmli_fail(c, GML_EINVAL, "gml_growable_create: max_bytes %zu does not round up to whole chunks of %zu", max_bytes, cs);
   gml_growable *g = calloc(1, sizeof *g);
-  if (!g) return gml_fail(c, GML_ENOMEM, "gml_growable_create: no memory for the range's bookkeeping");
+  if (!g) return gmli_fail(c, GML_ENOMEM, "gml_growable_create: no memory for the range's bookkeeping");
   g->c = c;
   g->cs = cs;
-  g->size = gml_round_up(max_bytes, cs);
+  g->size = gmli_round_up(max_bytes, cs);
   g->nslots = g->size / cs;
   g->phys = calloc(g->nslots, sizeof *g->phys);
   g->ids = calloc(g->nslots, sizeof *g->ids);
@@ -123,7 +123,7 @@ int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out) {
 }
 
 /* Unmap slots [s0, s1) that are mapped and give their chunks back. grow.lock held. */
-int gml_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1) {
+int gmli_grow_unmap_slots(gml_growable *g, size_t s0, size_t s1) {
   gml_client *c = g->c;
   gml_backend *be = c->be;
   size_t n = 0;
@@ -232,7 +232,7 @@ int gml_growable_unmap(gml_growable *g, size_t offset, size_t len) {
   if (rc) return rc;
   pthread_mutex_lock(&g->c->grow.lock);
   size_t before = g->nmapped;
-  rc = gml_grow_unmap_slots(g, offset / g->cs, (offset + len) / g->cs);
+  rc = gmli_grow_unmap_slots(g, offset / g->cs, (offset + len) / g->cs);
   int changed = g->nmapped != before;
   pthread_mutex_unlock(&g->c->grow.lock);
   if (changed) report(g->c);
@@ -243,23 +243,23 @@ int gml_growable_ensure(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
   if (g->shared) return check_range(g, 0, 0);
   if (bytes > g->size)
-    return gml_fail(g->c, GML_EINVAL, "gml_growable_ensure: %zu bytes asked of a range of %zu", bytes, g->size);
-  return gml_growable_map(g, 0, gml_round_up(bytes, g->cs));
+    return gmli_fail(g->c, GML_EINVAL, "gml_growable_ensure: %zu bytes asked of a range of %zu", bytes, g->size);
+  return gml_growable_map(g, 0, gmli_round_up(bytes, g->cs));
 }
 
 int gml_growable_shrink(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
   if (g->shared) return check_range(g, 0, 0);
   if (bytes > g->size)
-    return gml_fail(g->c, GML_EINVAL, "gml_growable_shrink: to %zu bytes, past the end of the range (%zu bytes)", bytes, g->size);
-  size_t keep = gml_round_up(bytes, g->cs);
+    return gmli_fail(g->c, GML_EINVAL, "gml_growable_shrink: to %zu bytes, past the end of the range (%zu bytes)", bytes, g->size);
+  size_t keep = gmli_round_up(bytes, g->cs);
   return gml_growable_unmap(g, keep, g->size - keep);
 }
 
 int gml_growable_is_mapped(gml_growable *g, size_t offset) {
   if (!g) return GML_EINVAL;
   if (offset >= g->size)
-    return gml_fail(g->c, GML_EINVAL, "gml_growable_is_mapped: offset %zu is past the end of the range (%zu bytes)", offset, g->size);
+    return gmli_fail(g->c, GML_EINVAL, "gml_growable_is_mapped: offset %zu is past the end of the range (%zu bytes)", offset, g->size);
   pthread_mutex_lock(&g->c->grow.lock);
   int m = g->mapped[offset / g->cs];
   pthread_mutex_unlock(&g->c->grow.lock);
@@ -268,7 +268,7 @@ int gml_growable_is_mapped(gml_growable *g, size_t offset) {
 
 int gml_growable_info_get(gml_growable *g, gml_growable_info *out) {
   if (!g) return GML_EINVAL;
-  if (!out) return gml_fail(g->c, GML_EINVAL, "gml_growable_info_get: out is NULL");
+  if (!out) return gmli_fail(g->c, GML_EINVAL, "gml_growable_info_get: out is NULL");
   pthread_mutex_lock(&g->c->grow.lock);
   out->base = (void *)g->base;
   out->reserved = g->size;
@@ -284,7 +284,7 @@ int gml_growable_info_get(gml_growable *g, gml_growable_info *out) {
 /* grow.lock held. */
 static int destroy_locked(gml_growable *g) {
   gml_client *c = g->c;
-  int rc = g->shared ? c->grow.release_shared(g) : gml_grow_unmap_slots(g, 0, g->nslots);
+  int rc = g->shared ? c->grow.release_shared(g) : gmli_grow_unmap_slots(g, 0, g->nslots);
   if (rc) return rc; /* still mapped: keep the range rather than free a mapped reservation */
   c->be->ops->va_free(c->be, g->base, g->size);
   if (g->prev) g->prev->next = g->next;
@@ -308,7 +308,7 @@ int gml_growable_destroy(gml_growable *g) {
   return rc;
 }
 
-void gml_grow_destroy_all(gml_client *c) {
+void gmli_grow_destroy_all(gml_client *c) {
   pthread_mutex_lock(&c->grow.lock);
   while (c->grow.head) {
     gml_growable *g = c->grow.head;
@@ -331,5 +331,5 @@ static void holder_handover(gml_client *c, gml_chunk_fn fn, void *ctx, int how) 
 static void holder_lock(gml_client *c) { pthread_mutex_lock(&c->grow.lock); }
 static void holder_unlock(gml_client *c) { pthread_mutex_unlock(&c->grow.lock); }
 
-const gml_holder_ops gml_grow_holder = {
-    .lock = holder_lock, .unlock = holder_unlock, .handover = holder_handover, .usage = gml_grow_stats};
+const gml_holder_ops gmli_grow_holder = {
+    .lock = holder_lock, .unlock = holder_unlock, .handover = holder_handover, .usage = gmli_grow_stats};

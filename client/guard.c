@@ -83,11 +83,11 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
   int named = 0;
   for (int i = 0; i < GUARD_MAX_ALLOCATORS && !named; i++) {
     gml_allocator *a = __atomic_load_n(&guarded[i], __ATOMIC_ACQUIRE);
-    if (!a || !gml_alloc_owns(a, addr)) continue;
+    if (!a || !gmli_alloc_owns(a, addr)) continue;
     gml_block_info bi;
     void *bt[GML_GUARD_BT];
     int nbt = 0;
-    if (gml_alloc_block_of_crash(a, addr, &bi, bt, &nbt) == 0) {
+    if (gmli_alloc_block_of_crash(a, addr, &bi, bt, &nbt) == 0) {
       report(addr, &bi, bt, nbt);
     } else {
       char line[160];
@@ -110,7 +110,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
   if (si->si_code <= 0) raise(sig); /* sent by kill(): returning would not fault again */
 }
 
-int gml_guard_register(gml_allocator *a) {
+int gmli_guard_register(gml_allocator *a) {
   pthread_mutex_lock(&guard_lock);
   int slot = -1;
   for (int i = 0; i < GUARD_MAX_ALLOCATORS; i++) {
@@ -138,7 +138,7 @@ int gml_guard_register(gml_allocator *a) {
   return rc;
 }
 
-void gml_guard_unregister(gml_allocator *a) {
+void gmli_guard_unregister(gml_allocator *a) {
   pthread_mutex_lock(&guard_lock);
   int left = 0;
   for (int i = 0; i < GUARD_MAX_ALLOCATORS; i++) {
@@ -156,9 +156,9 @@ void gml_guard_unregister(gml_allocator *a) {
 
 /* ---------- the setting ---------- */
 
-int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain) {
+int gmli_alloc_set_guard(gml_allocator *a, int mode, size_t grain) {
   if (mode != GML_GUARD_END && mode != GML_GUARD_BOTH) mode = 0;
-  size_t finest = gml_backend_guard_grain(a->be);
+  size_t finest = gmli_backend_guard_grain(a->be);
   if (!grain) grain = finest;
   if (mode && (grain % finest || a->cs % grain)) {
     snprintf(a->last_error, sizeof a->last_error, "guard grain %zu (GMLAKE_GUARD_GRAIN): a multiple of %zu that divides the chunk size %zu", grain,
@@ -174,7 +174,7 @@ int gml_alloc_set_guard(gml_allocator *a, int mode, size_t grain) {
     a->guard = mode, a->guard_grain = mode ? grain : 0;
   }
   pthread_mutex_unlock(&a->lock);
-  if (!rc && mode && (a->be->caps & GML_BACKEND_FAULT_SIGNALS)) rc = gml_guard_register(a);
+  if (!rc && mode && (a->be->caps & GML_BACKEND_FAULT_SIGNALS)) rc = gmli_guard_register(a);
   return rc;
 }
 
@@ -199,7 +199,7 @@ static void fill_info(gml_allocator *a, const gml_block *b, uintptr_t addr, int 
  * no guard, an address in free memory within a chunk after a live block is
  * reported as past that block's end. */
 static int block_of_locked(gml_allocator *a, uintptr_t addr, gml_block_info *bi, const gml_block **out) {
-  if (!gml_alloc_owns(a, addr)) return GML_EBADPTR;
+  if (!gmli_alloc_owns(a, addr)) return GML_EBADPTR;
   for (const gml_block *b = a->regions[addr >= a->regions[1].base].first; b && addr >= b->addr; b = b->next) {
     if (addr >= b->addr + b->size) continue;
     if (!b->is_free) {
@@ -217,7 +217,7 @@ static int block_of_locked(gml_allocator *a, uintptr_t addr, gml_block_info *bi,
   return GML_EBADPTR;
 }
 
-int gml_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info) {
+int gmli_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info) {
   const gml_block *b;
   pthread_mutex_lock(&a->lock);
   int rc = block_of_locked(a, addr, info, &b);
@@ -225,7 +225,7 @@ int gml_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info) {
   return rc;
 }
 
-int gml_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt) {
+int gmli_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt) {
   int locked = 0;
   for (int i = 0; i < 100000 && !(locked = pthread_mutex_trylock(&a->lock) == 0); i++) {
   }
@@ -240,7 +240,7 @@ int gml_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *i
   return rc;
 }
 
-int gml_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max) {
+int gmli_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max) {
   pthread_mutex_lock(&a->lock);
   size_t n = 0;
   for (int i = 0; i < 2; i++)

@@ -6,6 +6,6 @@
 
 #define GML_GUARD_BT 16 /* frames kept per allocation with GMLAKE_GUARD_BACKTRACE=1 */
 
-int gml_guard_register(gml_allocator *a);
-void gml_guard_unregister(gml_allocator *a);
+int gmli_guard_register(gml_allocator *a);
+void gmli_guard_unregister(gml_allocator *a);
 #endif

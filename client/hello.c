@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-void gml_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]) {
+void gmli_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]) {
   gmlake__hello__init(h);
   name[0] = 0;
   FILE *f = fopen("/proc/self/comm", "re");
@@ -45,12 +45,12 @@ void gml_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME]) 
 static int not_our_device(gml_client *c, const Gmlake__HelloReply *hr, const gml_backend_opts *bo) {
   char mine[GML_UUID_MAX] = "";
   if (hr->gpu_uuid && *hr->gpu_uuid) {
-    if (!strcmp(gml_uuid_backend(c->gpu_uuid), hr->backend)) snprintf(mine, sizeof mine, "%s", c->gpu_uuid);
-    else gml_backend_device_uuid(hr->backend, c->device, bo, mine); /* auto found a GPU; the daemon serves host memory */
+    if (!strcmp(gmli_uuid_backend(c->gpu_uuid), hr->backend)) snprintf(mine, sizeof mine, "%s", c->gpu_uuid);
+    else gmli_backend_device_uuid(hr->backend, c->device, bo, mine); /* auto found a GPU; the daemon serves host memory */
   }
   if (mine[0]) {
-    if (gml_uuid_same(mine, hr->gpu_uuid)) return 0;
-    gml_gpu_mismatch(c->last_error, sizeof c->last_error, hr->gpu_uuid, hr->device, mine, c->device);
+    if (gmli_uuid_same(mine, hr->gpu_uuid)) return 0;
+    gmli_gpu_mismatch(c->last_error, sizeof c->last_error, hr->gpu_uuid, hr->device, mine, c->device);
     return GML_ENODEV;
   }
   if (hr->device == c->device) return 0;
@@ -72,11 +72,11 @@ static int daemon_hello(gml_client *c, const gml_backend_opts *bo, char *backend
   Gmlake__Hello h;
   char name[GML_HELLO_NAME];
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
-  gml_hello_init(c, &h, name);
+  gmli_hello_init(c, &h, name);
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO;
   env.hello = &h;
   c->last_error[0] = 0;
-  int rc = gml_client_call(c, &env, &reply, fds, &nfds);
+  int rc = gmli_client_call(c, &env, &reply, fds, &nfds);
   if (rc) { /* e.g. gmlakectl's endpoint named as the socket: its nng closes what is no SP greeting */
     if (!c->last_error[0]) /* else the daemon said why it refused the connection */
       snprintf(c->last_error, sizeof c->last_error, "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
@@ -103,21 +103,21 @@ static int daemon_hello(gml_client *c, const gml_backend_opts *bo, char *backend
   c->daemon_instance = hr->instance;
   c->max_stream = GML_MIN(hr->max_stream, (uint64_t)GML_LEASE_MAX);
   c->lease_wait_ns = (uint64_t)hr->lease_wait_ms * 1000000ull;
-  gml_daemon_clock(c, hr->mono_ns);
+  gmli_daemon_clock(c, hr->mono_ns);
   free_reply(reply, NULL, 0);
   return 0;
 }
 
-int gml_daemon_find(gml_client *c, const gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen, char *why,
+int gmli_daemon_find(gml_client *c, const gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen, char *why,
                     size_t whylen, char *backend, size_t blen, uint64_t *chunk_size) {
   char cand[GML_CANDIDATES_MAX][GML_PATH_MAX];
   int named = opt->socket && *opt->socket;
-  gml_backend_device_uuid(opt->backend, c->device, bo, c->gpu_uuid); /* "" when no backend has it: by index alone */
-  int n = gml_daemon_candidates(c->device, c->gpu_uuid, opt->socket, cand);
+  gmli_backend_device_uuid(opt->backend, c->device, bo, c->gpu_uuid); /* "" when no backend has it: by index alone */
+  int n = gmli_daemon_candidates(c->device, c->gpu_uuid, opt->socket, cand);
   why[0] = 0;
   for (int i = 0; i < n; i++) {
     char reason[sizeof c->last_error];
-    int refused = 0, s = gml_daemon_dial(cand[i], reason, sizeof reason, &refused);
+    int refused = 0, s = gmli_daemon_dial(cand[i], reason, sizeof reason, &refused);
     if (s >= 0) {
       c->sock = s, c->mode = GML_MODE_DAEMON, c->daemon_gone = 0;
       snprintf(path, plen, "%s", cand[i]);
@@ -127,7 +127,7 @@ int gml_daemon_find(gml_client *c, const gml_options *opt, const gml_backend_opt
       close(c->sock);
       c->sock = -1, c->mode = 0, c->last_error[0] = 0;
     }
-    gml_why_add(why, whylen, cand[i], reason);
+    gmli_why_add(why, whylen, cand[i], reason);
   }
   return GML_EDAEMON;
 }

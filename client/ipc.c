@@ -135,7 +135,7 @@ static int recv_fds(int sock, int *fds, size_t n) {
  * process's log, so one a second at most, with the count since the last. */
 static void refused_peer(uid_t uid) {
   static uint64_t last_ns, quiet;
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   if (last_ns && now - last_ns < 1000000000ull) {
     quiet++;
     return;
@@ -170,7 +170,7 @@ static void serve_one(int s) {
   if (c) {
     size_t off = 0, size = 0;
     phys = malloc(IPC_MAX_CHUNKS * sizeof *phys);
-    rep.status = phys ? gml_alloc_block_phys(&c->alloc, (void *)ptr, phys, IPC_MAX_CHUNKS, &n, &off, &size) : GML_ENOMEM;
+    rep.status = phys ? gmli_alloc_block_phys(&c->alloc, (void *)ptr, phys, IPC_MAX_CHUNKS, &n, &off, &size) : GML_ENOMEM;
     rep.offset = off, rep.size = size, rep.chunk_size = c->alloc.cs;
     if (!rep.status && !(fds = calloc(n, sizeof *fds))) rep.status = GML_ENOMEM;
     for (size_t i = 0; !rep.status && i < n; i++) {
@@ -206,7 +206,7 @@ static void *serve(void *arg) {
 /* ex.lock held. */
 static int start_listener(void) {
   if (ex.listening) return 0;
-  if (getrandom(&ex.nonce, sizeof ex.nonce, 0) != sizeof ex.nonce) ex.nonce = (uint64_t)gml_now_ns();
+  if (getrandom(&ex.nonce, sizeof ex.nonce, 0) != sizeof ex.nonce) ex.nonce = (uint64_t)gmli_now_ns();
   int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa;
   socklen_t len = ipc_addr(&sa, getpid(), ex.nonce);
@@ -231,17 +231,17 @@ static int start_listener(void) {
 
 int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
   if (!c) return GML_EINVAL;
-  if (!out) return gml_fail(c, GML_EINVAL, "gml_ipc_export: out is NULL");
+  if (!out) return gmli_fail(c, GML_EINVAL, "gml_ipc_export: out is NULL");
   pthread_mutex_lock(&c->track_lock);
-  gml_rec *r = gml_recmap_get(&c->recs, (uintptr_t)ptr, 0);
+  gml_rec *r = gmli_recmap_get(&c->recs, (uintptr_t)ptr, 0);
   if (!r || r->state != GML_BLOCK_ALLOCATED) {
     pthread_mutex_unlock(&c->track_lock);
-    return gml_fail(c, GML_EBADPTR, "gml_ipc_export: %p is not the start of a live allocation of this client", ptr);
+    return gmli_fail(c, GML_EBADPTR, "gml_ipc_export: %p is not the start of a live allocation of this client", ptr);
   }
   pthread_mutex_lock(&ex.lock);
   int rc = start_listener();
   uint64_t token = 0;
-  if (!rc && getrandom(&token, sizeof token, 0) != sizeof token) token = gml_now_ns() ^ (uintptr_t)ptr;
+  if (!rc && getrandom(&token, sizeof token, 0) != sizeof token) token = gmli_now_ns() ^ (uintptr_t)ptr;
   if (!rc && ex.n == ex.cap) {
     size_t cap = ex.cap ? 2 * ex.cap : 64;
     ipc_export *v = realloc(ex.v, cap * sizeof *v);
@@ -251,7 +251,7 @@ int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
   if (!rc) ex.v[ex.n++] = (ipc_export){token, c, (uintptr_t)ptr};
   uint64_t nonce = ex.nonce;
   pthread_mutex_unlock(&ex.lock);
-  if (rc) gml_fail(c, rc, "gml_ipc_export: cannot start answering for exports (%s)", gml_strerror(rc));
+  if (rc) gmli_fail(c, rc, "gml_ipc_export: cannot start answering for exports (%s)", gml_strerror(rc));
   if (!rc) {
     r->exported = 1;
     ipc_wire_handle h = {IPC_MAGIC, IPC_VERSION, getpid(), c->device, nonce, token, r->size, c->alloc.cs};
@@ -262,7 +262,7 @@ int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
   return rc;
 }
 
-void gml_ipc_forget(gml_client *c, uintptr_t ptr) {
+void gmli_ipc_forget(gml_client *c, uintptr_t ptr) {
   pthread_mutex_lock(&ex.lock);
   for (size_t i = 0; i < ex.n;)
     if (ex.v[i].c == c && (ex.v[i].ptr == ptr || !ptr)) ex.v[i] = ex.v[--ex.n];
@@ -287,9 +287,9 @@ static void unmap_all(gml_client *c, uintptr_t va, size_t mapped, size_t n, size
 
 int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *size) {
   if (!c) return GML_EINVAL;
-  if (!ptr) return gml_fail(c, GML_EINVAL, "gml_ipc_open: ptr is NULL");
+  if (!ptr) return gmli_fail(c, GML_EINVAL, "gml_ipc_open: ptr is NULL");
   if (gml_ipc_device(h) < 0)
-    return gml_fail(c, GML_EINVAL, "gml_ipc_open: %s", h ? "the handle is not one gml_ipc_export made (or of another version)" : "h is NULL");
+    return gmli_fail(c, GML_EINVAL, "gml_ipc_open: %s", h ? "the handle is not one gml_ipc_export made (or of another version)" : "h is NULL");
   ipc_wire_handle w;
   memcpy(&w, h->bytes, sizeof w);
   if (w.chunk_size != c->alloc.cs) {
@@ -349,7 +349,7 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   if (rc) {
     unmap_all(c, va, mapped, imported, cs, phys);
     free(phys);
-    return gml_fail(c, rc, "ipc: mapping the %zu chunk(s) of process %d's allocation failed: %s", n, w.pid, gml_strerror(rc));
+    return gmli_fail(c, rc, "ipc: mapping the %zu chunk(s) of process %d's allocation failed: %s", n, w.pid, gml_strerror(rc));
   }
   *m = (struct gml_ipc_map){va, n, cs, phys, NULL};
   pthread_mutex_lock(&c->track_lock);
@@ -372,7 +372,7 @@ int gml_ipc_close(gml_client *c, void *ptr) {
       break;
     }
   pthread_mutex_unlock(&c->track_lock);
-  if (!m) return gml_fail(c, GML_EBADPTR, "gml_ipc_close: %p is not in memory gml_ipc_open mapped", ptr);
+  if (!m) return gmli_fail(c, GML_EBADPTR, "gml_ipc_close: %p is not in memory gml_ipc_open mapped", ptr);
   c->be->ops->synchronize(c->be); /* no kernel of ours reads it any more */
   unmap_all(c, m->va, m->n, m->n, m->cs, m->phys);
   free(m->phys);
@@ -380,7 +380,7 @@ int gml_ipc_close(gml_client *c, void *ptr) {
   return 0;
 }
 
-void gml_ipc_client_gone(gml_client *c) {
-  gml_ipc_forget(c, 0);
+void gmli_ipc_client_gone(gml_client *c) {
+  gmli_ipc_forget(c, 0);
   while (c->ipc_maps) gml_ipc_close(c, (void *)c->ipc_maps->va);
 }

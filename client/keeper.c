@@ -2,7 +2,7 @@
  *
  *   keeper  serves the daemon's requests: a reclaim gives back the free
  *           chunks that no live block uses and whose streams are done
- *           (gml_alloc_release_ready: a fence, never a synchronize; it polls
+ *           (gmli_alloc_release_ready: a fence, never a synchronize; it polls
  *           the fence for up to RECLAIM_POLL_MS), then reports usage. It
  *           takes the allocator's lock, then conn_lock (to return chunks):
  *           the order every allocator call takes them in. Every
@@ -58,19 +58,19 @@ static void sleep_ms(int ms) {
 
 /* The daemon asked for want bytes of idle cache (UINT64_MAX: all of it). */
 static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
-  uint64_t t0 = gml_now_ns(), got = 0;
+  uint64_t t0 = gmli_now_ns(), got = 0;
   size_t left = 0;
   for (; want;) { /* 0: only moot requests, answered with nothing */
     size_t max = want == UINT64_MAX ? 0 : (size_t)(want - got);
-    got += gml_alloc_release_ready(&c->alloc, max, &left);
+    got += gmli_alloc_release_ready(&c->alloc, max, &left);
     if ((want != UINT64_MAX && got >= want) || !left) break;
-    if (gml_now_ns() - t0 > RECLAIM_POLL_MS * 1000000ull || c->link->stop) break;
+    if (gmli_now_ns() - t0 > RECLAIM_POLL_MS * 1000000ull || c->link->stop) break;
     sleep_ms(1); /* the rest is mapped where a stream may still use it: poll the fence again */
   }
   __atomic_store_n(&c->reclaims_served, answers, __ATOMIC_RELAXED); /* the report below answers them all */
   if (want) GML_INFO("gave %llu bytes of idle cache back to the lake in %.1f ms (asked %llu)", (unsigned long long)got,
-           (double)(gml_now_ns() - t0) / 1e6, want == UINT64_MAX ? 0ull : (unsigned long long)want);
-  gml_client_report(c);
+           (double)(gmli_now_ns() - t0) / 1e6, want == UINT64_MAX ? 0ull : (unsigned long long)want);
+  gmli_client_report(c);
 }
 
 /* ---------- the daemon restarted: reconnect and hand the chunks over ---------- */
@@ -95,7 +95,7 @@ static int reconnect(gml_client *c) {
    * socket now gets every chunk's fd as the hand-over. Before, a plain
    * connect: a socket another user put at the path was sent them all. */
   char path[GML_PATH_MAX], why0[sizeof l->said];
-  int untrusted = 0, s = gml_daemon_connect(l->path, path, sizeof path, why0, sizeof why0, &untrusted);
+  int untrusted = 0, s = gmli_daemon_connect(l->path, path, sizeof path, why0, sizeof why0, &untrusted);
   if (s < 0) {
     if (untrusted && strcmp(why0, l->said))
       GML_WARN("reconnecting to the daemon: not connecting to %s: not trusted (trying again)", why0);
@@ -108,15 +108,15 @@ static int reconnect(gml_client *c) {
     close(s);
     return GML_ECLOSED;
   }
-  l->rsock = s; /* gml_link_stop shuts it down: no wait for an answer that does not come */
+  l->rsock = s; /* gmli_link_stop shuts it down: no wait for an answer that does not come */
   pthread_mutex_unlock(&l->mu);
   struct timeval tv = {5, 0}; /* a daemon that does not answer is not waited for forever */
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   gml_hello_said hs = {0};
   char why[sizeof l->said];
-  int rc = gml_adopt_hello(c, s, &hs, why, sizeof why);
+  int rc = gmli_adopt_hello(c, s, &hs, why, sizeof why);
   if (rc) { /* said once a reason: the keeper tries again up to every second while it lasts */
-    gml_log(strcmp(why, l->said) ? GML_LOG_WARN : GML_LOG_DEBUG, "reconnecting to the daemon at %s: %s (trying again)",
+    gmli_log(strcmp(why, l->said) ? GML_LOG_WARN : GML_LOG_DEBUG, "reconnecting to the daemon at %s: %s (trying again)",
             l->path, why);
     memcpy(l->said, why, sizeof why);
     pthread_mutex_lock(&l->mu);
@@ -137,7 +137,7 @@ static int reconnect(gml_client *c) {
   __atomic_store_n(&c->client_id, hs.client_id, __ATOMIC_RELEASE);
   __atomic_store_n(&c->max_stream, hs.max_stream, __ATOMIC_RELAXED);
   __atomic_store_n(&c->lease_wait_ns, hs.lease_wait_ns, __ATOMIC_RELAXED);
-  gml_daemon_clock(c, hs.mono_ns);
+  gmli_daemon_clock(c, hs.mono_ns);
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (lease.c) */
   int refused = l->adopt_refused && (inst ? inst : 1) == l->adopt_refused;
@@ -146,8 +146,8 @@ static int reconnect(gml_client *c) {
   local_mark parked = {GML_ID_PARKED | (same ? 0 : GML_ID_UNCOUNTED), 0};
   for (int i = 0; i < c->nholders; i++) /* in the order they registered: the allocator's chunks first */
     if (c->holders[i]->handover)
-      c->holders[i]->handover(c, local ? mark_local : gml_adopt_add, local ? (void *)&parked : (void *)&b, how);
-  rc = gml_adopt_flush(&b);
+      c->holders[i]->handover(c, local ? mark_local : gmli_adopt_add, local ? (void *)&parked : (void *)&b, how);
+  rc = gmli_adopt_flush(&b);
   if (!rc) {
     /* what no lake counts now: all we hold (a daemon that took none), nothing (one that took all), or
      * as before (the same daemon: those it never counted stay so, the rest it keeps parked) */
@@ -165,7 +165,7 @@ static int reconnect(gml_client *c) {
     __atomic_store_n(&c->reclaims_served, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&c->daemon_gone, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&l->mu);
-    rc = gml_link_reader_start(c);
+    rc = gmli_link_reader_start(c);
   } else {
     pthread_mutex_lock(&l->mu);
     l->rsock = -1;
@@ -191,7 +191,7 @@ static int reconnect(gml_client *c) {
              no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota or what it adopts", parked.n);
   else
     GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
-  gml_client_report(c);
+  gmli_client_report(c);
   for (int i = 0; i < c->nholders; i++)
     if (c->holders[i]->reconnected) c->holders[i]->reconnected(c, how);
   return 0;
@@ -218,16 +218,16 @@ static void *keeper_main(void *arg) {
         backoff_ms = 10;
         continue;
       }
-      gml_link_wait_ns(l, backoff_ms * 1000000ull);
+      gmli_link_wait_ns(l, backoff_ms * 1000000ull);
       backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
       continue;
     }
     /* connected and nothing asked: keep the daemon's picture of us current
      * (an idle process's last operations are reported within ~0.1 s, not at
      * its 256th next one) */
-    if (gml_link_wait_ns(l, REPORT_INTERVAL_NS) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
+    if (gmli_link_wait_ns(l, REPORT_INTERVAL_NS) == ETIMEDOUT && !l->stop && !l->gone && !l->reclaim_want) {
       pthread_mutex_unlock(&l->mu);
-      gml_client_report_changed(c);
+      gmli_client_report_changed(c);
       for (int i = 0; i < c->nholders; i++)
         if (c->holders[i]->tick) c->holders[i]->tick(c);
       pthread_mutex_lock(&l->mu);
@@ -237,20 +237,20 @@ static void *keeper_main(void *arg) {
   return NULL;
 }
 
-int gml_link_start(gml_client *c, const char *socket_path) {
-  int rc = gml_link_open(c, socket_path);
+int gmli_link_start(gml_client *c, const char *socket_path) {
+  int rc = gmli_link_open(c, socket_path);
   if (rc) return rc;
   gml_link *l = c->link;
   if (l->reader_on && pthread_create(&l->keeper, NULL, keeper_main, c) == 0) l->keeper_on = 1;
   if (!l->keeper_on) {
     GML_ERR("cannot start the library's daemon threads: %s", strerror(errno));
-    gml_link_stop(c);
+    gmli_link_stop(c);
     return GML_ESYS;
   }
   return 0;
 }
 
-void gml_link_quiesce(gml_client *c) {
+void gmli_link_quiesce(gml_client *c) {
   gml_link *l = c->link;
   if (!l || !l->keeper_on) return;
   pthread_mutex_lock(&l->mu);
@@ -262,14 +262,14 @@ void gml_link_quiesce(gml_client *c) {
   l->keeper_on = 0;
 }
 
-void gml_link_stop(gml_client *c) {
+void gmli_link_stop(gml_client *c) {
   if (!c->link) return;
-  gml_link_quiesce(c);
-  gml_link_close(c);
+  gmli_link_quiesce(c);
+  gmli_link_close(c);
 }
 
 /* Tests: no streamed leases on this connection (daemon_acquire_stream, lease.c). */
-void gml_client_test_nostream(gml_client *c) {
+void gmli_client_test_nostream(gml_client *c) {
   pthread_mutex_lock(&c->conn_lock); /* max_stream is conn_lock's (daemon_acquire_stream peeks without it) */
   __atomic_store_n(&c->max_stream, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&c->conn_lock);

@@ -25,7 +25,7 @@ static int daemon_request(gml_client *c, Gmlake__Envelope *env, daemon_reply *r)
   r->env = NULL;
   r->nfds = 0;
   pthread_mutex_lock(&c->conn_lock);
-  int rc = gml_link_call(c, env, 1, &r->env, r->fds, &r->nfds);
+  int rc = gmli_link_call(c, env, 1, &r->env, r->fds, &r->nfds);
   pthread_mutex_unlock(&c->conn_lock);
   return rc;
 }
@@ -47,7 +47,7 @@ static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max
     GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, r->nfds);
     rc = GML_EPROTO;
   } else {
-    uint64_t t0 = gml_now_ns();
+    uint64_t t0 = gmli_now_ns();
     for (int i = 0; i < r->nfds; i++) {
       int irc = c->be->ops->chunk_import(c->be, r->fds[i], &phys[*got]);
       r->fds[i] = -1; /* the import took it, whatever its result */
@@ -57,10 +57,10 @@ static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max
       }
       ids[(*got)++] = reply->lease_reply->chunk_ids[i];
     }
-    __atomic_fetch_add(&c->alloc.import_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c->alloc.import_ns, gmli_now_ns() - t0, __ATOMIC_RELAXED);
     c->lake_error[0] = 0;
   }
-  gml_link_free(reply, r->fds, r->nfds);
+  gmli_link_free(reply, r->fds, r->nfds);
   return rc;
 }
 
@@ -98,25 +98,25 @@ static int daemon_lease(gml_client *c, size_t n, int optional, gml_phys *phys, u
   gml_phys bp[GML_MAX_LEASE_CHUNKS]; /* a batch the reader imported (got_fn) */
   uint64_t bi[GML_MAX_LEASE_CHUNKS];
   size_t got = 0, k = 0;
-  uint64_t waited = 0, t0 = gml_now_ns();
-  int rc = streamed ? gml_link_send(c, &env, 1, got_fn != NULL) : gml_link_call(c, &env, 1, &r.env, r.fds, &r.nfds);
-  if (!rc && streamed) rc = gml_link_next_chunks(c, &r.env, r.fds, &r.nfds, bp, bi, &k);
+  uint64_t waited = 0, t0 = gmli_now_ns();
+  int rc = streamed ? gmli_link_send(c, &env, 1, got_fn != NULL) : gmli_link_call(c, &env, 1, &r.env, r.fds, &r.nfds);
+  if (!rc && streamed) rc = gmli_link_next_chunks(c, &r.env, r.fds, &r.nfds, bp, bi, &k);
   while (!rc) {
-    waited += gml_now_ns() - t0;
+    waited += gmli_now_ns() - t0;
     uint64_t left = r.env->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? r.env->lease_reply->left : 0;
     if (got_fn && r.env->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY && !r.nfds && k <= n - got) {
       if (k) got_fn(arg, bp, bi, k);
       got += k;
       c->lake_error[0] = 0;
-      gml_link_free(r.env, r.fds, r.nfds);
+      gmli_link_free(r.env, r.fds, r.nfds);
     } else if ((rc = import_reply(c, &r, optional, n, phys, ids, &got))) {
       break;
     }
     if (!streamed || !left) break;
-    t0 = gml_now_ns();
-    rc = gml_link_next_chunks(c, &r.env, r.fds, &r.nfds, bp, bi, &k);
+    t0 = gmli_now_ns();
+    rc = gmli_link_next_chunks(c, &r.env, r.fds, &r.nfds, bp, bi, &k);
   }
-  if (streamed) gml_link_end(c);
+  if (streamed) gmli_link_end(c);
   if (got && rc) c->lease_refused = rc; /* partly served: these chunks now, the refusal next */
   pthread_mutex_unlock(&c->conn_lock);
   __atomic_fetch_add(&c->alloc.lease_wait_ns, waited, __ATOMIC_RELAXED);
@@ -151,7 +151,7 @@ static void daemon_return(gml_client *c, uint64_t *ids, size_t n, int tainted) {
   daemon_reply r;
   if (daemon_request(c, &env, &r) == 0) {
     if (r.env->msg_case != GMLAKE__ENVELOPE__MSG_RET_REPLY) GML_WARN("daemon did not accept returned chunks");
-    gml_link_free(r.env, r.fds, r.nfds);
+    gmli_link_free(r.env, r.fds, r.nfds);
   }
 }
 
@@ -163,7 +163,7 @@ static void return_ids(gml_client *c, const uint64_t *ids, size_t n, int tainted
     size_t k = 0;
     for (; i < n && k < GML_MAX_LEASE_CHUNKS; i++)
       if (!(ids[i] & GML_ID_PARKED)) keep[k++] = ids[i];
-      else if (ids[i] & GML_ID_UNCOUNTED) gml_client_uncounted_gone(c);
+      else if (ids[i] & GML_ID_UNCOUNTED) gmli_client_uncounted_gone(c);
     if (k) daemon_return(c, keep, k, tainted);
   }
 }
@@ -174,8 +174,8 @@ static void daemon_release(void *ctx, size_t n, const gml_phys *phys, const uint
   return_ids(c, ids, n, 0);
 }
 
-void gml_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n) { return_ids(c, ids, n, 1); }
+void gmli_client_return_tainted(gml_client *c, const uint64_t *ids, size_t n) { return_ids(c, ids, n, 1); }
 
-gml_chunk_source gml_lease_source(gml_client *c) {
+gml_chunk_source gmli_lease_source(gml_client *c) {
   return (gml_chunk_source){c, daemon_acquire, daemon_release, daemon_acquire_stream};
 }

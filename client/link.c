@@ -1,5 +1,5 @@
 /* link.c: the daemon connection (daemon mode): every request and its reply
- * go through gml_link_call or its steps (send, next, end). Before the threads
+ * go through gmli_link_call or its steps (send, next, end). Before the threads
  * start (gml_open's hello) the caller reads the reply itself; after, two
  * threads of the library serve it, so that the daemon is answered at once even when the
  * process makes no allocator call (an idle notebook, a server between
@@ -58,14 +58,14 @@ static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
 /* A lease reply's chunks imported on the reader's thread, while the caller
  * maps the last batch (the fds are taken, whatever the result). */
 static void import_msg(gml_client *c, link_msg *m) {
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   for (int i = 0; i < m->nfds; i++) {
     int rc = c->be->ops->chunk_import(c->be, m->fds[i], &m->phys[m->nchunks]);
     if (rc) GML_ERR("importing chunk %llu failed: %s", (unsigned long long)m->env->lease_reply->chunk_ids[i], gml_strerror(rc));
     else m->ids[m->nchunks++] = m->env->lease_reply->chunk_ids[i];
   }
   m->nfds = 0;
-  __atomic_fetch_add(&c->alloc.import_ns, gml_now_ns() - t0, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->alloc.import_ns, gmli_now_ns() - t0, __ATOMIC_RELAXED);
 }
 
 /* The replies nobody will take (l->mu held). */
@@ -85,7 +85,7 @@ static void *reader_main(void *arg) {
   for (;;) {
     Gmlake__Envelope *in = NULL;
     int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
-    int rc = gml_wire_recv(c->sock, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS);
+    int rc = gmli_wire_recv(c->sock, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS);
     pthread_mutex_lock(&l->mu);
     if (rc) {
       if (!l->stop) GML_ERR("connection to the daemon lost: %s", gml_strerror(rc));
@@ -98,7 +98,7 @@ static void *reader_main(void *arg) {
     if (in->seq == 0) {
       if (in->msg_case == GMLAKE__ENVELOPE__MSG_RECLAIM) {
         uint64_t want = in->reclaim->bytes ? in->reclaim->bytes : UINT64_MAX; /* 0 asks for everything idle */
-        if (gml_reclaim_moot(c, in->reclaim)) l->moot++; /* answered, nothing given: its lease is over */
+        if (gmli_reclaim_moot(c, in->reclaim)) l->moot++; /* answered, nothing given: its lease is over */
         else l->reclaim_want = want > UINT64_MAX - l->reclaim_want ? UINT64_MAX : l->reclaim_want + want;
         l->reclaims_got++;
         pthread_cond_broadcast(&l->cv);
@@ -155,7 +155,7 @@ static void drop_connection(gml_client *c, const char *what, uint64_t wait) {
   shutdown(c->sock, SHUT_RDWR);
 }
 
-int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
+int gmli_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
                          size_t *nchunks) {
   gml_link *l = c->link;
   pthread_mutex_lock(&l->mu);
@@ -163,11 +163,11 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
    * answers nothing. Before, the caller waited for ever, holding the allocator's lock and
    * conn_lock, so every other thread's allocation, free and gml_close hung with it. */
   uint64_t wait = daemon_wait_ns(c);
-  uint64_t until = gml_now_ns() + wait;
+  uint64_t until = gmli_now_ns() + wait;
   int timed_out = 0;
   while (!l->head && !l->gone && !l->lost && !timed_out) {
-    uint64_t now = gml_now_ns();
-    timed_out = now >= until || (gml_link_wait_ns(l, until - now) == ETIMEDOUT && !l->head && !l->gone && !l->lost);
+    uint64_t now = gmli_now_ns();
+    timed_out = now >= until || (gmli_link_wait_ns(l, until - now) == ETIMEDOUT && !l->head && !l->gone && !l->lost);
   }
   link_msg *m = l->head; /* what came before the connection went is still taken */
   int rc = m ? 0 : l->lost ? GML_ENOMEM : GML_EDAEMON;
@@ -190,15 +190,15 @@ int gml_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int 
 }
 
 /* Tests: how long a reply is waited for. */
-void gml_client_test_reply_timeout(gml_client *c, uint64_t ms) {
+void gmli_client_test_reply_timeout(gml_client *c, uint64_t ms) {
   if (c->link) c->link->reply_timeout_ns = ms * 1000000ull;
 }
 
-int gml_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) {
-  return gml_link_next_chunks(c, reply, fds, nfds, NULL, NULL, NULL);
+int gmli_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds) {
+  return gmli_link_next_chunks(c, reply, fds, nfds, NULL, NULL, NULL);
 }
 
-void gml_link_end(gml_client *c) {
+void gmli_link_end(gml_client *c) {
   gml_link *l = c->link;
   pthread_mutex_lock(&l->mu);
   l->wait_seq = l->import_seq = 0;
@@ -207,13 +207,13 @@ void gml_link_end(gml_client *c) {
   pthread_mutex_unlock(&l->mu);
 }
 
-int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int import) {
+int gmli_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int import) {
   gml_link *l = c->link;
   if (__atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE)) return GML_EDAEMON;
   env->seq = ++c->seq;
   uint8_t *frame;
   size_t len;
-  int rc = gml_wire_encode(env, &frame, &len);
+  int rc = gmli_wire_encode(env, &frame, &len);
   if (rc) return rc;
   if (want_reply) {
     pthread_mutex_lock(&l->mu);
@@ -227,22 +227,22 @@ int gml_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int impo
    * (a few hundred usage reports, which want no reply) a blocking send waited for as long as it was
    * stopped, holding conn_lock */
   uint64_t wait = daemon_wait_ns(c);
-  rc = gml_wire_send_until(c->sock, frame, len, NULL, 0, gml_now_ns() + wait);
+  rc = gmli_wire_send_until(c->sock, frame, len, NULL, 0, gmli_now_ns() + wait);
   free(frame);
   if (rc == GML_EAGAIN) drop_connection(c, "read nothing we sent", wait);
-  if (rc && want_reply) gml_link_end(c);
+  if (rc && want_reply) gmli_link_end(c);
   return rc ? GML_EDAEMON : 0;
 }
 
 /* A call through the reader thread. */
 static int reader_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
-  int rc = gml_link_send(c, env, want_reply, 0);
+  int rc = gmli_link_send(c, env, want_reply, 0);
   if (rc || !want_reply) return rc;
-  rc = gml_link_next(c, reply, fds, nfds);
-  gml_link_end(c);
+  rc = gmli_link_next(c, reply, fds, nfds);
+  gmli_link_end(c);
   return rc;
 }
-int gml_link_wait_ns(gml_link *l, uint64_t ns) {
+int gmli_link_wait_ns(gml_link *l, uint64_t ns) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += (time_t)(ns / 1000000000ull);
@@ -263,7 +263,7 @@ static void handle_unsolicited(gml_client *c, Gmlake__Envelope *env) {
 
 /* A message from the daemon and the fds that came with it: every path that
  * receives one ends in free_received (fds set to -1 were taken over). */
-void gml_link_free(Gmlake__Envelope *env, const int *fds, int nfds) {
+void gmli_link_free(Gmlake__Envelope *env, const int *fds, int nfds) {
   if (env) gmlake__envelope__free_unpacked(env, NULL);
   for (int i = 0; i < nfds; i++)
     if (fds[i] >= 0) close(fds[i]);
@@ -271,40 +271,40 @@ void gml_link_free(Gmlake__Envelope *env, const int *fds, int nfds) {
 
 /* Send env; when want_reply, wait for the reply with the same seq (handling
  * unsolicited messages meanwhile). conn_lock held. */
-int gml_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+int gmli_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
   if (c->link) return reader_call(c, env, want_reply, reply, fds, nfds); /* the reader thread receives */
   if (c->daemon_gone) return GML_EDAEMON;
   env->seq = ++c->seq;
   uint8_t *frame;
   size_t len;
-  int rc = gml_wire_encode(env, &frame, &len);
+  int rc = gmli_wire_encode(env, &frame, &len);
   if (rc) return rc;
-  rc = gml_wire_send(c->sock, frame, len, NULL, 0);
+  rc = gmli_wire_send(c->sock, frame, len, NULL, 0);
   free(frame);
   int sent = rc; /* failed: a refusal's reason may wait all the same (wire.h), read if a reply is wanted */
-  if (sent && (!nfds || !gml_wire_refusal_waits(c->sock))) goto gone;
+  if (sent && (!nfds || !gmli_wire_refusal_waits(c->sock))) goto gone;
   if (!sent && !want_reply) return 0;
   for (;;) {
     Gmlake__Envelope *in;
-    rc = gml_wire_recv(c->sock, &in, fds, nfds, GML_MAX_LEASE_CHUNKS);
+    rc = gmli_wire_recv(c->sock, &in, fds, nfds, GML_MAX_LEASE_CHUNKS);
     if (rc) goto gone;
     if (in->seq == 0 && in->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) { /* a connection refused (max-clients): why, then closed */
       snprintf(c->last_error, sizeof c->last_error, "the daemon refused this connection: %s", in->error->message);
-      gml_link_free(in, fds, *nfds);
+      gmli_link_free(in, fds, *nfds);
       rc = GML_EDAEMON;
       goto gone;
     }
     if (sent) { /* the request never went: whatever else came, the connection is gone */
-      gml_link_free(in, fds, *nfds), rc = sent;
+      gmli_link_free(in, fds, *nfds), rc = sent;
       goto gone;
     }
     if (in->seq == 0) {
       handle_unsolicited(c, in);
-      gml_link_free(in, fds, *nfds);
+      gmli_link_free(in, fds, *nfds);
       continue;
     }
     if (in->seq != env->seq) {
-      gml_link_free(in, fds, *nfds);
+      gmli_link_free(in, fds, *nfds);
       rc = GML_EPROTO;
       goto gone;
     }
@@ -316,47 +316,47 @@ gone:
   c->daemon_gone = 1;
   return rc == GML_EPROTO ? GML_EPROTO : GML_EDAEMON;
 }
-void gml_daemon_clock(gml_client *c, uint64_t daemon_mono_ns) {
-  c->clock_skew = (int64_t)(gml_now_ns() - daemon_mono_ns); /* the reply's transit: microseconds, on one host */
+void gmli_daemon_clock(gml_client *c, uint64_t daemon_mono_ns) {
+  c->clock_skew = (int64_t)(gmli_now_ns() - daemon_mono_ns); /* the reply's transit: microseconds, on one host */
   c->clock_known = daemon_mono_ns != 0;
 }
 
-int gml_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r) {
+int gmli_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r) {
   if (!c->clock_known || !r->sent_ns || !r->valid_ms || r->valid_ms > INT64_MAX / 1000000) return 0; /* valid for ever */
-  int64_t age = (int64_t)(gml_now_ns() - r->sent_ns) - c->clock_skew;
+  int64_t age = (int64_t)(gmli_now_ns() - r->sent_ns) - c->clock_skew;
   if (age <= (int64_t)(r->valid_ms * 1000000ull)) return 0;
   GML_INFO("a reclaim request of the daemon came %.1f s after it was sent (this process was stopped?): its lease is "
            "over, the cache stays", (double)age / 1e9);
   return 1;
 }
-int gml_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
+int gmli_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
   if (c->mode != GML_MODE_DAEMON) return GML_EDAEMON;
   pthread_mutex_lock(&c->conn_lock);
-  int rc = gml_link_call(c, env, 1, reply, fds, nfds);
+  int rc = gmli_link_call(c, env, 1, reply, fds, nfds);
   pthread_mutex_unlock(&c->conn_lock);
   return rc;
 }
 
-int gml_link_reader_start(gml_client *c) {
+int gmli_link_reader_start(gml_client *c) {
   if (pthread_create(&c->link->reader, NULL, reader_main, c)) return GML_ESYS;
   c->link->reader_on = 1;
   return 0;
 }
 
-int gml_link_open(gml_client *c, const char *socket_path) {
+int gmli_link_open(gml_client *c, const char *socket_path) {
   gml_link *l = calloc(1, sizeof *l);
   if (!l) return GML_ENOMEM;
-  if (gml_env_flag(GML_ENV_RECONNECT, gml_env(GML_ENV_RECONNECT), 1)) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
+  if (gmli_env_flag(GML_ENV_RECONNECT, gmli_env(GML_ENV_RECONNECT), 1)) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
   l->rsock = -1;
   l->reply_timeout_ns = REPLY_TIMEOUT_MS * 1000000ull;
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   c->link = l;
-  gml_link_reader_start(c);
+  gmli_link_reader_start(c);
   return 0;
 }
 
-void gml_link_close(gml_client *c) {
+void gmli_link_close(gml_client *c) {
   gml_link *l = c->link;
   if (l->reader_on) {
     pthread_mutex_lock(&l->mu);

@@ -59,31 +59,31 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   gml_open_opts o = {0};
   if (opts) o = *opts;
   gml_options opt;
-  int rc = gml_open_options(&o, &opt);
+  int rc = gmli_open_options(&o, &opt);
   if (rc) return rc;
   gml_backend_opts bo = {.chunk_size = opt.chunk_size, .libcuda = opt.libcuda};
-  gml_raise_fd_limit();
+  gmli_raise_fd_limit();
   gml_client *c = calloc(1, sizeof *c);
   if (!c) return GML_ENOMEM;
   c->sock = -1;
   c->device = o.device;
   pthread_mutex_init(&c->conn_lock, NULL);
-  gml_grow_init(c);
+  gmli_grow_init(c);
   pthread_mutex_init(&c->track_lock, NULL);
   char why[2048] = "", msg[512] = "", backend[16] = "";
   rc = GML_EDAEMON;
   char path[256] = "";
   uint64_t chunk_size = 0;
-  if (opt.mode != GML_MODE_EMBEDDED) rc = gml_daemon_find(c, &opt, &bo, path, sizeof path, why, sizeof why, backend, sizeof backend, &chunk_size);
+  if (opt.mode != GML_MODE_EMBEDDED) rc = gmli_daemon_find(c, &opt, &bo, path, sizeof path, why, sizeof why, backend, sizeof backend, &chunk_size);
   gml_chunk_source src;
   if (c->mode == GML_MODE_DAEMON) { /* a daemon of this device answered (its hello may have refused us) */
     if (rc == 0 && strcmp(opt.backend, "auto") && strcmp(opt.backend, backend)) {
       snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend, opt.backend);
       rc = GML_ENODEV;
     }
-    if (rc == 0) rc = gml_backend_open(backend, o.device, &bo, &c->be, msg, sizeof msg);
+    if (rc == 0) rc = gmli_backend_open(backend, o.device, &bo, &c->be, msg, sizeof msg);
     /* the daemon's chunks are the ones we map, whatever our own default or GMLAKE_CHUNK_SIZE says */
-    if (rc == 0 && c->be->chunk_size != chunk_size && gml_backend_set_chunk_size(c->be, chunk_size)) {
+    if (rc == 0 && c->be->chunk_size != chunk_size && gmli_backend_set_chunk_size(c->be, chunk_size)) {
       snprintf(c->last_error, sizeof c->last_error, "daemon's chunk size %llu is not a multiple of this device's %zu",
                (unsigned long long)chunk_size, c->be->granularity);
       rc = GML_EPROTO;
@@ -93,14 +93,14 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       goto fail;
     }
     snprintf(c->gpu_uuid, sizeof c->gpu_uuid, "%s", c->be->uuid); /* a reconnection's hello says the device we map for */
-    src = gml_lease_source(c);
+    src = gmli_lease_source(c);
     GML_INFO("connected to the daemon of %s at %s (client %llu, %s)", c->be->uuid, path, (unsigned long long)c->client_id, msg);
   } else if (opt.mode == GML_MODE_DAEMON) {
     GML_ERR("no daemon at %s; GMLAKE_MODE=daemon: not running embedded", why);
     goto fail;
   } else {
     c->mode = GML_MODE_EMBEDDED;
-    rc = gml_backend_open(opt.backend, o.device, &bo, &c->be, msg, sizeof msg);
+    rc = gmli_backend_open(opt.backend, o.device, &bo, &c->be, msg, sizeof msg);
     if (rc) {
       GML_ERR("%s", msg);
       goto fail;
@@ -110,15 +110,15 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     else GML_WARN("no daemon at %s; running embedded (%s)", why, msg);
   }
   gml_alloc_config cfg;
-  gml_alloc_config_from_options(&opt, &cfg);
+  gmli_alloc_config_from_options(&opt, &cfg);
   if (o.guard) cfg.guard = o.guard > 0 ? o.guard : 0;
   if (o.guard_grain) cfg.guard_grain = o.guard_grain;
   if (o.borrow) cfg.borrow = o.borrow > 0;
   /* guard mode on cuda guards whole chunks: embedded, the finest chunk the
    * device allows (its granularity) unless GMLAKE_CHUNK_SIZE says otherwise */
   if (cfg.guard > 0 && c->mode == GML_MODE_EMBEDDED && !c->be->ops->protect && !opt.chunk_size)
-    gml_backend_set_chunk_size(c->be, c->be->granularity);
-  rc = gml_alloc_init(&c->alloc, c->be, src, gml_va_size(&opt, c->be), &cfg);
+    gmli_backend_set_chunk_size(c->be, c->be->granularity);
+  rc = gmli_alloc_init(&c->alloc, c->be, src, gmli_va_size(&opt, c->be), &cfg);
   if (rc) {
     GML_ERR("cannot start the allocator: %s (%s)", gml_strerror(rc), c->alloc.last_error);
     goto fail;
@@ -130,10 +130,10 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     if (!lim && opt.limit) {
       uint64_t f = 0, t = 0;
       c->be->ops->mem_info(c->be, &f, &t);
-      if (gml_parse_size(opt.limit, t, &lim) || !lim) { /* a share of a device whose size is unknown (or of no byte) */
+      if (gmli_parse_size(opt.limit, t, &lim) || !lim) { /* a share of a device whose size is unknown (or of no byte) */
         GML_ERR("GMLAKE_LIMIT=%s: %s", opt.limit,
                 t ? "less than a byte of the device" : "the device does not say its size; give the limit in bytes");
-        gml_alloc_destroy(&c->alloc);
+        gmli_alloc_destroy(&c->alloc);
         rc = GML_EINVAL;
         goto fail;
       }
@@ -146,20 +146,20 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
                "GMLAKE_MODE=embedded applies it", opt.limit, path);
   }
   /* in the order their locks nest: the allocator's, then the ranges' (shares keep none of their own) */
-  gml_holder_add(c, &alloc_holder);
-  gml_holder_add(c, &gml_grow_holder);
-  gml_holder_add(c, &gml_share_holder);
-  gml_holder_add(c, &gml_pause_holder);
-  if (c->mode == GML_MODE_DAEMON && (rc = gml_link_start(c, path))) {
-    gml_alloc_destroy(&c->alloc);
+  gmli_holder_add(c, &alloc_holder);
+  gmli_holder_add(c, &gmli_grow_holder);
+  gmli_holder_add(c, &gmli_share_holder);
+  gmli_holder_add(c, &gmli_pause_holder);
+  if (c->mode == GML_MODE_DAEMON && (rc = gmli_link_start(c, path))) {
+    gmli_alloc_destroy(&c->alloc);
     goto fail;
   }
   *out = c;
   return 0;
 fail:
   if (c->sock >= 0) close(c->sock);
-  if (c->be) gml_backend_close(c->be);
-  gml_grow_destroy_all(c);
+  if (c->be) gmli_backend_close(c->be);
+  gmli_grow_destroy_all(c);
   pthread_mutex_destroy(&c->conn_lock);
   pthread_mutex_destroy(&c->track_lock);
   free(c);
@@ -168,15 +168,15 @@ fail:
 
 int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
-  gml_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
-  gml_pause_destroy(c);         /* paused content is dropped */
-  gml_ipc_client_gone(c);
-  gml_track_destroy(c);          /* pending frees and pools' blocks go back first */
-  gml_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
-  gml_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
-  gml_link_stop(c);
+  gmli_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
+  gmli_pause_destroy(c);         /* paused content is dropped */
+  gmli_ipc_client_gone(c);
+  gmli_track_destroy(c);          /* pending frees and pools' blocks go back first */
+  gmli_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
+  gmli_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
+  gmli_link_stop(c);
   if (c->sock >= 0) close(c->sock);
-  gml_backend_close(c->be);
+  gmli_backend_close(c->be);
   pthread_mutex_destroy(&c->conn_lock);
   pthread_mutex_destroy(&c->track_lock);
   free(c);

@@ -10,7 +10,7 @@
  *
  * While paused, the allocator goes on: new allocations lease chunks as
  * usual (they never land on a paused block's addresses); a paused block that
- * is freed becomes a free block at resume (gml_alloc_free marks it); only a
+ * is freed becomes a free block at resume (gmli_alloc_free marks it); only a
  * second pause is refused until resume. Growable ranges are not paused.
  * Everything runs under the allocator's lock, after a device synchronize
  * (the streams' work on the content is done before it is copied). */
@@ -119,7 +119,7 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
       return fail(c, GML_EINVAL, "pause: a path of at most %s bytes", "255");
     snprintf(p->path, sizeof p->path, "%s", path);
     char dir[sizeof p->path];
-    p->base = gml_path_dir(p->path, dir, sizeof dir);
+    p->base = gmli_path_dir(p->path, dir, sizeof dir);
     if (!*p->base) return fail(c, GML_EINVAL, "pause: %s: a directory, not a file name", p->path);
     p->dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     /* a new file only: one that exists (another user may have made it, mode 0666, in a directory both
@@ -139,7 +139,7 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
   if (rc) {
     p->host = NULL;
     char what[32];
-    return fail(c, GML_ENOMEM, "pause: no host memory for %s of content", gml_format_bytes(p->host_size, what, sizeof what));
+    return fail(c, GML_ENOMEM, "pause: no host memory for %s of content", gmli_format_bytes(p->host_size, what, sizeof what));
   }
   return 0;
 }
@@ -158,15 +158,15 @@ int gml_pause(gml_client *c, unsigned flags, uint32_t tag) { return pause_at(c, 
 static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *path, const char *fn) {
   if (!c) return GML_EINVAL;
   if (flags & ~(unsigned)(GML_PAUSE_DISCARD | GML_PAUSE_FILE))
-    return gml_fail(c, GML_EINVAL, "%s: flags %#x: unknown bits (GML_PAUSE_DISCARD, GML_PAUSE_FILE)", fn, flags);
+    return gmli_fail(c, GML_EINVAL, "%s: flags %#x: unknown bits (GML_PAUSE_DISCARD, GML_PAUSE_FILE)", fn, flags);
   /* discard with a file: the path was ignored, nothing saved, and the caller told nothing */
   if ((flags & GML_PAUSE_DISCARD) && (flags & GML_PAUSE_FILE))
-    return gml_fail(c, GML_EINVAL, "%s: GML_PAUSE_DISCARD saves nothing, %s saves the content: one or the other", fn,
+    return gmli_fail(c, GML_EINVAL, "%s: GML_PAUSE_DISCARD saves nothing, %s saves the content: one or the other", fn,
                     path ? "a path" : "GML_PAUSE_FILE");
   if ((flags & GML_PAUSE_FILE) && !path)
-    return gml_fail(c, GML_EINVAL, "%s: GML_PAUSE_FILE needs a path (gml_pause_file with a non-NULL path)", fn);
+    return gmli_fail(c, GML_EINVAL, "%s: GML_PAUSE_FILE needs a path (gml_pause_file with a non-NULL path)", fn);
   if (path && !*path) /* was GML_ESYS from open(""), while Python's path="" was taken for none */
-    return gml_fail(c, GML_EINVAL, "%s: an empty path (NULL for none)", fn);
+    return gmli_fail(c, GML_EINVAL, "%s: an empty path (NULL for none)", fn);
   gml_allocator *a = &c->alloc;
   if (a->guard) return fail(c, GML_EINVAL, "pause: %s", "refused in guard mode (a remap would drop the guards)");
   struct gml_pause *p = calloc(1, sizeof *p);
@@ -208,12 +208,12 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   }
   c->pause = p;
   pthread_mutex_unlock(&a->lock);
-  size_t back = gml_alloc_release_idle(a, 0); /* every free chunk goes back, the paused blocks' with them */
+  size_t back = gmli_alloc_release_idle(a, 0); /* every free chunk goes back, the paused blocks' with them */
   char s1[32], s2[32];
   GML_INFO("paused %zu block(s) of %s (tag %u, %s saved%s%s); %s of chunks back to the lake", p->n,
-           gml_format_bytes(total, s1, sizeof s1), tag, p->saved ? "content" : "nothing", p->fd >= 0 ? " to " : "",
-           p->fd >= 0 ? p->path : "", gml_format_bytes(back, s2, sizeof s2));
-  if (c->mode == GML_MODE_DAEMON) gml_client_report(c);
+           gmli_format_bytes(total, s1, sizeof s1), tag, p->saved ? "content" : "nothing", p->fd >= 0 ? " to " : "",
+           p->fd >= 0 ? p->path : "", gmli_format_bytes(back, s2, sizeof s2));
+  if (c->mode == GML_MODE_DAEMON) gmli_client_report(c);
   return 0;
 }
 
@@ -224,7 +224,7 @@ static void free_paused(gml_allocator *a, gml_block *b) {
   b->is_free = 1;
   b->pool = (uint8_t)pool_index(a, r, b->stream, 1);
   b->has_event = 0;
-  gml_pool_add(r, b->pool, gml_block_coalesce(a, r, b));
+  gmli_pool_add(r, b->pool, gmli_block_coalesce(a, r, b));
 }
 
 int gml_resume(gml_client *c) {
@@ -235,7 +235,7 @@ int gml_resume(gml_client *c) {
   struct gml_pause *p = c->pause;
   if (!p) { /* as a second pause is refused: a resume meant for another client, or after a failed pause */
     pthread_mutex_unlock(&a->lock);
-    return gml_fail(c, GML_EINVAL, "gml_resume: not paused (gml_pause first)");
+    return gmli_fail(c, GML_EINVAL, "gml_resume: not paused (gml_pause first)");
   }
   a->tick++;
   for (size_t i = 0; i < p->n && !rc; i++) {
@@ -252,12 +252,12 @@ int gml_resume(gml_client *c) {
     size_t need = 0;
     for (uint32_t s = first; s <= last; s++) need += (size_t)slot_claim(a, s, b->stream);
     int stole = 0;
-    if (need && (rc = gml_map_slots_slow(a, first, last, b->stream, &stole))) {
-      gml_slots_unclaim(a, first, last);
+    if (need && (rc = gmli_map_slots_slow(a, first, last, b->stream, &stole))) {
+      gmli_slots_unclaim(a, first, last);
       a->paused_bytes += b->usable;
       char s1[32], s2[32];
       snprintf(c->last_error, sizeof c->last_error, "resume: no memory for a paused block of %s (%s still paused): %s",
-               gml_format_bytes(b->usable, s1, sizeof s1), gml_format_bytes(a->paused_bytes, s2, sizeof s2), gml_strerror(rc));
+               gmli_format_bytes(b->usable, s1, sizeof s1), gmli_format_bytes(a->paused_bytes, s2, sizeof s2), gml_strerror(rc));
       break;
     }
     b->paused = GML_PAUSED_NO;
@@ -278,7 +278,7 @@ int gml_resume(gml_client *c) {
   }
   GML_INFO("resumed %zu block(s) at their addresses", p->n);
   pause_free(c, p);
-  if (c->mode == GML_MODE_DAEMON) gml_client_report(c);
+  if (c->mode == GML_MODE_DAEMON) gmli_client_report(c);
   return 0;
 }
 
@@ -290,17 +290,17 @@ int gml_set_tag(gml_client *c, uint32_t tag) {
   return 0;
 }
 
-void gml_pause_stats(gml_client *c, gml_stats *st) {
+void gmli_pause_stats(gml_client *c, gml_stats *st) {
   pthread_mutex_lock(&c->alloc.lock);
   st->paused_bytes = c->alloc.paused_bytes;
   st->paused_saved = c->pause ? c->pause->saved : 0;
   pthread_mutex_unlock(&c->alloc.lock);
 }
 
-void gml_pause_destroy(gml_client *c) {
+void gmli_pause_destroy(gml_client *c) {
   if (!c->pause) return;
   pause_free(c, c->pause);
   c->pause = NULL;
 }
 
-const gml_holder_ops gml_pause_holder = {.usage = gml_pause_stats};
+const gml_holder_ops gmli_pause_holder = {.usage = gmli_pause_stats};

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int gml_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
+int gmli_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
   if (need <= *cap) return 0;
   uint32_t c = *cap ? *cap : 64;
   while (c < need) {
@@ -20,17 +20,17 @@ int gml_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem) {
 
 /* ---- recorder ---- */
 
-void gml_plan_rec_init(gml_plan_recording *r, uint64_t align) {
+void gmli_plan_rec_init(gml_plan_recording *r, uint64_t align) {
   memset(r, 0, sizeof *r);
   r->align = align ? align : 1;
 }
 
-void gml_plan_rec_destroy(gml_plan_recording *r) {
+void gmli_plan_rec_destroy(gml_plan_recording *r) {
   free(r->a);
   memset(r, 0, sizeof *r);
 }
 
-void gml_plan_rec_reset(gml_plan_recording *r) { r->n = 0, r->events = 0, r->hash = 0; }
+void gmli_plan_rec_reset(gml_plan_recording *r) { r->n = 0, r->events = 0, r->hash = 0; }
 
 static uint64_t rec_round(const gml_plan_recording *r, uint64_t size) {
   uint64_t units = size / r->align + (size % r->align != 0);
@@ -43,9 +43,9 @@ static uint64_t hash_step(uint64_t h, uint64_t size, uint64_t stream) {
   return h;
 }
 
-int gml_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, uint32_t *k) {
+int gmli_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, uint32_t *k) {
   if (r->n == UINT32_MAX - 1 || r->events >= UINT32_MAX - 2) return -ENOMEM; /* indices are 32-bit; NEVER is reserved */
-  if (gml_plan_grow((void **)&r->a, &r->cap, r->n + 1, sizeof *r->a)) return -ENOMEM;
+  if (gmli_plan_grow((void **)&r->a, &r->cap, r->n + 1, sizeof *r->a)) return -ENOMEM;
   uint64_t s = rec_round(r, size);
   r->a[r->n] = (gml_plan_rec){
       .size = s, .stream = stream, .alloc_at = r->events++, .free_at = GML_PLAN_NEVER, .wrap_free = GML_PLAN_NEVER};
@@ -54,19 +54,19 @@ int gml_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, ui
   return 0;
 }
 
-void gml_plan_rec_free(gml_plan_recording *r, uint32_t k) {
+void gmli_plan_rec_free(gml_plan_recording *r, uint32_t k) {
   if (k < r->n && r->a[k].free_at == GML_PLAN_NEVER) r->a[k].free_at = r->events++;
 }
 
-int gml_plan_rec_same(const gml_plan_recording *x, const gml_plan_recording *y) {
+int gmli_plan_rec_same(const gml_plan_recording *x, const gml_plan_recording *y) {
   if (x->n != y->n || x->hash != y->hash || x->align != y->align) return 0;
   for (uint32_t i = 0; i < x->n; i++)
     if (x->a[i].size != y->a[i].size || x->a[i].stream != y->a[i].stream) return 0;
   return 1;
 }
 
-int gml_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src) {
-  if (gml_plan_grow((void **)&dst->a, &dst->cap, src->n, sizeof *dst->a)) return -ENOMEM;
+int gmli_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src) {
+  if (gmli_plan_grow((void **)&dst->a, &dst->cap, src->n, sizeof *dst->a)) return -ENOMEM;
   if (src->n) memcpy(dst->a, src->a, (size_t)src->n * sizeof *src->a);
   dst->n = src->n, dst->events = src->events, dst->align = src->align, dst->hash = src->hash;
   return 0;
@@ -242,7 +242,7 @@ static int plan_atoms(gml_plan *p, const uint32_t *order, uint32_t np) {
   for (uint32_t i = 0; i < p->n; i++) {
     p->atom[2 * i] = p->atom[2 * i + 1] = 0;
     if (p->offset[i] != GML_PLAN_NONE)
-      gml_plan_atoms_of(p, p->offset[i], p->size[i], &p->atom[2 * i], &p->atom[2 * i + 1]);
+      gmli_plan_atoms_of(p, p->offset[i], p->size[i], &p->atom[2 * i], &p->atom[2 * i + 1]);
   }
   return 0;
 }
@@ -250,7 +250,7 @@ static int plan_atoms(gml_plan *p, const uint32_t *order, uint32_t np) {
 /* Atoms [*a0, *a1) that bytes [offset, offset + size) touch: exactly a
  * planned block's own; any other span's, rounded out (a straggler of an
  * earlier plan, a lent block) so that it occupies every atom it touches. */
-void gml_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32_t *a0, uint32_t *a1) {
+void gmli_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32_t *a0, uint32_t *a1) {
   uint32_t lo = 0, hi = p->nbound; /* bounds <= offset: lo after the search */
   while (lo < hi) {
     uint32_t m = lo + (hi - lo) / 2;
@@ -269,7 +269,7 @@ void gml_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32
   if (*a0 > *a1) *a0 = *a1;
 }
 
-int gml_plan_build(gml_plan *p, const gml_plan_recording *r) {
+int gmli_plan_build(gml_plan *p, const gml_plan_recording *r) {
   memset(p, 0, sizeof *p);
   p->align = r->align, p->n = r->n, p->hash = r->hash;
   size_t n = r->n ? r->n : 1;
@@ -288,16 +288,16 @@ int gml_plan_build(gml_plan *p, const gml_plan_recording *r) {
   if (!rc) /* what the keeper's byte bound counts */
     p->bytes = sizeof *p + (uint64_t)n * (3 * sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)np * 2 * sizeof(uint64_t);
   free(order);
-  if (rc) gml_plan_destroy(p);
+  if (rc) gmli_plan_destroy(p);
   return rc;
 }
 
-void gml_plan_destroy(gml_plan *p) {
+void gmli_plan_destroy(gml_plan *p) {
   free(p->size), free(p->stream), free(p->offset), free(p->bound), free(p->atom);
   memset(p, 0, sizeof *p);
 }
 
-int gml_plan_matches(const gml_plan *p, const gml_plan_recording *r) {
+int gmli_plan_matches(const gml_plan *p, const gml_plan_recording *r) {
   if (p->n != r->n || p->hash != r->hash || p->align != r->align) return 0;
   for (uint32_t i = 0; i < r->n; i++)
     if (p->size[i] != r->a[i].size || p->stream[i] != r->a[i].stream) return 0;

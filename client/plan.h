@@ -73,15 +73,15 @@ typedef struct gml_plan_recording {
   uint64_t hash; /* of the (size, stream) sequence: two recordings compare in O(1) when they differ */
 } gml_plan_recording;
 
-void gml_plan_rec_init(gml_plan_recording *r, uint64_t align);
-void gml_plan_rec_destroy(gml_plan_recording *r);
-void gml_plan_rec_reset(gml_plan_recording *r); /* empty, keeping its memory */
+void gmli_plan_rec_init(gml_plan_recording *r, uint64_t align);
+void gmli_plan_rec_destroy(gml_plan_recording *r);
+void gmli_plan_rec_reset(gml_plan_recording *r); /* empty, keeping its memory */
 /* Records an allocation of the iteration; *k: its index. -ENOMEM. */
-int gml_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, uint32_t *k);
-void gml_plan_rec_free(gml_plan_recording *r, uint32_t k);
+int gmli_plan_rec_alloc(gml_plan_recording *r, uint64_t size, uint64_t stream, uint32_t *k);
+void gmli_plan_rec_free(gml_plan_recording *r, uint32_t k);
 /* 1: the same sequence of (rounded size, stream) allocations. */
-int gml_plan_rec_same(const gml_plan_recording *x, const gml_plan_recording *y);
-int gml_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src); /* -ENOMEM */
+int gmli_plan_rec_same(const gml_plan_recording *x, const gml_plan_recording *y);
+int gmli_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src); /* -ENOMEM */
 
 /* A plan: for each recorded allocation, its offset in one range. */
 typedef struct gml_plan {
@@ -110,12 +110,12 @@ typedef struct gml_plan {
  * where its free comes after its own allocation's index (it would overlap
  * its next instance), nor where it was not freed in the next iteration
  * (weights, optimizer state: the stitching allocator keeps those). */
-int gml_plan_build(gml_plan *p, const gml_plan_recording *r);
-void gml_plan_destroy(gml_plan *p);
-int gml_plan_matches(const gml_plan *p, const gml_plan_recording *r); /* 1: planned from this sequence */
+int gmli_plan_build(gml_plan *p, const gml_plan_recording *r);
+void gmli_plan_destroy(gml_plan *p);
+int gmli_plan_matches(const gml_plan *p, const gml_plan_recording *r); /* 1: planned from this sequence */
 /* The atoms of p that bytes [offset, offset + size) touch, [*a0, *a1): a
  * planned block's own exactly; any other span rounded out. */
-void gml_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32_t *a0, uint32_t *a1);
+void gmli_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint32_t *a0, uint32_t *a1);
 
 /* What serving one allocation gave: keep it with the block, hand it back on its free. */
 typedef struct gml_plan_grant {
@@ -163,22 +163,22 @@ typedef struct gml_plan_server {
   uint64_t lends, lent_bytes; /* misses lent bytes of the range, and their bytes (in all) */
 } gml_plan_server;
 
-void gml_plan_server_init(gml_plan_server *s);
-void gml_plan_server_destroy(gml_plan_server *s);
+void gmli_plan_server_init(gml_plan_server *s);
+void gmli_plan_server_destroy(gml_plan_server *s);
 /* Serves from p from now on (the allocation index k goes on); the old
  * plan's live blocks stay occupied as stragglers. p must outlive its use.
  * -ENOMEM (nothing changed). */
-int gml_plan_server_install(gml_plan_server *s, const gml_plan *p);
-void gml_plan_server_step(gml_plan_server *s); /* an iteration begins: k back to 0 */
-enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g);
+int gmli_plan_server_install(gml_plan_server *s, const gml_plan *p);
+void gmli_plan_server_step(gml_plan_server *s); /* an iteration begins: k back to 0 */
+enum gml_plan_verdict gmli_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g);
 /* A departing iteration need not hold the whole range on top of its
  * misses: a miss of at least one granule may be lent whole granules of the
  * plan's range that nothing live touches (g->lent, g->offset, g->size: the
  * caller places the block there, as it places a hit). A lent granule is
  * occupied: no planned slot over it is handed out until the lent block is
  * freed. 1: lent; 0: not (lending off, no plan, too small, no room). */
-int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g);
-void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g);
+int gmli_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g);
+void gmli_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g);
 
 /* Records every iteration, keeps a plan per repeating pattern, serves.
  *
@@ -221,12 +221,12 @@ typedef struct gml_plan_keeper {
   uint32_t planned_from; /* the iteration the served plan was taken from */
   uint32_t switches; /* plans installed in place of another (at an iteration's start or early in it) */
   uint32_t dropped; /* plans dropped: stale, or over the count or byte bound */
-  double plan_seconds, plan_seconds_max; /* time spent planning (gml_plan_build), in all and the longest */
+  double plan_seconds, plan_seconds_max; /* time spent planning (gmli_plan_build), in all and the longest */
   gml_plan_server srv;
 } gml_plan_keeper;
 
-void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at);
-void gml_plan_keeper_destroy(gml_plan_keeper *kp);
+void gmli_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at);
+void gmli_plan_keeper_destroy(gml_plan_keeper *kp);
 /* Serves and records one allocation: GML_PLAN_HIT (g->offset in the plan's
  * range) or a miss (the caller allocates elsewhere, or at g->offset where
  * g->lent). May switch to another kept plan first, when this iteration so
@@ -235,17 +235,17 @@ void gml_plan_keeper_destroy(gml_plan_keeper *kp);
  * srv.granule is set (a matching iteration's are not: they would take the
  * slots its later allocations are planned in). -ENOMEM from recording or
  * switching. */
-int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g);
-void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g);
+int gmli_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g);
+void gmli_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g);
 /* The iteration ended: 1 when a new plan was taken (serving it from the next), 0, or -ENOMEM.
  * Automatic: when this iteration matched a kept plan, that plan is the
  * most recently used; else when it repeats a remembered one (the same
  * sequence), a plan is built from the remembered one, whose wrap frees the
  * iteration after it gave, kept, and served from the next iteration. */
-int gml_plan_keeper_step(gml_plan_keeper *kp);
+int gmli_plan_keeper_step(gml_plan_keeper *kp);
 
 /* Grows *v (elements of elem bytes, *cap of them) to hold need, doubling from 64: 0 or -ENOMEM
  * (plan.c; plan_keep.c uses it too). */
-int gml_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem);
+int gmli_plan_grow(void **v, uint32_t *cap, uint32_t need, size_t elem);
 
 #endif

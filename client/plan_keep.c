@@ -16,9 +16,9 @@ static uint64_t plan_round(uint64_t align, uint64_t size) {
 
 /* ---- server ---- */
 
-void gml_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
+void gmli_plan_server_init(gml_plan_server *s) { memset(s, 0, sizeof *s); }
 
-void gml_plan_server_destroy(gml_plan_server *s) {
+void gmli_plan_server_destroy(gml_plan_server *s) {
   free(s->live), free(s->straggler), free(s->occ), free(s->tmax), free(s->tadd), free(s->lent_span);
   memset(s, 0, sizeof *s);
 }
@@ -73,15 +73,15 @@ static int32_t tree_max(gml_plan_server *s, uint32_t node, uint32_t lo, uint32_t
  * counted on every atom it touches. */
 static void tree_span(gml_plan_server *s, gml_plan_span sp, int delta) {
   uint32_t a0, a1;
-  gml_plan_atoms_of(s->plan, sp.offset, sp.size, &a0, &a1);
+  gmli_plan_atoms_of(s->plan, sp.offset, sp.size, &a0, &a1);
   if (a0 < a1) tree_add(s, 1, 0, s->tree_leaves, a0, a1, delta);
 }
 
-int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
+int gmli_plan_server_install(gml_plan_server *s, const gml_plan *p) {
   if (granules_cover(s, p->range)) return -ENOMEM;
   uint32_t nlive = 0, leaves = 1;
   for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
-  if (gml_plan_grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
+  if (gmli_plan_grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
   while (leaves < p->nbound) leaves *= 2;
   if (2 * leaves > s->tree_cap) {
     int32_t *tmax = realloc(s->tmax, 2 * (size_t)leaves * sizeof *tmax);
@@ -106,13 +106,13 @@ int gml_plan_server_install(gml_plan_server *s, const gml_plan *p) {
   return 0;
 }
 
-void gml_plan_server_step(gml_plan_server *s) { s->next = 0; }
+void gmli_plan_server_step(gml_plan_server *s) { s->next = 0; }
 
 /* The hit path: one comparison with the recording, then the most live
  * blocks on one of the slot's atoms, from the tree: every live block in the
  * range is counted there (this plan's on their own atoms; stragglers and
  * lent blocks on every atom they touch). */
-enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g) {
+enum gml_plan_verdict gmli_plan_serve_alloc(gml_plan_server *s, uint64_t size, uint64_t stream, gml_plan_grant *g) {
   const gml_plan *p = s->plan;
   uint32_t k = s->next++;
   enum gml_plan_verdict v = GML_PLAN_HIT;
@@ -140,13 +140,13 @@ enum gml_plan_verdict gml_plan_serve_alloc(gml_plan_server *s, uint64_t size, ui
 /* Lent granules are taken from the top of the plan's range down: the
  * planner stacks blocks from offset 0 up, so the top is where the fewest
  * planned blocks lie and a lent block blocks the fewest slots. */
-int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
+int gmli_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
   if (!s->granule || !s->plan || size < s->granule) return 0;
   uint64_t want = size / s->granule + (size % s->granule != 0), top = s->plan->range / s->granule, run = 0;
   uint32_t slot = 0;
   while (slot < s->nlent_span && s->lent_span[slot].size) slot++;
   if (slot == s->nlent_span &&
-      gml_plan_grow((void **)&s->lent_span, &s->lent_span_cap, s->nlent_span + 1, sizeof *s->lent_span))
+      gmli_plan_grow((void **)&s->lent_span, &s->lent_span_cap, s->nlent_span + 1, sizeof *s->lent_span))
     return 0;
   for (uint64_t gr = top; gr-- > 0;) {
     run = s->occ[gr] ? 0 : run + 1;
@@ -162,7 +162,7 @@ int gml_plan_server_lend(gml_plan_server *s, uint64_t size, gml_plan_grant *g) {
   return 0;
 }
 
-void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
+void gmli_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
   if (g->index == GML_PLAN_NEVER && !g->lent) return;
   occ_add(s, g->offset, g->size, -1);
   if (g->lent) {
@@ -186,25 +186,25 @@ void gml_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g) {
 
 /* ---- keeper ---- */
 
-void gml_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at) {
+void gmli_plan_keeper_init(gml_plan_keeper *kp, uint64_t align, int64_t take_at) {
   memset(kp, 0, sizeof *kp);
   kp->take_at = take_at, kp->prev = -1, kp->max_bytes = GML_PLAN_KEPT_BYTES;
-  gml_plan_rec_init(&kp->cur, align);
-  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_init(&kp->past[i], align);
-  gml_plan_server_init(&kp->srv);
+  gmli_plan_rec_init(&kp->cur, align);
+  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gmli_plan_rec_init(&kp->past[i], align);
+  gmli_plan_server_init(&kp->srv);
 }
 
 static void keeper_drop(gml_plan_keeper *kp, uint32_t i) {
   kp->kept_bytes -= kp->kept[i]->bytes;
-  gml_plan_destroy(kp->kept[i]);
+  gmli_plan_destroy(kp->kept[i]);
   free(kp->kept[i]);
   kp->kept[i] = NULL, kp->nkept--, kp->cand &= ~(1u << i), kp->dropped++;
 }
 
-void gml_plan_keeper_destroy(gml_plan_keeper *kp) {
-  gml_plan_rec_destroy(&kp->cur);
-  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gml_plan_rec_destroy(&kp->past[i]);
-  gml_plan_server_destroy(&kp->srv);
+void gmli_plan_keeper_destroy(gml_plan_keeper *kp) {
+  gmli_plan_rec_destroy(&kp->cur);
+  for (int i = 0; i < GML_PLAN_REMEMBERED; i++) gmli_plan_rec_destroy(&kp->past[i]);
+  gmli_plan_server_destroy(&kp->srv);
   for (uint32_t i = 0; i < GML_PLAN_KEPT; i++)
     if (kp->kept[i]) keeper_drop(kp, i);
   memset(kp, 0, sizeof *kp);
@@ -213,7 +213,7 @@ void gml_plan_keeper_destroy(gml_plan_keeper *kp) {
 /* Serves kp->kept[i] from now on (the old one's live blocks become stragglers). */
 static int keeper_install(gml_plan_keeper *kp, uint32_t i) {
   if (kp->plan == kp->kept[i]) return 0;
-  if (gml_plan_server_install(&kp->srv, kp->kept[i])) return -ENOMEM;
+  if (gmli_plan_server_install(&kp->srv, kp->kept[i])) return -ENOMEM;
   if (kp->plan) kp->switches++;
   kp->plan = kp->kept[i], kp->planned_from = kp->plan->from_iter;
   return 0;
@@ -238,23 +238,23 @@ static int keeper_pick(gml_plan_keeper *kp, uint64_t size, uint64_t stream, uint
   return best < GML_PLAN_KEPT ? keeper_install(kp, best) : 0;
 }
 
-int gml_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g) {
+int gmli_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, gml_plan_grant *g) {
   if (kp->cand && keeper_pick(kp, size, stream, kp->cur.n)) return -ENOMEM;
-  int v = gml_plan_serve_alloc(&kp->srv, size, stream, g);
+  int v = gmli_plan_serve_alloc(&kp->srv, size, stream, g);
   if (!kp->cand && kp->plan && v == GML_PLAN_MISS_SHAPE) kp->departed = 1; /* no kept plan is this iteration's */
-  if (v != GML_PLAN_HIT && kp->departed) gml_plan_server_lend(&kp->srv, size, g);
+  if (v != GML_PLAN_HIT && kp->departed) gmli_plan_server_lend(&kp->srv, size, g);
   g->rec_iter = kp->iteration;
-  if (gml_plan_rec_alloc(&kp->cur, size, stream, &g->rec_k)) {
-    gml_plan_serve_free(&kp->srv, g);
+  if (gmli_plan_rec_alloc(&kp->cur, size, stream, &g->rec_k)) {
+    gmli_plan_serve_free(&kp->srv, g);
     return -ENOMEM;
   }
   return v;
 }
 
-void gml_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g) {
-  gml_plan_serve_free(&kp->srv, g);
+void gmli_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g) {
+  gmli_plan_serve_free(&kp->srv, g);
   if (g->rec_iter == kp->iteration) {
-    gml_plan_rec_free(&kp->cur, g->rec_k);
+    gmli_plan_rec_free(&kp->cur, g->rec_k);
   } else if (g->rec_iter + 1 == kp->iteration && kp->prev >= 0) { /* the previous iteration's block: its wrap free */
     gml_plan_rec *a = g->rec_k < kp->past[kp->prev].n ? &kp->past[kp->prev].a[g->rec_k] : NULL;
     if (a && a->free_at == GML_PLAN_NEVER && a->wrap_free == GML_PLAN_NEVER) a->wrap_free = kp->cur.events++;
@@ -287,7 +287,7 @@ static uint32_t keeper_lru(const gml_plan_keeper *kp, int want_free) {
 static int keeper_take(gml_plan_keeper *kp, uint32_t slot) {
   gml_plan *np = malloc(sizeof *np);
   double t0 = now_seconds();
-  if (!np || gml_plan_build(np, &kp->past[slot])) {
+  if (!np || gmli_plan_build(np, &kp->past[slot])) {
     free(np);
     return -ENOMEM;
   }
@@ -307,11 +307,11 @@ static int keeper_take(gml_plan_keeper *kp, uint32_t slot) {
   return 1;
 }
 
-int gml_plan_keeper_step(gml_plan_keeper *kp) {
+int gmli_plan_keeper_step(gml_plan_keeper *kp) {
   int rc = 0, matched = 0;
   uint32_t remembered = kp->npast < GML_PLAN_REMEMBERED ? kp->npast : GML_PLAN_REMEMBERED;
   for (uint32_t i = 0; i < GML_PLAN_KEPT && kp->cur.n; i++) /* a kept pattern, whole: the most recently used now */
-    if ((kp->cand >> i & 1) && kp->kept[i]->n == kp->cur.n && gml_plan_matches(kp->kept[i], &kp->cur)) {
+    if ((kp->cand >> i & 1) && kp->kept[i]->n == kp->cur.n && gmli_plan_matches(kp->kept[i], &kp->cur)) {
       kp->kept[i]->used_iter = kp->iteration, matched = 1;
       if (keeper_install(kp, i)) rc = -ENOMEM;
     }
@@ -321,7 +321,7 @@ int gml_plan_keeper_step(gml_plan_keeper *kp) {
   } else if (kp->cur.n && !matched) {
     for (uint32_t d = 1; d <= remembered; d++) { /* the newest first: its wrap frees are the latest */
       uint32_t i = (kp->npast - d) % GML_PLAN_REMEMBERED;
-      if (gml_plan_rec_same(&kp->past[i], &kp->cur)) { /* a pattern seen before, now again: plan it */
+      if (gmli_plan_rec_same(&kp->past[i], &kp->cur)) { /* a pattern seen before, now again: plan it */
         rc = keeper_take(kp, i);
         break;
       }
@@ -331,14 +331,14 @@ int gml_plan_keeper_step(gml_plan_keeper *kp) {
     if (kp->kept[i] && kp->kept[i] != kp->plan && kp->iteration - kp->kept[i]->used_iter > GML_PLAN_STALE)
       keeper_drop(kp, i);
   uint32_t slot = kp->npast % GML_PLAN_REMEMBERED; /* remembered in the ring, over the oldest */
-  if (gml_plan_rec_copy(&kp->past[slot], &kp->cur)) {
+  if (gmli_plan_rec_copy(&kp->past[slot], &kp->cur)) {
     rc = -ENOMEM, kp->prev = -1; /* the next iteration's frees of this one's blocks go unrecorded */
   } else {
     kp->past_iter[slot] = kp->iteration, kp->prev = (int32_t)slot;
     kp->npast++;
   }
-  gml_plan_rec_reset(&kp->cur);
-  gml_plan_server_step(&kp->srv);
+  gmli_plan_rec_reset(&kp->cur);
+  gmli_plan_server_step(&kp->srv);
   kp->cand = 0, kp->departed = 0; /* the next iteration may follow any kept plan */
   for (uint32_t i = 0; i < GML_PLAN_KEPT; i++) kp->cand |= (uint32_t)(kp->kept[i] != NULL) << i;
   kp->iteration++;

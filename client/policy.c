@@ -14,7 +14,7 @@
 
 /* A slot the block touches that no live block uses maps no chunk, or one
  * owned elsewhere, or a free chunk another stream may still be using. */
-int gml_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
+int gmli_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream) {
   for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + rsize - 1); s <= last; s++) {
     int32_t ci = a->slot_chunk[s];
     if (a->slot_use[s]) { /* joining another stream's slot may have to wait (slot_claim) */
@@ -26,7 +26,7 @@ int gml_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize,
   return 0;
 }
 
-int gml_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j) {
+int gmli_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j) {
   for (uint32_t s = slot_of(a, addr), last = slot_of(a, addr + size - 1); s <= last; s++) {
     int32_t ci = a->slot_chunk[s];
     if (!a->slot_use[s] && (ci < 0 || a->chunks[ci].owner >= 0)) return 0; /* needs a mapping */
@@ -38,13 +38,13 @@ int gml_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t s
 
 /* ---------- placement with several streams ---------- */
 
-/* Where the sequence of gml_policy_place_slow stands (gml_place_plan.stage). */
+/* Where the sequence of gmli_policy_place_slow stands (gml_place_plan.stage). */
 enum { STAGE_HARVESTED = 1, STAGE_TOOK_ORDERED, STAGE_BORROWED };
 
 static inline int fit_needs_calls(const gml_allocator *a, const gml_block *b, size_t rsize, gml_stream stream) {
   uintptr_t lo, hi;
-  claim_window(a, b->addr, gml_policy_block_size(a, rsize), rsize, &lo, &hi);
-  return gml_window_needs_calls(a, lo, hi - lo, stream);
+  claim_window(a, b->addr, gmli_policy_block_size(a, rsize), rsize, &lo, &hi);
+  return gmli_window_needs_calls(a, lo, hi - lo, stream);
 }
 
 static inline gml_place_plan fit(gml_block *b) { return (gml_place_plan){.kind = GML_PLACE_FIT, .block = b}; }
@@ -76,9 +76,9 @@ static gml_place_plan plan_borrow(const gml_allocator *a, const gml_region *r, i
     int j, n = 0;
     if (pj == pi || !p->used || !p->count || (j = stream_index(a, p->stream)) < 0) continue;
     gml_block *cand[8];
-    gml_treap_collect_ge(p->root, rsize, cand, &n, 8); /* smallest first */
+    gmli_treap_collect_ge(p->root, rsize, cand, &n, 8); /* smallest first */
     for (int i = 0; i < n && (double)cand[i]->size <= cap && (!best || cand[i]->size < best->size); i++) {
-      if (gml_window_ready_after_wait(a, cand[i]->addr, rsize, stream, j)) {
+      if (gmli_window_ready_after_wait(a, cand[i]->addr, rsize, stream, j)) {
         best = cand[i], best_j = j;
         break;
       }
@@ -103,15 +103,15 @@ static gml_place_plan after_harvest(const gml_allocator *a, const gml_region *r,
  * none fits, or when the fit would need driver calls; if it still would,
  * borrowing takes the blocks of streams this one already waits for, then
  * makes it wait for one more. */
-gml_place_plan gml_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+gml_place_plan gmli_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
                                      gml_stream stream, gml_block *b) {
   if (!b || (a->nstreams_seen > 1 && fit_needs_calls(a, b, rsize, stream))) return step(GML_PLACE_HARVEST, STAGE_HARVESTED, b);
   return after_harvest(a, r, pi, rsize, stream, b);
 }
 
-gml_place_plan gml_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+gml_place_plan gmli_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
                                      gml_stream stream, const gml_place_plan *done, int moved) {
-  gml_block *b = moved ? find_fit(r, pi, gml_policy_block_size(a, rsize)) : done->block;
+  gml_block *b = moved ? find_fit(r, pi, gmli_policy_block_size(a, rsize)) : done->block;
   switch (done->stage) {
   case STAGE_HARVESTED:
     return after_harvest(a, r, pi, rsize, stream, b);
@@ -131,7 +131,7 @@ gml_place_plan gml_policy_place_next(const gml_allocator *a, const gml_region *r
  * effort: at the limit, or if the source says no, the free chunks serve;
  * after a no, the source is not asked again for GML_HEADROOM_BACKOFF
  * operations (each ask is a daemon round trip). */
-gml_lease_plan gml_policy_lease(const gml_allocator *a, size_t need) {
+gml_lease_plan gmli_policy_lease(const gml_allocator *a, size_t need) {
   gml_lease_plan p = {0, 0, 0};
   size_t free = free_chunks(a), fresh = a->lists[GML_CL_FRESH].count;
   if (free < need) {
@@ -172,7 +172,7 @@ static int32_t pick_cached_chunk(const gml_allocator *a, uint32_t s, gml_stream 
 
 /* A fresh chunk (mapped nowhere, so no other layout loses it) first, the
  * oldest fresh one; else pick_cached_chunk's. */
-int32_t gml_policy_chunk_for_slot(const gml_allocator *a, uint32_t s, gml_stream stream) {
+int32_t gmli_policy_chunk_for_slot(const gml_allocator *a, uint32_t s, gml_stream stream) {
   if (a->lists[GML_CL_FRESH].count) return a->lists[GML_CL_FRESH].head;
   return pick_cached_chunk(a, s, stream);
 }
@@ -181,11 +181,11 @@ int32_t gml_policy_chunk_for_slot(const gml_allocator *a, uint32_t s, gml_stream
 
 /* Free chunks mapped nowhere go first, then mapped ones, freed longest ago
  * first (each is unmapped from every slot once the device is done). */
-int32_t gml_policy_trim_next(const gml_allocator *a) {
+int32_t gmli_policy_trim_next(const gml_allocator *a) {
   if (a->lists[GML_CL_FRESH].count) return a->lists[GML_CL_FRESH].head;
   return a->lists[GML_CL_CACHED].count ? a->lists[GML_CL_CACHED].head : -1;
 }
 
-int gml_policy_trim_reaches_mapped(const gml_allocator *a, size_t max_chunks) {
+int gmli_policy_trim_reaches_mapped(const gml_allocator *a, size_t max_chunks) {
   return a->lists[GML_CL_FRESH].count < max_chunks && a->lists[GML_CL_CACHED].count;
 }

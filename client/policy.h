@@ -7,19 +7,19 @@
  * a plan, a value the mechanism carries out. The mechanism asks at four
  * points (placement inline here, the rest in policy.c):
  *
- *   placement  gml_policy_place           a gml_place_plan: which free block
- *              gml_policy_place_next      serves a request (every malloc:
+ *   placement  gmli_policy_place           a gml_place_plan: which free block
+ *              gmli_policy_place_next      serves a request (every malloc:
  *                                         keep it cheap), or first a step
  *                                         that changes the pools (harvest,
  *                                         take ordered, borrow)
- *              gml_policy_block_size,     guard mode: how large a block, and
- *              gml_policy_guard_ptr       where its pointer goes
- *   leasing    gml_policy_lease           a gml_lease_plan: how many chunks
+ *              gmli_policy_block_size,     guard mode: how large a block, and
+ *              gmli_policy_guard_ptr       where its pointer goes
+ *   leasing    gmli_policy_lease           a gml_lease_plan: how many chunks
  *                                         a request leases, needed or as
  *                                         headroom beyond need
- *   remap      gml_policy_chunk_for_slot  which free chunk backs a slot
+ *   remap      gmli_policy_chunk_for_slot  which free chunk backs a slot
  *                                         that has none of its own
- *   trim       gml_policy_trim_next       which free chunk goes back first
+ *   trim       gmli_policy_trim_next       which free chunk goes back first
  *
  * Fixed in the mechanism, not choices: a slot whose own mapped chunk is
  * free takes it back (waiting for the device if another stream freed it);
@@ -34,7 +34,7 @@
  * precomputed offset: a kind such as GML_PLACE_AT with the offset in the
  * plan, carried out as "split the free block holding it there, then FIT");
  * the policy that chooses it is a function of the same shape as
- * gml_policy_place_next, reached from gml_policy_place_slow before the
+ * gmli_policy_place_next, reached from gmli_policy_place_slow before the
  * best-fit sequence, reading only what it is given const, with its state
  * (the recorded plan) a field of the allocator that only the mechanism
  * writes. Nothing it decides may call slots.c or alloc.c: it answers, the
@@ -52,7 +52,7 @@
 
 /* What the mechanism does next to place a request. Every kind but
  * GML_PLACE_FIT changes the pools; the mechanism then hands the plan back
- * to gml_policy_place_next with how many blocks moved, and carries out
+ * to gmli_policy_place_next with how many blocks moved, and carries out
  * what comes next, until a fit. */
 typedef enum gml_place_kind {
   GML_PLACE_FIT = 0,      /* serve from free block `block` (NULL: the virtual range is exhausted) */
@@ -84,23 +84,23 @@ static inline gml_block *find_fit(const gml_region *r, int pi, size_t size) {
 }
 
 /* The block a request of rsize usable bytes takes (more in guard mode). */
-static inline size_t gml_policy_block_size(const gml_allocator *a, size_t rsize) {
+static inline size_t gmli_policy_block_size(const gml_allocator *a, size_t rsize) {
   if (!a->guard) return rsize;
-  return gml_round_up(rsize, a->guard_grain) + a->guard_grain * (a->guard == GML_GUARD_BOTH ? 2 : 1);
+  return gmli_round_up(rsize, a->guard_grain) + a->guard_grain * (a->guard == GML_GUARD_BOTH ? 2 : 1);
 }
 /* Guard mode: the pointer of a request of rsize bytes in a block at addr:
  * its usable bytes end where the back guard begins (PyTorch's 512-byte
  * alignment allowing), so one element past the end is in the guard. */
-static inline uintptr_t gml_policy_guard_ptr(const gml_allocator *a, uintptr_t addr, size_t rsize) {
-  return guard_data_start(a, addr) + gml_round_up(rsize, a->guard_grain) - rsize;
+static inline uintptr_t gmli_policy_guard_ptr(const gml_allocator *a, uintptr_t addr, size_t rsize) {
+  return guard_data_start(a, addr) + gmli_round_up(rsize, a->guard_grain) - rsize;
 }
 
 /* Several streams, or no fit: the first step of harvest, then borrowing
  * (policy.c); b is the fit found so far. */
-GML_HIDDEN gml_place_plan gml_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+GML_HIDDEN gml_place_plan gmli_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
                                                gml_stream stream, gml_block *b);
 /* The step after plan `done` was carried out and moved `moved` blocks. */
-GML_HIDDEN gml_place_plan gml_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+GML_HIDDEN gml_place_plan gmli_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
                                                gml_stream stream, const gml_place_plan *done, int moved);
 
 /* The plan for a request of rsize bytes (a multiple of GML_ALIGN) on
@@ -111,18 +111,18 @@ GML_HIDDEN gml_place_plan gml_policy_place_next(const gml_allocator *a, const gm
  * pool and the shared one, whatever its slots map: placement that depends
  * only on sizes and order lays a repeated step out as before, so its slots
  * find their chunks again (BENCHMARKS.md, session 4). */
-static inline gml_place_plan gml_policy_place(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
+static inline gml_place_plan gmli_policy_place(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
                                               gml_stream stream) {
-  gml_block *b = find_fit(r, pi, gml_policy_block_size(a, rsize));
+  gml_block *b = find_fit(r, pi, gmli_policy_block_size(a, rsize));
   if (b && a->nstreams_seen < 2) return (gml_place_plan){.kind = GML_PLACE_FIT, .block = b};
-  return gml_policy_place_slow(a, r, pi, rsize, stream, b);
+  return gmli_policy_place_slow(a, r, pi, rsize, stream, b);
 }
 
 /* Would a block at [addr, addr + rsize) on `stream` need a driver call or a wait? */
-GML_HIDDEN int gml_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);
+GML_HIDDEN int gmli_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);
 /* ... or would it find every slot's chunk in place, usable once `stream`
  * waits for stream index j (borrowing)? */
-GML_HIDDEN int gml_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j);
+GML_HIDDEN int gmli_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j);
 
 /* ---------- chunks: leases, remap, trim ---------- */
 
@@ -135,16 +135,16 @@ typedef struct gml_lease_plan {
 /* A request must map `need` slots: while fewer chunks than that are free,
  * the needed lease; once enough are, an optional one beyond need if
  * headroom is wanted (chunks 0 if not). */
-GML_HIDDEN gml_lease_plan gml_policy_lease(const gml_allocator *a, size_t need);
+GML_HIDDEN gml_lease_plan gmli_policy_lease(const gml_allocator *a, size_t need);
 
 /* The free chunk (on the fresh or the cached list; not both empty) that
  * slot s gets for a block on `stream`. A cached chunk that `stream` may
  * not use yet is waited for by the caller. */
-GML_HIDDEN int32_t gml_policy_chunk_for_slot(const gml_allocator *a, uint32_t s, gml_stream stream);
+GML_HIDDEN int32_t gmli_policy_chunk_for_slot(const gml_allocator *a, uint32_t s, gml_stream stream);
 
 /* Trimming: the free chunk to give back next (-1: none), and whether
  * giving back max_chunks reaches chunks still mapped (the caller then
  * synchronizes the device once, first). */
-GML_HIDDEN int32_t gml_policy_trim_next(const gml_allocator *a);
-GML_HIDDEN int gml_policy_trim_reaches_mapped(const gml_allocator *a, size_t max_chunks);
+GML_HIDDEN int32_t gmli_policy_trim_next(const gml_allocator *a);
+GML_HIDDEN int gmli_policy_trim_reaches_mapped(const gml_allocator *a, size_t max_chunks);
 #endif

@@ -9,7 +9,7 @@
 #include "log.h"
 #include <stdlib.h>
 
-void gml_pools_put(gml_client *c, gml_rec *r) {
+void gmli_pools_put(gml_client *c, gml_rec *r) {
   gml_priv_pool *p = &c->pools[r->pool];
   p->live--;
   r->state = GML_BLOCK_FREE;
@@ -19,24 +19,24 @@ void gml_pools_put(gml_client *c, gml_rec *r) {
   p->free_head = r;
 }
 
-void gml_rec_release(gml_client *c, gml_rec *r) {
+void gmli_rec_release(gml_client *c, gml_rec *r) {
   if (r->exported) { /* no new receiver may open it */
-    gml_ipc_forget(c, r->ptr);
+    gmli_ipc_forget(c, r->ptr);
     r->exported = 0;
   }
-  gml_stat_dec(&c->ctr.active, 1);
-  gml_stat_dec(&c->ctr.active_bytes, (int64_t)r->size);
-  gml_trace_add(c, GML_TRACE_FREE_COMPLETED, r->ptr, r->size, r->stream, r->pool, r->tag);
+  gmli_stat_dec(&c->ctr.active, 1);
+  gmli_stat_dec(&c->ctr.active_bytes, (int64_t)r->size);
+  gmli_trace_add(c, GML_TRACE_FREE_COMPLETED, r->ptr, r->size, r->stream, r->pool, r->tag);
   if (r->pool >= 0 && c->pools[r->pool].use_count > 0) {
-    gml_pools_put(c, r);
+    gmli_pools_put(c, r);
     return;
   }
   if (r->pool >= 0) {
     gml_priv_pool *p = &c->pools[r->pool];
     if (--p->live == 0 && !p->free_head) p->used = 0; /* released earlier; its last block is gone */
   }
-  gml_recmap_get(&c->recs, r->ptr, 1);
-  int rc = gml_alloc_free(&c->alloc, (void *)r->ptr);
+  gmli_recmap_get(&c->recs, r->ptr, 1);
+  int rc = gmli_alloc_free(&c->alloc, (void *)r->ptr);
   if (rc) GML_ERR("free of %#lx: %s", (unsigned long)r->ptr, c->alloc.last_error);
   free(r);
 }

@@ -13,7 +13,7 @@
 
 static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   gml_stats st;
-  gml_alloc_stats(&c->alloc, &st);
+  gmli_alloc_stats(&c->alloc, &st);
   for (int i = 0; i < c->nholders; i++) /* the ranges' and pause's numbers */
     if (c->holders[i]->usage) c->holders[i]->usage(c, &st);
   u->paused = st.paused_bytes;
@@ -26,7 +26,7 @@ static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   u->cached = st.cached;
   u->stitched = st.stitched;
   u->largest_free = st.largest_free;
-  /* the allocator's free bytes, split: whole free chunks (gml_alloc_stats'
+  /* the allocator's free bytes, split: whole free chunks (gmli_alloc_stats'
    * largest_free: any shape can be stitched from them) are idle cache the
    * lake can reclaim; the rest of cached sits in chunks partly in use */
   u->idle_bytes = st.largest_free < st.cached ? st.largest_free : st.cached;
@@ -48,12 +48,12 @@ static void usage_send(gml_client *c, Gmlake__UsageReport *u) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   env.msg_case = GMLAKE__ENVELOPE__MSG_USAGE;
   env.usage = u;
-  gml_link_call(c, &env, 0, NULL, NULL, NULL); /* the daemon's requests are the reader thread's (link.c) */
+  gmli_link_call(c, &env, 0, NULL, NULL, NULL); /* the daemon's requests are the reader thread's (link.c) */
   usage_key(u, c->last_usage);
-  __atomic_store_n(&c->last_report_ns, gml_now_ns(), __ATOMIC_RELAXED);
+  __atomic_store_n(&c->last_report_ns, gmli_now_ns(), __ATOMIC_RELAXED);
 }
 
-void gml_client_report(gml_client *c) {
+void gmli_client_report(gml_client *c) {
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
   usage_fill(c, &u);
   pthread_mutex_lock(&c->conn_lock);
@@ -61,8 +61,8 @@ void gml_client_report(gml_client *c) {
   pthread_mutex_unlock(&c->conn_lock);
 }
 
-void gml_client_report_changed(gml_client *c) {
-  if (gml_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) < REPORT_INTERVAL_NS) return;
+void gmli_client_report_changed(gml_client *c) {
+  if (gmli_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) < REPORT_INTERVAL_NS) return;
   Gmlake__UsageReport u = GMLAKE__USAGE_REPORT__INIT;
   usage_fill(c, &u);
   uint64_t k[GML_USAGE_KEYS];
@@ -73,18 +73,18 @@ void gml_client_report_changed(gml_client *c) {
 }
 
 /* Between operations: serve a reclaim, report usage now and then. */
-void gml_client_housekeeping(gml_client *c, int force) {
+void gmli_client_housekeeping(gml_client *c, int force) {
   if (c->mode != GML_MODE_DAEMON) return;
   uint64_t want = __atomic_exchange_n(&c->reclaim_pending, 0, __ATOMIC_RELAXED);
   if (want) {
-    size_t freed = gml_alloc_release_idle(&c->alloc, want == UINT64_MAX ? 0 : want);
+    size_t freed = gmli_alloc_release_idle(&c->alloc, want == UINT64_MAX ? 0 : want);
     GML_INFO("returned %zu bytes of idle cache to the lake", freed);
     force = 1;
   }
-  if (force || gml_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) > REPORT_INTERVAL_NS) gml_client_report(c);
+  if (force || gmli_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) > REPORT_INTERVAL_NS) gmli_client_report(c);
 }
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;
-  gml_client_housekeeping(c, 1);
+  gmli_client_housekeeping(c, 1);
   return __atomic_load_n(&c->daemon_gone, __ATOMIC_ACQUIRE) ? GML_EDAEMON : 0; /* the reader sets it */
 }

@@ -31,7 +31,7 @@ static void close_fds(int *fds, int n) {
 /* One call; an Error reply becomes its code (and last_error). */
 static int call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds, const char *what) {
   *nfds = 0;
-  int rc = gml_client_call(c, env, reply, fds, nfds);
+  int rc = gmli_client_call(c, env, reply, fds, nfds);
   if (rc) return fail(c, rc, "%s: the daemon: %s", what, gml_strerror(rc));
   if ((*reply)->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
     rc = (*reply)->error->code < 0 ? (*reply)->error->code : GML_EPROTO;
@@ -83,7 +83,7 @@ static int release_range(gml_growable *g) {
     if (be->ops->unmap(be, g->base + s * g->cs, g->cs)) return GML_EBACKEND;
     if (ours) c->alloc.src.release(c->alloc.src.ctx, 1, &g->phys[s], &g->ids[s]);
     else be->ops->chunk_release(be, g->phys[s]); /* the share's: not returned, only our handle goes */
-    if (!ours && (g->ids[s] & GML_ID_UNCOUNTED)) gml_client_uncounted_gone(c); /* orphaned by a daemon that took none */
+    if (!ours && (g->ids[s] & GML_ID_UNCOUNTED)) gmli_client_uncounted_gone(c); /* orphaned by a daemon that took none */
     g->mapped[s] = 0;
     g->nmapped--;
     c->grow.shared -= g->cs;
@@ -128,11 +128,11 @@ static int publish(gml_client *c, gml_growable *g, size_t n, const char *key, co
 static int check_key(gml_client *c, const char *what, const char *key, int attach) {
   if (!key) return fail(c, GML_EINVAL, "%s: key is NULL", what);
   size_t bad;
-  int ok = gml_share_key_ok(key, &bad);
+  int ok = gmli_share_key_ok(key, &bad);
   if (ok && (attach || !strchr(key, '@'))) return 0;
   char name[GML_SHARE_KEY_MAX + 1];
   uint32_t uid;
-  if (attach && gml_share_key_owner(key, name, &uid)) return 0; /* NAME@UID (wire.c) */
+  if (attach && gmli_share_key_owner(key, name, &uid)) return 0; /* NAME@UID (wire.c) */
   if (ok) /* a published key: no '@', which would read as another user's share */
     return fail(c, GML_EINVAL, "%s: the key '%s' has a '@': NAME@UID names user UID's share NAME, so a published key has none",
                 what, key);
@@ -165,7 +165,7 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
   if (g->broken) rc = fail(c, GML_EBACKEND, "share: the range is unusable (a failed rollback): destroy it");
   for (size_t s = 0; s < n && !rc; s++)
     if (!g->mapped[s]) rc = fail(c, GML_EINVAL, "share '%s': chunk %zu of the range is not mapped", key, s);
-  if (!rc) rc = gml_grow_unmap_slots(g, n, g->nslots); /* past the content: back to the lake */
+  if (!rc) rc = gmli_grow_unmap_slots(g, n, g->nslots); /* past the content: back to the lake */
   if (rc) {
     pthread_mutex_unlock(&c->grow.lock);
     return rc;
@@ -334,7 +334,7 @@ static void forget_range(gml_growable *t) {
 static int remap_onto(gml_growable *g, gml_growable *t, size_t n) {
   gml_client *c = g->c;
   gml_backend *be = c->be;
-  int rc = gml_grow_unmap_slots(g, n, g->nslots);
+  int rc = gmli_grow_unmap_slots(g, n, g->nslots);
   if (rc || (rc = be->ops->synchronize(be)))
     return fail(c, rc, "dedup: unmapping past the content failed (%s): nothing remapped", gml_strerror(rc));
   size_t done = 0; /* slots [0, done) map t's chunks */
@@ -485,7 +485,7 @@ static void handover(gml_client *c, gml_chunk_fn fn, void *ctx, int adopted) {
     if (!adopted) set_lost(g, GML_SHARE_ORPHAN);
     else if (g->lost != GML_SHARE_OWNED) set_lost(g, GML_SHARE_PUBLISH);
   }
-  c->grow.lost_since_ns = gml_now_ns();
+  c->grow.lost_since_ns = gmli_now_ns();
 }
 
 /* Count us a mapper of g's share again: the share under its key must be the
@@ -525,7 +525,7 @@ static int reregister(gml_client *c, gml_growable *g) {
  * again, attached ones registered as mappers once their share is back. Takes grow.lock. */
 static void restore(gml_client *c) {
   pthread_mutex_lock(&c->grow.lock);
-  c->grow.restore_ns = gml_now_ns();
+  c->grow.restore_ns = gmli_now_ns();
   int waited_long = c->grow.restore_ns - c->grow.lost_since_ns > GML_SHARE_REGISTER_FOR_NS;
   for (gml_growable *g = c->grow.head; g && c->grow.lost_shares; g = g->next) {
     if (g->lost == GML_SHARE_PUBLISH) {
@@ -540,7 +540,7 @@ static void restore(gml_client *c) {
         /* other users may have attached it and may map it still: these chunks
          * must never be leased again; we keep mapping them (our handles keep
          * the memory), the lake no longer counts them */
-        gml_client_return_tainted(c, g->ids, n);
+        gmli_client_return_tainted(c, g->ids, n);
         GML_WARN("share '%s' not published again to the restarted daemon: %s; we map it on, its chunks left the lake "
                  "(other users may map them)", g->key, c->last_error);
         set_lost(g, GML_SHARE_ORPHAN);
@@ -574,9 +574,9 @@ static void holder_reconnected(gml_client *c, int how) {
 
 /* attached ranges wait for their publishers to publish again after a restart */
 static void holder_tick(gml_client *c) {
-  if (__atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED) && gml_now_ns() - c->grow.restore_ns > 1000000000ull)
+  if (__atomic_load_n(&c->grow.lost_shares, __ATOMIC_RELAXED) && gmli_now_ns() - c->grow.restore_ns > 1000000000ull)
     restore(c);
 }
 
-const gml_holder_ops gml_share_holder = {
+const gml_holder_ops gmli_share_holder = {
     .handover = holder_handover, .reconnected = holder_reconnected, .tick = holder_tick};

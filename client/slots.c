@@ -28,7 +28,7 @@ static void slot_link(gml_allocator *a, uint32_t s, int32_t ci) {
   c->nmaps++;
 }
 
-int gml_slot_unmap(gml_allocator *a, uint32_t s) {
+int gmli_slot_unmap(gml_allocator *a, uint32_t s) {
   int32_t ci = a->slot_chunk[s];
   int rc = a->be->ops->unmap(a->be, slot_addr(a, s), a->cs);
   if (rc) return rc;
@@ -41,7 +41,7 @@ int gml_slot_unmap(gml_allocator *a, uint32_t s) {
   a->slot_chunk[s] = -1;
   a->slot_anext[s] = a->slot_aprev[s] = -1;
   a->unmaps++;
-  if (c->shown_at == (int32_t)s) gml_chunk_show(a, ci, c->maps_head); /* another slot mapping it, or none */
+  if (c->shown_at == (int32_t)s) gmli_chunk_show(a, ci, c->maps_head); /* another slot mapping it, or none */
   if (c->list == GML_CL_CACHED && !c->nmaps) {
     clist_unlink(a, ci);
     clist_push(a, GML_CL_FRESH, ci);
@@ -67,7 +67,7 @@ static void seg_event(gml_allocator *a, uintptr_t ev) {
  * or to nowhere): an unmap of the old slot, a map of the new one, as
  * memory_viz replays them (the driver calls may have happened earlier: a
  * free chunk stays mapped in every slot it was mapped at). */
-void gml_chunk_show(gml_allocator *a, int32_t ci, int32_t s) {
+void gmli_chunk_show(gml_allocator *a, int32_t ci, int32_t s) {
   gml_pchunk *c = &a->chunks[ci];
   if (c->shown_at == s) return;
   if (a->seg_log && c->shown_at >= 0) seg_event(a, slot_addr(a, (uint32_t)c->shown_at));
@@ -75,7 +75,7 @@ void gml_chunk_show(gml_allocator *a, int32_t ci, int32_t s) {
   c->shown_at = s;
 }
 
-void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
+void gmli_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
   for (uint32_t s = first; s <= last; s++) {
     if (--a->slot_use[s]) continue;
     int32_t ci = a->slot_chunk[s];
@@ -85,7 +85,7 @@ void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last) {
 
 /* ---------- fences: when is the device done with what was freed ---------- */
 
-void gml_fence_update(gml_allocator *a) {
+void gmli_fence_update(gml_allocator *a) {
   if (a->no_device_waits) return;
   if (a->fence_n) {
     for (int i = 0; i < a->fence_n; i++)
@@ -115,7 +115,7 @@ static int device_past(gml_allocator *a, uint64_t tick) {
     snprintf(a->last_error, sizeof a->last_error, "memory freed on another stream is needed while a CUDA graph is captured");
     return GML_ENOMEM;
   }
-  gml_fence_update(a);
+  gmli_fence_update(a);
   if (tick < a->safe_tick) return 0;
   int rc = a->be->ops->synchronize(a->be);
   if (rc) return rc;
@@ -132,10 +132,10 @@ static int device_past(gml_allocator *a, uint64_t tick) {
 static int chunk_wait(gml_allocator *a, int32_t ci, gml_stream stream) {
   const gml_pchunk *c = &a->chunks[ci];
   if (chunk_ready_for(a, ci, stream)) return 0;
-  if (!a->no_device_waits) gml_fence_update(a);
+  if (!a->no_device_waits) gmli_fence_update(a);
   if (c->free_tick < a->safe_tick) return 0;
   int j = a->borrow && !a->no_device_waits && c->free_stream != GML_STREAM_MIXED ? stream_index(a, c->free_stream) : -1;
-  if (j >= 0 && gml_borrows_pending(a) < a->borrow_max && !gml_order_after_slow(a, stream, j)) return 0;
+  if (j >= 0 && gmli_borrows_pending(a) < a->borrow_max && !gmli_order_after_slow(a, stream, j)) return 0;
   return device_past(a, c->free_tick);
 }
 
@@ -174,7 +174,7 @@ static void chunks_add(gml_allocator *a, const gml_phys *phys, const uint64_t *i
 
 /* Up to want chunks in one call to the source (the daemon streams a large
  * lease: one request, its replies imported as they come). */
-int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
+int gmli_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
   if (a->limit_bytes && reserved_bytes(a) + want * a->cs > a->limit_bytes) return GML_ENOMEM;
   if (want > GML_LEASE_MAX) want = GML_LEASE_MAX;
   if (chunks_reserve(a, want)) return GML_ENOMEM;
@@ -188,17 +188,17 @@ int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
       return GML_ENOMEM;
     }
   }
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   int got = a->src.acquire(a->src.ctx, want, optional, phys, ids);
-  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
+  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gmli_now_ns() - t0;
   if (got > 0) chunks_add(a, phys, ids, (size_t)got);
   if (phys != phys_few) free(phys), free(ids);
   return got > 0 ? 0 : got < 0 ? got : GML_ENOMEM;
 }
 
-int gml_chunk_give_back(gml_allocator *a, int32_t ci) {
+int gmli_chunk_give_back(gml_allocator *a, int32_t ci) {
   gml_pchunk *c = &a->chunks[ci];
-  while (c->maps_head >= 0 && !gml_slot_unmap(a, (uint32_t)c->maps_head)) {
+  while (c->maps_head >= 0 && !gmli_slot_unmap(a, (uint32_t)c->maps_head)) {
   }
   if (c->maps_head >= 0) return GML_EBACKEND; /* the backend refused: keep it */
   clist_unlink(a, ci);
@@ -215,16 +215,16 @@ int gml_chunk_give_back(gml_allocator *a, int32_t ci) {
 /* Access for the new mappings of slots [from, to); on failure they are
  * taken back (no slot may keep an inaccessible mapping) and it says why. */
 static int access_run(gml_allocator *a, uint32_t from, uint32_t to) {
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   int rc = a->be->ops->set_access(a->be, slot_addr(a, from), (size_t)(to - from) * a->cs, 0);
-  a->access_ns += gml_now_ns() - t0;
+  a->access_ns += gmli_now_ns() - t0;
   if (!rc) {
     a->access_calls++;
     return 0;
   }
   for (uint32_t k = from; k < to; k++) {
     int32_t ci = a->slot_chunk[k];
-    if (gml_slot_unmap(a, k)) continue;
+    if (gmli_slot_unmap(a, k)) continue;
     a->chunks[ci].owner = -1;
     clist_push(a, a->chunks[ci].nmaps ? GML_CL_CACHED : GML_CL_FRESH, ci);
   }
@@ -233,9 +233,9 @@ static int access_run(gml_allocator *a, uint32_t from, uint32_t to) {
 
 /* Map chunk ci at slot s and make it the slot's own (the map call timed). */
 static int map_chunk(gml_allocator *a, uint32_t s, int32_t ci) {
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   int rc = a->be->ops->map(a->be, slot_addr(a, s), a->chunks[ci].phys);
-  a->map_call_ns += gml_now_ns() - t0;
+  a->map_call_ns += gmli_now_ns() - t0;
   if (rc) return rc;
   chunk_own(a, ci, s);
   slot_link(a, s, ci);
@@ -284,20 +284,20 @@ static int map_streamed(gml_allocator *a, uint32_t first, uint32_t last, size_t 
   if (need > GML_LEASE_MAX) need = GML_LEASE_MAX;
   if (chunks_reserve(a, need)) return GML_ENOMEM;
   stream_map m = {a, first, last, 0};
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   int got = a->src.acquire_stream(a->src.ctx, need, stream_got, &m);
-  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gml_now_ns() - t0;
+  a->lease_ns[a->lease_calls++ % GML_ARRAY_LEN(a->lease_ns)] = gmli_now_ns() - t0;
   return m.rc ? m.rc : got < 0 ? got : 0;
 }
 
 /* Give chunks to every slot of [first, last] that has none of its own: a
  * free chunk mapped there already (waiting for the device if another stream
- * freed it), else the free chunk gml_policy_chunk_for_slot picks, leasing
- * what gml_policy_lease plans (too few free, then headroom).
+ * freed it), else the free chunk gmli_policy_chunk_for_slot picks, leasing
+ * what gmli_policy_lease plans (too few free, then headroom).
  * A slot still mapping a chunk that is owned elsewhere is unmapped first.
  * New mappings get their access set in runs. On failure every slot is
  * consistent and nothing is lost: the caller unclaims the range. */
-int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole) {
+int gmli_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole) {
   size_t need = 0;
   for (uint32_t s = first; s <= last; s++) {
     int32_t ci = a->slot_chunk[s];
@@ -323,14 +323,14 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
     if (!need) return 0;
   }
   gml_lease_plan lp;
-  while ((lp = gml_policy_lease(a, need)).chunks && !lp.optional) {
+  while ((lp = gmli_policy_lease(a, need)).chunks && !lp.optional) {
     if (a->no_grow) return GML_EAGAIN;
-    int rc = gml_lease_chunks_slow(a, lp.chunks, 0);
+    int rc = gmli_lease_chunks_slow(a, lp.chunks, 0);
     if (rc) return rc;
   }
   if (lp.chunks) { /* headroom: a no leaves the request to the free chunks */
     size_t fresh = a->lists[GML_CL_FRESH].count;
-    if (gml_lease_chunks_slow(a, lp.chunks, 1) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
+    if (gmli_lease_chunks_slow(a, lp.chunks, 1) == 0) a->headroom_leased += a->lists[GML_CL_FRESH].count - fresh;
     else a->headroom_retry_tick = lp.retry_tick;
   }
   uint32_t run_start = UINT32_MAX;
@@ -339,9 +339,9 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
     if (s <= last && (a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s)) {
       int rc;
       if (a->slot_chunk[s] >= 0) { /* maps a chunk another slot owns now */
-        if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gml_slot_unmap(a, s))) return rc;
+        if ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gmli_slot_unmap(a, s))) return rc;
       }
-      int32_t ci = gml_policy_chunk_for_slot(a, s, stream);
+      int32_t ci = gmli_policy_chunk_for_slot(a, s, stream);
       int cached = a->chunks[ci].list == GML_CL_CACHED;
       if ((cached && (rc = chunk_wait(a, ci, stream))) || (rc = map_chunk(a, s, ci))) return rc;
       *stole |= cached;
@@ -360,7 +360,7 @@ int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stre
 /* ---------- streams: harvest ---------- */
 
 /* Only runs when a request found no fit (or one needing driver calls). */
-int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
+int gmli_harvest_streams_slow(gml_allocator *a, gml_region *r) {
   int moved = 0;
   if (a->no_device_waits) return 0;
   for (int pi = 1; pi <= GML_MAX_STREAMS; pi++) {
@@ -371,7 +371,7 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
     int k = 0;
     gml_block **list = malloc(n * sizeof *list);
     if (!list) return moved;
-    gml_treap_collect_ge(p->root, 0, list, &k, (int)n);
+    gmli_treap_collect_ge(p->root, 0, list, &k, (int)n);
     for (int i = 0; i < k; i++) {
       gml_block *b = list[i];
       if (!b->has_event) {
@@ -382,12 +382,12 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
       if (a->be->ops->event_done(a->be, b->event) != 1) continue;
       a->be->ops->event_destroy(a->be, b->event);
       b->has_event = 0;
-      gml_pool_del(r, b);
+      gmli_pool_del(r, b);
       b->pool = 0;
       b->stream = 0;
       b->lent = 1, b->lender = p->stream; /* counted as a borrow if it serves another stream */
-      b = gml_block_coalesce(a, r, b);
-      gml_pool_add(r, 0, b);
+      b = gmli_block_coalesce(a, r, b);
+      gmli_pool_add(r, 0, b);
       moved++;
     }
     free(list);
@@ -397,7 +397,7 @@ int gml_harvest_streams_slow(gml_allocator *a, gml_region *r) {
 
 /* ---------- cross-stream borrowing: ordering a stream after another ---------- */
 
-int gml_borrows_pending(gml_allocator *a) {
+int gmli_borrows_pending(gml_allocator *a) {
   int k = 0;
   for (int i = 0; i < a->borrow_nev; i++) {
     if (a->be->ops->event_done(a->be, a->borrow_ev[i]) == 1) a->be->ops->event_destroy(a->be, a->borrow_ev[i]);
@@ -410,7 +410,7 @@ int gml_borrows_pending(gml_allocator *a) {
  * before it); once `stream` waits for it, chunks j freed up to this tick
  * are ready for `stream` too (ordered[][], chunk_ready_for). An event done
  * already needs no wait. */
-int gml_order_after_slow(gml_allocator *a, gml_stream stream, int j) {
+int gmli_order_after_slow(gml_allocator *a, gml_stream stream, int j) {
   int i = stream_index(a, stream);
   uintptr_t ev;
   if (i < 0 || !a->be->ops->stream_wait_event || a->borrow_nev >= GML_BORROW_MAX_CAP ||
@@ -433,7 +433,7 @@ int gml_order_after_slow(gml_allocator *a, gml_stream stream, int j) {
   return 0;
 }
 
-int gml_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream stream) {
+int gmli_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream stream) {
   int i = stream_index(a, stream), moved = 0;
   if (i < 0 || pi <= 0) return 0;
   for (int pj = 1; pj <= GML_MAX_STREAMS; pj++) {
@@ -442,18 +442,18 @@ int gml_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream st
     if (pj == pi || !p->used || !p->count || (j = stream_index(a, p->stream)) < 0 || !a->ordered[i][j]) continue;
     gml_block **list = malloc(p->count * sizeof *list); /* collect first: moving changes the tree */
     if (!list) return moved;
-    gml_treap_collect_ge(p->root, 0, list, &k, (int)p->count);
+    gmli_treap_collect_ge(p->root, 0, list, &k, (int)p->count);
     for (int n = 0; n < k; n++) {
       gml_block *b = list[n];
       if (b->free_tick > a->ordered[i][j]) continue; /* freed after the wait */
       if (b->has_event) a->be->ops->event_destroy(a->be, b->event); /* recorded on j: the next harvest records on `stream` */
       b->has_event = 0;
-      gml_pool_del(r, b);
+      gmli_pool_del(r, b);
       b->stream = stream;
       b->lent = 1, b->lender = p->stream;
       b->free_tick = a->tick; /* `stream`'s from now: a stream ordered after it up to an earlier tick is not after j */
       b->pool = (uint8_t)pi;
-      gml_pool_add(r, pi, gml_block_coalesce(a, r, b));
+      gmli_pool_add(r, pi, gmli_block_coalesce(a, r, b));
       moved++;
     }
     free(list);
@@ -467,7 +467,7 @@ int gml_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream st
  * once the device is done with it; nothing maps them while b lives (no
  * other block touches them, and b does not claim them). Page guards: the
  * backend protects them; b claims their slots, so no remap undoes that. */
-int gml_guards_set(gml_allocator *a, gml_block *b, int on) {
+int gmli_guards_set(gml_allocator *a, gml_block *b, int on) {
   size_t g = a->guard_grain;
   uintptr_t back = b->ptr + b->usable, front = guard_data_start(a, b->addr) - g;
   int both = a->guard == GML_GUARD_BOTH;
@@ -475,7 +475,7 @@ int gml_guards_set(gml_allocator *a, gml_block *b, int on) {
     for (int k = 0; on && k < 1 + both; k++) {
       uint32_t s = slot_of(a, k ? front : back);
       int rc;
-      if (a->slot_chunk[s] >= 0 && ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gml_slot_unmap(a, s)))) return rc;
+      if (a->slot_chunk[s] >= 0 && ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gmli_slot_unmap(a, s)))) return rc;
     }
     return 0;
   }

@@ -12,13 +12,13 @@
 
 /* Chunk ci (mapped there, or mapped nowhere: s = -1) is shown at slot s in
  * snapshots from now on (gml_pchunk.shown_at; slots.c). */
-GML_HIDDEN void gml_chunk_show(gml_allocator *a, int32_t ci, int32_t s);
+GML_HIDDEN void gmli_chunk_show(gml_allocator *a, int32_t ci, int32_t s);
 
 /* Free chunk ci becomes owned by slot s (which maps it). */
 static inline void chunk_own(gml_allocator *a, int32_t ci, uint32_t s) {
   clist_unlink(a, ci);
   a->chunks[ci].owner = (int32_t)s;
-  if (a->chunks[ci].shown_at != (int32_t)s) gml_chunk_show(a, ci, (int32_t)s);
+  if (a->chunks[ci].shown_at != (int32_t)s) gmli_chunk_show(a, ci, (int32_t)s);
 }
 
 /* Slot s goes untouched: its chunk becomes free (and stays mapped there). */
@@ -54,33 +54,33 @@ static inline int slot_claim(gml_allocator *a, uint32_t s, gml_stream stream) {
 /* ---------- slots.c: mapping, leases, fences, harvest ---------- */
 
 /* Undo slot_claim for slots [first, last] after a failed request. */
-GML_HIDDEN void gml_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last);
+GML_HIDDEN void gmli_slots_unclaim(gml_allocator *a, uint32_t first, uint32_t last);
 /* Unmap slot s (no live block touches it, nor will the device again). */
-GML_HIDDEN int gml_slot_unmap(gml_allocator *a, uint32_t s);
+GML_HIDDEN int gmli_slot_unmap(gml_allocator *a, uint32_t s);
 /* New chunks from the source onto the fresh list (optional: headroom), up
  * to GML_LEASE_MAX in one call (the source may give fewer). */
-GML_HIDDEN int gml_lease_chunks_slow(gml_allocator *a, size_t want, int optional);
+GML_HIDDEN int gmli_lease_chunks_slow(gml_allocator *a, size_t want, int optional);
 /* Back every slot of [first, last] that has no chunk of its own (policy.h
  * picks which); on failure every slot is consistent, the caller unclaims. */
-GML_HIDDEN int gml_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole);
+GML_HIDDEN int gmli_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_stream stream, int *stole);
 /* Unmap free chunk ci from every slot and give it back to the source;
  * nonzero (and the chunk kept) if the backend refused an unmap. */
-GML_HIDDEN int gml_chunk_give_back(gml_allocator *a, int32_t ci);
+GML_HIDDEN int gmli_chunk_give_back(gml_allocator *a, int32_t ci);
 /* Poll the fence; arm a new one when none is pending. */
-GML_HIDDEN void gml_fence_update(gml_allocator *a);
+GML_HIDDEN void gmli_fence_update(gml_allocator *a);
 /* Move free blocks whose stream has passed them into the shared pool;
  * returns how many moved. */
-GML_HIDDEN int gml_harvest_streams_slow(gml_allocator *a, gml_region *r);
+GML_HIDDEN int gmli_harvest_streams_slow(gml_allocator *a, gml_region *r);
 /* Borrowing: the free blocks of other streams' pools in region r that
  * `stream` is ordered after (freed before a wait made it wait for their
  * stream) join its pool pi; returns how many moved. */
-GML_HIDDEN int gml_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream stream);
+GML_HIDDEN int gmli_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream stream);
 /* Make `stream` wait for everything stream index j enqueued so far (an
  * event on j, a wait on `stream`); 0, or nonzero if the backend cannot
  * (a stream being captured): the caller does not borrow. */
-GML_HIDDEN int gml_order_after_slow(gml_allocator *a, gml_stream stream, int j);
+GML_HIDDEN int gmli_order_after_slow(gml_allocator *a, gml_stream stream, int j);
 /* Borrows still waiting on their lender's event (done ones are forgotten). */
-GML_HIDDEN int gml_borrows_pending(gml_allocator *a);
+GML_HIDDEN int gmli_borrows_pending(gml_allocator *a);
 /* Guard mode: make block b's guards inaccessible (on) or usable again. */
-GML_HIDDEN int gml_guards_set(gml_allocator *a, gml_block *b, int on);
+GML_HIDDEN int gmli_guards_set(gml_allocator *a, gml_block *b, int on);
 #endif

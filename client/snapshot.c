@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* Turn the allocator's segment log on or off (history on or off). track_lock held. */
-void gml_trace_segments_enable(gml_client *c, int on) {
+void gmli_trace_segments_enable(gml_client *c, int on) {
   gml_allocator *a = &c->alloc;
   pthread_mutex_lock(&a->lock);
   a->seg_log = on;
@@ -25,7 +25,7 @@ void gml_trace_segments_enable(gml_client *c, int on) {
 
 /* Move the allocator's logged segment events into the history, adjacent
  * slots of one kind and one region joined into one range. track_lock held. */
-void gml_trace_segments(gml_client *c) {
+void gmli_trace_segments(gml_client *c) {
   gml_allocator *a = &c->alloc;
   pthread_mutex_lock(&a->lock);
   uintptr_t addr = 0;
@@ -39,7 +39,7 @@ void gml_trace_segments(gml_client *c) {
       size += a->cs;
       continue;
     }
-    if (size) gml_trace_put(c, map ? GML_TRACE_SEGMENT_MAP : GML_TRACE_SEGMENT_UNMAP, addr, size, 0, -1, 0);
+    if (size) gmli_trace_put(c, map ? GML_TRACE_SEGMENT_MAP : GML_TRACE_SEGMENT_UNMAP, addr, size, 0, -1, 0);
     addr = at, size = a->cs, map = m;
   }
   a->seg_ev_n = 0;
@@ -88,7 +88,7 @@ int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *
                  size_t *nblocks, uint64_t *trace_seq) {
   if (!c) return GML_EINVAL;
   if ((seg_cap && !segs) || (block_cap && !blocks) || !nsegs || !nblocks)
-    return gml_fail(c, GML_EINVAL, "gml_segments: %s is NULL",
+    return gmli_fail(c, GML_EINVAL, "gml_segments: %s is NULL",
                     !nsegs ? "nsegs" : !nblocks ? "nblocks" : !segs ? "segs (with seg_cap > 0)" : "blocks (with block_cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   gml_alloc_info *recs = malloc((c->recs.count + 1) * sizeof *recs);
@@ -105,7 +105,7 @@ int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *
       k++;
     }
   qsort(recs, k, sizeof *recs, cmp_info);
-  if (c->trace.cap) gml_trace_segments(c);
+  if (c->trace.cap) gmli_trace_segments(c);
   if (trace_seq) *trace_seq = c->trace.seq;
   gml_allocator *a = &c->alloc;
   seg_out o = {segs, blocks, seg_cap, block_cap, 0, 0};
@@ -130,8 +130,8 @@ int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *
   return 0;
 }
 
-void gml_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
+void gmli_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
   if (!c->trace.cap) return;
-  gml_trace_segments(c); /* the segment changes before it come first */
-  gml_trace_put(c, action, addr, size, stream, pool, tag);
+  gmli_trace_segments(c); /* the segment changes before it come first */
+  gmli_trace_put(c, action, addr, size, stream, pool, tag);
 }

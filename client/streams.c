@@ -6,7 +6,7 @@
  * graph no event may be recorded or queried, so such frees wait unrecorded
  * until the capture ends, as PyTorch's own allocator does. With borrowing,
  * a request that would otherwise lease more memory takes such frees of its
- * own stream first, with waits on the device (gml_streams_borrow). */
+ * own stream first, with waits on the device (gmli_streams_borrow). */
 #include "client_priv.h"
 #include "log.h"
 #include <stdlib.h>
@@ -14,10 +14,10 @@
 int gml_record_stream(gml_client *c, void *ptr, gml_stream stream) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  gml_rec *r = gml_recmap_get(&c->recs, (uintptr_t)ptr, 0);
+  gml_rec *r = gmli_recmap_get(&c->recs, (uintptr_t)ptr, 0);
   int rc = 0;
   if (!r || r->state != GML_BLOCK_ALLOCATED) {
-    rc = gml_fail(c, GML_EBADPTR, "gml_record_stream: %p is not a live allocation of this client", ptr);
+    rc = gmli_fail(c, GML_EBADPTR, "gml_record_stream: %p is not a live allocation of this client", ptr);
   } else if (stream != r->stream) {
     int seen = 0;
     for (int i = 0; i < r->nuses; i++) seen |= r->uses[i] == stream;
@@ -50,13 +50,13 @@ static void pending_unlink(gml_client *c, gml_rec *r) {
   c->npending--;
 }
 
-int gml_streams_defer(gml_client *c, gml_rec *r) {
+int gmli_streams_defer(gml_client *c, gml_rec *r) {
   if (!c->ncapturing && record_events(c, r)) {
     /* no event: wait for everything the device has queued */
     if (c->be->ops->synchronize(c->be) == 0) {
       c->ctr.waits++;
       destroy_events(c, r);
-      gml_rec_release(c, r);
+      gmli_rec_release(c, r);
       return 0;
     }
     GML_ERR("cannot order the free of %#lx after its streams; it stays held", (unsigned long)r->ptr);
@@ -69,7 +69,7 @@ int gml_streams_defer(gml_client *c, gml_rec *r) {
   return 0;
 }
 
-void gml_streams_poll(gml_client *c, int wait) {
+void gmli_streams_poll(gml_client *c, int wait) {
   if (!c->pending || c->ncapturing) return;
   int synced = 0;
   for (gml_rec *r = c->pending, *n; r; r = n) {
@@ -91,11 +91,11 @@ void gml_streams_poll(gml_client *c, int wait) {
     if (!done) continue;
     destroy_events(c, r);
     pending_unlink(c, r);
-    gml_rec_release(c, r);
+    gmli_rec_release(c, r);
   }
 }
 
-int gml_streams_lendable(gml_client *c) {
+int gmli_streams_lendable(gml_client *c) {
   for (gml_rec *r = c->pending; r; r = r->lnext)
     if (r->pool < 0) return 1;
   return 0;
@@ -108,7 +108,7 @@ int gml_streams_lendable(gml_client *c) {
  * allocator's own rules (an event on the block's stream, recorded later,
  * covers these waits). Every wait is for an event recorded earlier: no
  * cycle, no deadlock. */
-size_t gml_streams_borrow(gml_client *c, size_t size) {
+size_t gmli_streams_borrow(gml_client *c, size_t size) {
   gml_rec *r = c->pending;
   size_t got = 0;
   if (!r || c->ncapturing || !c->be->ops->stream_wait_event) return 0;
@@ -130,7 +130,7 @@ size_t gml_streams_borrow(gml_client *c, size_t size) {
     got += r->size;
     destroy_events(c, r);
     pending_unlink(c, r);
-    gml_rec_release(c, r);
+    gmli_rec_release(c, r);
   }
   return got;
 }

@@ -17,46 +17,46 @@
   X(host, "", "50%", GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE)
 
 #define BACKEND_DECLARE(n, skipped, limit, caps)                                                       \
-  int gml_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,   \
+  int gmli_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,   \
                              size_t msglen);                                                           \
-  int gml_backend_##n##_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, \
+  int gmli_backend_##n##_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, \
                                 size_t msglen);                                                        \
-  int gml_backend_##n##_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
+  int gmli_backend_##n##_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
 BACKEND_TABLE(BACKEND_DECLARE)
 #define BACKEND_LINE(n, skipped, limit, caps) \
-  {#n, gml_backend_##n##_open, skipped, limit, gml_backend_##n##_resolve, gml_backend_##n##_uuid, caps},
+  {#n, gmli_backend_##n##_open, skipped, limit, gmli_backend_##n##_resolve, gmli_backend_##n##_uuid, caps},
 
 #define BACKEND_COUNT(n, skipped, limit, caps) +1
 
-/* The table and, after it, those registered (gml_backend_register). */
+/* The table and, after it, those registered (gmli_backend_register). */
 #define MAX_BACKENDS (0 BACKEND_TABLE(BACKEND_COUNT) + 8)
 static gml_backend_entry backends[MAX_BACKENDS] = {BACKEND_TABLE(BACKEND_LINE)};
 static size_t nbackends = 0 BACKEND_TABLE(BACKEND_COUNT);
-static char names[128]; /* gml_backend_names, made on first use */
+static char names[128]; /* gmli_backend_names, made on first use */
 
-const gml_backend_entry *gml_backend_find(const char *name) {
+const gml_backend_entry *gmli_backend_find(const char *name) {
   for (size_t i = 0; i < nbackends; i++)
     if (name && !strcmp(name, backends[i].name)) return &backends[i];
   return NULL;
 }
 
-int gml_backend_register(const gml_backend_entry *e) {
+int gmli_backend_register(const gml_backend_entry *e) {
   if (!e || !e->name || !e->open || !strcmp(e->name, "auto")) return GML_EINVAL;
-  gml_backend_entry *old = (gml_backend_entry *)gml_backend_find(e->name);
+  gml_backend_entry *old = (gml_backend_entry *)gmli_backend_find(e->name);
   if (!old && nbackends == MAX_BACKENDS) return GML_ENOMEM;
   *(old ? old : &backends[nbackends++]) = *e;
   names[0] = 0;
   return 0;
 }
 
-unsigned gml_backend_caps_named(const char *name) {
-  const gml_backend_entry *e = gml_backend_find(name);
+unsigned gmli_backend_caps_named(const char *name) {
+  const gml_backend_entry *e = gmli_backend_find(name);
   return e ? e->caps : 0;
 }
 
-int gml_backend_known(const char *name) { return name && (!strcmp(name, "auto") || gml_backend_find(name)); }
+int gmli_backend_known(const char *name) { return name && (!strcmp(name, "auto") || gmli_backend_find(name)); }
 
-const char *gml_backend_names(void) {
+const char *gmli_backend_names(void) {
   if (!names[0]) {
     size_t n = (size_t)snprintf(names, sizeof names, "auto");
     for (size_t i = 0; i < nbackends && n < sizeof names; i++)
@@ -65,8 +65,8 @@ const char *gml_backend_names(void) {
   return names;
 }
 
-const char *gml_backend_default_limit(const gml_backend *be) {
-  const gml_backend_entry *e = gml_backend_find(be->name);
+const char *gmli_backend_default_limit(const gml_backend *be) {
+  const gml_backend_entry *e = gmli_backend_find(be->name);
   return e ? e->default_limit : "50%";
 }
 
@@ -88,12 +88,12 @@ static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backe
   return rc;
 }
 
-int gml_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
+int gmli_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
                         int *device, char *msg, size_t msglen) {
   int is_auto = !name || !strcmp(name, "auto");
-  const gml_backend_entry *e = is_auto ? NULL : gml_backend_find(name);
+  const gml_backend_entry *e = is_auto ? NULL : gmli_backend_find(name);
   if (!is_auto && !e) {
-    snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gml_backend_names());
+    snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gmli_backend_names());
     return GML_EINVAL;
   }
   char why[512] = "";
@@ -113,9 +113,9 @@ int gml_backend_resolve(const char *name, const char *spec, const gml_backend_op
   return GML_ENODEV;
 }
 
-int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid) {
+int gmli_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid) {
   int is_auto = !name || !strcmp(name, "auto");
-  const gml_backend_entry *e = is_auto ? NULL : gml_backend_find(name);
+  const gml_backend_entry *e = is_auto ? NULL : gmli_backend_find(name);
   uuid[0] = 0;
   if (!is_auto && !e) return GML_ENODEV;
   for (size_t i = 0; i < nbackends; i++) {
@@ -129,23 +129,23 @@ int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts
 /* opts->chunk_size (GMLAKE_CHUNK_SIZE): another chunk than the backend's
  * default, a multiple of the device's granularity: larger is fewer mappings
  * to move when stitching, smaller is finer sharing and less rounding. */
-int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
+int gmli_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                      size_t msglen) {
   const gml_backend_entry *e = NULL;
   int rc;
   if (!name || !strcmp(name, "auto")) {
     rc = backend_open_auto(device, opts, out, msg, msglen);
-  } else if ((e = gml_backend_find(name))) {
+  } else if ((e = gmli_backend_find(name))) {
     rc = e->open(device, opts, out, msg, msglen);
     if (rc == 0) (*out)->caps = e->caps;
   } else {
-    snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gml_backend_names());
+    snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gmli_backend_names());
     return GML_EINVAL;
   }
   const char *cs_text = opts ? opts->chunk_size : NULL;
   uint64_t cs;
   if (rc == 0 && cs_text && *cs_text) {
-    if (gml_backend_set_chunk_size(*out, gml_parse_size(cs_text, 0, &cs) == 0 ? cs : 0) == 0) {
+    if (gmli_backend_set_chunk_size(*out, gmli_parse_size(cs_text, 0, &cs) == 0 ? cs : 0) == 0) {
       size_t n = strlen(msg);
       if (n < msglen) snprintf(msg + n, msglen - n, "; chunks of %zu bytes (GMLAKE_CHUNK_SIZE)", (*out)->chunk_size);
     } else {
@@ -156,12 +156,12 @@ int gml_backend_open(const char *name, int device, const gml_backend_opts *opts,
   return rc;
 }
 
-int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs) {
+int gmli_backend_set_chunk_size(gml_backend *be, uint64_t cs) {
   if (!cs || cs % be->granularity || cs > (1ull << 30)) return GML_EINVAL;
   be->chunk_size = (size_t)cs;
   return 0;
 }
 
-void gml_backend_close(gml_backend *be) {
+void gmli_backend_close(gml_backend *be) {
   if (be) be->ops->destroy(be);
 }

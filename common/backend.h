@@ -143,45 +143,45 @@ typedef struct gml_backend_entry {
 } gml_backend_entry;
 
 /* The backend called name (never "auto"), NULL when there is none. */
-const gml_backend_entry *gml_backend_find(const char *name);
+const gml_backend_entry *gmli_backend_find(const char *name);
 /* The seam for backends outside the table (the tests' dummy and costed
  * ones): e is copied, after the table's backends, or in place of the one of
  * its name. Before any backend opens, from one thread; GML_ENOMEM when 8
  * are registered, GML_EINVAL without a name or open function. */
-int gml_backend_register(const gml_backend_entry *e);
+int gmli_backend_register(const gml_backend_entry *e);
 /* Capabilities of the backend called name (0: none known). For a caller
  * that has the name only (gml_stats.backend), not the backend. */
-unsigned gml_backend_caps_named(const char *name);
+unsigned gmli_backend_caps_named(const char *name);
 
 /* name: "auto" or a backend of the table. auto takes the first of the table
  * that opens (cuda when a GPU is usable, else host) and says which. Asking
  * for cuda without one is GML_ENODEV with the reason in msg. The backend
  * gets its entry's capabilities. */
-int gml_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
+int gmli_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
                      size_t msglen);
 /* The device spec names under backend name; auto: the first backend of the
  * table that has it, in *picked (named: name itself), with msg saying why the
  * ones before did not ("" when there were none). gmlaked opens *picked. */
-int gml_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
+int gmli_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
                         int *device, char *msg, size_t msglen);
 /* This process's device `device` under backend name (auto: the first that
  * has it): its UUID into uuid (GML_UUID_MAX bytes); GML_ENODEV when none has
  * it (uuid ""). What the client dials and says in its hello. */
-int gml_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid);
+int gmli_backend_device_uuid(const char *name, int device, const gml_backend_opts *opts, char *uuid);
 /* 1 when name is "auto" or a backend of the table. */
-int gml_backend_known(const char *name);
+int gmli_backend_known(const char *name);
 /* "auto, cuda, host": for usage and error messages. */
-const char *gml_backend_names(void);
+const char *gmli_backend_names(void);
 /* The limit a daemon on this backend applies when none is configured
  * ("90%" of the device for cuda, "50%" of RAM for host). */
-const char *gml_backend_default_limit(const gml_backend *be);
+const char *gmli_backend_default_limit(const gml_backend *be);
 /* Use chunks of cs bytes (before any is created): GML_EINVAL unless cs is a
  * multiple of the granularity (at most 1 GiB). */
-int gml_backend_set_chunk_size(gml_backend *be, uint64_t cs);
-void gml_backend_close(gml_backend *be);
+int gmli_backend_set_chunk_size(gml_backend *be, uint64_t cs);
+void gmli_backend_close(gml_backend *be);
 
 /* The finest guard this backend can make: guard_granularity, else a chunk. */
-static inline size_t gml_backend_guard_grain(const gml_backend *be) {
+static inline size_t gmli_backend_guard_grain(const gml_backend *be) {
   return be->ops->protect && be->guard_granularity ? be->guard_granularity : be->chunk_size;
 }
 

@@ -96,14 +96,14 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
     close(fd);
     return cu_fail(p, "cuMemImportFromShareableHandle", r);
   }
-  if (gml_fdkeep_put(&p->kept, (uint64_t)h, fd)) close(fd); /* not kept: this chunk cannot be shared on */
+  if (gmli_fdkeep_put(&p->kept, (uint64_t)h, fd)) close(fd); /* not kept: this chunk cannot be shared on */
   *phys = (gml_phys)h;
   return 0;
 }
 
 static int cuda_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
   cuda_priv *p = PRIV(be);
-  int d = gml_fdkeep_dup(&p->kept, (uint64_t)phys);
+  int d = gmli_fdkeep_dup(&p->kept, (uint64_t)phys);
   if (d >= 0 || errno != ENOENT) {
     if (d < 0) return GML_ESYS;
     *fd = d;
@@ -118,7 +118,7 @@ static int cuda_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
 
 static void cuda_chunk_release(gml_backend *be, gml_phys phys) {
   cuda_priv *p = PRIV(be);
-  gml_fdkeep_drop(&p->kept, (uint64_t)phys);
+  gmli_fdkeep_drop(&p->kept, (uint64_t)phys);
   cu_bind(p);
   CUresult r = p->api.cuMemRelease((CUmemGenericAllocationHandle)phys);
   if (r != CUDA_SUCCESS) cu_fail(p, "cuMemRelease", r);
@@ -253,7 +253,7 @@ static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_
 
 static void cuda_destroy(gml_backend *be) {
   cuda_priv *p = PRIV(be);
-  gml_fdkeep_destroy(&p->kept);
+  gmli_fdkeep_destroy(&p->kept);
   if (p->ctx) p->api.cuDevicePrimaryCtxRelease_v2(p->dev);
   /* libcuda stays loaded: unloading a driver library mid-process is unsafe. */
   free(p);
@@ -313,7 +313,7 @@ static void uuid_text(const cuda_api *a, CUdevice dev, int ordinal, char *out) {
 }
 
 /* This process's ordinal under its CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, as PyTorch's index is. */
-int gml_backend_cuda_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen) {
+int gmli_backend_cuda_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen) {
   cuda_api api;
   int count = 0;
   CUdevice dev;
@@ -328,11 +328,11 @@ int gml_backend_cuda_uuid(int device, const gml_backend_opts *opts, char *uuid, 
 
 /* gmlaked's --device: an index (CUDA's ordinal, which is nvidia-smi's index
  * once gmlaked has set CUDA_DEVICE_ORDER=PCI_BUS_ID), a UUID or a PCI bus id. */
-int gml_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen) {
+int gmli_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen) {
   cuda_api api;
-  int count = 0, idx = gml_device_spec_index(spec);
+  int count = 0, idx = gmli_device_spec_index(spec);
   unsigned want[4], got[4];
-  int pci = gml_pci_bus_id_parse(spec, want), any_domain = pci && strchr(spec, ':') == strrchr(spec, ':'); /* "3b:00.0" */
+  int pci = gmli_pci_bus_id_parse(spec, want), any_domain = pci && strchr(spec, ':') == strrchr(spec, ':'); /* "3b:00.0" */
   if (!cuda_load(opts, &api, &count, msg, msglen)) return GML_ENODEV;
   if (idx >= 0) {
     if (idx < count) return *device = idx, 0;
@@ -344,12 +344,12 @@ int gml_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int
     char text[64];
     if (api.cuDeviceGet(&dev, i) != CUDA_SUCCESS) continue;
     if (pci) {
-      if (api.cuDeviceGetPCIBusId(text, sizeof text, dev) == CUDA_SUCCESS && gml_pci_bus_id_parse(text, got) &&
+      if (api.cuDeviceGetPCIBusId(text, sizeof text, dev) == CUDA_SUCCESS && gmli_pci_bus_id_parse(text, got) &&
           (any_domain || want[0] == got[0]) && !memcmp(want + 1, got + 1, 3 * sizeof *got))
         return *device = i, 0;
     } else {
       uuid_text(&api, dev, i, text);
-      if (gml_uuid_same(text, spec)) return *device = i, 0;
+      if (gmli_uuid_same(text, spec)) return *device = i, 0;
     }
   }
   snprintf(msg, msglen, "no GPU %s among the %d here (nvidia-smi -L lists their UUIDs; nvidia-smi -q their PCI bus ids)",
@@ -357,7 +357,7 @@ int gml_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, int
   return GML_ENODEV;
 }
 
-int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
+int gmli_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
   cuda_priv *p = calloc(1, sizeof *p);
   gml_backend *be = calloc(1, sizeof *be);
   if (!p || !be) {
@@ -403,10 +403,10 @@ int gml_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend 
    * process in 0.53-0.56 s against 0.75-0.99 s with 4 MiB (run70), steady-state
    * maps a third fewer; reserved/allocated 1.018-1.025 on the three PyTorch
    * trainings against 1.018-1.020 with 4 MiB, 1.034 with 8 MiB (gpt2_ckpt). */
-  be->chunk_size = gml_round_up(GML_CUDA_DEFAULT_CHUNK, be->granularity);
+  be->chunk_size = gmli_round_up(GML_CUDA_DEFAULT_CHUNK, be->granularity);
   be->ops = &cuda_ops;
   be->priv = p;
-  gml_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
+  gmli_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
   snprintf(msg, msglen, "cuda backend: device %d (%s), chunks of %zu bytes", device, be->uuid, be->chunk_size);
   *out = be;
   return 0;

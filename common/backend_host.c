@@ -213,29 +213,29 @@ static const struct gml_backend_ops host_ops = {
  * UUID take the path a GPU's client takes. An entry that names no host
  * device (a GPU's UUID), or none for the ordinal: host-<ordinal>, as before. */
 static int host_physical(int device) {
-  const char *p = device >= 0 ? gml_env(GML_ENV_CUDA_VISIBLE_DEVICES) : NULL;
+  const char *p = device >= 0 ? gmli_env(GML_ENV_CUDA_VISIBLE_DEVICES) : NULL;
   for (int i = 0; p && i < device; i++)
     if ((p = strchr(p, ','))) p++;
   if (!p) return device;
   char e[32];
   size_t n = strcspn(p, ",");
   snprintf(e, sizeof e, "%.*s", (int)(n < sizeof e ? n : sizeof e - 1), p);
-  int m = gml_device_spec_index(e);
-  if (m < 0) m = gml_host_device_of_name(e);
+  int m = gmli_device_spec_index(e);
+  if (m < 0) m = gmli_host_device_of_name(e);
   return m >= 0 ? m : device;
 }
 
-int gml_backend_host_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen) {
+int gmli_backend_host_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen) {
   (void)opts, (void)msg, (void)msglen; /* every ordinal is one */
   snprintf(uuid, GML_UUID_MAX, "host-%d", host_physical(device));
   return 0;
 }
 
 /* gmlaked --device N or host-N: host-N (the daemon clears CUDA_VISIBLE_DEVICES first). */
-int gml_backend_host_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen) {
+int gmli_backend_host_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, size_t msglen) {
   (void)opts;
-  int n = gml_device_spec_index(spec);
-  if (n < 0) n = gml_host_device_of_name(spec);
+  int n = gmli_device_spec_index(spec);
+  if (n < 0) n = gmli_host_device_of_name(spec);
   if (n < 0) {
     snprintf(msg, msglen, "the host backend's devices are host-N or N (N from 0 to %d), not %s", GML_DEVICE_INDEX_MAX, spec);
     return GML_ENODEV;
@@ -244,9 +244,9 @@ int gml_backend_host_resolve(const char *spec, const gml_backend_opts *opts, int
   return 0;
 }
 
-int gml_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
+int gmli_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
   char uuid[GML_UUID_MAX];
-  int rc = gml_backend_host_uuid(device, opts, uuid, msg, msglen); /* nothing else to choose: chunk sizes are gml_backend_open's */
+  int rc = gmli_backend_host_uuid(device, opts, uuid, msg, msglen); /* nothing else to choose: chunk sizes are gmli_backend_open's */
   if (rc) return rc;
   gml_backend *be = calloc(1, sizeof *be);
   if (!be) return GML_ENOMEM;

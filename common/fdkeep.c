@@ -38,7 +38,7 @@ static void fork_child(void) {
 
 static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
-void gml_fdkeep_init(gml_fdkeep *k, size_t max) {
+void gmli_fdkeep_init(gml_fdkeep *k, size_t max) {
   *k = (gml_fdkeep){0};
   pthread_mutex_init(&k->lock, NULL);
   struct rlimit rl;
@@ -52,7 +52,7 @@ void gml_fdkeep_init(gml_fdkeep *k, size_t max) {
   pthread_mutex_unlock(&tables_lock);
 }
 
-void gml_fdkeep_destroy(gml_fdkeep *k) {
+void gmli_fdkeep_destroy(gml_fdkeep *k) {
   pthread_mutex_lock(&tables_lock);
   for (gml_fdkeep **p = &tables; *p; p = &(*p)->next)
     if (*p == k) {
@@ -87,7 +87,7 @@ static int grow(gml_fdkeep *k) {
   return 0;
 }
 
-int gml_fdkeep_put(gml_fdkeep *k, uint64_t key, int fd) {
+int gmli_fdkeep_put(gml_fdkeep *k, uint64_t key, int fd) {
   pthread_mutex_lock(&k->lock);
   int rc = -1;
   if (key && k->count < k->max && ((k->count + 1) * 2 <= k->cap || grow(k) == 0)) {
@@ -113,7 +113,7 @@ static size_t find(const gml_fdkeep *k, uint64_t key) {
   return k->keys[j] ? j : SIZE_MAX;
 }
 
-int gml_fdkeep_dup(gml_fdkeep *k, uint64_t key) {
+int gmli_fdkeep_dup(gml_fdkeep *k, uint64_t key) {
   pthread_mutex_lock(&k->lock);
   size_t j = find(k, key);
   int d = j == SIZE_MAX ? -1 : fcntl(k->vals[j], F_DUPFD_CLOEXEC, 0);
@@ -123,7 +123,7 @@ int gml_fdkeep_dup(gml_fdkeep *k, uint64_t key) {
   return d;
 }
 
-void gml_fdkeep_drop(gml_fdkeep *k, uint64_t key) {
+void gmli_fdkeep_drop(gml_fdkeep *k, uint64_t key) {
   pthread_mutex_lock(&k->lock);
   size_t j = find(k, key);
   int fd = -1;
@@ -144,7 +144,7 @@ void gml_fdkeep_drop(gml_fdkeep *k, uint64_t key) {
   if (fd >= 0) close(fd);
 }
 
-size_t gml_fdkeep_count(gml_fdkeep *k) {
+size_t gmli_fdkeep_count(gml_fdkeep *k) {
   pthread_mutex_lock(&k->lock);
   size_t n = k->count;
   pthread_mutex_unlock(&k->lock);

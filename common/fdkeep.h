@@ -24,15 +24,15 @@ typedef struct gml_fdkeep {
 } gml_fdkeep;
 
 /* max: fds kept at most (SIZE_MAX: the fd limit less GML_FDKEEP_SPARE). */
-void gml_fdkeep_init(gml_fdkeep *k, size_t max);
-void gml_fdkeep_destroy(gml_fdkeep *k); /* closes every kept fd */
+void gmli_fdkeep_init(gml_fdkeep *k, size_t max);
+void gmli_fdkeep_destroy(gml_fdkeep *k); /* closes every kept fd */
 /* Keep fd under key (nonzero); 0, or nonzero when it is not kept (the table
  * is full: the caller closes fd). */
-int gml_fdkeep_put(gml_fdkeep *k, uint64_t key, int fd);
+int gmli_fdkeep_put(gml_fdkeep *k, uint64_t key, int fd);
 /* A close-on-exec dup of key's fd, or -1 (errno ENOENT: none kept). */
-int gml_fdkeep_dup(gml_fdkeep *k, uint64_t key);
+int gmli_fdkeep_dup(gml_fdkeep *k, uint64_t key);
 /* Forget key's fd and close it. */
-void gml_fdkeep_drop(gml_fdkeep *k, uint64_t key);
-size_t gml_fdkeep_count(gml_fdkeep *k);
+void gmli_fdkeep_drop(gml_fdkeep *k, uint64_t key);
+size_t gmli_fdkeep_count(gml_fdkeep *k);
 
 #endif

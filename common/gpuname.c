@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int gml_device_spec_index(const char *spec) {
+int gmli_device_spec_index(const char *spec) {
   if (!spec || !*spec || strlen(spec) > 4) return -1;
   for (const char *p = spec; *p; p++)
     if (!isdigit((unsigned char)*p)) return -1;
@@ -18,11 +18,11 @@ int gml_device_spec_index(const char *spec) {
   return n <= GML_DEVICE_INDEX_MAX ? n : -1;
 }
 
-int gml_host_device_of_name(const char *name) {
-  return name && !strncmp(name, "host-", 5) ? gml_device_spec_index(name + 5) : -1;
+int gmli_host_device_of_name(const char *name) {
+  return name && !strncmp(name, "host-", 5) ? gmli_device_spec_index(name + 5) : -1;
 }
 
-int gml_pci_bus_id_parse(const char *s, unsigned v[4]) {
+int gmli_pci_bus_id_parse(const char *s, unsigned v[4]) {
   unsigned d = 0, b, dev, fn;
   int end = 0;
   if (!s || !strchr(s, '.')) return 0;
@@ -37,26 +37,26 @@ int gml_pci_bus_id_parse(const char *s, unsigned v[4]) {
   return 1;
 }
 
-int gml_device_name_ok(const char *s) {
+int gmli_device_name_ok(const char *s) {
   if (!s || !*s || strlen(s) >= GML_UUID_MAX) return 0;
-  if (gml_device_spec_index(s) >= 0 || gml_host_device_of_name(s) >= 0) return 1;
-  if (!strncmp(s, "cuda-", 5)) return gml_device_spec_index(s + 5) >= 0; /* a driver that gave no UUID */
+  if (gmli_device_spec_index(s) >= 0 || gmli_host_device_of_name(s) >= 0) return 1;
+  if (!strncmp(s, "cuda-", 5)) return gmli_device_spec_index(s + 5) >= 0; /* a driver that gave no UUID */
   if (strncasecmp(s, "GPU-", 4) || !s[4]) return 0;
   for (const char *p = s + 4; *p; p++)
     if (!isxdigit((unsigned char)*p) && *p != '-') return 0;
   return 1;
 }
 
-int gml_device_spec_valid(const char *spec) {
+int gmli_device_spec_valid(const char *spec) {
   unsigned v[4];
-  return gml_device_name_ok(spec) || gml_pci_bus_id_parse(spec, v);
+  return gmli_device_name_ok(spec) || gmli_pci_bus_id_parse(spec, v);
 }
 
-int gml_uuid_same(const char *a, const char *b) { return a && b && *a && !strcasecmp(a, b); }
+int gmli_uuid_same(const char *a, const char *b) { return a && b && *a && !strcasecmp(a, b); }
 
-const char *gml_uuid_backend(const char *uuid) { return uuid && !strncmp(uuid, "host-", 5) ? "host" : "cuda"; }
+const char *gmli_uuid_backend(const char *uuid) { return uuid && !strncmp(uuid, "host-", 5) ? "host" : "cuda"; }
 
-void gml_gpu_mismatch(char *buf, size_t len, const char *daemon_uuid, int daemon_index, const char *client_uuid,
+void gmli_gpu_mismatch(char *buf, size_t len, const char *daemon_uuid, int daemon_index, const char *client_uuid,
                       int client_device) {
   snprintf(buf, len, "this daemon serves %s (device %d); the client's device %d is %s: set GMLAKE_SOCKET to %s's "
            "daemon or unset it", daemon_uuid, daemon_index, client_device, client_uuid, client_uuid);
@@ -67,25 +67,25 @@ static void runtime_dir(char *buf, size_t len) {
     snprintf(buf, len, "/run/gmlake");
     return;
   }
-  const char *x = gml_env(GML_ENV_XDG_RUNTIME_DIR);
+  const char *x = gmli_env(GML_ENV_XDG_RUNTIME_DIR);
   snprintf(buf, len, "%s", x && *x == '/' ? x : ""); /* never /tmp: no client would look there */
 }
 
-void gml_default_socket_path(const char *name, char *buf, size_t len) {
+void gmli_default_socket_path(const char *name, char *buf, size_t len) {
   char dir[256];
   runtime_dir(dir, sizeof dir);
   if (dir[0]) snprintf(buf, len, "%s/gmlake-%s.sock", dir, name);
   else if (len) buf[0] = 0;
 }
 
-void gml_default_control_url(const char *name, char *buf, size_t len) {
+void gmli_default_control_url(const char *name, char *buf, size_t len) {
   char dir[256];
   runtime_dir(dir, sizeof dir);
   if (dir[0]) snprintf(buf, len, "ipc://%s/gmlake-%s.ctl", dir, name);
   else if (len) buf[0] = 0;
 }
 
-void gml_client_control_url(const char *name, char *buf, size_t len) {
+void gmli_client_control_url(const char *name, char *buf, size_t len) {
   char path[300];
   struct stat st;
   snprintf(path, sizeof path, "/run/gmlake/gmlake-%s.ctl", name);
@@ -93,16 +93,16 @@ void gml_client_control_url(const char *name, char *buf, size_t len) {
     snprintf(buf, len, "ipc://%s", path);
     return;
   }
-  gml_default_control_url(name, buf, len);
+  gmli_default_control_url(name, buf, len);
 }
 
-void gml_socket_of_device(const char *path, const char *name, char *out, size_t len) {
+void gmli_socket_of_device(const char *path, const char *name, char *out, size_t len) {
   const char *d = strstr(path, "%d");
   if (d) snprintf(out, len, "%.*s%s%s", (int)(d - path), path, name, d + 2);
   else snprintf(out, len, "%s", path);
 }
 
-void gml_control_url_beside(const char *socket_path, const char *name, char *buf, size_t len) {
+void gmli_control_url_beside(const char *socket_path, const char *name, char *buf, size_t len) {
   char cwd[256] = "";
   if (socket_path[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0; /* an ipc:// URL that works from anywhere */
   const char *slash = strrchr(socket_path, '/');

@@ -18,11 +18,11 @@ static int log_level = -1;
 static const char *log_ident = "gmlake";
 static const char *const level_names[] = {"", "", "", "error", "warn", "", "info", "debug"};
 
-void gml_log_set_level(int level) { log_level = level; }
-void gml_log_set_ident(const char *ident) { log_ident = ident; }
-const char *gml_log_level_name(int level) { return level_names[level & 7]; }
+void gmli_log_set_level(int level) { log_level = level; }
+void gmli_log_set_ident(const char *ident) { log_ident = ident; }
+const char *gmli_log_level_name(int level) { return level_names[level & 7]; }
 
-int gml_log_parse_level(const char *s) {
+int gmli_log_parse_level(const char *s) {
   static const struct { const char *name; int level; } names[] = {
       {"error", GML_LOG_ERROR}, {"warn", GML_LOG_WARN}, {"info", GML_LOG_INFO}, {"debug", GML_LOG_DEBUG}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
@@ -30,18 +30,18 @@ int gml_log_parse_level(const char *s) {
   return GML_EINVAL;
 }
 
-int gml_log_set_level_from_env(int def) {
-  const char *env = gml_env(GML_ENV_LOG);
-  int l = env ? gml_log_parse_level(env) : -1;
+int gmli_log_set_level_from_env(int def) {
+  const char *env = gmli_env(GML_ENV_LOG);
+  int l = env ? gmli_log_parse_level(env) : -1;
   log_level = l >= 0 ? l : def; /* set before the warning below, which would come back here */
   if (env && l < 0)
-    gml_log(GML_LOG_WARN, "%s=%s: not a level (%s); using %s", gml_env_name(GML_ENV_LOG), env, gml_env_accepts(GML_ENV_LOG),
-            gml_log_level_name(def));
+    gmli_log(GML_LOG_WARN, "%s=%s: not a level (%s); using %s", gmli_env_name(GML_ENV_LOG), env, gmli_env_accepts(GML_ENV_LOG),
+            gmli_log_level_name(def));
   return l >= 0;
 }
 
 static int effective_level(void) {
-  if (log_level < 0) gml_log_set_level_from_env(GML_LOG_WARN);
+  if (log_level < 0) gmli_log_set_level_from_env(GML_LOG_WARN);
   return log_level;
 }
 
@@ -51,7 +51,7 @@ static int effective_level(void) {
  * that stream still. */
 static int to_journal;
 static void check_journal_stream(void) {
-  const char *js = gml_env(GML_ENV_JOURNAL_STREAM);
+  const char *js = gmli_env(GML_ENV_JOURNAL_STREAM);
   unsigned long long dev, ino;
   int end = 0;
   struct stat st;
@@ -61,9 +61,9 @@ static void check_journal_stream(void) {
 
 static pthread_once_t journal_once = PTHREAD_ONCE_INIT; /* to_journal, found once for every line */
 
-int gml_log_level(void) { return effective_level(); }
+int gmli_log_level(void) { return effective_level(); }
 
-void gml_log(int level, const char *fmt, ...) {
+void gmli_log(int level, const char *fmt, ...) {
   if (level > effective_level()) return;
   pthread_once(&journal_once, check_journal_stream);
   char line[1024];
@@ -84,7 +84,7 @@ void gml_log(int level, const char *fmt, ...) {
   }
 }
 
-void gml_log_fatal(const char *fmt, ...) {
+void gmli_log_fatal(const char *fmt, ...) {
   pthread_once(&journal_once, check_journal_stream);
   char line[1024];
   va_list ap;
@@ -97,7 +97,7 @@ void gml_log_fatal(const char *fmt, ...) {
 /* How many bytes c stands for in a log line. */
 static size_t escaped_len(unsigned char c) { return c == '\\' ? 2 : c < 32 || c > 126 ? 4 : 1; }
 
-const char *gml_log_escape(const char *s, char *out, size_t outlen) {
+const char *gmli_log_escape(const char *s, char *out, size_t outlen) {
   static const char hex[] = "0123456789abcdef";
   if (outlen < 4) return outlen ? (out[0] = 0, out) : out;
   size_t need = 0, k = 0;

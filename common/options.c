@@ -15,7 +15,7 @@ static const struct {
 };
 
 /* gml_set_option's values, newest first. An older one is never freed: a
- * thread of the library may still hold what gml_env returned. */
+ * thread of the library may still hold what gmli_env returned. */
 typedef struct set_value {
   struct set_value *older;
   int unset; /* gml_set_option(name, NULL): the environment's again */
@@ -24,7 +24,7 @@ typedef struct set_value {
 static set_value *set_values[GML_ENV_COUNT];
 static pthread_mutex_t set_lock = PTHREAD_MUTEX_INITIALIZER;
 
-const char *gml_env(gml_env_id id) {
+const char *gmli_env(gml_env_id id) {
   if ((unsigned)id >= GML_ENV_COUNT) return NULL;
   const set_value *s = __atomic_load_n(&set_values[id], __ATOMIC_ACQUIRE);
   const char *v = s && !s->unset ? s->text : getenv(env_vars[id].name);
@@ -51,32 +51,32 @@ int gml_set_option(const char *name, const char *value) {
   }
   return GML_EINVAL;
 }
-const char *gml_env_name(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].name : "?"; }
-const char *gml_env_default(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].def : ""; }
-const char *gml_env_accepts(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].accepts : ""; }
+const char *gmli_env_name(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].name : "?"; }
+const char *gmli_env_default(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].def : ""; }
+const char *gmli_env_accepts(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].accepts : ""; }
 
 
-void gml_options_from_env(gml_options *o) {
+void gmli_options_from_env(gml_options *o) {
   memset(o, 0, sizeof *o);
-  o->backend = gml_env(GML_ENV_BACKEND);
+  o->backend = gmli_env(GML_ENV_BACKEND);
   o->backend_named = o->backend != NULL;
-  if (!o->backend) o->backend = gml_env_default(GML_ENV_BACKEND);
-  const char *m = gml_env(GML_ENV_MODE);
+  if (!o->backend) o->backend = gmli_env_default(GML_ENV_BACKEND);
+  const char *m = gmli_env(GML_ENV_MODE);
   o->mode_text = m;
   if (m) o->mode = !strcmp(m, "daemon") ? GML_MODE_DAEMON : !strcmp(m, "embedded") ? GML_MODE_EMBEDDED : -1;
-  o->socket = gml_env(GML_ENV_SOCKET);
-  o->limit = gml_env(GML_ENV_LIMIT);
-  o->va_size = gml_env(GML_ENV_VA_SIZE);
-  o->chunk_size = gml_env(GML_ENV_CHUNK_SIZE);
-  o->libcuda = gml_env(GML_ENV_LIBCUDA);
-  if (!o->libcuda) o->libcuda = gml_env_default(GML_ENV_LIBCUDA);
-  o->timing = gml_env(GML_ENV_TIMING);
-  o->stream_map = gml_env(GML_ENV_STREAM_MAP);
-  o->headroom = gml_env(GML_ENV_HEADROOM);
-  o->guard = gml_env(GML_ENV_GUARD);
-  o->guard_grain = gml_env(GML_ENV_GUARD_GRAIN);
-  o->guard_backtrace = gml_env(GML_ENV_GUARD_BACKTRACE);
-  o->borrow = gml_env(GML_ENV_BORROW);
-  o->borrow_ratio = gml_env(GML_ENV_BORROW_RATIO);
-  o->borrow_max = gml_env(GML_ENV_BORROW_MAX);
+  o->socket = gmli_env(GML_ENV_SOCKET);
+  o->limit = gmli_env(GML_ENV_LIMIT);
+  o->va_size = gmli_env(GML_ENV_VA_SIZE);
+  o->chunk_size = gmli_env(GML_ENV_CHUNK_SIZE);
+  o->libcuda = gmli_env(GML_ENV_LIBCUDA);
+  if (!o->libcuda) o->libcuda = gmli_env_default(GML_ENV_LIBCUDA);
+  o->timing = gmli_env(GML_ENV_TIMING);
+  o->stream_map = gmli_env(GML_ENV_STREAM_MAP);
+  o->headroom = gmli_env(GML_ENV_HEADROOM);
+  o->guard = gmli_env(GML_ENV_GUARD);
+  o->guard_grain = gmli_env(GML_ENV_GUARD_GRAIN);
+  o->guard_backtrace = gmli_env(GML_ENV_GUARD_BACKTRACE);
+  o->borrow = gmli_env(GML_ENV_BORROW);
+  o->borrow_ratio = gmli_env(GML_ENV_BORROW_RATIO);
+  o->borrow_max = gmli_env(GML_ENV_BORROW_MAX);
 }

@@ -5,7 +5,7 @@
  * checks. The library reads its GMLAKE_* variables once, at gml_open, into a
  * gml_options that explicit gml_open_opts override and that is passed down
  * to the backend and the allocator; the daemon and the tools read theirs
- * through gml_env(). README's table of environment variables lists the same
+ * through gmli_env(). README's table of environment variables lists the same
  * names (tests/run.sh checks that too). A new variable is one line here, its
  * use, and its README row. */
 #ifndef GML_OPTIONS_H
@@ -98,12 +98,12 @@ typedef enum gml_env_id {
 /* The variable's value as gml_set_option last set it, else as the
  * environment has it now (NULL when unset; an empty value is unset too, so
  * VAR= in front of a command clears it). */
-const char *gml_env(gml_env_id id);
-const char *gml_env_name(gml_env_id id);
+const char *gmli_env(gml_env_id id);
+const char *gmli_env_name(gml_env_id id);
 /* The table's default, documentation ("" when there is none). */
-const char *gml_env_default(gml_env_id id);
+const char *gmli_env_default(gml_env_id id);
 /* What the table says the variable accepts ("daemon, embedded"). */
-const char *gml_env_accepts(gml_env_id id);
+const char *gmli_env_accepts(gml_env_id id);
 
 /* The client library's options, read once at gml_open; gml_open_opts
  * override what they set. Strings are NULL when unset and are parsed where
@@ -130,5 +130,5 @@ typedef struct gml_options {
   const char *borrow, *borrow_ratio, *borrow_max;    /* GMLAKE_BORROW, _RATIO, _MAX */
 } gml_options;
 
-void gml_options_from_env(gml_options *o);
+void gmli_options_from_env(gml_options *o);
 #endif

@@ -82,7 +82,7 @@ static void print_escaped(FILE *o, const char *s, int json) {
   }
 }
 
-void print_json_string(FILE *o, const char *s) {
+void gmli_print_json_string(FILE *o, const char *s) {
   fputc('"', o);
   print_escaped(o, s, 1);
   fputc('"', o);
@@ -111,7 +111,7 @@ static void print_json_inner(const ProtobufCMessage *m, const ProtobufCFieldDesc
   }
 }
 
-void print_json(const ProtobufCMessage *m) {
+void gmli_print_json(const ProtobufCMessage *m) {
   const ProtobufCMessageDescriptor *desc = m->descriptor;
   int first = 1;
   putchar('{');
@@ -143,11 +143,11 @@ void print_json(const ProtobufCMessage *m) {
   putchar('}');
 }
 
-void print_json_list(ProtobufCMessage *const *items, size_t n) {
+void gmli_print_json_list(ProtobufCMessage *const *items, size_t n) {
   putchar('[');
   for (size_t i = 0; i < n; i++) {
     if (i) putchar(',');
-    print_json(items[i]);
+    gmli_print_json(items[i]);
   }
   putchar(']');
 }
@@ -183,9 +183,9 @@ static void print_template_field(const ProtobufCMessage *m, const char *name, co
   } else if (f->type == PROTOBUF_C_TYPE_STRING) {
     printf("%s", *(char *const *)value_at(m, f));
   } else if (!strcmp(spec, "bytes")) {
-    printf("%s", gml_format_bytes(unsigned_of(m, name), b, sizeof b));
+    printf("%s", gmli_format_bytes(unsigned_of(m, name), b, sizeof b));
   } else if (!strcmp(spec, "chunks")) {
-    printf("%s", gml_format_bytes(unsigned_of(m, name) * unsigned_of(m, "chunk_size"), b, sizeof b));
+    printf("%s", gmli_format_bytes(unsigned_of(m, name) * unsigned_of(m, "chunk_size"), b, sizeof b));
   } else if (!strcmp(spec, "pct")) {
     printf("%.2f%%", number(m, f) * 100);
   } else if (spec[0] == '%') {
@@ -220,7 +220,7 @@ static int template_uses(const char *line, const char *field, int print, const P
   return 0;
 }
 
-void print_stats(const Gmlake__LakeStats *s) {
+void gmli_print_stats(const Gmlake__LakeStats *s) {
   const ProtobufCMessage *m = &s->base;
   for (size_t i = 0; i < GML_ARRAY_LEN(stats_lines); i++) {
     template_uses(stats_lines[i], NULL, 1, m);
@@ -486,18 +486,18 @@ static void print_user_reported(FILE *o, const Gmlake__CtlReply *r, const labels
  * the metrics have them); ClientInfo's own fields are the table's columns. */
 static const char *const clients_hidden[] = {"alloc_count", "idle_bytes", "fragment_bytes", "reclaims_served"};
 
-void print_client_other(const Gmlake__ClientInfo *c) {
+void gmli_print_client_other(const Gmlake__ClientInfo *c) {
   const ProtobufCMessageDescriptor *d = &gmlake__usage_report__descriptor;
   char b[32];
   for (unsigned j = 0; j < d->n_fields; j++) {
     const ProtobufCFieldDescriptor *g = &d->fields[j];
     int shown = field_of(&c->base, g->name) != NULL;
     for (size_t k = 0; k < GML_ARRAY_LEN(clients_hidden) && !shown; k++) shown = !strcmp(clients_hidden[k], g->name);
-    if (!shown) printf("  %s %s", g->name, gml_format_bytes(client_reported(c, g), b, sizeof b));
+    if (!shown) printf("  %s %s", g->name, gmli_format_bytes(client_reported(c, g), b, sizeof b));
   }
 }
 
-void print_metrics(FILE *o, const Gmlake__CtlReply *r) {
+void gmli_print_metrics(FILE *o, const Gmlake__CtlReply *r) {
   const ProtobufCMessage *m = &r->stats->base;
   labels l = {r->stats->device, r->stats->gpu_uuid && *r->stats->gpu_uuid ? r->stats->gpu_uuid : "unknown"};
   fprintf(o, "# HELP gmlake_build_info The daemon's version and backend.\n# TYPE gmlake_build_info gauge\n"

@@ -8,18 +8,18 @@
 #include <stdio.h>
 
 /* Every string and number field under its name, as one JSON object. */
-void print_json(const ProtobufCMessage *m);
+void gmli_print_json(const ProtobufCMessage *m);
 /* s as a JSON string, quoted and escaped. */
-void print_json_string(FILE *o, const char *s);
+void gmli_print_json_string(FILE *o, const char *s);
 /* A JSON array of such objects (no newline after it). */
-void print_json_list(ProtobufCMessage *const *items, size_t n);
+void gmli_print_json_list(ProtobufCMessage *const *items, size_t n);
 /* `gmlakectl stats`: the text templates, then any field they leave out. */
-void print_stats(const Gmlake__LakeStats *s);
+void gmli_print_stats(const Gmlake__LakeStats *s);
 /* Prometheus text of LakeStats and of the clients summed per user (reply to
  * a `clients` request), into o: `gmlakectl metrics` and the daemon's HTTP
  * /metrics (daemon/metrics.c) print the same. */
-void print_metrics(FILE *o, const Gmlake__CtlReply *r);
+void gmli_print_metrics(FILE *o, const Gmlake__CtlReply *r);
 /* `gmlakectl clients`: a client's reported numbers that no column shows (a
  * field added to UsageReport), each as "  name size", at its row's end. */
-void print_client_other(const Gmlake__ClientInfo *c);
+void gmli_print_client_other(const Gmlake__ClientInfo *c);
 #endif

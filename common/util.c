@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
+int gmli_parse_size(const char *s, uint64_t total, uint64_t *out) {
   if (!s || !*s) return GML_EINVAL;
   errno = 0;
   char *end;
@@ -42,7 +42,7 @@ int gml_parse_size(const char *s, uint64_t total, uint64_t *out) {
   return GML_EINVAL;
 }
 
-const char *gml_format_bytes(uint64_t v, char *buf, size_t len) {
+const char *gmli_format_bytes(uint64_t v, char *buf, size_t len) {
   static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double d = (double)v;
   int i = 0;
@@ -55,7 +55,7 @@ const char *gml_format_bytes(uint64_t v, char *buf, size_t len) {
 /* Soft fd limit up to the hard one; a process allowed to (root with
  * CAP_SYS_RESOURCE: the daemon, containers' jobs) takes the kernel's
  * ceiling (fs.nr_open) up to 1M: a client keeps one fd per chunk it holds. */
-void gml_raise_fd_limit(void) {
+void gmli_raise_fd_limit(void) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
   rlim_t want = 1 << 20;
@@ -80,7 +80,7 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-double gml_percentile_u64(uint64_t *v, size_t n, double pct) {
+double gmli_percentile_u64(uint64_t *v, size_t n, double pct) {
   if (!n) return 0;
   qsort(v, n, sizeof *v, cmp_u64);
   size_t i = (size_t)(pct / 100.0 * (double)(n - 1) + 0.5);
@@ -125,7 +125,7 @@ static int cgroup_path_canonical(const char *p) {
   return 1;
 }
 
-int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup) {
+int gmli_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup) {
   *key = 0, *cgroup = NULL;
   if (!strncmp(s, "cgroup:", 7)) {
     *kind = GML_QUOTA_CGROUP, *cgroup = s + 7;
@@ -143,7 +143,7 @@ int gml_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char *
   return 0;
 }
 
-int gml_socket_access_hint(const char *path, char *buf, size_t len) {
+int gmli_socket_access_hint(const char *path, char *buf, size_t len) {
   struct stat st;
   struct group gr, *g = NULL;
   struct passwd pw, *u = NULL;
@@ -155,7 +155,7 @@ int gml_socket_access_hint(const char *path, char *buf, size_t len) {
   return 0;
 }
 
-const char *gml_path_dir(const char *path, char *dir, size_t len) {
+const char *gmli_path_dir(const char *path, char *dir, size_t len) {
   const char *slash = strrchr(path, '/');
   if (!slash) snprintf(dir, len, ".");
   else snprintf(dir, len, "%.*s", slash == path ? 1 : (int)(slash - path), path);

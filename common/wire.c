@@ -22,7 +22,7 @@ static long errno_to_gml(int e) {
   return GML_ESYS;
 }
 
-int gml_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len) {
+int gmli_wire_encode(const Gmlake__Envelope *env, uint8_t **frame, size_t *len) {
   size_t n = gmlake__envelope__get_packed_size(env);
   if (n > GML_MAX_FRAME) return GML_EINVAL;
   uint8_t *f = malloc(4 + n);
@@ -57,18 +57,18 @@ static long send_some(int sock, const uint8_t *buf, size_t len, const int *fds, 
   return r < 0 ? errno_to_gml(errno) : (long)r;
 }
 
-long gml_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds) {
+long gmli_wire_sendmsg(int sock, const uint8_t *buf, size_t len, const int *fds, int nfds) {
   return send_some(sock, buf, len, fds, nfds, 0);
 }
 
-int gml_wire_send_until(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds, uint64_t deadline_ns) {
+int gmli_wire_send_until(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds, uint64_t deadline_ns) {
   int bounded = deadline_ns != UINT64_MAX;
   size_t off = 0;
   while (off < len) {
     /* MSG_DONTWAIT on this call only: the socket stays blocking for the thread that receives on it */
     long r = send_some(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0, bounded ? MSG_DONTWAIT : 0);
     if (r == GML_EAGAIN && bounded) { /* the buffer is full: the peer reads nothing (stopped?) */
-      uint64_t now = gml_now_ns();
+      uint64_t now = gmli_now_ns();
       if (now >= deadline_ns) return GML_EAGAIN;
       uint64_t ms = (deadline_ns - now + 999999) / 1000000;
       if (poll(&(struct pollfd){.fd = sock, .events = POLLOUT}, 1, ms > INT_MAX ? INT_MAX : (int)ms) < 0 && errno != EINTR)
@@ -81,8 +81,8 @@ int gml_wire_send_until(int sock, const uint8_t *frame, size_t len, const int *f
   return 0;
 }
 
-int gml_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds) {
-  return gml_wire_send_until(sock, frame, len, fds, nfds, UINT64_MAX);
+int gmli_wire_send(int sock, const uint8_t *frame, size_t len, const int *fds, int nfds) {
+  return gmli_wire_send_until(sock, frame, len, fds, nfds, UINT64_MAX);
 }
 
 /* recvmsg that appends received fds to fds[*nfds..]; fds beyond maxfds are closed
@@ -127,9 +127,9 @@ static int recv_exact(int sock, uint8_t *buf, size_t len, int *fds, int *nfds, i
   return 0;
 }
 
-int gml_wire_refusal_waits(int sock) { return poll(&(struct pollfd){.fd = sock, .events = POLLIN}, 1, 0) == 1; }
+int gmli_wire_refusal_waits(int sock) { return poll(&(struct pollfd){.fd = sock, .events = POLLIN}, 1, 0) == 1; }
 
-int gml_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int maxfds) {
+int gmli_wire_recv(int sock, Gmlake__Envelope **env, int *fds, int *nfds, int maxfds) {
   uint8_t hdr[4];
   int overflow = 0, rc;
   *nfds = 0;
@@ -164,7 +164,7 @@ fail:
   return rc;
 }
 
-const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) {
+const char *gmli_wire_check_request(const Gmlake__Envelope *env, int hello_done) {
   if (env->seq == 0) return "request without a sequence number";
   if (!hello_done && env->msg_case != GMLAKE__ENVELOPE__MSG_HELLO) return "request before hello";
   switch (env->msg_case) {
@@ -185,7 +185,7 @@ const char *gml_wire_check_request(const Gmlake__Envelope *env, int hello_done) 
   }
 }
 
-long gml_rx_fill(gml_rx *rx, int sock) {
+long gmli_rx_fill(gml_rx *rx, int sock) {
   if (rx->off && rx->cap - rx->len < 4096) { /* frames taken from the front: move the rest down once */
     memmove(rx->buf, rx->buf + rx->off, rx->len - rx->off);
     rx->len -= rx->off;
@@ -217,7 +217,7 @@ long gml_rx_fill(gml_rx *rx, int sock) {
   return r;
 }
 
-int gml_rx_next(gml_rx *rx, const uint8_t **body, size_t *len) {
+int gmli_rx_next(gml_rx *rx, const uint8_t **body, size_t *len) {
   size_t have = rx->len - rx->off;
   if (have < 4) return 0;
   const uint8_t *h = rx->buf + rx->off;
@@ -230,13 +230,13 @@ int gml_rx_next(gml_rx *rx, const uint8_t **body, size_t *len) {
 }
 
 /* O(1): no move per frame (a buffer of many small frames would cost its
- * square); gml_rx_fill moves what is left down when it needs the room. */
-void gml_rx_consume(gml_rx *rx, size_t body_len) {
+ * square); gmli_rx_fill moves what is left down when it needs the room. */
+void gmli_rx_consume(gml_rx *rx, size_t body_len) {
   rx->off += 4 + body_len;
   if (rx->off == rx->len) rx->off = rx->len = 0;
 }
 
-int gml_rx_take_fds(gml_rx *rx, int n, int *out) {
+int gmli_rx_take_fds(gml_rx *rx, int n, int *out) {
   if (n < 0 || n > rx->nkept) return -1;
   memcpy(out, rx->kept, sizeof(int) * (size_t)n);
   memmove(rx->kept, rx->kept + n, sizeof(int) * (size_t)(rx->nkept - n));
@@ -244,13 +244,13 @@ int gml_rx_take_fds(gml_rx *rx, int n, int *out) {
   return 0;
 }
 
-void gml_rx_free(gml_rx *rx) {
+void gmli_rx_free(gml_rx *rx) {
   for (int i = 0; i < rx->nkept; i++) close(rx->kept[i]);
   free(rx->buf);
   memset(rx, 0, sizeof *rx);
 }
 
-int gml_share_key_owner(const char *k, char name[GML_SHARE_KEY_MAX + 1], uint32_t *uid) {
+int gmli_share_key_owner(const char *k, char name[GML_SHARE_KEY_MAX + 1], uint32_t *uid) {
   const char *at = strrchr(k, '@');
   char *end;
   if (!at || at == k || (size_t)(at - k) > GML_SHARE_KEY_MAX || at[1] < '0' || at[1] > '9') return 0;
@@ -260,10 +260,10 @@ int gml_share_key_owner(const char *k, char name[GML_SHARE_KEY_MAX + 1], uint32_
   memcpy(name, k, (size_t)(at - k));
   name[at - k] = 0;
   *uid = (uint32_t)u;
-  return gml_share_key_ok(name, NULL);
+  return gmli_share_key_ok(name, NULL);
 }
 
-int gml_share_key_ok(const char *k, size_t *bad) {
+int gmli_share_key_ok(const char *k, size_t *bad) {
   size_t n = k ? strlen(k) : 0, at = SIZE_MAX;
   for (size_t i = 0; i < n && i <= GML_SHARE_KEY_MAX && at == SIZE_MAX; i++)
     if ((unsigned char)k[i] < 33 || (unsigned char)k[i] > 126) at = i;

@@ -139,12 +139,12 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
   const lake *lk = b->lk;
   char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32], sent[64] = "";
   if (asker->lease.asked > asker->lease.count) /* a streamed lease, partly served */
-    snprintf(sent, sizeof sent, " (%s of it sent)", gml_format_bytes((uint64_t)(asker->lease.asked - asker->lease.count) * lk->cs, s6, sizeof s6));
+    snprintf(sent, sizeof sent, " (%s of it sent)", gmli_format_bytes((uint64_t)(asker->lease.asked - asker->lease.count) * lk->cs, s6, sizeof s6));
   size_t o = (size_t)snprintf(out, len, "asked %s%s; the lake holds %s of limit %s (%s free, %s parked); held by:",
-                              gml_format_bytes((uint64_t)asker->lease.asked * lk->cs, s1, sizeof s1), sent,
-                              gml_format_bytes(lk->total * lk->cs, s2, sizeof s2), gml_format_bytes(lk->limit_bytes, s3, sizeof s3),
-                              gml_format_bytes((uint64_t)lk->nfree * lk->cs, s4, sizeof s4),
-                              gml_format_bytes(lk->parked * lk->cs, s5, sizeof s5));
+                              gmli_format_bytes((uint64_t)asker->lease.asked * lk->cs, s1, sizeof s1), sent,
+                              gmli_format_bytes(lk->total * lk->cs, s2, sizeof s2), gmli_format_bytes(lk->limit_bytes, s3, sizeof s3),
+                              gmli_format_bytes((uint64_t)lk->nfree * lk->cs, s4, sizeof s4),
+                              gmli_format_bytes(lk->parked * lk->cs, s5, sizeof s5));
   holder h[8];
   size_t all = holders(b, h, GML_ARRAY_LEN(h)), n = all == SIZE_MAX ? 0 : GML_MIN(all, GML_ARRAY_LEN(h));
   for (size_t i = 0; i < n && o < len; i++) {
@@ -152,10 +152,10 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
     if (h[i].uid == asker->uid) snprintf(who, sizeof who, "pid %d (%s%s)", (int)h[i].pid, h[i].name, h[i].pid == asker->pid ? ", the asker" : "");
     else snprintf(who, sizeof who, "a process of uid %u", (unsigned)h[i].uid);
     o += (size_t)snprintf(out + o, len - o, "%s %s leased %s allocated %s cached %s", i ? ";" : "", who,
-                          gml_format_bytes(h[i].leased, s1, sizeof s1), gml_format_bytes(h[i].allocated, s2, sizeof s2),
-                          gml_format_bytes(h[i].cached, s3, sizeof s3));
+                          gmli_format_bytes(h[i].leased, s1, sizeof s1), gmli_format_bytes(h[i].allocated, s2, sizeof s2),
+                          gmli_format_bytes(h[i].cached, s3, sizeof s3));
     if (o < len && h[i].paused)
-      o += (size_t)snprintf(out + o, len - o, " paused %s", gml_format_bytes(h[i].paused, s4, sizeof s4));
+      o += (size_t)snprintf(out + o, len - o, " paused %s", gmli_format_bytes(h[i].paused, s4, sizeof s4));
   }
   if (o < len && (!all || all == SIZE_MAX)) snprintf(out + o, len - o, "%s", all ? " (not known: out of memory)" : " nobody");
   else if (o < len && all > n) snprintf(out + o, len - o, "; and %zu more process(es)", all - n);
@@ -172,7 +172,7 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
     if (o > 0 && (size_t)o < sizeof d->message) lake_picture(b, c, d->message + o, sizeof d->message - (size_t)o);
   } else {
     snprintf(d->message, sizeof d->message, "%s (lake holds %s of limit %s)", why,
-             gml_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gml_format_bytes(b->lk->limit_bytes, l, sizeof l));
+             gmli_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gmli_format_bytes(b->lk->limit_bytes, l, sizeof l));
   }
   c->lease.pending = 0;
   c->leases_refused++;
@@ -282,14 +282,14 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
   if (!allowed) {
     char q[32], why[400];
     snprintf(why, sizeof why, "quota of %s reached (%s: its processes' connections and parked chunks together)",
-             gml_format_bytes(quota, q, sizeof q), who);
+             gmli_format_bytes(quota, q, sizeof q), who);
     refuse(b, c, d, GML_EQUOTA, why);
     return;
   }
   if ((uint64_t)c->leased_chunks + count > b->lk->limit_bytes / b->lk->cs) { /* never servable: said now, not */
     char a[32], why[160]; /* after taking others' idle caches and making chunks up to the limit */
     snprintf(why, sizeof why, "out of memory: %s more would pass the lake's limit with what this client leases",
-             gml_format_bytes((uint64_t)count * b->lk->cs, a, sizeof a));
+             gmli_format_bytes((uint64_t)count * b->lk->cs, a, sizeof a));
     refuse(b, c, d, GML_ENOMEM, why);
     return;
   }
@@ -464,7 +464,7 @@ void broker_review(broker *b, broker_client *c, uint64_t now_ns, broker_decision
   char who[160];
   if (!broker_quota_room(b, c, &quota, who, sizeof who)) { /* another connection of its process or user took the rest */
     char q[32], why[400];
-    snprintf(why, sizeof why, "quota of %s reached (%s)", gml_format_bytes(quota, q, sizeof q), who);
+    snprintf(why, sizeof why, "quota of %s reached (%s)", gmli_format_bytes(quota, q, sizeof q), who);
     refuse(b, c, d, GML_EQUOTA, why);
     return;
   }

@@ -40,7 +40,7 @@ enum opt_type {
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
   OPT_CONFIG,   /* the config file (read before the other flags) */
-  OPT_QUOTA,    /* "PID|uid:UID|cgroup:PATH BYTES" (gml_parse_quota_holder), may repeat (appended to quotas), once a holder */
+  OPT_QUOTA,    /* "PID|uid:UID|cgroup:PATH BYTES" (gmli_parse_quota_holder), may repeat (appended to quotas), once a holder */
   OPT_VERSION,  /* print the version, exit */
 };
 
@@ -169,11 +169,11 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     return 0;
   }
   case OPT_SIZE:
-    if (gml_parse_size(val, 0, &v) || v < (uint64_t)o->min) return -1;
+    if (gmli_parse_size(val, 0, &v) || v < (uint64_t)o->min) return -1;
     *(uint64_t *)at = v;
     return 0;
   case OPT_LIMIT:
-    if (gml_parse_size(val, 100, &v) || (strchr(val, '%') == NULL && v == 0) || strlen(val) >= o->size) return -1;
+    if (gmli_parse_size(val, 100, &v) || (strchr(val, '%') == NULL && v == 0) || strlen(val) >= o->size) return -1;
     break;
   case OPT_STRING:
     if (strlen(val) < (size_t)o->min || strlen(val) > (size_t)o->max || strlen(val) >= o->size) return -1;
@@ -185,11 +185,11 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     if (!has_word(o->choices, val) || strlen(val) >= o->size) return -1;
     break;
   case OPT_BACKEND:
-    if (!gml_backend_known(val) || strlen(val) >= o->size) return -1;
+    if (!gmli_backend_known(val) || strlen(val) >= o->size) return -1;
     break;
   case OPT_DEVICE:
-    if (!gml_device_spec_valid(val) || strlen(val) >= o->size) return -1;
-    c->device = gml_device_spec_index(val) >= 0 ? gml_device_spec_index(val) : gml_host_device_of_name(val); /* a GPU's
+    if (!gmli_device_spec_valid(val) || strlen(val) >= o->size) return -1;
+    c->device = gmli_device_spec_index(val) >= 0 ? gmli_device_spec_index(val) : gmli_host_device_of_name(val); /* a GPU's
                                              * UUID or PCI bus id: -1 until the backend says which index it is */
     break;
   case OPT_URL:
@@ -208,7 +208,7 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     break;
   }
   case OPT_LOGLEVEL: {
-    int l = gml_log_parse_level(val);
+    int l = gmli_log_parse_level(val);
     if (l < 0) return -1;
     *(int *)at = l;
     return 0;
@@ -229,7 +229,7 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     while (sep > val && isspace((unsigned char)sep[-1])) sep--;
     if (sep == val || (size_t)(sep - val) >= sizeof holder) return -1;
     snprintf(holder, sizeof holder, "%.*s", (int)(sep - val), val);
-    if (gml_parse_quota_holder(holder, &q.kind, &q.key, &cg) || gml_parse_size(bytes, 0, &q.bytes) ||
+    if (gmli_parse_quota_holder(holder, &q.kind, &q.key, &cg) || gmli_parse_size(bytes, 0, &q.bytes) ||
         c->nquotas >= GMLD_MAX_CONFIG_QUOTAS)
       return -1;
     if (cg) snprintf(q.cgroup, sizeof q.cgroup, "%s", cg);
@@ -262,7 +262,7 @@ static void accepted(const config_option *o, const char *val, char *buf, size_t 
   case OPT_LIMIT: snprintf(buf, len, " (bytes, e.g. 60GiB, or a share of the device from 1%% to 100%%)"); break;
   case OPT_STRING: snprintf(buf, len, " (%ld to %ld bytes)", o->min, GML_MIN(o->max, (long)o->size - 1)); break;
   case OPT_CHOICE: snprintf(buf, len, " (one of: %s)", o->choices); break;
-  case OPT_BACKEND: snprintf(buf, len, " (one of: %s)", gml_backend_names()); break;
+  case OPT_BACKEND: snprintf(buf, len, " (one of: %s)", gmli_backend_names()); break;
   case OPT_DEVICE:
     snprintf(buf, len, " (nvidia-smi's index 0 to %d, a UUID as nvidia-smi -L prints it, GPU-xxxxxxxx-..., a PCI bus id, "
              "0000:3b:00.0, or host-N)", GML_DEVICE_INDEX_MAX);
@@ -329,7 +329,7 @@ static void say(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
-  if (!quiet) gml_log_fatal("%s", last_error);
+  if (!quiet) gmli_log_fatal("%s", last_error);
 }
 
 static const char *file_kind(mode_t m) {
@@ -434,7 +434,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
   last_error[0] = 0;
   for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
     if (options[i].def && set_value(c, &options[i], options[i].def)) abort(); /* a bad row in the table */
-  const char *notify = gml_env(GML_ENV_NOTIFY_SOCKET);
+  const char *notify = gmli_env(GML_ENV_NOTIFY_SOCKET);
   if (notify) snprintf(c->notify_socket, sizeof c->notify_socket, "%s", notify);
   struct option opts[GML_ARRAY_LEN(options) + 2];
   for (size_t i = 0; i < GML_ARRAY_LEN(options); i++)
@@ -449,7 +449,7 @@ int config_load(gmld_config *c, int argc, char **argv) {
     else if (!strcmp(argv[i], "--instance-config") && i + 1 < argc) inst = argv[i + 1];
     else if (!strncmp(argv[i], "--instance-config=", 18)) inst = argv[i] + 18;
   }
-  if (!cfg) cfg = gml_env(GML_ENV_DAEMON_CONFIG);
+  if (!cfg) cfg = gmli_env(GML_ENV_DAEMON_CONFIG);
   /* the system file is the system daemon's: a user's private daemon (not root) reads it only when named (it
    * failed on the system's settings, or took its quotas and metrics port) */
   if ((cfg || geteuid() == 0) && load_config_file(c, cfg ? cfg : GMLD_DEFAULT_CONFIG, cfg != NULL)) return GML_EINVAL;

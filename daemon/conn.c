@@ -62,8 +62,8 @@ static int queue_item(conn_txq *q, uint8_t *buf, size_t len, const int *fds, int
 int conn_send_or_queue(conn_txq *q, int sock, const Gmlake__Envelope *env, const int *fds, int nfds, size_t fd_room) {
   uint8_t *buf;
   size_t len;
-  if (gml_wire_encode(env, &buf, &len)) return GML_ENOMEM;
-  long r = q->head ? GML_EAGAIN : gml_wire_sendmsg(sock, buf, len, fds, nfds);
+  if (gmli_wire_encode(env, &buf, &len)) return GML_ENOMEM;
+  long r = q->head ? GML_EAGAIN : gmli_wire_sendmsg(sock, buf, len, fds, nfds);
   if (r == (long)len) {
     free(buf);
     return 0;
@@ -86,7 +86,7 @@ int conn_flush(conn_txq *q, int fd) {
   while (q->head) {
     tx_item *t = q->head;
     int first = t->off == 0;
-    long r = gml_wire_sendmsg(fd, t->buf + t->off, t->len - t->off, first ? t->fds : NULL, first ? t->nfds : 0);
+    long r = gmli_wire_sendmsg(fd, t->buf + t->off, t->len - t->off, first ? t->fds : NULL, first ? t->nfds : 0);
     if (r == GML_EAGAIN) break;
     if (r < 0) return (int)r;
     if (first && t->nfds) { /* the peer has its own references now */
@@ -125,14 +125,14 @@ int conn_claim_path(const char *path) {
   if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : GML_ESYS;
   if (!S_ISSOCK(st.st_mode)) {
     GML_ERR("%s exists and is not a socket: not touching it (remove it or choose another path)", path);
-    gml_log_fatal("%s exists and is not a socket", path);
+    gmli_log_fatal("%s exists and is not a socket", path);
     return GML_EINVAL;
   }
   int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
     close(probe);
     GML_ERR("another daemon already serves %s", path);
-    gml_log_fatal("another daemon already serves %s", path);
+    gmli_log_fatal("another daemon already serves %s", path);
     return GML_EINVAL;
   }
   if (probe >= 0) close(probe);
@@ -156,7 +156,7 @@ void conn_set_mode_group(const char *path, unsigned mode, const char *group) {
  * while the daemon said nothing). */
 static void warn_shared_dirs(const char *path) {
   char dir[PATH_MAX], real[PATH_MAX];
-  gml_path_dir(path, dir, sizeof dir);
+  gmli_path_dir(path, dir, sizeof dir);
   if (!realpath(dir, real)) return;
   size_t n = strlen(real);
   for (size_t end = 0; end <= n; end++) { /* each directory from / down to the socket's own */
@@ -333,7 +333,7 @@ static void log_dropped(struct log_budget *b) {
 }
 
 int conn_log_ok(uint32_t uid) {
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   struct log_budget *b = NULL, *lru = &logb[0];
   for (int i = 0; i < LOG_USERS && !b; i++) {
     if (logb[i].used && logb[i].uid == uid) b = &logb[i];
@@ -357,7 +357,7 @@ int conn_log_ok(uint32_t uid) {
 }
 
 void conn_log_tick(void) {
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   for (int i = 0; i < LOG_USERS; i++)
     if (logb[i].used && logb[i].dropped && now - logb[i].at_ns > 1000000000ull) log_dropped(&logb[i]);
 }

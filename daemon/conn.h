@@ -62,7 +62,7 @@ void conn_set_mode_group(const char *path, unsigned mode, const char *group);
  * every tick: a second after the user's last). */
 int conn_log_ok(uint32_t uid);
 void conn_log_tick(void);
-#define CONN_LOG(lvl, uid, ...) ((lvl) <= gml_log_level() && conn_log_ok(uid) ? gml_log((lvl), __VA_ARGS__) : (void)0)
+#define CONN_LOG(lvl, uid, ...) ((lvl) <= gmli_log_level() && conn_log_ok(uid) ? gmli_log((lvl), __VA_ARGS__) : (void)0)
 #define CONN_INFO(uid, ...) CONN_LOG(GML_LOG_INFO, uid, __VA_ARGS__)
 #define CONN_WARN(uid, ...) CONN_LOG(GML_LOG_WARN, uid, __VA_ARGS__)
 

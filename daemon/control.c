@@ -69,8 +69,8 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
     uint64_t *tmp = malloc(n * sizeof *tmp);
     if (tmp) {
       memcpy(tmp, b->lat_ns, n * sizeof *tmp);
-      st->lease_p50_us = gml_percentile_u64(tmp, n, 50) / 1e3;
-      st->lease_p99_us = gml_percentile_u64(tmp, n, 99) / 1e3;
+      st->lease_p50_us = gmli_percentile_u64(tmp, n, 50) / 1e3;
+      st->lease_p99_us = gmli_percentile_u64(tmp, n, 99) / 1e3;
       free(tmp);
     }
   }
@@ -211,9 +211,9 @@ void control_say_limit_below_held(gmld *d, const char *by, uint64_t was, char *s
            "a full lake); another user's lease is refused until the lake is within its limit (a chunk goes to another "
            "user only released and made anew: what is given back is released, which may bring the lake within it); a "
            "lease that takes its client past the limit is refused at once; chunks given back that no lease takes are "
-           "released until the lake is within its limit", gml_format_bytes(lk->limit_bytes, l, sizeof l),
-           gml_format_bytes(held * lk->cs, h, sizeof h), gml_format_bytes(lk->leased * lk->cs, le, sizeof le),
-           gml_format_bytes(lk->parked * lk->cs, p, sizeof p), gml_format_bytes(lk->shared * lk->cs, s, sizeof s));
+           "released until the lake is within its limit", gmli_format_bytes(lk->limit_bytes, l, sizeof l),
+           gmli_format_bytes(held * lk->cs, h, sizeof h), gmli_format_bytes(lk->leased * lk->cs, le, sizeof le),
+           gmli_format_bytes(lk->parked * lk->cs, p, sizeof p), gmli_format_bytes(lk->shared * lk->cs, s, sizeof s));
   GML_WARN("%s: %s", by, text);
   if (said && len) snprintf(said, len, "%s", text);
 }

@@ -137,7 +137,7 @@ static int conn_take(ctl_conn *c) {
     const uint8_t *h = c->buf;
     if (h[0] || h[1] != 'S' || h[2] != 'P' || h[3] || h[4] != 0 || h[5] != SP_REQ0 || h[6] || h[7]) return -1;
     c->greeted = 1;
-    c->since_ns = gml_now_ns();
+    c->since_ns = gmli_now_ns();
     off = 8;
   }
   size_t hl = is_ipc(c->d) ? 9 : 8;
@@ -150,7 +150,7 @@ static int conn_take(ctl_conn *c) {
     if (c->len - off - hl < n) break;
     if (conn_request(c, h + hl, (size_t)n)) return -1;
     off += hl + (size_t)n;
-    c->since_ns = gml_now_ns();
+    c->since_ns = gmli_now_ns();
     if (c->tx.head) break; /* its reply waits for the peer: the next request after it is sent */
   }
   memmove(c->buf, c->buf + off, c->len - off);
@@ -169,7 +169,7 @@ static void on_conn_io(uv_poll_t *h, int status, int events) {
       conn_close(c);
       return;
     }
-    if (!c->tx.head) c->since_ns = gml_now_ns();
+    if (!c->tx.head) c->since_ns = gmli_now_ns();
     if (!c->tx.head && conn_take(c)) { /* requests that came while the reply waited */
       conn_close(c);
       return;
@@ -207,7 +207,7 @@ static void on_ctl_accept(uv_poll_t *h, int status, int events);
  * reach the daemon); one log line a second at most. */
 static void refuse_conn(gmld *d, int fd, long uid, const char *why) {
   close(fd);
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   if (d->ctl_log_ns && now - d->ctl_log_ns < 1000000000ull) return;
   d->ctl_log_ns = now;
   GML_WARN("control connection of uid %ld refused: %s", uid, why);
@@ -232,7 +232,7 @@ static const char *over_bound(const gmld *d, long uid, int trusted) {
  * paused for want of fds starts again. */
 static void on_ctl_tick(uv_timer_t *t) {
   gmld *d = t->data;
-  uint64_t now = gml_now_ns(), limit = (uint64_t)d->cfg.hello_timeout_ms * 1000000ull;
+  uint64_t now = gmli_now_ns(), limit = (uint64_t)d->cfg.hello_timeout_ms * 1000000ull;
   for (ctl_conn *c = d->ctl_conns, *next; c; c = next) {
     next = c->next;
     if (now - c->since_ns <= limit) continue;
@@ -276,7 +276,7 @@ static void on_ctl_accept(uv_poll_t *h, int status, int events) {
     c->uid = uid;
     c->may_change = may_change;
     c->trusted = trusted;
-    c->since_ns = gml_now_ns();
+    c->since_ns = gmli_now_ns();
     static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, SP_REP0, 0, 0};
     uint8_t *f = malloc(8);
     if (f) memcpy(f, hello, 8);
@@ -342,7 +342,7 @@ int control_start(gmld *d) {
       GML_ERR("control %s: tcp carries no identity, so anyone who reaches it could change the lake; "
               "pass --control-insecure-tcp to accept that, or use ipc://",
               url);
-      gml_log_fatal("control %s is unauthenticated: refused without --control-insecure-tcp", url);
+      gmli_log_fatal("control %s is unauthenticated: refused without --control-insecure-tcp", url);
       return GML_EINVAL;
     }
     GML_WARN("control %s is UNAUTHENTICATED (--control-insecure-tcp): anyone who reaches it may change the lake", url);
@@ -353,7 +353,7 @@ int control_start(gmld *d) {
   }
   if (fd < 0 || listen(fd, 64)) {
     GML_ERR("control %s: %s", url, strerror(errno));
-    gml_log_fatal("control %s: %s", url, strerror(errno));
+    gmli_log_fatal("control %s: %s", url, strerror(errno));
     if (fd >= 0) close(fd);
     return GML_ESYS;
   }

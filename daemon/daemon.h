@@ -109,7 +109,7 @@ typedef struct gmld {
   struct share *shares;     /* published read-only memory (shares.c) */
   uint64_t next_share_id;
   uint64_t next_client_id;
-  uint64_t start_ns;        /* gml_now_ns() at start: the hand-over window counts from it */
+  uint64_t start_ns;        /* gmli_now_ns() at start: the hand-over window counts from it */
   uint64_t instance;        /* random at start, never 0: HelloReply.instance (a client reconnecting to it does not adopt) */
   char over_limit_why[80];  /* why the lake holds (or makes) more than its limit, for the tick's line of chunks released
                              * past it: a hand-over after the restart (adopt.c), or a limit set below it (control.c) */
@@ -136,7 +136,7 @@ void metrics_tick(gmld *d);
 void metrics_stop(gmld *d);
 
 /* The fd budget (fdbudget.c): set from RLIMIT_NOFILE (at start, after
- * gml_raise_fd_limit), said in the log with a warning when the lake's limit
+ * gmli_raise_fd_limit), said in the log with a warning when the lake's limit
  * does not fit; the fds one more reply may dup into a queue that holds
  * session_queued; why a reply of nfds fds is refused, naming the limit; 1
  * when the daemon's fd table is full now (a failed creation says so). */
@@ -155,6 +155,6 @@ static inline int trust_sees(long viewer, uint32_t uid) { return viewer < 0 || u
 
 /* Order from the creators what the broker says the lake needs now. */
 static inline void daemon_refill(gmld *d) {
-  if (!d->stopping) creator_make(&d->cr, broker_refill(&d->br, gml_now_ns()));
+  if (!d->stopping) creator_make(&d->cr, broker_refill(&d->br, gmli_now_ns()));
 }
 #endif

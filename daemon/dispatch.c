@@ -95,7 +95,7 @@ static void handle_usage(request *rq) {
   c->growable_mapped = u->growable_mapped, c->growable_unmapped = u->growable_unmapped;
   c->idle = u->idle_bytes, c->fragment = u->fragment_bytes, c->uncounted = u->uncounted;
   broker_usage_bound(&rq->s->d->br, c, rq->s->d->device_total);
-  broker_allocations(&rq->s->d->br, c, u->alloc_count, gml_now_ns()); /* allocating: not idle */
+  broker_allocations(&rq->s->d->br, c, u->alloc_count, gmli_now_ns()); /* allocating: not idle */
   broker_reported(&rq->s->d->br, c, u->reclaims_served);
   sessions_tick(rq->s->d); /* a lease waiting for this client's answer may be decided now */
 }
@@ -117,7 +117,7 @@ static int check_adopt(request *rq) {
 static void handle_adopt(request *rq) { adopt_handle(rq->s, rq->env); }
 
 /* A new client message: its case in Envelope (proto/gmlake.proto), what it
- * must be on the wire in gml_wire_check_request (common/wire.c: sizes,
+ * must be on the wire in gmli_wire_check_request (common/wire.c: sizes,
  * ranges, allowed before hello?), a row here with a check against the
  * daemon's state (NULL: none) and a handler. A message that fails either
  * check closes that client's connection. */
@@ -148,7 +148,7 @@ static int on_frame(session *s, const uint8_t *body, size_t len, char why[SESSIO
   request rq = {.s = s};
   Gmlake__Envelope *env = gmlake__envelope__unpack(NULL, len, body);
   /* what every message must be on the wire (common/wire.c, fuzzed), then the route's own checks */
-  const char *bad = env ? gml_wire_check_request(env, s->hello_done) : "undecodable message";
+  const char *bad = env ? gmli_wire_check_request(env, s->hello_done) : "undecodable message";
   const struct msg_route *r = bad ? NULL : route_of(env->msg_case);
   rq.env = env;
   if (!bad && !r) bad = "unexpected message kind";

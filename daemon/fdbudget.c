@@ -1,5 +1,5 @@
 /* fdbudget.c: the daemon's fd table, shared out once at start from its real
- * limit (RLIMIT_NOFILE, after gml_raise_fd_limit raised it as far as it may):
+ * limit (RLIMIT_NOFILE, after gmli_raise_fd_limit raised it as far as it may):
  *
  *   a quarter  fds waiting in clients' unread replies (dups a send queue owns,
  *              conn.h), all connections together; one connection at most two

@@ -23,7 +23,7 @@
 void grant_send_reclaim(session *s, uint64_t bytes, uint64_t valid_ms) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ReclaimRequest r = GMLAKE__RECLAIM_REQUEST__INIT;
-  r.bytes = bytes, r.sent_ns = gml_now_ns(), r.valid_ms = valid_ms;
+  r.bytes = bytes, r.sent_ns = gmli_now_ns(), r.valid_ms = valid_ms;
   env.msg_case = GMLAKE__ENVELOPE__MSG_RECLAIM;
   env.reclaim = &r;
   session_send_msg(s, &env, NULL, 0);
@@ -83,7 +83,7 @@ static void send_chunks(session *s, const broker_decision *dec) {
     return;
   }
   if (dec->left) return; /* a streamed lease's latency is its last reply's */
-  uint64_t ns = gml_now_ns() - dec->since_ns;
+  uint64_t ns = gmli_now_ns() - dec->since_ns;
   broker_record_latency(&d->br, ns);
   if (s->bc.lease.asked > BROKER_MAX_LEASE) /* a streamed lease: one line for the operator (and the GPU bench) */
     CONN_INFO(s->bc.uid, "streamed lease of %u chunk(s) to client %llu (pid %d) served in %.1f ms", s->bc.lease.asked,
@@ -124,13 +124,13 @@ static void carry_out(session *s, const broker_decision *dec) {
      * idle cache back (alloc_with_retry, client/track.c): the same refusal
      * within a second of the last one logged goes to the debug level, so one
      * allocation is one warning (and a client refused in a loop, one a second). */
-    uint64_t now = gml_now_ns();
+    uint64_t now = gmli_now_ns();
     int again = s->bc.refusal_logged_code == dec->code && now - s->bc.refusal_logged_ns < 1000000000ull;
     if (!again) s->bc.refusal_logged_ns = now, s->bc.refusal_logged_code = dec->code;
     /* and a warning is in its user's share of the log (conn.h): a user connecting
      * again and again to be refused at once wrote a line each time, unbounded */
     if (again)
-      gml_log(GML_LOG_DEBUG, "lease of %u chunk(s) refused to client %llu (pid %d): %s (again)", dec->count,
+      gmli_log(GML_LOG_DEBUG, "lease of %u chunk(s) refused to client %llu (pid %d): %s (again)", dec->count,
               (unsigned long long)s->bc.id, (int)s->bc.pid, GML_LOG_ESC(dec->why)); /* it names quotas' cgroups */
     else
       CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
@@ -147,8 +147,8 @@ static void carry_out(session *s, const broker_decision *dec) {
 void grant_lease(session *s, uint64_t seq, uint32_t count, int optional, int streamed) {
   gmld *d = s->d;
   broker_decision dec;
-  if (streamed) broker_lease_streamed(&d->br, &s->bc, seq, count, gml_now_ns(), &dec);
-  else broker_lease(&d->br, &s->bc, seq, count, optional, gml_now_ns(), &dec);
+  if (streamed) broker_lease_streamed(&d->br, &s->bc, seq, count, gmli_now_ns(), &dec);
+  else broker_lease(&d->br, &s->bc, seq, count, optional, gmli_now_ns(), &dec);
   carry_out(s, &dec);
   daemon_refill(d);
   if (s->bc.lease.pending) sessions_tick(d); /* may ask others to reclaim */
@@ -168,7 +168,7 @@ void sessions_serve_pending(gmld *d) {
 
 /* Each session's timeouts (the transport's) and its waiting lease's review, in one walk of the list. */
 void sessions_tick(gmld *d) {
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   for (broker_client *c = d->br.clients; c; c = c->next) {
     session *s = session_of(c);
     session_timeouts(s, now);

@@ -24,8 +24,8 @@
 /* 1 when the hello's device is not ours, why saying so. */
 static int gpu_refused(const gmld *d, const Gmlake__Hello *h, char *why, size_t len) {
   const char *theirs = h->gpu_uuid;
-  if (!theirs || !*theirs || strcmp(gml_uuid_backend(theirs), d->be->name) || gml_uuid_same(theirs, d->be->uuid)) return 0;
-  gml_gpu_mismatch(why, len, d->be->uuid, d->cfg.device, gml_device_name_ok(theirs) ? theirs : "(a name no device has)",
+  if (!theirs || !*theirs || strcmp(gmli_uuid_backend(theirs), d->be->name) || gmli_uuid_same(theirs, d->be->uuid)) return 0;
+  gmli_gpu_mismatch(why, len, d->be->uuid, d->cfg.device, gmli_device_name_ok(theirs) ? theirs : "(a name no device has)",
                    h->device);
   return 1;
 }
@@ -53,14 +53,14 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
   /* a hand-over comes right after a restart: later, a client would hand over
    * chunks it returned but kept the fds of, past its quota and the limit */
   s->bc.reconnected = h->adopting;
-  int late = h->adopting && gml_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
+  int late = h->adopting && gmli_now_ns() - d->start_ns > (uint64_t)d->cfg.adopt_window_s * 1000000000ull;
   if (h->adopting && !late) session_keep_fds(s, GML_MAX_LEASE_CHUNKS); /* its chunks' fds come with Adopt requests */
   static uint64_t late_logged_ns; /* one warning a second at most: any client may say adopting */
-  int loud = late && gml_now_ns() - late_logged_ns > 1000000000ull;
-  if (loud) late_logged_ns = gml_now_ns();
-  if (late) gml_log(loud ? GML_LOG_WARN : GML_LOG_DEBUG, "client %llu (pid %d, uid %u) would hand over chunks %.0f s after "
+  int loud = late && gmli_now_ns() - late_logged_ns > 1000000000ull;
+  if (loud) late_logged_ns = gmli_now_ns();
+  if (late) gmli_log(loud ? GML_LOG_WARN : GML_LOG_DEBUG, "client %llu (pid %d, uid %u) would hand over chunks %.0f s after "
                     "start (adopt-window %d s): refused, it keeps them uncounted", (unsigned long long)s->bc.id,
-                    (int)s->bc.pid, (unsigned)s->bc.uid, (double)(gml_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
+                    (int)s->bc.pid, (unsigned)s->bc.uid, (double)(gmli_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
   conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
   if (s->peer_gone || conn_process_gone(s->pidfd, s->bc.pid)) { /* after the cgroup read: it was that process's */
     /* its pid and cgroup are what pid and cgroup quotas bind: a process that connected, handed the socket on
@@ -80,7 +80,7 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
   r.client_id = s->bc.id;
   r.instance = d->instance;
   r.max_stream = BROKER_MAX_STREAM, r.lease_wait_ms = (uint32_t)(d->br.lease_wait_ns / 1000000u);
-  r.no_adopt = late, r.mono_ns = gml_now_ns();
+  r.no_adopt = late, r.mono_ns = gmli_now_ns();
   env.seq = msg->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;

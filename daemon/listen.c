@@ -24,7 +24,7 @@
 
 /* At most one warning a second; the ones held back are counted in the next. */
 static void warn_limited(gmld *d, const char *what, const char *detail) {
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   if (now - d->accept_log_ns < 1000000000ull && d->accept_log_ns) {
     d->accept_log_held++;
     return;
@@ -51,8 +51,8 @@ static void refuse_connection(gmld *d, int fd, const char *why) {
   env.error = &e;
   uint8_t *f;
   size_t len;
-  if (gml_wire_encode(&env, &f, &len) == 0) {
-    gml_wire_sendmsg(fd, f, len, NULL, 0);
+  if (gmli_wire_encode(&env, &f, &len) == 0) {
+    gmli_wire_sendmsg(fd, f, len, NULL, 0);
     free(f);
   }
   close(fd);

@@ -51,7 +51,7 @@ static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
     if (no_fds)
       snprintf(d->br.create_failed_why, sizeof d->br.create_failed_why, "the daemon's fd limit (RLIMIT_NOFILE %zu) is reached: "
                "the daemon", d->fdb.limit);
-    int starts = broker_creation_failed(&d->br, gml_now_ns()); /* said once a back-off starts */
+    int starts = broker_creation_failed(&d->br, gmli_now_ns()); /* said once a back-off starts */
     if (starts && no_fds)
       GML_WARN("creating %zu chunk(s) failed: the daemon's fd limit (RLIMIT_NOFILE %zu) is reached (raise it: LimitNOFILE= in "
                "the unit, ulimit -n)", failed, d->fdb.limit);
@@ -85,20 +85,20 @@ static void notify_status(gmld *d, int force) {
   char st[512], lb[32], hb[32], ub[32];
   uint64_t leased = d->lk.leased + d->lk.parked;
   snprintf(st, sizeof st, "STATUS=device %d (%s), %s backend: limit %s, lake holds %s, %zu client(s) lease %s%s%s", d->cfg.device,
-           d->be->uuid, d->be->name, gml_format_bytes(d->lk.limit_bytes, lb, sizeof lb),
-           gml_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients, gml_format_bytes(leased * d->lk.cs, ub, sizeof ub),
+           d->be->uuid, d->be->name, gmli_format_bytes(d->lk.limit_bytes, lb, sizeof lb),
+           gmli_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients, gmli_format_bytes(leased * d->lk.cs, ub, sizeof ub),
            d->reload_refused[0] ? "; last reload refused: " : "", d->reload_refused); /* systemctl status shows it */
   if (!force && !strcmp(st, d->status)) return;
   snprintf(d->status, sizeof d->status, "%s", st);
-  d->status_ns = gml_now_ns();
+  d->status_ns = gmli_now_ns();
   notify_systemd(d, st);
 }
 
 /* The limit c asks for, in bytes (a multiple of the chunk size), or 0 when it is bad. */
 static uint64_t config_limit(const gmld *d, const gmld_config *c) {
-  const char *lim = c->limit[0] ? c->limit : gml_backend_default_limit(d->be);
+  const char *lim = c->limit[0] ? c->limit : gmli_backend_default_limit(d->be);
   uint64_t limit;
-  if (gml_parse_size(lim, d->device_total, &limit) || limit < d->be->chunk_size) return 0;
+  if (gmli_parse_size(lim, d->device_total, &limit) || limit < d->be->chunk_size) return 0;
   if (d->device_total && limit > d->device_total) /* allowed (gmlakectl refuses it): said, as nothing else would */
     GML_WARN("limit %s is more than the device's memory (%llu bytes): the lake stops where the device has no more", lim,
              (unsigned long long)d->device_total);
@@ -109,8 +109,8 @@ static uint64_t config_limit(const gmld *d, const gmld_config *c) {
  * for a percentage, its chunk for a floor): a size, or a percentage of the device. */
 static int check_limit_form(const gmld_config *c) {
   uint64_t v;
-  if (!c->limit[0] || !gml_parse_size(c->limit, 1ull << 40, &v)) return 1;
-  gml_log_fatal("bad value for limit: '%s' (a size, or a percentage of the device's memory)", c->limit);
+  if (!c->limit[0] || !gmli_parse_size(c->limit, 1ull << 40, &v)) return 1;
+  gmli_log_fatal("bad value for limit: '%s' (a size, or a percentage of the device's memory)", c->limit);
   return 0;
 }
 
@@ -119,10 +119,10 @@ static int check_limit_form(const gmld_config *c) {
 static int check_offline_device(const gmld_config *c) {
   char msg[256];
   int n;
-  const gml_backend_entry *e = gml_backend_find(c->backend);
+  const gml_backend_entry *e = gmli_backend_find(c->backend);
   if (!e || !(e->caps & GML_BACKEND_RESOLVES_OFFLINE)) return 1;
   if (!e->resolve(c->device_spec, NULL, &n, msg, sizeof msg)) return 1;
-  gml_log_fatal("bad value for device: %s", msg);
+  gmli_log_fatal("bad value for device: %s", msg);
   return 0;
 }
 
@@ -160,10 +160,10 @@ static int apply_quotas(gmld *d) {
  * value warned about), else info. Returns where it came from. */
 static const char *apply_log_level(const gmld_config *c) {
   if (c->log_level) {
-    gml_log_set_level(c->log_level);
+    gmli_log_set_level(c->log_level);
     return "--log-level or the config file";
   }
-  return gml_log_set_level_from_env(GML_LOG_INFO) ? "GMLAKE_LOG" : "the default";
+  return gmli_log_set_level_from_env(GML_LOG_INFO) ? "GMLAKE_LOG" : "the default";
 }
 
 /* --device N is nvidia-smi's GPU N: CUDA's ordinals here follow the PCI bus
@@ -171,7 +171,7 @@ static const char *apply_log_level(const gmld_config *c) {
  * a CUDA_VISIBLE_DEVICES inherited from a shell would hide and renumber
  * them). Set before the driver is loaded, which reads them at cuInit. */
 static void device_order_pci(void) {
-  const char *v = gml_env(GML_ENV_CUDA_VISIBLE_DEVICES);
+  const char *v = gmli_env(GML_ENV_CUDA_VISIBLE_DEVICES);
   if (v) GML_WARN("CUDA_VISIBLE_DEVICES=%s ignored: gmlaked serves the GPU --device names (an index is nvidia-smi's)", v);
   unsetenv("CUDA_VISIBLE_DEVICES");
   setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
@@ -225,8 +225,8 @@ static void on_reload(uv_signal_t *h, int signum) {
     char lb[32], left_out[48] = "";
     if (applied < nc.nquotas) snprintf(left_out, sizeof left_out, " (%d not set: see above)", nc.nquotas - applied);
     GML_INFO("SIGHUP: reloaded %s: limit %s, %d quota(s)%s, log level %s (%s)",
-             d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gml_format_bytes(limit, lb, sizeof lb),
-             applied, left_out, gml_log_level_name(gml_log_level()), from);
+             d->cfg.config_path[0] ? d->cfg.config_path : GMLD_DEFAULT_CONFIG, gmli_format_bytes(limit, lb, sizeof lb),
+             applied, left_out, gmli_log_level_name(gmli_log_level()), from);
     control_say_limit_below_held(d, "SIGHUP", was, NULL, 0);
     sessions_serve_pending(d);
     daemon_refill(d);
@@ -253,28 +253,28 @@ static void on_tick(uv_timer_t *t) {
   if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (%s)", over,
                      d->over_limit_why[0] ? d->over_limit_why : "over it");
   if (d->lk.total + d->lk.creating <= d->lk.limit_bytes / d->lk.cs) d->over_limit_why[0] = 0; /* within it again */
-  uint32_t idle = broker_idle_release(&d->br, gml_now_ns());
+  uint32_t idle = broker_idle_release(&d->br, gmli_now_ns());
   if (idle) {
     char g[32], k[32];
     GML_INFO("released %u free chunk(s) (%s) to the driver: nothing leased or given back for %d s (--idle-release); "
-             "the lake holds %s", idle, gml_format_bytes((uint64_t)idle * d->lk.cs, g, sizeof g), d->cfg.idle_release_s,
-             gml_format_bytes(d->lk.total * d->lk.cs, k, sizeof k));
+             "the lake holds %s", idle, gmli_format_bytes((uint64_t)idle * d->lk.cs, g, sizeof g), d->cfg.idle_release_s,
+             gmli_format_bytes(d->lk.total * d->lk.cs, k, sizeof k));
   }
   metrics_tick(d);
   daemon_refill(d);
-  if (gml_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);
+  if (gmli_now_ns() - d->status_ns > 5000000000ull) notify_status(d, 0);
 }
 
 int main(int argc, char **argv) {
-  gml_log_set_ident("gmlaked");
+  gmli_log_set_ident("gmlaked");
   gmld *d = calloc(1, sizeof *d);
   if (!d) return 1;
   /* this daemon's instance (HelloReply.instance): a client that lost its
    * connection to it and comes back does not hand its chunks over again */
   if (getrandom(&d->instance, sizeof d->instance, 0) != (ssize_t)sizeof d->instance)
-    d->instance = gml_now_ns() ^ ((uint64_t)getpid() << 32);
+    d->instance = gmli_now_ns() ^ ((uint64_t)getpid() << 32);
   if (!d->instance) d->instance = 1;
-  d->start_ns = gml_now_ns();
+  d->start_ns = gmli_now_ns();
   gmld_config *c = &d->cfg;
   int rc = config_load(c, argc, argv);
   if (rc) {
@@ -292,28 +292,28 @@ int main(int argc, char **argv) {
   gmld_config probe = *c; /* the names wait for the device's UUID; whether there are any, not */
   int took[2];
   if (!names_defaults(&probe, NULL, took)) {
-    gml_log_fatal("/run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
+    gmli_log_fatal("/run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
                     "(not in /tmp or another directory others may write: clients refuse those)");
     free(d);
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  gml_raise_fd_limit();
+  gmli_raise_fd_limit();
   fdbudget_init(d); /* the fd table shared out from the limit it has now */
   char msg[512];
-  gml_backend_opts bo = {.chunk_size = gml_env(GML_ENV_CHUNK_SIZE), .libcuda = gml_env(GML_ENV_LIBCUDA)};
+  gml_backend_opts bo = {.chunk_size = gmli_env(GML_ENV_CHUNK_SIZE), .libcuda = gmli_env(GML_ENV_LIBCUDA)};
   device_order_pci();
   const char *picked = c->backend;
-  rc = gml_backend_resolve(c->backend, c->device_spec, &bo, &picked, &c->device, msg, sizeof msg);
+  rc = gmli_backend_resolve(c->backend, c->device_spec, &bo, &picked, &c->device, msg, sizeof msg);
   if (rc == 0) {
     if (msg[0]) GML_INFO("%s", msg);
-    rc = gml_backend_open(picked, c->device, &bo, &d->be, msg, sizeof msg);
-    if (rc && strcmp(picked, c->backend) && gml_device_spec_index(c->device_spec) >= 0) /* auto: a GPU that cannot serve */
-      rc = gml_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
+    rc = gmli_backend_open(picked, c->device, &bo, &d->be, msg, sizeof msg);
+    if (rc && strcmp(picked, c->backend) && gmli_device_spec_index(c->device_spec) >= 0) /* auto: a GPU that cannot serve */
+      rc = gmli_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
   }
   if (rc) {
     GML_ERR("%s", msg);
-    gml_log_fatal("%s", msg);
+    gmli_log_fatal("%s", msg);
     return 1;
   }
   GML_INFO("%s", msg);
@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
   d->be->ops->mem_info(d->be, &freeb, &total);
   d->device_total = total;
   if (!(limit = config_limit(d, c))) {
-    gml_log_fatal("bad value for limit: '%s' (a size of at least one chunk, %zu bytes, or a percentage of the "
+    gmli_log_fatal("bad value for limit: '%s' (a size of at least one chunk, %zu bytes, or a percentage of the "
             "device's memory)", c->limit[0] ? c->limit : "the default", d->be->chunk_size);
     return 2;
   }
@@ -368,7 +368,7 @@ int main(int argc, char **argv) {
   daemon_refill(d);
   char lb[32];
   GML_INFO("serving device %d (%s) on %s, control %s, limit %s", c->device, d->be->uuid, c->socket_path, c->control_url,
-           gml_format_bytes(limit, lb, sizeof lb));
+           gmli_format_bytes(limit, lb, sizeof lb));
   notify_systemd(d, "READY=1");
   notify_status(d, 1);
   uv_run(d->loop, UV_RUN_DEFAULT);
@@ -387,7 +387,7 @@ int main(int argc, char **argv) {
   uv_run(d->loop, UV_RUN_DEFAULT);
   lake_destroy(&d->lk);
   if (!strncmp(c->control_url, "ipc://", 6)) unlink(c->control_url + 6);
-  gml_backend_close(d->be);
+  gmli_backend_close(d->be);
   uv_loop_close(d->loop);
   free(d);
   GML_INFO("stopped");

@@ -77,7 +77,7 @@ static char *metrics_text(gmld *d, size_t *len) {
   char *text = NULL;
   FILE *f = open_memstream(&text, len);
   if (f) {
-    print_metrics(f, r);
+    gmli_print_metrics(f, r);
     fclose(f);
   }
   gmlake__ctl_reply__free_unpacked(r, NULL);
@@ -109,7 +109,7 @@ static void http_answer(http_conn *c) {
 
 static void on_http_io(uv_poll_t *h, int status, int events) {
   http_conn *c = h->data;
-  if (status < 0 || gml_now_ns() - c->since_ns > HTTP_TIMEOUT_NS) {
+  if (status < 0 || gmli_now_ns() - c->since_ns > HTTP_TIMEOUT_NS) {
     http_close(c);
     return;
   }
@@ -157,7 +157,7 @@ static void on_http_accept(uv_poll_t *h, int status, int events) {
     }
     c->d = d;
     c->fd = fd;
-    c->since_ns = gml_now_ns();
+    c->since_ns = gmli_now_ns();
     c->next = d->http_conns;
     d->http_conns = c;
     d->nhttp_conns++;
@@ -175,7 +175,7 @@ static void on_http_accept(uv_poll_t *h, int status, int events) {
 
 /* The tick: connections that outstay HTTP_TIMEOUT_NS go. */
 void metrics_tick(gmld *d) {
-  uint64_t now = gml_now_ns();
+  uint64_t now = gmli_now_ns();
   for (http_conn *c = d->http_conns, *next; c; c = next) {
     next = c->next;
     if (now - c->since_ns > HTTP_TIMEOUT_NS) http_close(c);
@@ -193,7 +193,7 @@ int metrics_start(gmld *d) {
   char host[128];
   const char *colon = strrchr(hp, ':');
   if (!colon || (size_t)(colon - hp) >= sizeof host) {
-    gml_log_fatal("--metrics-listen wants ADDR:PORT, not '%s'", hp);
+    gmli_log_fatal("--metrics-listen wants ADDR:PORT, not '%s'", hp);
     return GML_EINVAL;
   }
   memcpy(host, hp, (size_t)(colon - hp));
@@ -202,13 +202,13 @@ int metrics_start(gmld *d) {
   if (hn[0] == '[' && hn[strlen(hn) - 1] == ']') hn++, hn[strlen(hn) - 1] = 0;
   struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
   if (getaddrinfo(*hn ? hn : NULL, colon + 1, &hints, &ai)) {
-    gml_log_fatal("--metrics-listen %s: cannot resolve", hp);
+    gmli_log_fatal("--metrics-listen %s: cannot resolve", hp);
     return GML_EINVAL;
   }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (fd >= 0 && (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 16))) {
-    gml_log_fatal("--metrics-listen %s: %s", hp, strerror(errno));
+    gmli_log_fatal("--metrics-listen %s: %s", hp, strerror(errno));
     close(fd);
     fd = -1;
   }

@@ -32,9 +32,9 @@ int names_defaults(gmld_config *c, const gml_backend *be, int took_default[2]) {
    * only --socket put it in /run/gmlake, beside (or in place of) the system
    * daemon's; named by the index, where gmlakectl --device N with
    * GMLAKE_SOCKET=.../gmlake-%d.sock looks */
-  if (!c->control_url[0] && c->socket_path[0]) gml_control_url_beside(c->socket_path, index, c->control_url, sizeof c->control_url);
-  if (!c->socket_path[0]) gml_default_socket_path(name, c->socket_path, sizeof c->socket_path);
-  if (!c->control_url[0]) gml_default_control_url(name, c->control_url, sizeof c->control_url);
+  if (!c->control_url[0] && c->socket_path[0]) gmli_control_url_beside(c->socket_path, index, c->control_url, sizeof c->control_url);
+  if (!c->socket_path[0]) gmli_default_socket_path(name, c->socket_path, sizeof c->socket_path);
+  if (!c->control_url[0]) gmli_default_control_url(name, c->control_url, sizeof c->control_url);
   return c->socket_path[0] && c->control_url[0];
 }
 
@@ -72,7 +72,7 @@ void names_link(gmld *d, const int took_default[2]) {
     d->links[i][0] = 0;
     if (!took_default[i] || (i == 1 && strncmp(d->cfg.control_url, "ipc://", 6))) continue;
     char dir[256], why[160];
-    const char *base = gml_path_dir(paths[i], dir, sizeof dir);
+    const char *base = gmli_path_dir(paths[i], dir, sizeof dir);
     snprintf(d->link_targets[i], sizeof d->link_targets[i], "%s", base);
     snprintf(d->links[i], sizeof d->links[i], "%s/gmlake-%d.%s", dir, d->be->device, ext[i]);
     if (make_link(d->links[i], base, why, sizeof why) == 0) {

@@ -127,11 +127,11 @@ static int take_frames(session *s, int *budget) {
   const uint8_t *body;
   size_t len;
   int k;
-  while ((k = gml_rx_next(&s->rx, &body, &len)) == 1) {
+  while ((k = gmli_rx_next(&s->rx, &body, &len)) == 1) {
     if (s->bc.closing) return -1; /* doomed by its own request: nothing more from it */
     if (*budget <= 0) return 1;
     if (handle_frame(s, body, len)) return -1;
-    gml_rx_consume(&s->rx, len);
+    gmli_rx_consume(&s->rx, len);
     (*budget)--;
   }
   if (k < 0) {
@@ -143,7 +143,7 @@ static int take_frames(session *s, int *budget) {
   }
   /* what is left is part of a frame: it must be whole within frame_timeout_ms */
   if (s->rx.len == s->rx.off) s->partial_since_ns = 0;
-  else if (!s->partial_since_ns) s->partial_since_ns = gml_now_ns();
+  else if (!s->partial_since_ns) s->partial_since_ns = gmli_now_ns();
   return 0;
 }
 
@@ -154,7 +154,7 @@ static void session_read(session *s) {
   int budget = s->d->cfg.read_budget;
   int more = take_frames(s, &budget);
   while (more == 0 && budget > 0 && !s->bc.closing) {
-    long r = gml_rx_fill(&s->rx, s->fd);
+    long r = gmli_rx_fill(&s->rx, s->fd);
     if (s->rx.fds_received) {
       s->d->counters.protocol_errors++;
       CONN_WARN(s->bc.uid, "client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
@@ -232,7 +232,7 @@ static void sessions_on_kick(uv_idle_t *t) {
 
 static void session_free_cb(uv_handle_t *h) {
   session *s = h->data;
-  gml_rx_free(&s->rx);
+  gmli_rx_free(&s->rx);
   free(s);
 }
 
@@ -266,7 +266,7 @@ int session_open(gmld *d, int fd, const struct ucred *cred) {
   s->bc.pid = cred->pid;
   s->bc.uid = cred->uid;
   s->pidfd = conn_peer_pidfd(fd, cred->pid, &s->peer_gone);
-  s->connect_ns = gml_now_ns();
+  s->connect_ns = gmli_now_ns();
   if (!d->fdb.limit) fdbudget_init(d); /* set at start (main.c); here for a daemon made without it (the fuzzers) */
   s->txq.nfds_all = &d->fds_queued;
   struct timespec ts;

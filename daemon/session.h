@@ -93,5 +93,5 @@ void session_fd_refusal(const session *s, int nfds, char *why, size_t len);
 static inline void session_keep_fds(session *s, int max) { s->rx.keep_max = max; }
 static inline int session_keeps_fds(const session *s) { return s->rx.keep_max != 0; }
 static inline int session_fds_kept(const session *s) { return s->rx.nkept; }
-static inline int session_take_fds(session *s, int n, int *fds) { return gml_rx_take_fds(&s->rx, n, fds); }
+static inline int session_take_fds(session *s, int n, int *fds) { return gmli_rx_take_fds(&s->rx, n, fds); }
 #endif

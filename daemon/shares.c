@@ -76,7 +76,7 @@ static share *find_named(gmld *d, const char *key, uid_t uid) {
   share *sh = find_key(d, key, uid);
   char name[SHARE_KEY_MAX + 1];
   uint32_t owner;
-  if (sh || !gml_share_key_owner(key, name, &owner)) return sh; /* wire.c: as the client checked it */
+  if (sh || !gmli_share_key_owner(key, name, &owner)) return sh; /* wire.c: as the client checked it */
   return find_key(d, name, (uid_t)owner);
 }
 
@@ -178,7 +178,7 @@ static void on_mapper_exit(uv_poll_t *h, int status, int events) {
 static const char *check_share(session *s, const Gmlake__ShareRequest *r, uint32_t *idx) {
   gmld *d = s->d;
   size_t n = r->n_chunk_ids;
-  if (!gml_share_key_ok(r->key, NULL)) return "share key empty, too long or not printable";
+  if (!gmli_share_key_ok(r->key, NULL)) return "share key empty, too long or not printable";
   if (strchr(r->key, '@')) return "share key has a '@' (NAME@UID names another user's share)";
   if (n < 1 || r->size == 0 || r->size > (uint64_t)n * d->lk.cs || r->size <= (uint64_t)(n - 1) * d->lk.cs)
     return "share size does not match its chunks";
@@ -291,7 +291,7 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
 static int key_refused(session *s, uint64_t seq, const char *key, const char *what) {
   char name[SHARE_KEY_MAX + 1];
   uint32_t uid;
-  if (!key || !*key || gml_share_key_ok(key, NULL) || gml_share_key_owner(key, name, &uid)) return 0;
+  if (!key || !*key || gmli_share_key_ok(key, NULL) || gmli_share_key_owner(key, name, &uid)) return 0;
   CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) asked to %s '%s': not a share key: refused", (unsigned long long)s->bc.id,
             (int)s->bc.pid, (unsigned)s->bc.uid, what, GML_LOG_ESC(key));
   session_send_error(s, seq, GML_EINVAL, "%s: not a share key (1 to %d bytes of '!' to '~', or NAME@UID for another user's "

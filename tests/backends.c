@@ -205,7 +205,7 @@ void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_
 
 static void spin_cost(const uint64_t *cost, uint64_t times) {
   uint64_t ns = __atomic_load_n(cost, __ATOMIC_RELAXED) * times;
-  for (uint64_t t0 = ns ? gml_now_ns() : 0; ns && gml_now_ns() - t0 < ns;) {
+  for (uint64_t t0 = ns ? gmli_now_ns() : 0; ns && gmli_now_ns() - t0 < ns;) {
   }
 }
 
@@ -239,10 +239,10 @@ static int costed_open(int device, const gml_backend_opts *opts, gml_backend **o
 }
 
 int gml_host_test_costs_install(void) {
-  const gml_backend_entry *host = gml_backend_find("host");
+  const gml_backend_entry *host = gmli_backend_find("host");
   if (!host) return GML_ENODEV;
   gml_backend_entry e = *host;
   host_open = host->open;
   e.open = costed_open;
-  return gml_backend_register(&e);
+  return gmli_backend_register(&e);
 }

@@ -300,8 +300,8 @@ int closed_by_daemon(int s) {
 int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds) {
   uint8_t *f;
   size_t len;
-  ck_assert_int_eq(gml_wire_encode(env, &f, &len), 0);
-  int rc = gml_wire_send(s, f, len, fds, nfds);
+  ck_assert_int_eq(gmli_wire_encode(env, &f, &len), 0);
+  int rc = gmli_wire_send(s, f, len, fds, nfds);
   free(f);
   return rc;
 }
@@ -316,7 +316,7 @@ int raw_round_trip(int s, uint64_t seq) {
   if (send_env(s, &env, NULL, 0)) return -1;
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
   for (;;) { /* replies to earlier requests may come first */
-    if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) return -1;
+    if (gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) return -1;
     for (int i = 0; i < nfds; i++) close(fds[i]);
     int done = in->seq == seq;
     gmlake__envelope__free_unpacked(in, NULL);

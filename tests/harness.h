@@ -73,7 +73,7 @@ void client_kill(proc *p);  /* SIGKILL, wait, close its pipes */
 /* Raw connections on the client socket. */
 int raw_connect(void);       /* -1 when it cannot connect; 5 s receive timeout */
 int closed_by_daemon(int s); /* 1 when the daemon closed it (EOF after draining replies) */
-int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds); /* gml_wire_send's result */
+int send_env(int s, Gmlake__Envelope *env, const int *fds, int nfds); /* gmli_wire_send's result */
 int send_hello(int s, const char *name);
 /* A request on s that the daemon answers (a Detach of a share s does not map: an Error, nothing
  * changed), and its answer read (what came before it is read and dropped). The daemon handles a

@@ -12,13 +12,13 @@ static lake lk;
 
 static inline void lake_setup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   lake_init(&lk, be, 10 * be->chunk_size);
 }
 
 static inline void lake_teardown(void) {
   lake_destroy(&lk);
-  gml_backend_close(be);
+  gmli_backend_close(be);
 }
 
 static inline void add_chunks(int n) {

@@ -7,8 +7,13 @@ symbols (what each file defines and what it uses), so a call through a header co
 2. No circle among the files of one folder: file A using a function of file B while B (through any
    chain inside the folder) uses one of A's. A circle that is argued for is listed in ALLOWED with
    the header that argues it.
+3. Names: a function or object the library's files (client/, common/) define for other files is
+   either the public API (GML_API in include/gmlake.h) or internal, prefixed `gmli_` (as libuv's
+   `uv__`, nng's `nni_`); no file of any folder defines a `gml_` name the header does not export,
+   and no header's `static inline` function takes the public prefix.
 Prints each violation with the symbols that make it; exit 1 when there is one."""
 import os
+import re
 import subprocess
 import sys
 
@@ -30,6 +35,34 @@ def symbols(path):
     out = subprocess.run(["nm", "-u", path], capture_output=True, text=True, check=True).stdout
     uses = {l.split()[-1] for l in out.splitlines() if l.strip()}
     return defs, uses
+
+
+def public_names():
+    text = open("include/gmlake.h").read()
+    return {m.group(1) for m in re.finditer(r"\bGML_API\b[^;{]*?\b((?:gml|gmlake)_\w+)\s*\(", text)}
+
+
+def names(files):
+    public, bad = public_names(), 0
+    if len(public) < 20:  # the header's GML_API lines not found: the check would pass by seeing nothing
+        print(f"names: only {len(public)} GML_API functions found in include/gmlake.h")
+        return 1
+    for f, (defs, _) in sorted(files.items()):
+        folder = f.split("/")[0]
+        for s in sorted(defs):
+            if s in public:
+                continue
+            if s.startswith("gml_") or (folder in ("client", "common") and not s.startswith("gmli_")):
+                bad += 1
+                print(f"name: {f} defines {s}: internal names take the prefix gmli_ (gml_ is the public API's)")
+    for folder in ("common", "client", "daemon", "tools"):
+        for h in sorted(os.listdir(folder)):
+            if h.endswith(".h"):
+                for m in re.finditer(r"static\s+inline\b[^;{(]*?\b(gml_\w+)\s*\(", open(f"{folder}/{h}").read()):
+                    if m.group(1) not in public:
+                        bad += 1
+                        print(f"name: {folder}/{h}: static inline {m.group(1)}: internal names take the prefix gmli_")
+    return bad
 
 
 def main():
@@ -105,6 +138,7 @@ def main():
                 for g, syms in sorted(edges.get(f, {}).items()):
                     if g in comp:
                         print(f"  {f} -> {g}: {', '.join(sorted(syms)[:6])}")
+    bad += names(files)
     print(f"layers: {len(files)} files, {bad} violation(s)")
     return 1 if bad else 0
 

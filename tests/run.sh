@@ -296,7 +296,7 @@ if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 fi
 section "environment: read only through common/options.c, and every variable of its table in README"
 if grep -rn 'getenv *(' client daemon common tools | grep -v '^common/options\.c:'; then
-  echo "getenv outside common/options.c (read through gml_env / gml_options, add the variable to GML_ENV_VARS)" >&2
+  echo "getenv outside common/options.c (read through gmli_env / gml_options, add the variable to GML_ENV_VARS)" >&2
   exit 1
 fi
 vars=$(sed -n 's/^ *X([A-Z_]*, "\([A-Z_]*\)",.*/\1/p' common/options.h)

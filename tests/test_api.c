@@ -58,49 +58,49 @@ START_TEST(test_wire_codes) {
   int sv[2];
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
   gml_rx rx = {0};
-  ck_assert_int_eq(gml_rx_fill(&rx, sv[1]), GML_EAGAIN); /* nothing there yet */
+  ck_assert_int_eq(gmli_rx_fill(&rx, sv[1]), GML_EAGAIN); /* nothing there yet */
   uint8_t b = 1;
-  ck_assert_int_eq(gml_wire_sendmsg(sv[0], &b, 1, NULL, 0), 1);
-  ck_assert_int_eq(gml_rx_fill(&rx, sv[1]), 1);
+  ck_assert_int_eq(gmli_wire_sendmsg(sv[0], &b, 1, NULL, 0), 1);
+  ck_assert_int_eq(gmli_rx_fill(&rx, sv[1]), 1);
   int fds[GML_MAX_LEASE_CHUNKS + 1] = {0};
-  ck_assert_int_eq(gml_wire_sendmsg(sv[0], &b, 1, fds, GML_MAX_LEASE_CHUNKS + 1), GML_EINVAL);
+  ck_assert_int_eq(gmli_wire_sendmsg(sv[0], &b, 1, fds, GML_MAX_LEASE_CHUNKS + 1), GML_EINVAL);
   close(sv[1]);
-  ck_assert_int_eq(gml_wire_sendmsg(sv[0], &b, 1, NULL, 0), GML_EDAEMON); /* EPIPE: the peer is gone */
-  ck_assert_int_eq(gml_wire_send(sv[0], &b, 1, NULL, 0), GML_EDAEMON);
-  ck_assert_int_eq(gml_rx_fill(&rx, -1), GML_ESYS); /* EBADF */
-  gml_rx_free(&rx);
+  ck_assert_int_eq(gmli_wire_sendmsg(sv[0], &b, 1, NULL, 0), GML_EDAEMON); /* EPIPE: the peer is gone */
+  ck_assert_int_eq(gmli_wire_send(sv[0], &b, 1, NULL, 0), GML_EDAEMON);
+  ck_assert_int_eq(gmli_rx_fill(&rx, -1), GML_ESYS); /* EBADF */
+  gmli_rx_free(&rx);
   close(sv[0]);
 }
 END_TEST
 
 START_TEST(test_parse_codes) {
   uint64_t v;
-  ck_assert_int_eq(gml_parse_size("2MiB", 0, &v), 0);
+  ck_assert_int_eq(gmli_parse_size("2MiB", 0, &v), 0);
   ck_assert_uint_eq(v, 2u << 20);
-  ck_assert_int_eq(gml_parse_size("junk", 0, &v), GML_EINVAL);
-  ck_assert_int_eq(gml_parse_size("5%", 0, &v), GML_EINVAL);
-  ck_assert_int_eq(gml_log_parse_level("INFO"), GML_LOG_INFO);
-  ck_assert_int_eq(gml_log_parse_level("loud"), GML_EINVAL);
+  ck_assert_int_eq(gmli_parse_size("junk", 0, &v), GML_EINVAL);
+  ck_assert_int_eq(gmli_parse_size("5%", 0, &v), GML_EINVAL);
+  ck_assert_int_eq(gmli_log_parse_level("INFO"), GML_LOG_INFO);
+  ck_assert_int_eq(gmli_log_parse_level("loud"), GML_EINVAL);
 }
 END_TEST
 
 START_TEST(test_env_table) {
-  ck_assert_str_eq(gml_env_name(GML_ENV_BACKEND), "GMLAKE_BACKEND");
-  ck_assert_str_eq(gml_env_default(GML_ENV_BACKEND), "auto");
-  ck_assert_str_eq(gml_env_name(GML_ENV_DAEMON_CONFIG), "GMLAKED_CONFIG");
+  ck_assert_str_eq(gmli_env_name(GML_ENV_BACKEND), "GMLAKE_BACKEND");
+  ck_assert_str_eq(gmli_env_default(GML_ENV_BACKEND), "auto");
+  ck_assert_str_eq(gmli_env_name(GML_ENV_DAEMON_CONFIG), "GMLAKED_CONFIG");
   for (int i = 0; i < GML_ENV_COUNT; i++)
-    for (int j = 0; j < i; j++) ck_assert_str_ne(gml_env_name((gml_env_id)i), gml_env_name((gml_env_id)j));
+    for (int j = 0; j < i; j++) ck_assert_str_ne(gmli_env_name((gml_env_id)i), gmli_env_name((gml_env_id)j));
   setenv("GMLAKE_REPLAY_COST", "1,2,3,4", 1);
-  ck_assert_str_eq(gml_env(GML_ENV_REPLAY_COST), "1,2,3,4");
+  ck_assert_str_eq(gmli_env(GML_ENV_REPLAY_COST), "1,2,3,4");
   unsetenv("GMLAKE_REPLAY_COST");
-  ck_assert_ptr_null(gml_env(GML_ENV_REPLAY_COST));
+  ck_assert_ptr_null(gmli_env(GML_ENV_REPLAY_COST));
 }
 END_TEST
 
 START_TEST(test_options_from_env) {
   gml_options o;
   unsetenv("GMLAKE_BACKEND"), unsetenv("GMLAKE_MODE"), unsetenv("GMLAKE_LIBCUDA"), unsetenv("GMLAKE_TIMING");
-  gml_options_from_env(&o);
+  gmli_options_from_env(&o);
   ck_assert_str_eq(o.backend, "auto"); /* the one default, for gml_open and the PyTorch entry points */
   ck_assert_int_eq(o.backend_named, 0);
   ck_assert_int_eq(o.mode, 0);
@@ -110,18 +110,18 @@ START_TEST(test_options_from_env) {
   setenv("GMLAKE_MODE", "embedded", 1);
   setenv("GMLAKE_TIMING", "1", 1);
   setenv("GMLAKE_VA_SIZE", "70GiB", 1);
-  gml_options_from_env(&o);
+  gmli_options_from_env(&o);
   ck_assert_str_eq(o.backend, "host");
   ck_assert_int_eq(o.backend_named, 1);
   ck_assert_int_eq(o.mode, GML_MODE_EMBEDDED);
   ck_assert_str_eq(o.timing, "1");
   ck_assert_str_eq(o.va_size, "70GiB");
   setenv("GMLAKE_MODE", "sometimes", 1);
-  gml_options_from_env(&o);
+  gmli_options_from_env(&o);
   ck_assert_int_eq(o.mode, -1); /* not a mode: gml_open refuses it (test_env_refused) */
   ck_assert_str_eq(o.mode_text, "sometimes");
   setenv("GMLAKE_MODE", "", 1); /* empty is unset */
-  gml_options_from_env(&o);
+  gmli_options_from_env(&o);
   ck_assert_int_eq(o.mode, 0);
   setenv("GMLAKE_MODE", "embedded", 1);
   /* gml_open reads them, and explicit options win */
@@ -179,7 +179,7 @@ static void unset_all(void) {
                         "GMLAKE_BORROW", "GMLAKE_BORROW_MAX", "GMLAKE_BORROW_RATIO", "GMLAKE_CHUNK_SIZE", "GMLAKE_SOCKET",
                         "GMLAKE_STREAM_MAP", "GMLAKE_GUARD_BACKTRACE"};
   for (size_t i = 0; i < GML_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
-  gml_log_set_level(-1);
+  gmli_log_set_level(-1);
 }
 
 /* Where memory comes from and how much a process may take: a value that
@@ -297,16 +297,16 @@ START_TEST(test_env_warned) {
   }
   /* the one read outside gml_options (client/link.c): the same parse */
   begin_stderr();
-  ck_assert_int_eq(gml_env_flag(GML_ENV_RECONNECT, "yes", 1), 1);
-  ck_assert_int_eq(gml_env_flag(GML_ENV_RECONNECT, "0", 1), 0);
-  ck_assert_int_eq(gml_env_flag(GML_ENV_RECONNECT, NULL, 1), 1);
+  ck_assert_int_eq(gmli_env_flag(GML_ENV_RECONNECT, "yes", 1), 1);
+  ck_assert_int_eq(gmli_env_flag(GML_ENV_RECONNECT, "0", 1), 0);
+  ck_assert_int_eq(gmli_env_flag(GML_ENV_RECONNECT, NULL, 1), 1);
   said = end_stderr();
   ck_assert_msg(strstr(said, "GMLAKE_RECONNECT=yes: 0 or 1 was expected; using 1"), "%s", said);
   ck_assert_msg(!strstr(said, "GMLAKE_RECONNECT=0"), "%s", said);
 
   /* GMLAKE_LOG: read at the first line logged */
   setenv("GMLAKE_LOG", "loud", 1);
-  gml_log_set_level(-1);
+  gmli_log_set_level(-1);
   begin_stderr();
   GML_WARN("first line");
   GML_INFO("not shown at warn");
@@ -470,21 +470,21 @@ END_TEST
 
 /* Backends come from one table: names, auto's order, the daemon's default limit. */
 START_TEST(test_backend_table) {
-  ck_assert(gml_backend_known("auto") && gml_backend_known("cuda") && gml_backend_known("host"));
-  ck_assert(!gml_backend_known("gpu") && !gml_backend_known(NULL));
-  ck_assert_str_eq(gml_backend_names(), "auto, cuda, host");
+  ck_assert(gmli_backend_known("auto") && gmli_backend_known("cuda") && gmli_backend_known("host"));
+  ck_assert(!gmli_backend_known("gpu") && !gmli_backend_known(NULL));
+  ck_assert_str_eq(gmli_backend_names(), "auto, cuda, host");
   gml_backend *be = NULL;
   char msg[512];
-  ck_assert_int_eq(gml_backend_open("gpu", 0, NULL, &be, msg, sizeof msg), GML_EINVAL);
+  ck_assert_int_eq(gmli_backend_open("gpu", 0, NULL, &be, msg, sizeof msg), GML_EINVAL);
   ck_assert_msg(strstr(msg, "unknown backend 'gpu' (auto, cuda, host)"), "%s", msg);
   gml_backend_opts no_cuda = {.libcuda = "/nonexistent/libcuda.so.1"}; /* GMLAKE_LIBCUDA, passed down */
-  ck_assert_int_eq(gml_backend_open("cuda", 0, &no_cuda, &be, msg, sizeof msg), GML_ENODEV);
+  ck_assert_int_eq(gmli_backend_open("cuda", 0, &no_cuda, &be, msg, sizeof msg), GML_ENODEV);
   ck_assert_msg(!strncmp(msg, "cannot load /nonexistent/libcuda.so.1 (", 39), "%s", msg);
-  ck_assert_int_eq(gml_backend_open("auto", 0, &no_cuda, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_open("auto", 0, &no_cuda, &be, msg, sizeof msg), 0);
   ck_assert_str_eq(be->name, "host");
   ck_assert_msg(!strncmp(msg, "backend auto: picked host (no usable GPU: ", 42), "%s", msg);
-  ck_assert_str_eq(gml_backend_default_limit(be), "50%");
-  gml_backend_close(be);
+  ck_assert_str_eq(gmli_backend_default_limit(be), "50%");
+  gmli_backend_close(be);
 }
 END_TEST
 
@@ -503,40 +503,40 @@ START_TEST(test_device_names) {
   for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
     if (maps[i].visible) setenv("CUDA_VISIBLE_DEVICES", maps[i].visible, 1);
     else unsetenv("CUDA_VISIBLE_DEVICES");
-    ck_assert_int_eq(gml_backend_device_uuid("auto", maps[i].ordinal, &no_cuda, uuid), 0);
+    ck_assert_int_eq(gmli_backend_device_uuid("auto", maps[i].ordinal, &no_cuda, uuid), 0);
     ck_assert_msg(!strcmp(uuid, maps[i].uuid), "CUDA_VISIBLE_DEVICES=%s, ordinal %d: %s, not %s", maps[i].visible,
                   maps[i].ordinal, uuid, maps[i].uuid);
   }
   setenv("CUDA_VISIBLE_DEVICES", "3", 1); /* an embedded host client names its device the same */
   gml_backend *be = NULL;
-  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   ck_assert_str_eq(be->uuid, "host-3");
   ck_assert_int_eq(be->device, 0);
-  gml_backend_close(be);
+  gmli_backend_close(be);
   unsetenv("CUDA_VISIBLE_DEVICES");
-  ck_assert_int_eq(gml_backend_device_uuid("cuda", 0, &no_cuda, uuid), GML_ENODEV);
+  ck_assert_int_eq(gmli_backend_device_uuid("cuda", 0, &no_cuda, uuid), GML_ENODEV);
   ck_assert_str_eq(uuid, "");
   const char *picked = NULL;
   int dev = -1;
-  ck_assert_int_eq(gml_backend_resolve("host", "host-5", NULL, &picked, &dev, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_resolve("host", "host-5", NULL, &picked, &dev, msg, sizeof msg), 0);
   ck_assert_str_eq(picked, "host");
   ck_assert_int_eq(dev, 5);
-  ck_assert_int_eq(gml_backend_resolve("auto", "2", &no_cuda, &picked, &dev, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_resolve("auto", "2", &no_cuda, &picked, &dev, msg, sizeof msg), 0);
   ck_assert_str_eq(picked, "host");
   ck_assert_int_eq(dev, 2);
   ck_assert_msg(strstr(msg, "backend auto: picked host for device 2 (cuda: cannot load"), "%s", msg);
-  ck_assert_int_eq(gml_backend_resolve("host", "GPU-6f2b1c3e-8a4d", NULL, &picked, &dev, msg, sizeof msg), GML_ENODEV);
+  ck_assert_int_eq(gmli_backend_resolve("host", "GPU-6f2b1c3e-8a4d", NULL, &picked, &dev, msg, sizeof msg), GML_ENODEV);
   ck_assert_msg(strstr(msg, "the host backend's devices are host-N or N"), "%s", msg);
-  ck_assert_int_eq(gml_backend_resolve("cuda", "GPU-6f2b1c3e-8a4d", &no_cuda, &picked, &dev, msg, sizeof msg), GML_ENODEV);
+  ck_assert_int_eq(gmli_backend_resolve("cuda", "GPU-6f2b1c3e-8a4d", &no_cuda, &picked, &dev, msg, sizeof msg), GML_ENODEV);
   ck_assert_msg(strstr(msg, "no device GPU-6f2b1c3e-8a4d: cuda: cannot load"), "%s", msg);
   unsigned v[4];
-  ck_assert(gml_pci_bus_id_parse("00000000:3B:00.0", v) && v[0] == 0 && v[1] == 0x3b && v[2] == 0 && v[3] == 0);
-  ck_assert(gml_pci_bus_id_parse("0001:af:1f.7", v) && v[0] == 1 && v[1] == 0xaf && v[2] == 0x1f && v[3] == 7);
-  ck_assert(gml_pci_bus_id_parse("3b:00.0", v) && v[1] == 0x3b);
-  ck_assert(!gml_pci_bus_id_parse("3b:00", v) && !gml_pci_bus_id_parse("GPU-3b", v) && !gml_pci_bus_id_parse("3b:20.0", v));
-  ck_assert(gml_uuid_same("GPU-6F2B1C3E", "gpu-6f2b1c3e") && !gml_uuid_same("host-1", "host-10") && !gml_uuid_same("", ""));
-  ck_assert_str_eq(gml_uuid_backend("host-3"), "host");
-  ck_assert_str_eq(gml_uuid_backend("GPU-6f2b1c3e"), "cuda");
+  ck_assert(gmli_pci_bus_id_parse("00000000:3B:00.0", v) && v[0] == 0 && v[1] == 0x3b && v[2] == 0 && v[3] == 0);
+  ck_assert(gmli_pci_bus_id_parse("0001:af:1f.7", v) && v[0] == 1 && v[1] == 0xaf && v[2] == 0x1f && v[3] == 7);
+  ck_assert(gmli_pci_bus_id_parse("3b:00.0", v) && v[1] == 0x3b);
+  ck_assert(!gmli_pci_bus_id_parse("3b:00", v) && !gmli_pci_bus_id_parse("GPU-3b", v) && !gmli_pci_bus_id_parse("3b:20.0", v));
+  ck_assert(gmli_uuid_same("GPU-6F2B1C3E", "gpu-6f2b1c3e") && !gmli_uuid_same("host-1", "host-10") && !gmli_uuid_same("", ""));
+  ck_assert_str_eq(gmli_uuid_backend("host-3"), "host");
+  ck_assert_str_eq(gmli_uuid_backend("GPU-6f2b1c3e"), "cuda");
 }
 END_TEST
 

@@ -75,7 +75,7 @@ static int w_wait(gml_backend *b, uintptr_t stream, uintptr_t event) {
 
 static void bsetup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   ck_assert_int_eq(gml_host_fake_events(be), 0);
   fake_ops = be->ops;
   wrapped = *be->ops;
@@ -84,22 +84,22 @@ static void bsetup(void) {
   drop_waits = 0;
   memset(&src, 0, sizeof src);
   src.be = be;
-  ck_assert_int_eq(gml_alloc_init(&A, be, (gml_chunk_source){&src, b_acquire, b_release, NULL}, 8ul << 30, NULL), 0);
-  gml_alloc_set_borrow(&A, 1, 1.5, 8);
+  ck_assert_int_eq(gmli_alloc_init(&A, be, (gml_chunk_source){&src, b_acquire, b_release, NULL}, 8ul << 30, NULL), 0);
+  gmli_alloc_set_borrow(&A, 1, 1.5, 8);
 }
 
 static void bteardown(void) {
-  gml_alloc_destroy(&A);
+  gmli_alloc_destroy(&A);
   ck_assert_int_eq(src.live, 0);
   be->ops = fake_ops;
-  gml_backend_close(be);
+  gmli_backend_close(be);
   free(slot_phys);
   slot_phys = NULL;
 }
 
 static void *balloc(size_t n, gml_stream s) {
   void *p = NULL;
-  int rc = gml_alloc_malloc(&A, n, s, &p);
+  int rc = gmli_alloc_malloc(&A, n, s, &p);
   ck_assert_msg(rc == 0, "alloc %zu: %s", n, A.last_error);
   return p;
 }
@@ -136,31 +136,31 @@ END_TEST
 START_TEST(test_borrow_with_wait) {
   void *a = balloc(6 * MiB, 1);
   uint64_t use = gml_host_fake_launch(be, 1);
-  ck_assert_int_eq(gml_alloc_free(&A, a), 0);
+  ck_assert_int_eq(gmli_alloc_free(&A, a), 0);
   uint64_t maps = A.maps;
   void *b = balloc(6 * MiB, 2);
   ck_assert_ptr_eq(b, a);
   ck_assert_uint_eq(A.maps, maps); /* its chunks were mapped already */
   gml_stats st;
-  gml_alloc_stats(&A, &st);
+  gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrows, 1);
   ck_assert_uint_eq(st.borrow_waits, 1);
   ck_assert_uint_eq(st.syncs, 0);
   ck_assert_uint_eq(gml_host_fake_waits(be), 1);
   ck_assert(gml_host_fake_ordered(be, 1, use, 2));
-  ck_assert_int_eq(gml_alloc_check(&A), 0);
-  gml_alloc_free(&A, b);
+  ck_assert_int_eq(gmli_alloc_check(&A), 0);
+  gmli_alloc_free(&A, b);
   /* off: the same situation gets other memory, or a synchronize first */
-  gml_alloc_set_borrow(&A, 0, 1.5, 8);
+  gmli_alloc_set_borrow(&A, 0, 1.5, 8);
   void *c = balloc(6 * MiB, 3);
   gml_host_fake_launch(be, 3);
-  gml_alloc_free(&A, c);
+  gmli_alloc_free(&A, c);
   void *d = balloc(6 * MiB, 4);
-  gml_alloc_stats(&A, &st);
+  gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
   ck_assert_uint_eq(gml_host_fake_waits(be), 1);
   ck_assert_msg(d != c || st.syncs > 0, "borrowing off handed stream 3's busy block to stream 4 without a sync");
-  gml_alloc_free(&A, d);
+  gmli_alloc_free(&A, d);
 }
 END_TEST
 
@@ -170,39 +170,39 @@ END_TEST
  * as usual (the rest serves it later with no further wait); no more waits
  * outstanding than the count allows. */
 START_TEST(test_borrow_limits) {
-  gml_alloc_set_borrow(&A, 1, 1.5, 1);
+  gmli_alloc_set_borrow(&A, 1, 1.5, 1);
   A.headroom_pct = 1000; /* fresh chunks rather than a synchronize for busy ones: keeps stream 1 busy */
   void *big = balloc(20 * MiB, 1), *sep = balloc(2 * MiB, 1), *x = balloc(6 * MiB, 1), *y = balloc(8 * MiB, 1);
   gml_host_fake_launch(be, 1);
-  gml_alloc_free(&A, big);
+  gmli_alloc_free(&A, big);
   void *p = balloc(6 * MiB, 2); /* 20 MiB > 1.5 x 6 MiB: no wait for it */
   ck_assert((char *)p >= (char *)big + 20 * MiB);
   gml_stats st;
-  gml_alloc_stats(&A, &st);
+  gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 0);
-  gml_alloc_free(&A, x), gml_alloc_free(&A, y); /* coalesced: one free block of 14 MiB */
+  gmli_alloc_free(&A, x), gmli_alloc_free(&A, y); /* coalesced: one free block of 14 MiB */
   gml_host_fake_launch(be, 1);
   void *q = balloc(10 * MiB, 3); /* 14 <= 1.5 x 10: stream 3 waits for stream 1, and splits the block */
   ck_assert_ptr_eq(q, x);
-  ck_assert_uint_eq(gml_alloc_size_of(&A, q), 10 * MiB);
-  gml_alloc_stats(&A, &st);
+  ck_assert_uint_eq(gmli_alloc_size_of(&A, q), 10 * MiB);
+  gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
   uint64_t maps = A.maps;
   void *q2 = balloc(4 * MiB, 3), *q3 = balloc(20 * MiB, 3); /* the rest, and stream 1's other block: no more waits, no maps */
   ck_assert_ptr_eq(q2, (char *)x + 10 * MiB);
   ck_assert_ptr_eq(q3, big);
   ck_assert_uint_eq(A.maps, maps);
-  gml_alloc_stats(&A, &st);
+  gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
   ck_assert_uint_eq(st.borrows, 3);
-  gml_alloc_free(&A, p);
+  gmli_alloc_free(&A, p);
   gml_host_fake_launch(be, 2);
   void *r = balloc(6 * MiB, 4); /* stream 1 not done: one wait outstanding already, no second */
   ck_assert_ptr_ne(r, p);
-  gml_alloc_stats(&A, &st);
+  gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
-  ck_assert_int_eq(gml_alloc_check(&A), 0);
-  gml_alloc_free(&A, q), gml_alloc_free(&A, q2), gml_alloc_free(&A, q3), gml_alloc_free(&A, r), gml_alloc_free(&A, sep);
+  ck_assert_int_eq(gmli_alloc_check(&A), 0);
+  gmli_alloc_free(&A, q), gmli_alloc_free(&A, q2), gmli_alloc_free(&A, q3), gmli_alloc_free(&A, r), gmli_alloc_free(&A, sep);
 }
 END_TEST
 
@@ -285,7 +285,7 @@ static size_t random_run(uint64_t seed, int steps, gml_stats *st) {
     if (r % 100 < 45 && nlive < N) {
       size_t size = sizes[(r >> 8) % (sizeof sizes / sizeof sizes[0])];
       void *p = balloc(size, s);
-      size_t n = gml_alloc_size_of(&A, p);
+      size_t n = gmli_alloc_size_of(&A, p);
       chk_ctx c = {s, 0, 0};
       for_pieces((uintptr_t)p, n, piece_check, &c);
       bad += c.bad != 0;
@@ -295,21 +295,21 @@ static size_t random_run(uint64_t seed, int steps, gml_stats *st) {
       size_t i = (r >> 8) % nlive;
       chk_ctx c = {live[i].s, 0, gml_host_fake_launch(be, live[i].s)}; /* its last use */
       for_pieces((uintptr_t)live[i].p, live[i].size, piece_record, &c);
-      ck_assert_int_eq(gml_alloc_free(&A, live[i].p), 0);
+      ck_assert_int_eq(gmli_alloc_free(&A, live[i].p), 0);
       live[i] = live[--nlive];
     } else {
       gml_host_fake_progress(be, s, (r >> 12) % 4);
     }
     if (step % 500 == 499) {
-      ck_assert_msg(gml_alloc_check(&A) == 0, "%s", A.last_error);
+      ck_assert_msg(gmli_alloc_check(&A) == 0, "%s", A.last_error);
       size_t k = 0; /* forget uses that are done: ordered before a stream that never runs anything */
       for (size_t i = 0; i < nuses; i++)
         if (!gml_host_fake_ordered(be, uses[i].stream, uses[i].pos, 999)) uses[k++] = uses[i];
       nuses = k;
     }
   }
-  for (size_t i = 0; i < nlive; i++) gml_alloc_free(&A, live[i].p);
-  gml_alloc_stats(&A, st);
+  for (size_t i = 0; i < nlive; i++) gmli_alloc_free(&A, live[i].p);
+  gmli_alloc_stats(&A, st);
   return bad;
 }
 
@@ -328,7 +328,7 @@ START_TEST(test_borrow_randomized_ordering) {
 END_TEST
 
 START_TEST(test_borrow_randomized_off) {
-  gml_alloc_set_borrow(&A, 0, 1.5, 8);
+  gmli_alloc_set_borrow(&A, 0, 1.5, 8);
   gml_stats st;
   size_t bad = random_run(777, 20000, &st);
   ck_assert_msg(bad == 0, "%zu blocks handed out unordered with borrowing off", bad);
@@ -384,7 +384,7 @@ static void csetup(void) {
 }
 
 static void cteardown(void) {
-  ck_assert_int_eq(gml_alloc_check(&BC->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&BC->alloc), 0);
   be->ops = fake_ops;
   gml_close(BC);
   free(slot_phys);
@@ -416,7 +416,7 @@ static void side_tick(uint64_t *ops) {
 static size_t side_run(int borrow, int steps, gml_stats *st) {
   size_t bad = 0;
   uint64_t ops = 0;
-  gml_alloc_set_borrow(&BC->alloc, borrow, 1.5, 8);
+  gmli_alloc_set_borrow(&BC->alloc, borrow, 1.5, 8);
   for (int step = 0; step < steps; step++) {
     void *act[SIDE_LAYERS];
     for (int l = 0; l < SIDE_LAYERS; l++) {
@@ -494,7 +494,7 @@ static size_t client_random_run(int borrow, uint64_t seed, int steps, gml_stats 
   static clive live[N];
   size_t nlive = 0, bad = 0;
   uint64_t rng = seed;
-  gml_alloc_set_borrow(&BC->alloc, borrow, 1.5, 8);
+  gmli_alloc_set_borrow(&BC->alloc, borrow, 1.5, 8);
   BC->alloc.headroom_pct = 0; /* no fresh chunks beyond need: memory waiting for other streams is what there is */
   for (int step = 0; step < steps; step++) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -504,7 +504,7 @@ static size_t client_random_run(int borrow, uint64_t seed, int steps, gml_stats 
       void *p = side_alloc(sizes[(r >> 8) % (sizeof sizes / sizeof sizes[0])], s, &bad);
       clive *l = &live[nlive++];
       memset(l, 0, sizeof *l);
-      l->p = p, l->n = gml_alloc_size_of(&BC->alloc, p), l->s = s;
+      l->p = p, l->n = gmli_alloc_size_of(&BC->alloc, p), l->s = s;
       l->use_s[l->nuse] = s, l->use_pos[l->nuse++] = gml_host_fake_launch(be, s);
     } else if (r % 100 < 60 && nlive) { /* used on another stream too */
       clive *l = &live[(r >> 8) % nlive];
@@ -523,7 +523,7 @@ static size_t client_random_run(int borrow, uint64_t seed, int steps, gml_stats 
       gml_host_fake_progress(be, s, (r >> 12) % 4);
     }
     if (step % 500 == 499) {
-      ck_assert_msg(gml_alloc_check(&BC->alloc) == 0, "%s", BC->alloc.last_error);
+      ck_assert_msg(gmli_alloc_check(&BC->alloc) == 0, "%s", BC->alloc.last_error);
       size_t k = 0; /* forget uses that are done */
       for (size_t i = 0; i < nuses; i++)
         if (!gml_host_fake_ordered(be, uses[i].stream, uses[i].pos, 999)) uses[k++] = uses[i];

@@ -372,7 +372,7 @@ END_TEST
  * level: before, the reason went to stderr bare (journald: info priority, no time) and the
  * logged line only said "(see above)". At start the reason still goes to stderr. */
 START_TEST(test_reload_error_in_log_line) {
-  gml_log_set_ident("gmlaked"); /* as gmlaked's main says it */
+  gmli_log_set_ident("gmlaked"); /* as gmlaked's main says it */
   gmld_config c;
   char said[512];
   write_conf("limit = 90%\nlimit = 40%\n");

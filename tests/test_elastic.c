@@ -244,7 +244,7 @@ START_TEST(test_adoption_bounded) {
   ck_assert_int_eq(stat_num("uncounted"), held);
   char out[4096], want[96], hb[32];
   ck_assert_int_eq(ctl(out, sizeof out, "clients"), 0);
-  snprintf(want, sizeof want, "uncounted %s", gml_format_bytes((uint64_t)held, hb, sizeof hb));
+  snprintf(want, sizeof want, "uncounted %s", gmli_format_bytes((uint64_t)held, hb, sizeof hb));
   ck_assert_msg(strstr(out, want) && strstr(out, "not counted by the lake"), "gmlakectl clients: %s", out);
   const char *r = client_cmd(&a, "alloc %d", 10 << 20);
   ck_assert_msg(!strncmp(r, "err -8 ", 7), "a lease past the quota: '%s'", r);
@@ -726,11 +726,11 @@ START_TEST(test_stopped_daemon_lease_times_out) {
   client_cmd(&a, "replytimeout 1000");
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
   stop_child(daemon_pid);
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   fprintf(a.in, "alloc %d\n", 8 << 20);
   fflush(a.in);
   const char *r = answer_within(&a, 8000);
-  double s = (double)(gml_now_ns() - t0) / 1e9;
+  double s = (double)(gmli_now_ns() - t0) / 1e9;
   if (!r) kill(daemon_pid, SIGCONT); /* the old code answers once the daemon runs: the check's timeout otherwise */
   ck_assert_msg(r, "a lease to a stopped daemon got no answer in 8 s");
   ck_assert_msg(!strncmp(r, "err -2 ", 7) && strstr(r, "daemon is gone"), "expected GML_EDAEMON, got '%s'", r);
@@ -782,11 +782,11 @@ START_TEST(test_stopped_daemon_send_times_out) {
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 4 << 20), "ok 0");
   stop_child(daemon_pid);
   enum { FLUSHES = 4000 }; /* a unix socket's default buffer holds a few hundred reports */
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   for (int i = 0; i < FLUSHES; i++) fputs("flush\n", a.in);
   fflush(a.in);
   int ok, err, n = answers_within(&a, FLUSHES, 5000, &ok, &err);
-  double s = (double)(gml_now_ns() - t0) / 1e9;
+  double s = (double)(gmli_now_ns() - t0) / 1e9;
   printf("  %d flushes to a stopped daemon: %d ok, %d failed, in %.1f s\n", n, ok, err, s);
   if (n < FLUSHES) kill(daemon_pid, SIGCONT); /* the old code goes on once the daemon runs: the check's timeout otherwise */
   ck_assert_msg(n == FLUSHES, "flush %d of %d got no answer in 5 s: a send to the stopped daemon blocked", n + 1, FLUSHES);
@@ -817,9 +817,9 @@ START_TEST(test_reply_timeout_past_lease_wait) {
   ck_assert_str_eq(client_cmd(&a, "free 0"), "ok"); /* 8 MiB idle in a's cache */
   stop_child(a.pid);
   client_cmd(&b, "replytimeout 500");
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   const char *r = client_cmd(&b, "alloc %d", 4 << 20);
-  double s = (double)(gml_now_ns() - t0) / 1e9;
+  double s = (double)(gmli_now_ns() - t0) / 1e9;
   kill(a.pid, SIGCONT);
   printf("  a lease waiting on a stopped holder, daemon lease-wait 2 s, reply timeout 0.5 s: '%.60s' in %.1f s\n", r, s);
   ck_assert_msg(strncmp(r, "err -2 ", 7), "the connection was dropped before the daemon's lease-wait passed: '%s'", r);
@@ -1100,7 +1100,7 @@ static void fake_daemon_answer(int lfd, char how) {
   Gmlake__HelloReply hr = GMLAKE__HELLO_REPLY__INIT;
   int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
   if (how != 'r') {
-    ck_assert_int_eq(gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS), 0);
+    ck_assert_int_eq(gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS), 0);
     ck_assert_int_eq(in->msg_case, GMLAKE__ENVELOPE__MSG_HELLO);
     ck_assert(in->hello->adopting);
     env.seq = in->seq;

@@ -127,46 +127,46 @@ static gml_allocator G;
 
 static void gsetup(void) {
   char msg[256];
-  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &gbe, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_open("host", 0, NULL, &gbe, msg, sizeof msg), 0);
   memset(&gs, 0, sizeof gs);
   gs.be = gbe;
-  ck_assert_int_eq(gml_alloc_init(&G, gbe, (gml_chunk_source){&gs, g_acquire, g_release, NULL}, 16ul << 30, NULL), 0);
+  ck_assert_int_eq(gmli_alloc_init(&G, gbe, (gml_chunk_source){&gs, g_acquire, g_release, NULL}, 16ul << 30, NULL), 0);
 }
 
 static void gteardown(void) {
-  gml_alloc_destroy(&G);
+  gmli_alloc_destroy(&G);
   ck_assert_int_eq(gs.live, 0);
-  gml_backend_close(gbe);
+  gmli_backend_close(gbe);
 }
 
 static void *galloc(size_t n) {
   void *p = NULL;
-  ck_assert_msg(gml_alloc_malloc(&G, n, 0, &p) == 0, "alloc %zu: %s", n, G.last_error);
+  ck_assert_msg(gmli_alloc_malloc(&G, n, 0, &p) == 0, "alloc %zu: %s", n, G.last_error);
   return p;
 }
 
 /* _i: 0 page grain, 1 chunk grain; both with a guard in front too */
 START_TEST(test_block_of) {
   size_t grain = _i ? gbe->chunk_size : 0;
-  ck_assert_int_eq(gml_alloc_set_guard(&G, GML_GUARD_BOTH, grain), 0);
-  size_t g = grain ? grain : gml_backend_guard_grain(gbe);
+  ck_assert_int_eq(gmli_alloc_set_guard(&G, GML_GUARD_BOTH, grain), 0);
+  size_t g = grain ? grain : gmli_backend_guard_grain(gbe);
   char *a = galloc(1000), *b = galloc(3 * MiB), *c = galloc(4096);
   gml_block_info bi;
-  ck_assert_int_eq(gml_alloc_block_of(&G, (uintptr_t)b + 5, &bi), 0);
+  ck_assert_int_eq(gmli_alloc_block_of(&G, (uintptr_t)b + 5, &bi), 0);
   ck_assert_uint_eq(bi.ptr, (uintptr_t)b);
   ck_assert_uint_eq(bi.size, 3 * MiB);
   ck_assert_int_eq(bi.where, GML_AT_INSIDE);
   ck_assert_uint_eq(bi.seq, 2);
-  ck_assert_int_eq(gml_alloc_block_of(&G, (uintptr_t)a + 1000, &bi), 0); /* past the size, inside the alignment */
+  ck_assert_int_eq(gmli_alloc_block_of(&G, (uintptr_t)a + 1000, &bi), 0); /* past the size, inside the alignment */
   ck_assert_uint_eq(bi.ptr, (uintptr_t)a);
   ck_assert_int_eq(bi.where, GML_AT_SLACK_AFTER);
-  ck_assert_int_eq(gml_alloc_block_of(&G, (uintptr_t)a + 1024, &bi), 0); /* the first byte of the guard */
+  ck_assert_int_eq(gmli_alloc_block_of(&G, (uintptr_t)a + 1024, &bi), 0); /* the first byte of the guard */
   ck_assert_uint_eq(bi.ptr, (uintptr_t)a);
   ck_assert_int_eq(bi.where, GML_AT_GUARD_AFTER);
   ck_assert_int_eq(bi.offset, 1024);
-  ck_assert_int_eq(gml_alloc_block_of(&G, (uintptr_t)a + 1024 + g - 1, &bi), 0); /* the guard's last byte */
+  ck_assert_int_eq(gmli_alloc_block_of(&G, (uintptr_t)a + 1024 + g - 1, &bi), 0); /* the guard's last byte */
   ck_assert_uint_eq(bi.ptr, (uintptr_t)a);
-  ck_assert_int_eq(gml_alloc_block_of(&G, (uintptr_t)c - 1, &bi), 0); /* before c: c's slack or front guard */
+  ck_assert_int_eq(gmli_alloc_block_of(&G, (uintptr_t)c - 1, &bi), 0); /* before c: c's slack or front guard */
   ck_assert_uint_eq(bi.ptr, (uintptr_t)c);
   ck_assert_int_eq(bi.where, GML_AT_BEFORE);
   /* guards are inaccessible, every usable byte is */
@@ -177,13 +177,13 @@ START_TEST(test_block_of) {
   ck_assert(!readable(b + 3 * MiB - (3 * MiB + g - 1) / g * g - 1));
   ck_assert(!readable(c + 4096 - (4096 + g - 1) / g * g - 1));
   ck_assert(!readable(a + 1024 - (1024 + g - 1) / g * g - 1));
-  ck_assert_int_eq(gml_alloc_check(&G), 0);
-  gml_alloc_free(&G, b);
-  ck_assert_int_eq(gml_alloc_block_of(&G, (uintptr_t)b + 5, &bi), GML_EBADPTR);
+  ck_assert_int_eq(gmli_alloc_check(&G), 0);
+  gmli_alloc_free(&G, b);
+  ck_assert_int_eq(gmli_alloc_block_of(&G, (uintptr_t)b + 5, &bi), GML_EBADPTR);
   gml_block_info list[8];
-  ck_assert_int_eq(gml_alloc_block_list(&G, list, 8), 2);
-  gml_alloc_free(&G, a), gml_alloc_free(&G, c);
-  ck_assert_int_eq(gml_alloc_block_list(&G, list, 8), 0);
+  ck_assert_int_eq(gmli_alloc_block_list(&G, list, 8), 2);
+  gmli_alloc_free(&G, a), gmli_alloc_free(&G, c);
+  ck_assert_int_eq(gmli_alloc_block_list(&G, list, 8), 0);
 }
 END_TEST
 
@@ -192,7 +192,7 @@ END_TEST
  * usable end not, content intact, invariants hold. */
 START_TEST(test_guard_randomized) {
   size_t grain = _i ? gbe->chunk_size : 0;
-  ck_assert_int_eq(gml_alloc_set_guard(&G, GML_GUARD_END, grain), 0);
+  ck_assert_int_eq(gmli_alloc_set_guard(&G, GML_GUARD_END, grain), 0);
   enum { N = 200 };
   struct {
     unsigned char *p;
@@ -218,18 +218,18 @@ START_TEST(test_guard_randomized) {
       ck_assert_int_eq(live[i].p[0], live[i].fill);
       ck_assert_int_eq(live[i].p[live[i].size - 1], live[i].fill);
       ck_assert(!readable(live[i].p + (live[i].size + 511) / 512 * 512));
-      ck_assert_int_eq(gml_alloc_free(&G, live[i].p), 0);
+      ck_assert_int_eq(gmli_alloc_free(&G, live[i].p), 0);
       live[i] = live[--nlive];
     }
-    if (step % 500 == 499) ck_assert_msg(gml_alloc_check(&G) == 0, "%s", G.last_error);
+    if (step % 500 == 499) ck_assert_msg(gmli_alloc_check(&G) == 0, "%s", G.last_error);
   }
   gml_stats st;
-  gml_alloc_stats(&G, &st);
+  gmli_alloc_stats(&G, &st);
   printf("guard randomized (%s grain): peak allocated %.1f MiB, peak reserved %.1f MiB, maps %llu, unmaps %llu\n",
          _i ? "chunk" : "page", st.peak_allocated / (double)MiB, st.peak_reserved / (double)MiB, (unsigned long long)st.maps,
          (unsigned long long)st.unmaps);
-  for (size_t i = 0; i < nlive; i++) gml_alloc_free(&G, live[i].p);
-  ck_assert_int_eq(gml_alloc_check(&G), 0);
+  for (size_t i = 0; i < nlive; i++) gmli_alloc_free(&G, live[i].p);
+  ck_assert_int_eq(gmli_alloc_check(&G), 0);
 }
 END_TEST
 
@@ -241,7 +241,7 @@ END_TEST
 #define DUMMY_CAP (1u << 31)
 
 static int dummy_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
-  int rc = gml_backend_find("host")->open(device, opts, out, msg, msglen);
+  int rc = gmli_backend_find("host")->open(device, opts, out, msg, msglen);
   if (!rc) (*out)->name = "dummy";
   return rc;
 }
@@ -255,12 +255,12 @@ static void *segv_handler(void) {
 }
 
 START_TEST(test_backend_capability_honoured) {
-  gml_backend_entry e = *gml_backend_find("host");
+  gml_backend_entry e = *gmli_backend_find("host");
   e.name = "dummy", e.open = dummy_open, e.caps = DUMMY_CAP | (_i ? GML_BACKEND_FAULT_SIGNALS : 0);
-  ck_assert_int_eq(gml_backend_register(&e), 0);
-  ck_assert(gml_backend_known("dummy"));
-  ck_assert_str_eq(gml_backend_names(), "auto, cuda, host, dummy");
-  ck_assert_uint_eq(gml_backend_caps_named("dummy"), e.caps);
+  ck_assert_int_eq(gmli_backend_register(&e), 0);
+  ck_assert(gmli_backend_known("dummy"));
+  ck_assert_str_eq(gmli_backend_names(), "auto, cuda, host, dummy");
+  ck_assert_uint_eq(gmli_backend_caps_named("dummy"), e.caps);
   gml_open_opts o = {0};
   o.backend = "dummy", o.mode = GML_MODE_EMBEDDED, o.guard = GML_GUARD_END;
   gml_client *c = NULL;

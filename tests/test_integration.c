@@ -600,14 +600,14 @@ START_TEST(test_share_outlives_connection) {
     ck_assert_int_ge(s, 0);
     Gmlake__Envelope *in;
     ck_assert_int_eq(send_hello(s, "attacker"), 0);
-    if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) _exit(2);
+    if (gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS)) _exit(2);
     gmlake__envelope__free_unpacked(in, NULL);
     Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
     Gmlake__LeaseRequest lr = GMLAKE__LEASE_REQUEST__INIT;
     lr.count = 1;
     env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE, env.lease = &lr;
     ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
-    if (gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS) || in->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY) _exit(3);
+    if (gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS) || in->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY) _exit(3);
     uint64_t id = in->lease_reply->chunk_ids[0];
     gmlake__envelope__free_unpacked(in, NULL);
     Gmlake__ShareRequest sr = GMLAKE__SHARE_REQUEST__INIT;
@@ -616,7 +616,7 @@ START_TEST(test_share_outlives_connection) {
     Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
     env2.seq = 3, env2.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env2.share = &sr;
     ck_assert_int_eq(send_env(s, &env2, NULL, 0), 0);
-    if (gml_wire_recv(s, &in, fds + 1, &nfds, GML_MAX_LEASE_CHUNKS - 1) || in->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) _exit(4);
+    if (gmli_wire_recv(s, &in, fds + 1, &nfds, GML_MAX_LEASE_CHUNKS - 1) || in->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) _exit(4);
     gmlake__envelope__free_unpacked(in, NULL);
     close(s); /* the connection goes; the process (and the chunk's fd) stay */
     if (write(ready[1], "k", 1) != 1) _exit(5);
@@ -849,9 +849,9 @@ START_TEST(test_optional_headroom_leases) {
   proc b = client_start();
   unsetenv("GMLAKE_HEADROOM");
   client_first_line(&b);
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   headroom_sequence(&b);
-  ck_assert_uint_lt(gml_now_ns() - t0, 500000000ull); /* no reclaim wait (1 s) */
+  ck_assert_uint_lt(gmli_now_ns() - t0, 500000000ull); /* no reclaim wait (1 s) */
   ck_assert_str_eq(client_cmd(&b, "stats"), "stats 10485760 10485760 0 1"); /* y + z; 5 chunks: x's 2 restitched */
   ck_assert_int_eq(stat_num("optional_declined"), 1);
   ck_assert_int_eq(stat_num("leases_refused"), 0);
@@ -1375,7 +1375,7 @@ static Gmlake__Envelope *hello_as(const char *uuid, int device, int *sock) {
   h.name = "uuid-test", h.gpu_uuid = (char *)uuid, h.device = device;
   env.seq = 1, env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO, env.hello = &h;
   ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
-  ck_assert_int_eq(gml_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS), 0);
+  ck_assert_int_eq(gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS), 0);
   ck_assert_int_eq(nfds, 0);
   *sock = s;
   return in;

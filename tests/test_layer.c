@@ -53,7 +53,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  ck_assert_int_eq(gml_alloc_check(&C->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&C->alloc), 0);
   C->be->ops = real_ops;
   gml_close(C);
 }

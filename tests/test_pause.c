@@ -1,7 +1,7 @@
 /* gml_pause / gml_resume on an embedded client (host backend): content kept
  * at the same addresses, chunks given back while paused, tags, discard, the
  * file option, frees and allocations while paused, and the allocator's
- * invariants (gml_alloc_check) at every step. */
+ * invariants (gmli_alloc_check) at every step. */
 #include "client_priv.h"
 #include "gmlake.h"
 #include <check.h>
@@ -51,7 +51,7 @@ START_TEST(test_pause_keeps_bytes_at_same_addresses) {
   gml_stats_get(c, &st);
   uint64_t allocated = st.allocated;
   ck_assert_int_eq(gml_pause(c, 0, 0), 0);
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   gml_stats_get(c, &st);
   ck_assert_uint_eq(st.reserved, 0); /* every chunk went back */
   ck_assert_uint_eq(st.allocated, 0);
@@ -59,18 +59,18 @@ START_TEST(test_pause_keeps_bytes_at_same_addresses) {
   ck_assert_uint_eq(st.paused_saved, allocated);
   ck_assert_int_eq(gml_pause(c, 0, 0), GML_EINVAL); /* once */
   ck_assert_int_eq(gml_resume(c), 0);
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   for (int i = 0; i < 5; i++) ck_assert_msg(same(p[i], sizes[i], (uint64_t)i + 1), "block %d differs after resume", i);
   gml_stats_get(c, &st);
   ck_assert_uint_eq(st.allocated, allocated);
   ck_assert_uint_eq(st.paused_bytes, 0);
   for (int i = 0; i < 5; i++) ck_assert_int_eq(gml_free(c, p[i]), 0);
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   /* nothing paused: refused, saying so (it returned 0, so a resume meant for another client, or
    * after a pause that failed, passed unnoticed), as a second pause is */
   ck_assert_int_eq(gml_resume(c), GML_EINVAL);
   ck_assert_str_eq(gml_last_error(c), "gml_resume: not paused (gml_pause first)");
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   gml_close(c);
 }
 END_TEST
@@ -128,7 +128,7 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   /* a path implies GML_PAUSE_FILE: flags 0 saves to the file (it was GML_EINVAL, with no message) */
   ck_assert_int_eq(gml_pause_file(c, 0, 7, path), 0);
   ck_assert_int_eq(access(path, F_OK), 0);
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   ck_assert_uint_lt(reserved(c), before);
   ck_assert(same(keep, 5 << 20, 1) && same(w, 4 << 20, 4)); /* the others are untouched and usable */
   /* allocations go on while paused, never on a paused block's addresses */
@@ -137,10 +137,10 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   ck_assert((char *)n1 + (6 << 20) <= (char *)kv || (char *)n1 >= (char *)kv + (6 << 20));
   fill(n1, 6 << 20, 5);
   ck_assert_int_eq(gml_free(c, kv2), 0); /* freed while paused: not restored, free at resume */
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   ck_assert_int_eq(gml_resume(c), 0);
   ck_assert_int_ne(access(path, F_OK), 0); /* the file is gone */
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   ck_assert(same(kv, 6 << 20, 2));
   ck_assert(same(keep, 5 << 20, 1) && same(w, 4 << 20, 4) && same(n1, 6 << 20, 5));
   /* discard saves nothing: with a path (or GML_PAUSE_FILE) it contradicts itself, refused and named
@@ -166,12 +166,12 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
   ck_assert_int_eq(gml_resume(c), 0);
   fill(w, 4 << 20, 6); /* mapped again: writable */
   ck_assert(same(w, 4 << 20, 6));
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   ck_assert_int_eq(gml_free(c, keep), 0);
   ck_assert_int_eq(gml_free(c, kv), 0);
   ck_assert_int_eq(gml_free(c, w), 0);
   ck_assert_int_eq(gml_free(c, n1), 0);
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   gml_stats_get(c, &st);
   ck_assert_uint_eq(st.allocated, 0);
   gml_close(c);
@@ -191,11 +191,11 @@ START_TEST(test_resume_over_limit_retries) {
   int rc = gml_resume(c);
   ck_assert_int_eq(rc, GML_ENOMEM);
   ck_assert_msg(strstr(gml_last_error(c), "resume: no memory"), "%s", gml_last_error(c));
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   ck_assert_int_eq(gml_free(c, q), 0);
   ck_assert_int_eq(gml_resume(c), 0);
   ck_assert(same(p, 10 << 20, 3));
-  ck_assert_int_eq(gml_alloc_check(&c->alloc), 0);
+  ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   gml_close(c);
 }
 END_TEST

@@ -86,14 +86,14 @@ static void make_random(iteration *it, int n, int streams) {
 }
 
 static void record(gml_plan_recording *r, const iteration *it) {
-  gml_plan_rec_reset(r);
+  gmli_plan_rec_reset(r);
   for (uint32_t i = 0; i < it->n; i++) {
     uint32_t k;
     if (it->e[i].is_alloc) {
-      ck_assert_int_eq(gml_plan_rec_alloc(r, it->e[i].size, it->e[i].stream, &k), 0);
+      ck_assert_int_eq(gmli_plan_rec_alloc(r, it->e[i].size, it->e[i].stream, &k), 0);
       ck_assert_uint_eq(k, it->e[i].k);
     } else {
-      gml_plan_rec_free(r, it->e[i].k);
+      gmli_plan_rec_free(r, it->e[i].k);
     }
   }
 }
@@ -159,24 +159,24 @@ START_TEST(test_planner_extremes) {
   iteration it = {0};
   gml_plan_recording r;
   gml_plan p;
-  gml_plan_rec_init(&r, A);
+  gmli_plan_rec_init(&r, A);
   for (int i = 0; i < 10; i++) it_free(&it, it_alloc(&it, (uint64_t)(i + 1) * 4096, 0));
   record(&r, &it);
-  ck_assert_int_eq(gml_plan_build(&p, &r), 0);
+  ck_assert_int_eq(gmli_plan_build(&p, &r), 0);
   check_plan(&p, &r);
   ck_assert_uint_eq(p.range, 10 * 4096);
   ck_assert_uint_eq(p.planned, 10);
-  gml_plan_destroy(&p);
+  gmli_plan_destroy(&p);
   it.n = it.allocs = 0;
   for (int i = 0; i < 10; i++) it_alloc(&it, (uint64_t)(i + 1) * 4096 + 1, 0);
   for (int i = 0; i < 10; i++) it_free(&it, i);
   record(&r, &it);
-  ck_assert_int_eq(gml_plan_build(&p, &r), 0);
+  ck_assert_int_eq(gmli_plan_build(&p, &r), 0);
   check_plan(&p, &r);
   ck_assert_uint_eq(p.range, 55 * 4096 + 10 * A); /* each rounded up to the next 512 */
   ck_assert_uint_eq(p.range, p.lower_bound);
-  gml_plan_destroy(&p);
-  gml_plan_rec_destroy(&r);
+  gmli_plan_destroy(&p);
+  gmli_plan_rec_destroy(&r);
   free(it.e);
 }
 END_TEST
@@ -190,7 +190,7 @@ START_TEST(test_planner_against_lower_bound) {
   rng_state = 29;
   double worst_train = 1, worst_random = 1, sum_train = 0, sum_random = 0;
   gml_plan_recording r;
-  gml_plan_rec_init(&r, A);
+  gmli_plan_rec_init(&r, A);
   for (int c = 0; c < 200; c++) {
     iteration it = {0};
     int training = c % 2 == 0;
@@ -202,14 +202,14 @@ START_TEST(test_planner_against_lower_bound) {
     for (uint32_t i = 0; i < r.n; i++) /* blocks live past the end: freed at some point of the next iteration, or not */
       if (r.a[i].free_at == GML_PLAN_NEVER && below(4)) r.a[i].wrap_free = below(r.events);
     gml_plan p;
-    ck_assert_int_eq(gml_plan_build(&p, &r), 0);
+    ck_assert_int_eq(gmli_plan_build(&p, &r), 0);
     check_plan(&p, &r);
     double q = (double)p.range / (double)p.lower_bound;
     if (training)
       worst_train = q > worst_train ? q : worst_train, sum_train += q;
     else
       worst_random = q > worst_random ? q : worst_random, sum_random += q;
-    gml_plan_destroy(&p);
+    gmli_plan_destroy(&p);
     free(it.e);
   }
   printf("planner range / lower bound: training-like mean %.4f worst %.4f; random mean %.4f worst %.4f\n",
@@ -219,7 +219,7 @@ START_TEST(test_planner_against_lower_bound) {
   ck_assert_double_le(worst_train, 1.05);
   ck_assert_double_le(sum_random / 100, 1.03);
   ck_assert_double_le(worst_random, 1.25);
-  gml_plan_rec_destroy(&r);
+  gmli_plan_rec_destroy(&r);
 }
 END_TEST
 
@@ -324,32 +324,32 @@ static void run_ops(runner *rn, const live_op *ops, uint32_t n, int carry_some) 
   for (uint32_t i = 0; i < n; i++) {
     if (i == n / 2) { /* last iteration's carried blocks are freed mid-way through this one */
       for (uint32_t c = 0; c < old_carried; c++) {
-        gml_plan_keeper_free(&rn->kp, &rn->ck.b[old[c]].g);
+        gmli_plan_keeper_free(&rn->kp, &rn->ck.b[old[c]].g);
         rn->ck.b[old[c]].live = 0;
       }
       old_carried = 0;
     }
     if (ops[i].is_alloc) {
       gml_plan_grant g;
-      int v = gml_plan_keeper_alloc(&rn->kp, ops[i].size, ops[i].stream, &g);
+      int v = gmli_plan_keeper_alloc(&rn->kp, ops[i].size, ops[i].stream, &g);
       ck_assert_int_ge(v, 0);
       ck_assert_int_eq(v == GML_PLAN_HIT, g.index != GML_PLAN_NEVER);
       id[i] = checker_add(&rn->ck, &g, ops[i].size);
       allocd[i] = 1;
     } else if (allocd[ops[i].of] && !freed[ops[i].of] && !(carry_some && below(10) == 0)) {
-      gml_plan_keeper_free(&rn->kp, &rn->ck.b[id[ops[i].of]].g);
+      gmli_plan_keeper_free(&rn->kp, &rn->ck.b[id[ops[i].of]].g);
       rn->ck.b[id[ops[i].of]].live = 0;
       freed[ops[i].of] = 1;
     }
   }
   for (uint32_t c = 0; c < old_carried; c++) { /* an iteration too short for a middle */
-    gml_plan_keeper_free(&rn->kp, &rn->ck.b[old[c]].g);
+    gmli_plan_keeper_free(&rn->kp, &rn->ck.b[old[c]].g);
     rn->ck.b[old[c]].live = 0;
   }
   for (uint32_t i = 0; i < n; i++) /* live at the end (a free dropped, or before its alloc): carried into the next */
     if (ops[i].is_alloc && !freed[i]) rn->carried[rn->ncarried++] = id[i];
   free(old), free(id), free(freed), free(allocd);
-  ck_assert_int_ge(gml_plan_keeper_step(&rn->kp), 0);
+  ck_assert_int_ge(gmli_plan_keeper_step(&rn->kp), 0);
 }
 
 /* The server under departures, thousands of cases: a plan taken from a
@@ -367,7 +367,7 @@ START_TEST(test_server_departures) {
       make_random(&it, 5 + below(40), 1 + below(3));
     live_op *ops = malloc((it.n * 2 + 8) * sizeof *ops);
     runner rn = {0};
-    gml_plan_keeper_init(&rn.kp, A, 0); /* plan iteration 0, never rebuild */
+    gmli_plan_keeper_init(&rn.kp, A, 0); /* plan iteration 0, never rebuild */
     rn.kp.srv.granule = c % 2 ? 4096 : 0; /* half the cases lend departing misses the range's free granules */
     uint32_t n = depart(&it, ops, 0);
     run_ops(&rn, ops, n, 0); /* iteration 0: recorded */
@@ -385,7 +385,7 @@ START_TEST(test_server_departures) {
       run_ops(&rn, ops, n, 1);
     }
     hits += rn.ck.hits, misses += rn.ck.misses, lent += rn.ck.lent;
-    gml_plan_keeper_destroy(&rn.kp);
+    gmli_plan_keeper_destroy(&rn.kp);
     free(rn.ck.b), free(rn.carried), free(ops), free(it.e);
   }
   printf("server departures: %llu hits (%llu in exact repeats), %llu misses (%llu lent the range's granules)\n",
@@ -408,7 +408,7 @@ START_TEST(test_keeper_rebuilds_under_departures) {
     for (int i = 0; i < 3; i++) cap = pat[i].n > cap ? pat[i].n : cap;
     live_op *ops = malloc((cap * 2 + 8) * sizeof *ops);
     runner rn = {0};
-    gml_plan_keeper_init(&rn.kp, A, -1);
+    gmli_plan_keeper_init(&rn.kp, A, -1);
     rn.kp.srv.granule = c % 2 ? 4096 : 0;
     for (int round = 0; round < 12; round++) {
       const iteration *it = &pat[below(3)];
@@ -416,7 +416,7 @@ START_TEST(test_keeper_rebuilds_under_departures) {
       run_ops(&rn, ops, n, 1);
     }
     taken += rn.kp.plans_taken, hits += rn.ck.hits, lent += rn.ck.lent;
-    gml_plan_keeper_destroy(&rn.kp);
+    gmli_plan_keeper_destroy(&rn.kp);
     free(rn.ck.b), free(rn.carried), free(ops);
     for (int i = 0; i < 3; i++) free(pat[i].e);
   }
@@ -439,7 +439,7 @@ START_TEST(test_keeper_takes_on_repeat) {
   make_training(&b, 9, 2);
   live_op *ops = malloc((a.n + b.n) * 2 * sizeof *ops);
   runner rn = {0};
-  gml_plan_keeper_init(&rn.kp, A, -1);
+  gmli_plan_keeper_init(&rn.kp, A, -1);
   const iteration *seq[] = {&a, &a, &a, &b, &b, &b, &a};
   const uint32_t want_taken[] = {0, 1, 1, 1, 2, 2, 2};
   for (int i = 0; i < 7; i++) {
@@ -456,17 +456,17 @@ START_TEST(test_keeper_takes_on_repeat) {
   ck_assert_uint_eq(rn.kp.planned_from, 0); /* a's plan, from the 1st (taken when the 2nd repeated it) */
   ck_assert_uint_eq(rn.kp.switches, 2); /* to b's new plan, back to a's kept one */
   ck_assert_uint_eq(rn.kp.nkept, 2);
-  gml_plan_keeper_destroy(&rn.kp);
+  gmli_plan_keeper_destroy(&rn.kp);
   free(rn.ck.b), free(rn.carried);
   rn = (runner){0};
-  gml_plan_keeper_init(&rn.kp, A, 2);
+  gmli_plan_keeper_init(&rn.kp, A, 2);
   for (int i = 0; i < 7; i++) {
     uint32_t n = depart(seq[i], ops, 0);
     run_ops(&rn, ops, n, 0);
     ck_assert_uint_eq(rn.kp.plans_taken, i >= 3); /* at the end of the one after: its wrap frees known */
   }
   ck_assert_uint_eq(rn.kp.planned_from, 2);
-  gml_plan_keeper_destroy(&rn.kp);
+  gmli_plan_keeper_destroy(&rn.kp);
   free(rn.ck.b), free(rn.carried), free(ops), free(a.e), free(b.e);
 }
 END_TEST
@@ -489,7 +489,7 @@ START_TEST(test_keeper_keeps_a_plan_per_pattern) {
     }
     live_op *ops = malloc((cap * 2 + 8) * sizeof *ops);
     runner rn = {0};
-    gml_plan_keeper_init(&rn.kp, A, -1);
+    gmli_plan_keeper_init(&rn.kp, A, -1);
     if (c >= 35) rn.kp.max_bytes = 1; /* below any plan: only the served one is kept */
     rn.kp.srv.granule = 4096; /* a new pattern's iterations depart from every kept plan: their misses are lent */
     uint64_t late_allocs = 0, late_hits = 0;
@@ -518,7 +518,7 @@ START_TEST(test_keeper_keeps_a_plan_per_pattern) {
       ck_assert_uint_gt(late_hits, 0);
       if (c >= 35) ck_assert_uint_eq(rn.kp.nkept, 1);
     }
-    gml_plan_keeper_destroy(&rn.kp);
+    gmli_plan_keeper_destroy(&rn.kp);
     free(rn.ck.b), free(rn.carried), free(ops);
     for (int i = 0; i < npat; i++) free(pat[i].e);
   }

@@ -48,7 +48,7 @@ static gml_block *free_block(int pi, uint32_t slot, size_t size) {
   gml_block *b = &blocks[nblocks++];
   b->addr = BASE + slot * CS, b->size = size, b->is_free = 1, b->prio = (uint32_t)nblocks;
   b->stream = r.pools[pi].stream;
-  gml_pool_add(&r, pi, b);
+  gmli_pool_add(&r, pi, b);
   return b;
 }
 
@@ -70,7 +70,7 @@ START_TEST(test_one_stream_best_fit) {
   free_block(1, 0, 3 * CS);
   gml_block *shared = free_block(0, 4, 2 * CS);
   free_block(0, 8, 2 * CS); /* as small, higher address */
-  gml_place_plan p = gml_policy_place(&a, &r, 1, CS, S1);
+  gml_place_plan p = gmli_policy_place(&a, &r, 1, CS, S1);
   ck_assert_int_eq(p.kind, GML_PLACE_FIT);
   ck_assert_ptr_eq(p.block, shared);
 }
@@ -80,15 +80,15 @@ END_TEST
 START_TEST(test_no_fit_harvests_then_gives_up) {
   stream(1, S1);
   free_block(1, 0, CS);
-  gml_place_plan p = gml_policy_place(&a, &r, 1, 2 * CS, S1);
+  gml_place_plan p = gmli_policy_place(&a, &r, 1, 2 * CS, S1);
   ck_assert_int_eq(p.kind, GML_PLACE_HARVEST);
   ck_assert_ptr_null(p.block);
-  gml_place_plan q = gml_policy_place_next(&a, &r, 1, 2 * CS, S1, &p, 0);
+  gml_place_plan q = gmli_policy_place_next(&a, &r, 1, 2 * CS, S1, &p, 0);
   ck_assert_int_eq(q.kind, GML_PLACE_FIT);
   ck_assert_ptr_null(q.block);
   /* a harvest that moved a large enough block into the shared pool: it serves */
   gml_block *harvested = free_block(0, 6, 4 * CS);
-  q = gml_policy_place_next(&a, &r, 1, 2 * CS, S1, &p, 1);
+  q = gmli_policy_place_next(&a, &r, 1, 2 * CS, S1, &p, 1);
   ck_assert_int_eq(q.kind, GML_PLACE_FIT);
   ck_assert_ptr_eq(q.block, harvested);
 }
@@ -100,15 +100,15 @@ START_TEST(test_fit_needing_calls_harvests) {
   stream(1, S1), stream(2, S2);
   gml_block *b = free_block(1, 0, CS);
   free_chunk(GML_CL_CACHED, 0, S1, 50); /* freed on S1: ready for S1 */
-  gml_place_plan p = gml_policy_place(&a, &r, 1, CS, S1);
+  gml_place_plan p = gmli_policy_place(&a, &r, 1, CS, S1);
   ck_assert_int_eq(p.kind, GML_PLACE_FIT);
   ck_assert_ptr_eq(p.block, b);
   chunks[0].free_stream = S2; /* freed on S2 since no fence: S1 would wait */
-  p = gml_policy_place(&a, &r, 1, CS, S1);
+  p = gmli_policy_place(&a, &r, 1, CS, S1);
   ck_assert_int_eq(p.kind, GML_PLACE_HARVEST);
   ck_assert_ptr_eq(p.block, b);
   a.borrow = 0; /* borrowing off: after a harvest that moved nothing, the fit as it is */
-  gml_place_plan q = gml_policy_place_next(&a, &r, 1, CS, S1, &p, 0);
+  gml_place_plan q = gmli_policy_place_next(&a, &r, 1, CS, S1, &p, 0);
   ck_assert_int_eq(q.kind, GML_PLACE_FIT);
   ck_assert_ptr_eq(q.block, b);
 }
@@ -122,21 +122,21 @@ START_TEST(test_borrow_names_lender_and_wait) {
   gml_block *own = free_block(1, 0, 2 * CS); /* slots map nothing */
   gml_block *lent = free_block(2, 4, CS);
   free_chunk(GML_CL_CACHED, 4, S2, 50);
-  gml_place_plan p = gml_policy_place(&a, &r, 1, CS, S1);
+  gml_place_plan p = gmli_policy_place(&a, &r, 1, CS, S1);
   ck_assert_int_eq(p.kind, GML_PLACE_HARVEST);
-  p = gml_policy_place_next(&a, &r, 1, CS, S1, &p, 0);
+  p = gmli_policy_place_next(&a, &r, 1, CS, S1, &p, 0);
   ck_assert_int_eq(p.kind, GML_PLACE_BORROW);
   ck_assert_int_eq(p.lender, 1); /* S2's index in streams_seen */
   ck_assert_int_eq(p.max_pending, 8);
   ck_assert_ptr_eq(p.block, own);
   /* the mechanism ordered S1 after S2 and took S2's blocks into S1's pool */
-  gml_pool_del(&r, lent);
-  gml_pool_add(&r, 1, lent);
-  gml_place_plan q = gml_policy_place_next(&a, &r, 1, CS, S1, &p, 1);
+  gmli_pool_del(&r, lent);
+  gmli_pool_add(&r, 1, lent);
+  gml_place_plan q = gmli_policy_place_next(&a, &r, 1, CS, S1, &p, 1);
   ck_assert_int_eq(q.kind, GML_PLACE_FIT);
   ck_assert_ptr_eq(q.block, lent);
   /* the wait could not be made (nothing moved): the own fit, mapping */
-  q = gml_policy_place_next(&a, &r, 1, CS, S1, &p, 0);
+  q = gmli_policy_place_next(&a, &r, 1, CS, S1, &p, 0);
   ck_assert_int_eq(q.kind, GML_PLACE_FIT);
   ck_assert_ptr_eq(q.block, own);
 }
@@ -150,21 +150,21 @@ START_TEST(test_borrow_bounds_and_ordered_first) {
   free_block(2, 8, 2 * CS);
   free_chunk(GML_CL_CACHED, 8, S2, 50);
   free_chunk(GML_CL_CACHED, 9, S2, 50);
-  gml_place_plan h = gml_policy_place(&a, &r, 1, CS, S1);
+  gml_place_plan h = gmli_policy_place(&a, &r, 1, CS, S1);
   ck_assert_int_eq(h.kind, GML_PLACE_HARVEST);
-  gml_place_plan p = gml_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
+  gml_place_plan p = gmli_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
   ck_assert_int_eq(p.kind, GML_PLACE_FIT); /* 2 chunks for a request of 1: over 1.5 times */
   ck_assert_ptr_eq(p.block, own);
   a.borrow_ratio = 2;
-  p = gml_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
+  p = gmli_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
   ck_assert_int_eq(p.kind, GML_PLACE_BORROW);
   a.any_ordered = 1;
-  p = gml_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
+  p = gmli_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
   ck_assert_int_eq(p.kind, GML_PLACE_TAKE_ORDERED);
-  p = gml_policy_place_next(&a, &r, 1, CS, S1, &p, 0); /* it moved nothing: borrow */
+  p = gmli_policy_place_next(&a, &r, 1, CS, S1, &p, 0); /* it moved nothing: borrow */
   ck_assert_int_eq(p.kind, GML_PLACE_BORROW);
   a.guard = GML_GUARD_END, a.guard_grain = CS;
-  p = gml_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
+  p = gmli_policy_place_next(&a, &r, 1, CS, S1, &h, 0);
   ck_assert_int_eq(p.kind, GML_PLACE_FIT);
 }
 END_TEST
@@ -175,15 +175,15 @@ END_TEST
 START_TEST(test_window_needs_calls) {
   stream(1, S1), stream(2, S2);
   free_chunk(GML_CL_CACHED, 0, S1, 50);
-  ck_assert_int_eq(gml_window_needs_calls(&a, BASE, CS, S1), 0);
-  ck_assert_int_eq(gml_window_needs_calls(&a, BASE, 2 * CS, S1), 1); /* slot 1 maps nothing */
+  ck_assert_int_eq(gmli_window_needs_calls(&a, BASE, CS, S1), 0);
+  ck_assert_int_eq(gmli_window_needs_calls(&a, BASE, 2 * CS, S1), 1); /* slot 1 maps nothing */
   chunks[0].owner = 3;
-  ck_assert_int_eq(gml_window_needs_calls(&a, BASE, CS, S1), 1);
+  ck_assert_int_eq(gmli_window_needs_calls(&a, BASE, CS, S1), 1);
   chunks[0].owner = 0, slot_use[0] = 1, slot_stream[0] = S2, chunks[0].free_stream = S2;
-  ck_assert_int_eq(gml_window_needs_calls(&a, BASE, CS, S1), 1);
-  ck_assert_int_eq(gml_window_needs_calls(&a, BASE, CS, S2), 0);
+  ck_assert_int_eq(gmli_window_needs_calls(&a, BASE, CS, S1), 1);
+  ck_assert_int_eq(gmli_window_needs_calls(&a, BASE, CS, S2), 0);
   a.safe_tick = 51; /* a fence passed the free */
-  ck_assert_int_eq(gml_window_needs_calls(&a, BASE, CS, S1), 0);
+  ck_assert_int_eq(gmli_window_needs_calls(&a, BASE, CS, S1), 0);
 }
 END_TEST
 
@@ -193,19 +193,19 @@ START_TEST(test_lease_plan) {
   a.headroom_pct = 50, a.peak_allocated = 8 * CS, a.held = 6;
   free_chunk(GML_CL_FRESH, -1, 0, 0);
   free_chunk(GML_CL_CACHED, 0, S1, 50);
-  gml_lease_plan p = gml_policy_lease(&a, 5);
+  gml_lease_plan p = gmli_policy_lease(&a, 5);
   ck_assert_uint_eq(p.chunks, 3);
   ck_assert_int_eq(p.optional, 0);
-  p = gml_policy_lease(&a, 2); /* enough free, one fresh: headroom of need - fresh, within 12 - 6 */
+  p = gmli_policy_lease(&a, 2); /* enough free, one fresh: headroom of need - fresh, within 12 - 6 */
   ck_assert_uint_eq(p.chunks, 1);
   ck_assert_int_eq(p.optional, 1);
   ck_assert_uint_eq(p.retry_tick, 100 + GML_HEADROOM_BACKOFF);
   a.held = 12; /* at the cap */
-  ck_assert_uint_eq(gml_policy_lease(&a, 2).chunks, 0);
+  ck_assert_uint_eq(gmli_policy_lease(&a, 2).chunks, 0);
   a.held = 6, a.headroom_retry_tick = 101; /* the source said no lately */
-  ck_assert_uint_eq(gml_policy_lease(&a, 2).chunks, 0);
+  ck_assert_uint_eq(gmli_policy_lease(&a, 2).chunks, 0);
   a.headroom_retry_tick = 0, a.headroom_pct = 0;
-  ck_assert_uint_eq(gml_policy_lease(&a, 2).chunks, 0);
+  ck_assert_uint_eq(gmli_policy_lease(&a, 2).chunks, 0);
 }
 END_TEST
 
@@ -216,27 +216,27 @@ START_TEST(test_chunk_for_slot) {
   int32_t near = free_chunk(GML_CL_CACHED, 3, S1, 50);
   int32_t far_not_ready = free_chunk(GML_CL_CACHED, 15, S2, 50);
   int32_t far = free_chunk(GML_CL_CACHED, 10, S1, 50);
-  ck_assert_int_eq(gml_policy_chunk_for_slot(&a, 2, S1), far);
-  ck_assert_int_eq(gml_policy_chunk_for_slot(&a, 2, S2), far_not_ready);
+  ck_assert_int_eq(gmli_policy_chunk_for_slot(&a, 2, S1), far);
+  ck_assert_int_eq(gmli_policy_chunk_for_slot(&a, 2, S2), far_not_ready);
   chunks[near].free_stream = chunks[far].free_stream = S2;
   chunks[far_not_ready].free_stream = S2;
-  ck_assert_int_eq(gml_policy_chunk_for_slot(&a, 2, S1), near); /* none ready: the oldest */
+  ck_assert_int_eq(gmli_policy_chunk_for_slot(&a, 2, S1), near); /* none ready: the oldest */
   int32_t fresh = free_chunk(GML_CL_FRESH, -1, 0, 0);
-  ck_assert_int_eq(gml_policy_chunk_for_slot(&a, 2, S1), fresh);
+  ck_assert_int_eq(gmli_policy_chunk_for_slot(&a, 2, S1), fresh);
 }
 END_TEST
 
 /* Trim: chunks mapped nowhere go back first, then the cached ones oldest
  * first; the device is synchronized only if the trim reaches those. */
 START_TEST(test_trim_order) {
-  ck_assert_int_eq(gml_policy_trim_next(&a), -1);
+  ck_assert_int_eq(gmli_policy_trim_next(&a), -1);
   int32_t cached = free_chunk(GML_CL_CACHED, 0, S1, 50);
   int32_t fresh = free_chunk(GML_CL_FRESH, -1, 0, 0);
-  ck_assert_int_eq(gml_policy_trim_next(&a), fresh);
-  ck_assert_int_eq(gml_policy_trim_reaches_mapped(&a, 1), 0);
-  ck_assert_int_eq(gml_policy_trim_reaches_mapped(&a, 2), 1);
+  ck_assert_int_eq(gmli_policy_trim_next(&a), fresh);
+  ck_assert_int_eq(gmli_policy_trim_reaches_mapped(&a, 1), 0);
+  ck_assert_int_eq(gmli_policy_trim_reaches_mapped(&a, 2), 1);
   clist_unlink(&a, fresh);
-  ck_assert_int_eq(gml_policy_trim_next(&a), cached);
+  ck_assert_int_eq(gmli_policy_trim_next(&a), cached);
 }
 END_TEST
 

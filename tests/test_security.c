@@ -107,7 +107,7 @@ static int count_log(const char *needle) {
 static Gmlake__Envelope *recv_env(int s, int *fds, int *nfds) {
   Gmlake__Envelope *env = NULL;
   int n = 0;
-  if (gml_wire_recv(s, &env, fds ? fds : (int[GML_MAX_LEASE_CHUNKS]){0}, &n, GML_MAX_LEASE_CHUNKS)) return NULL;
+  if (gmli_wire_recv(s, &env, fds ? fds : (int[GML_MAX_LEASE_CHUNKS]){0}, &n, GML_MAX_LEASE_CHUNKS)) return NULL;
   if (nfds) *nfds = n;
   return env;
 }
@@ -129,7 +129,7 @@ static int raw_session(const char *name) {
 
 static uint8_t *frame_of(Gmlake__Envelope *env, size_t *len) {
   uint8_t *f;
-  ck_assert_int_eq(gml_wire_encode(env, &f, len), 0);
+  ck_assert_int_eq(gmli_wire_encode(env, &f, len), 0);
   return f;
 }
 
@@ -338,18 +338,18 @@ END_TEST
 /* No hello within hello-timeout-ms, or half a frame for frame-timeout-ms: closed. */
 START_TEST(test_idle_and_partial_timeouts) {
   start_daemon("--limit 4MiB --hello-timeout-ms 300 --frame-timeout-ms 300");
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   int s = raw_connect();
   ck_assert(closed_by_daemon(s));
-  ck_assert_uint_lt(gml_now_ns() - t0, 2000000000ull);
+  ck_assert_uint_lt(gmli_now_ns() - t0, 2000000000ull);
   close(s);
   s = raw_session("slow");
   ck_assert_int_ge(s, 0);
   uint8_t half[2] = {20, 0};
   ck_assert_int_eq(send(s, half, 2, 0), 2);
-  t0 = gml_now_ns();
+  t0 = gmli_now_ns();
   ck_assert(closed_by_daemon(s));
-  ck_assert_uint_lt(gml_now_ns() - t0, 2000000000ull);
+  ck_assert_uint_lt(gmli_now_ns() - t0, 2000000000ull);
   close(s);
   ck_assert_int_ge(count_log("no hello within"), 1);
   ck_assert_int_ge(count_log("partial frame"), 1);
@@ -414,10 +414,10 @@ static void flood(int ready) {
 
 /* Lease+return round trips for ms: per second. */
 static double ops_per_s(int s, int ms) {
-  uint64_t end = gml_now_ns() + (uint64_t)ms * 1000000ull, seq = 100;
+  uint64_t end = gmli_now_ns() + (uint64_t)ms * 1000000ull, seq = 100;
   int n = 0;
-  uint64_t t0 = gml_now_ns();
-  while (gml_now_ns() < end) {
+  uint64_t t0 = gmli_now_ns();
+  while (gmli_now_ns() < end) {
     uint64_t id;
     int fd;
     if (lease_now(s, seq++, 1, &id, &fd) != 1) return -1;
@@ -428,7 +428,7 @@ static double ops_per_s(int s, int ms) {
     gmlake__envelope__free_unpacked(r, NULL);
     n++;
   }
-  return n / ((double)(gml_now_ns() - t0) / 1e9);
+  return n / ((double)(gmli_now_ns() - t0) / 1e9);
 }
 
 static void spin(int ready) {
@@ -525,10 +525,10 @@ START_TEST(test_control_stray_connect) {
     close(s);
   }
   char out[4096];
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   ck_assert_int_eq(ctl(out, sizeof out, "stats --json"), 0);
   ck_assert_int_eq(json_num(out, "limit_bytes"), 8 << 20);
-  ck_assert_uint_lt(gml_now_ns() - t0, 2000000000ull);
+  ck_assert_uint_lt(gmli_now_ns() - t0, 2000000000ull);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -1374,7 +1374,7 @@ START_TEST(test_adopt_only_lake_chunks) {
   start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
   gml_backend *be;
   char msg[256];
-  ck_assert_int_eq(gml_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
+  ck_assert_int_eq(gmli_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   gml_phys ph;
   int fd;
   ck_assert_int_eq(be->ops->chunk_create(be, &ph, &fd), 0);
@@ -1388,7 +1388,7 @@ START_TEST(test_adopt_only_lake_chunks) {
   ck_assert_int_eq(stat_num("chunks_total"), 1);
   close(fd);
   be->ops->chunk_release(be, ph);
-  gml_backend_close(be);
+  gmli_backend_close(be);
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
@@ -1689,7 +1689,7 @@ static int one_session(void *arg) {
  * 3 s when an attacker tried (attacker trial). */
 START_TEST(test_log_budget_per_user) {
   start_daemon("--limit 8MiB --socket-mode 0666");
-  double t0 = (double)gml_now_ns() / 1e6;
+  double t0 = (double)gmli_now_ns() / 1e6;
   for (int i = 0; i < 300; i++) {
     int s = raw_session("noisy");
     ck_assert_int_ge(s, 0);
@@ -1705,7 +1705,7 @@ START_TEST(test_log_budget_per_user) {
     ck_assert(closed_by_daemon(s));
     close(s);
   }
-  double secs = ((double)gml_now_ns() / 1e6 - t0) / 1000;
+  double secs = ((double)gmli_now_ns() / 1e6 - t0) / 1000;
   ck_assert_int_eq(as_uid(NOBODY, one_session, NULL), 0);
   /* a second after the noisy user's last line (dropped), the count of those left out: waited for */
   log_wait("uid 0: ", 20000);
@@ -1759,7 +1759,7 @@ static int refused_control_requests(void *arg) {
  * (new-user trial). */
 START_TEST(test_log_budget_refusals) {
   start_daemon("--limit 8MiB --socket-mode 0666");
-  double t0 = (double)gml_now_ns() / 1e6;
+  double t0 = (double)gmli_now_ns() / 1e6;
   for (int i = 0; i < 200; i++) {
     int s = raw_session("over-the-limit");
     ck_assert_int_ge(s, 0);
@@ -1771,7 +1771,7 @@ START_TEST(test_log_budget_refusals) {
   }
   int n = 200;
   ck_assert_int_eq(as_uid(NOBODY, refused_control_requests, &n), 0);
-  double secs = ((double)gml_now_ns() / 1e6 - t0) / 1000;
+  double secs = ((double)gmli_now_ns() / 1e6 - t0) / 1000;
   /* a second after each user's last line (dropped), the counts of those left out: waited for */
   char nob[32];
   snprintf(nob, sizeof nob, "uid %d: ", NOBODY);
@@ -1898,7 +1898,7 @@ static int ctl_raw(int greet) {
 
 /* Whether the daemon closed s (EOF or reset; what it sent first is drained), waiting up to ms. */
 static int ctl_closed_within(int s, int ms) {
-  uint64_t end = gml_now_ns() + (uint64_t)ms * 1000000ull;
+  uint64_t end = gmli_now_ns() + (uint64_t)ms * 1000000ull;
   do {
     struct pollfd p = {s, POLLIN, 0};
     if (poll(&p, 1, ms ? 20 : 0) == 1) {
@@ -1906,7 +1906,7 @@ static int ctl_closed_within(int s, int ms) {
       ssize_t r = recv(s, b, sizeof b, MSG_DONTWAIT);
       if (r == 0 || (r < 0 && errno != EAGAIN)) return 1;
     }
-  } while (gml_now_ns() < end);
+  } while (gmli_now_ns() < end);
   return 0;
 }
 
@@ -1921,9 +1921,9 @@ static int ctl_pipeline(void *arg) {
   static const uint8_t req[15] = {1, 0, 0, 0, 0, 0, 0, 0, 6, 0x80, 0, 0, 1, 0x10, 0x01};
   uint8_t buf[15 * 1024];
   for (size_t i = 0; i < sizeof buf; i += 15) memcpy(buf + i, req, 15);
-  uint64_t end = gml_now_ns() + 1500000000ull;
+  uint64_t end = gmli_now_ns() + 1500000000ull;
   long sent = 0;
-  while (gml_now_ns() < end) {
+  while (gmli_now_ns() < end) {
     ssize_t w = send(s, buf, sizeof buf, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) sent += w;
     else if (errno == EAGAIN) msleep(1);
@@ -1963,12 +1963,12 @@ START_TEST(test_control_pipelined_requests) {
   }
   char c;
   ck_assert_int_eq(read(done[0], &c, 1), 1);
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   char out[4096];
   ck_assert_int_eq(ctl(out, sizeof out, "stats --json"), 0); /* others are served beside it */
   ck_assert_int_eq(json_num(out, "limit_bytes"), 8 << 20);
   ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB"), 0);
-  double ms = (double)(gml_now_ns() - t0) / 1e6;
+  double ms = (double)(gmli_now_ns() - t0) / 1e6;
   long r = daemon_rss_kib();
   if (r > peak) peak = r;
   printf("  control pipeline: daemon RSS %ld -> peak %ld KiB; root's stats+limit beside it in %.0f ms\n", rss0, peak, ms);
@@ -2037,11 +2037,11 @@ START_TEST(test_control_slots) {
   int mute = ctl_raw(0), greeted = ctl_raw(1);
   ck_assert_int_ge(mute, 0);
   ck_assert_int_ge(greeted, 0);
-  uint64_t t0 = gml_now_ns();
+  uint64_t t0 = gmli_now_ns();
   ck_assert_msg(ctl_closed_within(mute, 3000), "an un-greeted control connection was kept 3 s");
   ck_assert_msg(ctl_closed_within(greeted, 1000), "a control connection with no request was kept");
   printf("  control slots: silent connections closed after %.2f s (hello-timeout-ms 1000)\n",
-         (double)(gml_now_ns() - t0) / 1e9);
+         (double)(gmli_now_ns() - t0) / 1e9);
   close(mute), close(greeted);
   close(to_parent[0]), close(to_parent[1]), close(to_child[0]);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -2112,8 +2112,8 @@ START_TEST(test_queued_fds_bounded) {
     ar.count = limit - n0 - 2 < N ? (uint32_t)(limit - n0 - 2) : N;
     a.seq = 2000 + (uint64_t)sent++;
     ck_assert_int_eq(send_env(hog, &a, NULL, 0), 0);
-    uint64_t until = gml_now_ns() + 200000000ull; /* its reply is in our socket, or in the daemon's queue */
-    while (gml_now_ns() < until && n == n0 && inq == inq0) {
+    uint64_t until = gmli_now_ns() + 200000000ull; /* its reply is in our socket, or in the daemon's queue */
+    while (gmli_now_ns() < until && n == n0 && inq == inq0) {
       n = daemon_fds();
       ioctl(hog, FIONREAD, &inq);
     }
@@ -2160,9 +2160,9 @@ static int hog_attaches(const int *hogs, int nhogs, const char *key, long limit,
       ar.count = limit - n0 - 2 < 126 ? (uint32_t)(limit - n0 - 2) : 126;
       a.seq = 2000 + (uint64_t)sent++;
       ck_assert_int_eq(send_env(hogs[h], &a, NULL, 0), 0);
-      uint64_t until = gml_now_ns() + 2000000000ull; /* its reply is in our socket, or in the daemon's queue (2 s: 0.2 s ran out
+      uint64_t until = gmli_now_ns() + 2000000000ull; /* its reply is in our socket, or in the daemon's queue (2 s: 0.2 s ran out
                                                        * on a loaded machine, the budget was not filled and the lease below was served) */
-      while (gml_now_ns() < until && n == n0 && inq == inq0) {
+      while (gmli_now_ns() < until && n == n0 && inq == inq0) {
         n = daemon_fds();
         ioctl(hogs[h], FIONREAD, &inq);
       }
@@ -2517,8 +2517,8 @@ static int log_flooder(void *arg) {
   (void)arg;
   int s = raw_session("flooder"), cycles = 0, asks = 0, adopts = 0;
   if (s < 0) return 2;
-  uint64_t seq = 10, end = gml_now_ns() + 1000000000ull;
-  while (gml_now_ns() < end && share_one(s, seq, "k", NULL, 0) == 0 && detach_key(s, seq + 2, "k") == 0) seq += 3, cycles++;
+  uint64_t seq = 10, end = gmli_now_ns() + 1000000000ull;
+  while (gmli_now_ns() < end && share_one(s, seq, "k", NULL, 0) == 0 && detach_key(s, seq + 2, "k") == 0) seq += 3, cycles++;
   int c = ctl_raw(1);
   /* ipc frame: type 1, 64-bit BE length 6, backtrace 0x80000001, body {field 5 varint 1} (`limit 1`) */
   static const uint8_t req[15] = {1, 0, 0, 0, 0, 0, 0, 0, 6, 0x80, 0, 0, 1, 0x28, 0x01};
@@ -2548,9 +2548,9 @@ static int log_flooder(void *arg) {
  * hand-over of what is no chunk (attacker trial 2). */
 START_TEST(test_log_budget_covers_every_line) {
   start_daemon("--limit 8MiB --prefetch 0 --socket-mode 0666");
-  double t0 = (double)gml_now_ns() / 1e9;
+  double t0 = (double)gmli_now_ns() / 1e9;
   ck_assert_int_eq(as_uid(NOBODY, log_flooder, NULL), 0);
-  double secs = (double)gml_now_ns() / 1e9 - t0;
+  double secs = (double)gmli_now_ns() / 1e9 - t0;
   /* a second after its last line (dropped), the count of those left out: waited for */
   char nob[32];
   snprintf(nob, sizeof nob, "uid %d: ", NOBODY);

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* What print_json writes to stdout, as a string (the caller frees it). */
+/* What gmli_print_json writes to stdout, as a string (the caller frees it). */
 static char *json_of(const ProtobufCMessage *m) {
   FILE *t = tmpfile();
   ck_assert_ptr_nonnull(t);
@@ -21,7 +21,7 @@ static char *json_of(const ProtobufCMessage *m) {
   int saved = dup(1);
   ck_assert_int_ge(saved, 0);
   ck_assert_int_ge(dup2(fileno(t), 1), 0);
-  print_json(m);
+  gmli_print_json(m);
   fflush(stdout);
   dup2(saved, 1), close(saved);
   long n = ftell(t);
@@ -52,7 +52,7 @@ START_TEST(test_usage_fields) {
   size_t len = 0;
   FILE *o = open_memstream(&text, &len);
   ck_assert_ptr_nonnull(o);
-  print_metrics(o, &r);
+  gmli_print_metrics(o, &r);
   fclose(o);
   for (unsigned i = 0; i < d->n_fields; i++) {
     const char *name = d->fields[i].name;

@@ -57,8 +57,8 @@ static const char *child_write(volatile char *p) {
 #define MAXB 4096
 
 /* The library's test hooks (hidden in the shared library; this links the static one). */
-void gml_client_test_nostream(gml_client *c);
-void gml_client_test_reply_timeout(gml_client *c, uint64_t ms);
+void gmli_client_test_nostream(gml_client *c);
+void gmli_client_test_reply_timeout(gml_client *c, uint64_t ms);
 
 int main(int argc, char **argv) {
   if (argc < 2) {
@@ -155,10 +155,10 @@ int main(int argc, char **argv) {
       gml_host_test_costs(imp * 1000, unm * 1000, acc * 1000);
       printf("ok\n");
     } else if (!strcmp(cmd, "nostream")) {
-      gml_client_test_nostream(c);
+      gmli_client_test_nostream(c);
       printf("ok\n");
     } else if (!strcmp(cmd, "replytimeout")) {
-      gml_client_test_reply_timeout(c, (uint64_t)a);
+      gmli_client_test_reply_timeout(c, (uint64_t)a);
       printf("ok\n");
     } else if (!strcmp(cmd, "timing")) {
       gml_stats_get(c, &st);

@@ -12,23 +12,23 @@
 
 int ctl_find_endpoint(const char *device, int device_given, char *url, size_t urllen, char *how, size_t howlen, char *err,
                       size_t errlen) {
-  const char *sock = gml_env(GML_ENV_SOCKET);
+  const char *sock = gmli_env(GML_ENV_SOCKET);
   how[0] = 0;
-  if (gml_env(GML_ENV_CONTROL) && !device_given) { /* --device wins over GMLAKE_CONTROL */
-    snprintf(url, urllen, "%s", gml_env(GML_ENV_CONTROL));
+  if (gmli_env(GML_ENV_CONTROL) && !device_given) { /* --device wins over GMLAKE_CONTROL */
+    snprintf(url, urllen, "%s", gmli_env(GML_ENV_CONTROL));
     return 0;
   }
   if (sock && *sock) { /* the clients' daemon: its control endpoint where gmlaked --socket alone puts it */
     char path[256];
-    gml_socket_of_device(sock, device, path, sizeof path);
-    gml_control_url_beside(path, device, url, urllen);
+    gmli_socket_of_device(sock, device, path, sizeof path);
+    gmli_control_url_beside(path, device, url, urllen);
     snprintf(how, howlen, " It is where gmlaked --socket %s puts it without --control (found from GMLAKE_SOCKET); "
              "a daemon given --control URL: give gmlakectl --control URL", path);
     /* only where the client library would take that socket (client/discover.h): an endpoint in a
      * directory others may write is anyone's, and its answers (stats, "limit set") would be believed */
     char why[512];
     int missing = 0;
-    if (!gml_socket_path_trusted(url + 6, why, sizeof why, &missing)) return 0;
+    if (!gmli_socket_path_trusted(url + 6, why, sizeof why, &missing)) return 0;
     if (missing)
       snprintf(err, errlen, "cannot reach the daemon at %s: %s does not exist: is the daemon running, with this "
                "control endpoint?%s", url, url + 6, how);
@@ -36,13 +36,13 @@ int ctl_find_endpoint(const char *device, int device_given, char *url, size_t ur
                   "either); give --control URL to use it anyway", url, why);
     return GML_EDAEMON;
   }
-  gml_client_control_url(device, url, urllen);
+  gmli_client_control_url(device, url, urllen);
   /* what was tried: /run/gmlake, then the default endpoint where that is another (XDG_RUNTIME_DIR: not
    * for root or a user who may write /run/gmlake, who never look there) */
   char sys[96], then[310] = "";
   snprintf(sys, sizeof sys, "/run/gmlake/gmlake-%s.ctl", device);
   if (!strncmp(url, "ipc://", 6) && strcmp(url + 6, sys)) snprintf(then, sizeof then, ", then %s", url + 6);
-  int index = gml_device_spec_index(device) >= 0; /* beside a --socket, the control endpoint is named by index */
+  int index = gmli_device_spec_index(device) >= 0; /* beside a --socket, the control endpoint is named by index */
   snprintf(how, howlen, " Tried for device %s: %s%s. A daemon started with --socket PATH "
            "and no --control serves ipc://<PATH's directory>/gmlake-%s.ctl%s: give that as --control, or set "
            "GMLAKE_SOCKET=PATH", device, sys, then, index ? device : "N", index ? "" : " (N its index)");

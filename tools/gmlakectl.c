@@ -57,7 +57,7 @@ static void ctl_error(const ctl *c, int code, const char *fmt, ...) {
   fprintf(stderr, "gmlakectl: %s\n", msg);
   if (!c->json) return;
   printf("{\"error\":{\"code\":%d,\"message\":", code);
-  print_json_string(stdout, msg);
+  gmli_print_json_string(stdout, msg);
   printf("}}\n");
   fflush(stdout);
 }
@@ -89,7 +89,7 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
     /* refused by the control socket's mode: say who may use it, as the client library does */
     char hint[1024] = "";
     const char *path = !strncmp(url, "ipc://", 6) ? url + 6 : !strncmp(url, "unix://", 7) ? url + 7 : NULL;
-    if (rv == NNG_EPERM && path && gml_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
+    if (rv == NNG_EPERM && path && gmli_socket_access_hint(path, hint + 2, sizeof hint - 2) == 0) memcpy(hint, ": ", 2);
     /* nng says "Connection refused" for a path where nothing is */
     if (rv == NNG_ECONNREFUSED && path && access(path, F_OK) && errno == ENOENT)
       snprintf(hint, sizeof hint, " (%s does not exist: is the daemon running, with this control endpoint?%s)", path,
@@ -144,21 +144,21 @@ static void print_clients(const Gmlake__CtlReply *r) {
     char pz[96] = "";
     if (c->paused) {
       char p1[32], p2[32];
-      snprintf(pz, sizeof pz, "  paused %s (saved %s)", gml_format_bytes(c->paused, p1, 32), gml_format_bytes(c->paused_saved, p2, 32));
+      snprintf(pz, sizeof pz, "  paused %s (saved %s)", gmli_format_bytes(c->paused, p1, 32), gmli_format_bytes(c->paused_saved, p2, 32));
     }
     char uc[48] = "";
     if (c->uncounted) { /* its allocated may exceed its leased by this much */
       char u1[32];
-      snprintf(uc, sizeof uc, "  uncounted %s", gml_format_bytes(c->uncounted, u1, 32));
+      snprintf(uc, sizeof uc, "  uncounted %s", gmli_format_bytes(c->uncounted, u1, 32));
       uncounted += c->uncounted, nuncounted++;
     }
     char pid[16] = "-"; /* 0: another user's process, not named to us */
     if (c->pid) snprintf(pid, sizeof pid, "%d", c->pid);
     printf("%-8s %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s", pid, c->uid, c->pid ? c->name : "(another user)",
-           gml_format_bytes(c->leased_bytes, a, 32), gml_format_bytes(c->allocated, b, 32), gml_format_bytes(c->cached, d, 32),
-           c->quota_bytes ? gml_format_bytes(c->quota_bytes, q, 32) : "-", since, gml_format_bytes(c->growable_mapped, g, 32),
-           gml_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz, uc);
-    print_client_other(c);
+           gmli_format_bytes(c->leased_bytes, a, 32), gmli_format_bytes(c->allocated, b, 32), gmli_format_bytes(c->cached, d, 32),
+           c->quota_bytes ? gmli_format_bytes(c->quota_bytes, q, 32) : "-", since, gmli_format_bytes(c->growable_mapped, g, 32),
+           gmli_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz, uc);
+    gmli_print_client_other(c);
     putchar('\n');
   }
   if (!r->n_clients) printf("(no clients)\n");
@@ -166,7 +166,7 @@ static void print_clients(const Gmlake__CtlReply *r) {
     char u[32];
     printf("uncounted: %s on the device held by %zu client(s), not counted by the lake (a restarted daemon took no "
            "hand-over of it): in no limit or quota, theirs until they exit\n",
-           gml_format_bytes(uncounted, u, sizeof u), nuncounted);
+           gmli_format_bytes(uncounted, u, sizeof u), nuncounted);
   }
 }
 
@@ -209,13 +209,13 @@ static void print_shares(const Gmlake__CtlReply *r, int json) {
     if (s->publisher_pid) snprintf(pub, sizeof pub, "%d", s->publisher_pid);
     if (json) { /* a key may hold '"' and '\\' (any printable ASCII): escaped, as every string */
       printf("%s{\"key\":", i ? "," : "");
-      print_json_string(stdout, s->key);
+      gmli_print_json_string(stdout, s->key);
       printf(",\"size\":%llu,\"chunks\":%llu,\"publisher_pid\":%d,\"publisher_uid\":%u,"
              "\"mapper_pids\":[%s],\"allow_any_uid\":%s,\"since\":%.3f}",
              (unsigned long long)s->size, (unsigned long long)s->chunks, s->publisher_pid, s->publisher_uid, pids,
              s->allow_any_uid ? "true" : "false", s->since);
     } else
-      printf("%-24.24s %12s %7llu %8s %6u  %-10s %s\n", s->key, gml_format_bytes(s->size, sz, 32),
+      printf("%-24.24s %12s %7llu %8s %6u  %-10s %s\n", s->key, gmli_format_bytes(s->size, sz, 32),
              (unsigned long long)s->chunks, pub, s->publisher_uid, allows, pids);
   }
   if (json) printf("]\n");
@@ -239,7 +239,7 @@ static long long parse_int_or_die(const ctl *c, const char *what, const char *s,
  * (gmlake-<UUID>.ctl: GPU-..., host-N), or exit 2. A PCI bus id needs the
  * driver to name: gmlaked takes one, gmlakectl does not. */
 static const char *device_or_die(const ctl *c, const char *s) {
-  if (gml_device_name_ok(s)) return s;
+  if (gmli_device_name_ok(s)) return s;
   ctl_error(c, GML_EINVAL, "bad device '%s' (nvidia-smi's index 0 to %d, or a UUID as nvidia-smi -L prints it, GPU-..., "
             "or host-N)", s, GML_DEVICE_INDEX_MAX);
   exit(2);
@@ -271,8 +271,8 @@ static Gmlake__CtlReply *ask(ctl *c, Gmlake__CtlRequest__ReqCase kind) {
 
 static int cmd_stats(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_STATS)) return 1;
-  if (c->json) print_json(&c->reply->stats->base), putchar('\n');
-  else print_stats(c->reply->stats);
+  if (c->json) gmli_print_json(&c->reply->stats->base), putchar('\n');
+  else gmli_print_stats(c->reply->stats);
   return 0;
 }
 
@@ -283,20 +283,20 @@ static int cmd_metrics(ctl *c) {
     return 2;
   }
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
-  print_metrics(stdout, c->reply);
+  gmli_print_metrics(stdout, c->reply);
   return 0;
 }
 
 static int cmd_clients(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
-  if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients), putchar('\n');
+  if (c->json) gmli_print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients), putchar('\n');
   else print_clients(c->reply);
   return 0;
 }
 
 static int cmd_chunks(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CHUNKS)) return 1;
-  if (c->json) print_json_list((ProtobufCMessage *const *)c->reply->chunks, c->reply->n_chunks), putchar('\n');
+  if (c->json) gmli_print_json_list((ProtobufCMessage *const *)c->reply->chunks, c->reply->n_chunks), putchar('\n');
   else print_chunks(c->reply);
   return 0;
 }
@@ -334,7 +334,7 @@ static int cmd_limit(ctl *c) {
   double num = strtod(a, &end);
   while (*end == ' ') end++;
   int pct = *end == '%';
-  if (pct ? end == a || end[1] || !(num >= 1 && num <= 100) : gml_parse_size(a, 0, &v)) {
+  if (pct ? end == a || end[1] || !(num >= 1 && num <= 100) : gmli_parse_size(a, 0, &v)) {
     ctl_error(c, GML_EINVAL, "bad limit '%s' (a share of the device from 1%% to 100%%, or bytes: 60GiB, 64424509440)", a);
     return 2;
   }
@@ -343,20 +343,20 @@ static int cmd_limit(ctl *c) {
   uint64_t cs = c->reply->stats->chunk_size;
   gmlake__ctl_reply__free_unpacked(c->reply, NULL);
   c->reply = NULL;
-  if (pct && gml_parse_size(a, total, &v)) {
+  if (pct && gmli_parse_size(a, total, &v)) {
     ctl_error(c, GML_EINVAL, "limit '%s': the daemon does not say the device's size; give the limit in bytes", a);
     return 2;
   }
   if (total && v > total) {
     char s1[32], s2[32];
     ctl_error(c, GML_EINVAL, "limit %s is more than the device's memory (%s): the lake can never hold it; give at most %s or 100%%",
-              gml_format_bytes(v, s1, sizeof s1), gml_format_bytes(total, s2, sizeof s2), s2);
+              gmli_format_bytes(v, s1, sizeof s1), gmli_format_bytes(total, s2, sizeof s2), s2);
     return 2;
   }
   if (cs && v < cs) { /* the daemon said only "limit below one chunk", exit 1, not the chunk's size */
     char s1[32], s2[32];
     ctl_error(c, GML_EINVAL, "limit %s is less than one chunk (%s): the lake holds whole chunks; give at least %s",
-              gml_format_bytes(v, s1, sizeof s1), gml_format_bytes(cs, s2, sizeof s2), s2);
+              gmli_format_bytes(v, s1, sizeof s1), gmli_format_bytes(cs, s2, sizeof s2), s2);
     return 2;
   }
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
@@ -369,11 +369,11 @@ static int cmd_limit(ctl *c) {
     printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,", (unsigned long long)c->reply->stats->limit_bytes);
     if (warning) {
       printf("\"warning\":");
-      print_json_string(stdout, warning);
+      gmli_print_json_string(stdout, warning);
       printf(",");
     }
     printf("\"stats\":");
-    print_json(&c->reply->stats->base);
+    gmli_print_json(&c->reply->stats->base);
     printf("}\n");
   } else {
     printf("limit set to %llu bytes%s\n", (unsigned long long)c->reply->stats->limit_bytes,
@@ -388,14 +388,14 @@ static int cmd_quota(ctl *c) {
   Gmlake__CtlRequest req = GMLAKE__CTL_REQUEST__INIT;
   Gmlake__QuotaRequest quota = GMLAKE__QUOTA_REQUEST__INIT;
   uint64_t v;
-  if (gml_parse_size(c->args[1], 0, &v)) {
+  if (gmli_parse_size(c->args[1], 0, &v)) {
     ctl_error(c, GML_EINVAL, "bad size '%s' (bytes: 8GiB, 8589934592; 0 clears the quota)", c->args[1]);
     return 2;
   }
   int kind;
   uint32_t key;
   const char *cgroup;
-  if (gml_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
+  if (gmli_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
     ctl_error(c, GML_EINVAL, "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH as /proc/PID/cgroup shows it: no '.', '..', '//' or trailing '/')", c->args[0]);
     return 2;
   }
@@ -408,7 +408,7 @@ static int cmd_quota(ctl *c) {
   if (!(c->reply = call(c, &req))) return 1;
   if (c->json) {
     printf("{\"ok\":true,\"command\":\"quota\",\"holder\":");
-    print_json_string(stdout, c->args[0]);
+    gmli_print_json_string(stdout, c->args[0]);
     printf(",\"bytes\":%llu,\"cleared\":%s}\n", (unsigned long long)v, v ? "false" : "true");
   } else if (!v) printf("quota of %s cleared\n", c->args[0]);
   else printf("quota of %s set to %llu bytes\n", c->args[0], (unsigned long long)v);
@@ -424,13 +424,13 @@ static int cmd_watch(ctl *c) {
       struct timespec now;
       clock_gettime(CLOCK_REALTIME, &now);
       printf("{\"time\":%.3f,\"stats\":", (double)now.tv_sec + now.tv_nsec / 1e9);
-      print_json(&c->reply->stats->base);
+      gmli_print_json(&c->reply->stats->base);
       printf(",\"clients\":");
-      print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients);
+      gmli_print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients);
       printf("}\n");
     } else {
       printf("\033[H\033[2J");
-      print_stats(c->reply->stats);
+      gmli_print_stats(c->reply->stats);
       putchar('\n');
       print_clients(c->reply);
     }

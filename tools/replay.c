@@ -150,7 +150,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   int collect = steps || plan != REPLAY_NO_PLAN; /* samples and step marks */
   gml_stats st;
   gml_stats_get(c, &st);
-  uint64_t wall0 = gml_now_ns();
+  uint64_t wall0 = gmli_now_ns();
   size_t lineno = 0, events = 0;
   int cont = 0; /* this read is the rest of a line longer than the buffer (a long comment) */
   for (;;) {
@@ -225,11 +225,11 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
         }
         lat_cap *= 2;
       }
-      gml_stream s = gml_backend_caps_named(st.backend) & GML_BACKEND_DRIVER_STREAMS ? 0 : (gml_stream)stream;
+      gml_stream s = gmli_backend_caps_named(st.backend) & GML_BACKEND_DRIVER_STREAMS ? 0 : (gml_stream)stream;
       void *p;
-      uint64_t t0 = gml_now_ns();
+      uint64_t t0 = gmli_now_ns();
       rc = gml_alloc(c, size, s, &p);
-      uint64_t dt = gml_now_ns() - t0;
+      uint64_t dt = gmli_now_ns() - t0;
       if (rc) {
         fprintf(stderr, "gmlake-replay: %s: alloc %llu of %llu bytes failed: %s (%s)\n", path, id, size, gml_strerror(rc),
                 gml_last_error(c));
@@ -264,9 +264,9 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
         failed = 1;
         break;
       }
-      uint64_t t0 = gml_now_ns();
+      uint64_t t0 = gmli_now_ns();
       rc = gml_free(c, e->ptr);
-      uint64_t dt = gml_now_ns() - t0;
+      uint64_t dt = gmli_now_ns() - t0;
       if (rc) {
         fprintf(stderr, "gmlake-replay: free %llu failed: %s\n", id, gml_strerror(rc));
         failed = 1;
@@ -299,7 +299,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       if (evs) evs[nsamples] = ev;
       samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.mapped_allocs, s4.headroom_leased, s4.chunks_leased};
     }
-    if ((res->allocs + res->frees) % 10000 == 0 && gml_env(GML_ENV_REPLAY_PROGRESS)) {
+    if ((res->allocs + res->frees) % 10000 == 0 && gmli_env(GML_ENV_REPLAY_PROGRESS)) {
       gml_stats s3;
       gml_stats_get(c, &s3);
       fprintf(stderr, "  ops %llu maps %llu unmaps %llu reserved %.2f GiB\n", (unsigned long long)(res->allocs + res->frees),
@@ -325,15 +325,15 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
     fprintf(stderr, "gmlake-replay: %s is not a trace: no allocation or free in its %zu line(s)\n", path, lineno);
     failed = 1;
   }
-  res->wall_s = (double)(gml_now_ns() - wall0) / 1e9;
+  res->wall_s = (double)(gmli_now_ns() - wall0) / 1e9;
   gml_stats_get(c, &st);
   res->peak_reserved = st.peak_reserved;
   res->frag = res->peak_reserved ? 1.0 - (double)res->peak_allocated / (double)res->peak_reserved : 0;
   res->ops_per_s = total_ns ? (double)(res->allocs + res->frees) / ((double)total_ns / 1e9) : 0;
-  res->alloc_p50 = gml_percentile_u64(lat_a, nlat_a, 50);
-  res->alloc_p99 = gml_percentile_u64(lat_a, nlat_a, 99);
-  res->free_p50 = gml_percentile_u64(lat_f, nlat_f, 50);
-  res->free_p99 = gml_percentile_u64(lat_f, nlat_f, 99);
+  res->alloc_p50 = gmli_percentile_u64(lat_a, nlat_a, 50);
+  res->alloc_p99 = gmli_percentile_u64(lat_a, nlat_a, 99);
+  res->free_p50 = gmli_percentile_u64(lat_f, nlat_f, 50);
+  res->free_p99 = gmli_percentile_u64(lat_f, nlat_f, 99);
   res->maps = st.maps;
   res->unmaps = st.unmaps;
   res->chunks_leased = st.chunks_leased;
@@ -421,7 +421,7 @@ int main(int argc, char **argv) {
       }
       break;
     case 'G':
-      if (gml_parse_size(optarg, 0, &grain) || !grain) {
+      if (gmli_parse_size(optarg, 0, &grain) || !grain) {
         fprintf(stderr, "gmlake-replay: --guard-grain %s: a size was expected\n", optarg);
         return 2;
       }
@@ -486,7 +486,7 @@ int main(int argc, char **argv) {
     double fe = r.torch_expandable_reserved ? 1.0 - (double)r.torch_expandable_allocated / (double)r.torch_expandable_reserved : 0;
     if (json) {
       printf("{\"trace\":");
-      print_json_string(stdout, name); /* gmlakectl's JSON strings: " \\ and controls escaped */
+      gmli_print_json_string(stdout, name); /* gmlakectl's JSON strings: " \\ and controls escaped */
       printf(",\"backend\":\"%s\",\"mode\":\"%s\",\"peak_allocated\":%llu,\"peak_reserved\":%llu,"
              "\"frag\":%.6f,\"torch_default_reserved\":%llu,\"torch_expandable_reserved\":%llu,\"ops_per_s\":%.0f,"
              "\"alloc_p50_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"free_p50_ns\":%.0f,\"free_p99_ns\":%.0f,\"allocs\":%llu,"

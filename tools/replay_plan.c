@@ -54,7 +54,7 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
     memset(r, 0, sizeof *r);
     for (; i < ends[s]; i++) {
       if (ev[i].is_alloc) {
-        int rc = gml_plan_keeper_alloc(kp, ev[i].size, ev[i].stream, &grant[i]);
+        int rc = gmli_plan_keeper_alloc(kp, ev[i].size, ev[i].stream, &grant[i]);
         if (rc < 0) {
           free(grant);
           return rc;
@@ -65,7 +65,7 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
       } else {
         const gml_plan_grant *g = &grant[ev[i].alloc_event];
         if (g->index == GML_PLAN_NEVER && !g->lent) pool -= ev[ev[i].alloc_event].size;
-        gml_plan_keeper_free(kp, g);
+        gmli_plan_keeper_free(kp, g);
       }
       uint64_t reserved = range_in_use(kp) + pool;
       r->peak = reserved > r->peak ? reserved : r->peak;
@@ -76,7 +76,7 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
     r->plan_from = kp->plan ? (long)kp->planned_from : -1;
     r->full = kp->plan && r->allocs == kp->plan->n && !r->verdicts[GML_PLAN_MISS_SHAPE] &&
               !r->verdicts[GML_PLAN_MISS_OCCUPIED];
-    int rc = gml_plan_keeper_step(kp);
+    int rc = gmli_plan_keeper_step(kp);
     if (rc < 0) {
       free(grant);
       return rc;
@@ -115,7 +115,7 @@ static void print_rows_text(const char *name, const plan_step_row *rows, size_t 
 
 static void print_rows_json(const char *name, const plan_step_row *rows, size_t nsteps) {
   printf("{\"trace\":");
-  print_json_string(stdout, name);
+  gmli_print_json_string(stdout, name);
   printf(",\"plan_steps\":[");
   for (size_t s = 0; s < nsteps; s++) {
     const plan_step_row *r = &rows[s];
@@ -141,20 +141,20 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
   size_t *ends = malloc(n * sizeof *ends);
   plan_step_row *rows = calloc(n, sizeof *rows);
   gml_plan_keeper kp;
-  gml_plan_keeper_init(&kp, GML_PLAN_ALIGN, plan_step);
+  gmli_plan_keeper_init(&kp, GML_PLAN_ALIGN, plan_step);
   kp.srv.granule = REPLAY_PLAN_GRANULE;
   uint64_t floor, visits_per_hit = 0;
   size_t nsteps = ends && rows ? replay_step_ends(v, n, marks, nmarks, ends, &floor) : 0;
   if (nsteps && plan_step >= (long)nsteps) {
     fprintf(stderr, "gmlake-replay: %s: --plan=%ld: the trace has %zu steps (0 to %zu)\n", name, plan_step, nsteps,
             nsteps - 1);
-    gml_plan_keeper_destroy(&kp);
+    gmli_plan_keeper_destroy(&kp);
     free(ends), free(rows);
     return 1;
   }
   if (!nsteps || plan_simulate(&kp, ev, v, ends, nsteps, rows, &visits_per_hit)) {
     fprintf(stderr, "gmlake-replay: %s: out of memory for --plan's %zu events\n", name, n);
-    gml_plan_keeper_destroy(&kp);
+    gmli_plan_keeper_destroy(&kp);
     free(ends), free(rows);
     return 1;
   }
@@ -200,7 +200,7 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
            (unsigned long long)visits_per_hit, kp.nkept, kp.switches, kp.dropped, kp.plan_seconds * 1e3,
            kp.plan_seconds_max * 1e3, (unsigned long long)kp.srv.lends, kp.srv.lent_bytes / (double)GML_GIB);
   }
-  gml_plan_keeper_destroy(&kp);
+  gmli_plan_keeper_destroy(&kp);
   free(ends), free(rows);
   return 0;
 }

@@ -17,7 +17,7 @@
  * Override with GMLAKE_REPLAY_COST="unmap,map,access,sync". */
 static void step_costs(double *c) {
   c[0] = 18, c[1] = 28, c[2] = 0, c[3] = 100;
-  const char *e = gml_env(GML_ENV_REPLAY_COST);
+  const char *e = gmli_env(GML_ENV_REPLAY_COST);
   double v[4];
   char extra;
   if (e && sscanf(e, "%lf,%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &v[3], &extra) == 4)

@@ -33,10 +33,10 @@ static void fill_lake(void) {
 }
 
 static void setup(void) {
-  gml_log_set_level(GML_LOG_ERROR - 1); /* quiet: the fuzzer prints its own */
+  gmli_log_set_level(GML_LOG_ERROR - 1); /* quiet: the fuzzer prints its own */
   d = calloc(1, sizeof *d);
   char msg[256];
-  if (!d || gml_backend_open("host", 0, NULL, &d->be, msg, sizeof msg)) abort();
+  if (!d || gmli_backend_open("host", 0, NULL, &d->be, msg, sizeof msg)) abort();
   d->loop = uv_default_loop();
   lake_init(&d->lk, d->be, 16 * d->be->chunk_size);
   gmlake__lake_stats__init(&d->counters);

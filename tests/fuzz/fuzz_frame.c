@@ -1,8 +1,8 @@
 /* fuzz_frame.c: libFuzzer target for what the daemon runs on every byte a
  * client sends: the input goes through a real Unix socket pair in pieces
  * (their sizes drawn from the input's first byte), is reassembled by the
- * daemon's incremental receiver (gml_rx_fill/next/consume), each complete
- * frame is decoded as an Envelope and passes gml_wire_check_request, as in
+ * daemon's incremental receiver (gmli_rx_fill/next/consume), each complete
+ * frame is decoded as an Envelope and passes gmli_wire_check_request, as in
  * daemon/session.c. The session stops at the first bad frame, as the daemon
  * closes such a client. */
 #include "gmlake.h"
@@ -26,15 +26,15 @@ static int take_frames(gml_rx *rx, int *hello_done) {
   const uint8_t *body;
   size_t len;
   int k;
-  while ((k = gml_rx_next(rx, &body, &len)) == 1) {
+  while ((k = gmli_rx_next(rx, &body, &len)) == 1) {
     Gmlake__Envelope *env = gmlake__envelope__unpack(NULL, len, body);
-    const char *bad = env ? gml_wire_check_request(env, *hello_done) : "undecodable";
+    const char *bad = env ? gmli_wire_check_request(env, *hello_done) : "undecodable";
     if (!bad && env->msg_case == GMLAKE__ENVELOPE__MSG_HELLO) *hello_done = 1;
     if (!bad && env->msg_case == GMLAKE__ENVELOPE__MSG_RET) /* what handle_return reads */
       for (size_t i = 0; i < env->ret->n_chunk_ids; i++) (void)*(volatile uint64_t *)&env->ret->chunk_ids[i];
     if (env) gmlake__envelope__free_unpacked(env, NULL);
     if (bad) return -1;
-    gml_rx_consume(rx, len);
+    gmli_rx_consume(rx, len);
   }
   return k < 0 ? -1 : 0;
 }
@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (w <= 0) abort(); /* the pair is drained after every piece: it has room */
     off += (size_t)w;
     for (;;) {
-      long r = gml_rx_fill(&rx, sp[0]);
+      long r = gmli_rx_fill(&rx, sp[0]);
       if (r == GML_EAGAIN) break;
       if (r <= 0) { /* EOF or an error: the daemon closes the client */
         closed = 1;
@@ -68,6 +68,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
   drain_pair();
-  gml_rx_free(&rx);
+  gmli_rx_free(&rx);
   return 0;
 }

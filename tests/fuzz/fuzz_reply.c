@@ -1,7 +1,7 @@
 /* fuzz_reply.c: libFuzzer target for the client's side of the socket: a
  * fake daemon plays the input back to a real client (gml_open in daemon mode,
  * then allocations, frees, a flush and gml_close), so every byte the client
- * reads goes through gml_wire_recv, the hello/lease/return reply checks and
+ * reads goes through gmli_wire_recv, the hello/lease/return reply checks and
  * the handling of unsolicited messages in client/client.c.
  *
  * Input: records of [flags][len lo][len hi][len bytes]; each record is one
@@ -43,7 +43,7 @@ static void *fake_daemon(void *arg) {
     if (len > p->size - off) len = p->size - off;
     int fds[7], nfds = flags & 8 ? flags & 7 : 0;
     for (int i = 0; i < nfds; i++) fds[i] = chunk_fd();
-    long r = len ? gml_wire_sendmsg(s, p->data + off, len, fds, nfds) : 0;
+    long r = len ? gmli_wire_sendmsg(s, p->data + off, len, fds, nfds) : 0;
     for (int i = 0; i < nfds; i++) close(fds[i]);
     if (r < 0) break; /* the client hung up */
     off += len;
@@ -57,7 +57,7 @@ static void *fake_daemon(void *arg) {
 }
 
 static void setup(void) {
-  gml_log_set_level(GML_LOG_ERROR - 1);
+  gmli_log_set_level(GML_LOG_ERROR - 1);
   snprintf(dir, sizeof dir, "/tmp/gml-fuzz-reply-XXXXXX");
   if (!mkdtemp(dir)) abort();
   snprintf(path, sizeof path, "%s/d.sock", dir);

@@ -43,10 +43,10 @@ static void fresh_lake(void) {
 }
 
 static void setup(void) {
-  gml_log_set_level(getenv("FUZZ_LOG") ? GML_LOG_INFO : GML_LOG_ERROR - 1); /* quiet: the fuzzer prints its own */
+  gmli_log_set_level(getenv("FUZZ_LOG") ? GML_LOG_INFO : GML_LOG_ERROR - 1); /* quiet: the fuzzer prints its own */
   d = calloc(1, sizeof *d);
   char msg[256];
-  if (!d || gml_backend_open("host", 0, NULL, &d->be, msg, sizeof msg)) abort();
+  if (!d || gmli_backend_open("host", 0, NULL, &d->be, msg, sizeof msg)) abort();
   d->loop = uv_default_loop();
   lake_init(&d->lk, d->be, 16 * d->be->chunk_size);
   gmlake__lake_stats__init(&d->counters);
@@ -125,7 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t piece = 1 + (rng >> 16) % 8192;
     if (piece > size - off) piece = size - off;
     if (nfds && off < fd_at && off + piece > fd_at) piece = fd_at - off;
-    long w = off == fd_at && nfds ? gml_wire_sendmsg(sv[1], data + off, piece, fds, nfds)
+    long w = off == fd_at && nfds ? gmli_wire_sendmsg(sv[1], data + off, piece, fds, nfds)
                                   : send(sv[1], data + off, piece, MSG_NOSIGNAL);
     if (w <= 0) break; /* closed by the daemon, or its buffer full: the rest does not matter */
     off += (size_t)w;

@@ -30,7 +30,7 @@ static void save(const char *target, const char *name, const buf *o) {
 static void frame(buf *o, Gmlake__Envelope *e) {
   uint8_t *f;
   size_t n;
-  if (gml_wire_encode(e, &f, &n)) abort();
+  if (gmli_wire_encode(e, &f, &n)) abort();
   put(o, f, n);
   free(f);
 }
