@@ -61,7 +61,7 @@ BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libg
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
 TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan
 
-.PHONY: all borrow-model clean tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
+.PHONY: all borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
 
 $(GEN): proto/gmlake.proto
@@ -86,7 +86,7 @@ $(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
-$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c common/statsview.c client/discover.c) $(COMMON_OBJ)
+$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/ctl_tables.c common/statsview.c client/discover.c) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c common/statsview.c) $(BUILD)/libgmlake-client.a
@@ -184,6 +184,10 @@ cuda-header-check:
 
 deps:
 	@scripts/deps.sh
+
+# Every C and C++ file of the tree to .clang-format (make test checks it).
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
 
 # The whole suite, plain and under ASan+UBSan (+LeakSanitizer).
 # Its last line counts what passed, failed, was skipped and not run (tests/summary.sh).

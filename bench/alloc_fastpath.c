@@ -12,11 +12,17 @@
 #include <stdlib.h>
 #include <time.h>
 #include <valgrind/callgrind.h>
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 300;
   enum { N = 2000 };
-  size_t sz[N]; int ord[N]; void *p[N];
+  size_t sz[N];
+  int ord[N];
+  void *p[N];
   unsigned long long r = 42;
   for (int i = 0; i < N; i++) {
     r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -24,7 +30,13 @@ int main(int argc, char **argv) {
     sz[i] = (x & 3) == 0 ? 64 + x % 8192 : (x & 3) == 1 ? 8192 + x % (1 << 20) : (1 << 20) + x % (16 << 20);
     ord[i] = i;
   }
-  for (int i = N - 1; i > 0; i--) { r = r * 6364136223846793005ull + 1; int j = (int)((r >> 33) % (unsigned)(i + 1)); int t = ord[i]; ord[i] = ord[j]; ord[j] = t; }
+  for (int i = N - 1; i > 0; i--) {
+    r = r * 6364136223846793005ull + 1;
+    int j = (int)((r >> 33) % (unsigned)(i + 1));
+    int t = ord[i];
+    ord[i] = ord[j];
+    ord[j] = t;
+  }
   gml_client *c;
   int orc = gml_open(NULL, &c);
   if (orc) {
@@ -35,7 +47,8 @@ int main(int argc, char **argv) {
   for (int s = 0; s < steps; s++) {
     if (s == 10) CALLGRIND_ZERO_STATS;
     double t0 = now();
-    for (int i = 0; i < N; i++) if (gml_alloc(c, sz[i], 0, &p[i])) return 2;
+    for (int i = 0; i < N; i++)
+      if (gml_alloc(c, sz[i], 0, &p[i])) return 2;
     double t1 = now();
     for (int i = 0; i < N; i++) gml_free(c, p[ord[i]]);
     double t2 = now();

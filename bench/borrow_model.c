@@ -104,7 +104,7 @@ static int model(int borrow, int steps, int lag) {
   if (gmli_alloc_init(&m.a, be, (gml_chunk_source){NULL, acquire, release, NULL}, 128ul << 30, &cfg)) return -1;
   for (int r = 0; r < 2; r++) m.live[r] = calloc(max_id + 1, sizeof(void *));
   int first = nmarks > 2 ? 2 : 0, rc = 0; /* the steps after the first two (warm-up) */
-  for (int r = 0; r < 2 && !rc; r++) /* each replica's model, optimizer state and first steps */
+  for (int r = 0; r < 2 && !rc; r++)      /* each replica's model, optimizer state and first steps */
     for (size_t i = 0; i < (first ? marks[first] : 0) && !rc; i++) rc = play(&m, r, &evs[i]);
   be->ops->synchronize(be);
   for (int st = first; st < first + steps && st + 1 < nmarks && !rc; st++) {
@@ -116,9 +116,9 @@ static int model(int borrow, int steps, int lag) {
   gmli_alloc_stats(&m.a, &s);
   printf("borrowing %-3s  peak reserved %7.3f GiB  peak allocated %7.3f GiB  maps %6llu  unmaps %6llu  syncs %4llu  "
          "borrows %6llu  waits %4llu\n",
-         borrow ? "on" : "off", s.peak_reserved / 1073741824.0, s.peak_allocated / 1073741824.0, (unsigned long long)s.maps,
-         (unsigned long long)s.unmaps, (unsigned long long)s.syncs, (unsigned long long)s.borrows,
-         (unsigned long long)s.borrow_waits);
+         borrow ? "on" : "off", s.peak_reserved / 1073741824.0, s.peak_allocated / 1073741824.0,
+         (unsigned long long)s.maps, (unsigned long long)s.unmaps, (unsigned long long)s.syncs,
+         (unsigned long long)s.borrows, (unsigned long long)s.borrow_waits);
   for (int r = 0; r < 2; r++) free(m.live[r]);
   gmli_alloc_destroy(&m.a);
   gmli_backend_close(be);
@@ -136,6 +136,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: borrow-model [--steps N] [--lag K] TRACE (a trace with step marks, bench/traces)\n");
     return 2;
   }
-  printf("%s: two replicas on two streams, %d steps, device one unit behind every %d CPU operations\n", argv[i], steps, lag);
+  printf("%s: two replicas on two streams, %d steps, device one unit behind every %d CPU operations\n", argv[i], steps,
+         lag);
   return model(0, steps, lag) || model(1, steps, lag);
 }

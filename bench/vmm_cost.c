@@ -22,10 +22,12 @@
 
 #define STR2(x) #x
 #define STR(x) STR2(x)
-#define FUNCS(X)                                                                                                          \
-  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemCreate) X(cuMemAddressReserve)         \
-  X(cuMemMap) X(cuMemSetAccess) X(cuMemUnmap) X(cuMemRelease) X(cuMemAlloc) X(cuMemsetD8Async) X(cuStreamCreate)        \
+// clang-format off
+#define FUNCS(X) \
+  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemCreate) X(cuMemAddressReserve) \
+  X(cuMemMap) X(cuMemSetAccess) X(cuMemUnmap) X(cuMemRelease) X(cuMemAlloc) X(cuMemsetD8Async) X(cuStreamCreate) \
   X(cuStreamQuery) X(cuCtxSynchronize) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemGetAllocationGranularity)
+// clang-format on
 #define DECL(f) static __typeof__(&f) p_##f;
 FUNCS(DECL)
 
@@ -35,13 +37,13 @@ static double now_us(void) {
   return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-#define CK(call)                                                                 \
-  do {                                                                           \
-    CUresult r_ = (call);                                                        \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      fprintf(stderr, "vmm_cost: %s failed: %d (line %d)\n", #call, r_, __LINE__); \
-      exit(1);                                                                   \
-    }                                                                            \
+#define CK(call)                                                                                                       \
+  do {                                                                                                                 \
+    CUresult r_ = (call);                                                                                              \
+    if (r_ != CUDA_SUCCESS) {                                                                                          \
+      fprintf(stderr, "vmm_cost: %s failed: %d (line %d)\n", #call, r_, __LINE__);                                     \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 enum { N = 512 };
@@ -87,10 +89,10 @@ int main(void) {
     fprintf(stderr, "vmm_cost: %s\n", dlerror());
     return 1;
   }
-#define LOAD(f)                                              \
-  if (!(p_##f = (__typeof__(&f))dlsym(lib, STR(f)))) {       \
-    fprintf(stderr, "vmm_cost: no %s in libcuda\n", STR(f)); \
-    return 1;                                                \
+#define LOAD(f)                                                                                                        \
+  if (!(p_##f = (__typeof__(&f))dlsym(lib, STR(f)))) {                                                                 \
+    fprintf(stderr, "vmm_cost: no %s in libcuda\n", STR(f));                                                           \
+    return 1;                                                                                                          \
   }
   FUNCS(LOAD)
   CK(p_cuInit(0));
@@ -128,8 +130,8 @@ int main(void) {
   double t0 = now_us();
   CUresult r = p_cuMemUnmap(va, N * CS);
   tun = now_us() - t0;
-  printf("  cuMemUnmap, one call over %d mappings: %s, %8.1f (%.2f per chunk)\n", N, r == CUDA_SUCCESS ? "ok" : "refused",
-         tun, tun / N);
+  printf("  cuMemUnmap, one call over %d mappings: %s, %8.1f (%.2f per chunk)\n", N,
+         r == CUDA_SUCCESS ? "ok" : "refused", tun, tun / N);
   if (r != CUDA_SUCCESS)
     for (int i = 0; i < N; i++) CK(p_cuMemUnmap(va + (size_t)i * CS, CS));
   for (int k = 8; k <= 64; k *= 8) {
@@ -248,6 +250,7 @@ int main(void) {
   unsigned long long x = 0x1234567890abcdefull, y = 0;
   CK(p_cuMemcpyHtoD(va + CS + 4096, &x, sizeof x));
   CK(p_cuMemcpyDtoH(&y, va2 + 4096, sizeof y));
-  printf("alias: one chunk mapped at two addresses, written at one, read at the other: %s\n", x == y ? "same bytes" : "DIFFERENT");
+  printf("alias: one chunk mapped at two addresses, written at one, read at the other: %s\n",
+         x == y ? "same bytes" : "DIFFERENT");
   return x == y ? 0 : 1;
 }

@@ -30,20 +30,22 @@
 
 extern char **environ;
 
-#define FUNCS(X)                                                                                                  \
-  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemGetAllocationGranularity)      \
-  X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)             \
+// clang-format off
+#define FUNCS(X) \
+  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuMemGetAllocationGranularity) \
+  X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) \
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)
+// clang-format on
 #define DECL(f) static gml_pfn_##f p_##f;
 FUNCS(DECL)
 
-#define CK(call)                                                                       \
-  do {                                                                                 \
-    CUresult r_ = (call);                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                          \
-      fprintf(stderr, "vmm_overlap: %s failed: %d (line %d)\n", #call, (int)r_, __LINE__); \
-      exit(1);                                                                         \
-    }                                                                                  \
+#define CK(call)                                                                                                       \
+  do {                                                                                                                 \
+    CUresult r_ = (call);                                                                                              \
+    if (r_ != CUDA_SUCCESS) {                                                                                          \
+      fprintf(stderr, "vmm_overlap: %s failed: %d (line %d)\n", #call, (int)r_, __LINE__);                             \
+      exit(1);                                                                                                         \
+    }                                                                                                                  \
   } while (0)
 
 static double now_us(void) {
@@ -63,10 +65,10 @@ static void init(void) {
     fprintf(stderr, "vmm_overlap: cannot load libcuda.so.1: %s\n", dlerror());
     exit(2);
   }
-#define LOAD(f)                                                \
-  if (!(p_##f = (gml_pfn_##f)dlsym(lib, #f))) {               \
-    fprintf(stderr, "vmm_overlap: libcuda has no %s\n", #f); \
-    exit(2);                                                 \
+#define LOAD(f)                                                                                                        \
+  if (!(p_##f = (gml_pfn_##f)dlsym(lib, #f))) {                                                                        \
+    fprintf(stderr, "vmm_overlap: libcuda has no %s\n", #f);                                                           \
+    exit(2);                                                                                                           \
   }
   FUNCS(LOAD)
   CUdevice dev;
@@ -82,9 +84,9 @@ static void init(void) {
 /* ---------- the child: a fresh process importing the parent's chunks ---------- */
 
 typedef struct job {
-  int first, count;              /* fds[first .. first+count) */
+  int first, count; /* fds[first .. first+count) */
   CUmemGenericAllocationHandle *out;
-  CUdeviceptr va;                /* map: out[] at va, access set in runs of 128 */
+  CUdeviceptr va; /* map: out[] at va, access set in runs of 128 */
   double us;
 } job;
 
@@ -93,7 +95,8 @@ static void *import_job(void *arg) {
   CK(p_cuCtxSetCurrent(ctx));
   double t0 = now_us();
   for (int i = 0; i < j->count; i++)
-    CK(p_cuMemImportFromShareableHandle(&j->out[i], (void *)(long)fds[j->first + i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CK(p_cuMemImportFromShareableHandle(&j->out[i], (void *)(long)fds[j->first + i],
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
   j->us = now_us() - t0;
   return NULL;
 }
@@ -129,8 +132,10 @@ static int child(void) {
   import_job(&imp);
   map_job(&map);
   double serial = imp.us + map.us;
-  printf("vmm_overlap: %d chunks of %zu MiB, one thread: import %.1f us/chunk, map + set-access (runs of 128) %.1f us/chunk: "
-         "%.3f s\n", n, cs >> 20, imp.us / n, map.us / n, serial / 1e6);
+  printf("vmm_overlap: %d chunks of %zu MiB, one thread: import %.1f us/chunk, map + set-access (runs of 128) %.1f "
+         "us/chunk: "
+         "%.3f s\n",
+         n, cs >> 20, imp.us / n, map.us / n, serial / 1e6);
   /* overlap: import the same fds again (new handles) while the first ones are mapped at a second address */
   job imp2 = {n, n, b, 0, 0}, map2 = {0, n, a, rb, 0};
   pthread_t t1, t2;
@@ -141,9 +146,11 @@ static int child(void) {
   pthread_join(t2, NULL);
   double both = now_us() - t0;
   printf("vmm_overlap: import on one thread while another maps and sets access: %.3f s wall (import %.1f us/chunk, "
-         "map + set-access %.1f us/chunk meanwhile), %.2fx the serial %.3f s: %s\n", both / 1e6, imp2.us / n, map2.us / n,
-         both / serial, serial / 1e6,
-         both < 0.8 * serial ? "they overlap" : both < 0.95 * serial ? "they overlap in part" : "no overlap (serialized)");
+         "map + set-access %.1f us/chunk meanwhile), %.2fx the serial %.3f s: %s\n",
+         both / 1e6, imp2.us / n, map2.us / n, both / serial, serial / 1e6,
+         both < 0.8 * serial    ? "they overlap"
+         : both < 0.95 * serial ? "they overlap in part"
+                                : "no overlap (serialized)");
   CK(p_cuMemUnmap(ra, (size_t)n * cs));
   CK(p_cuMemUnmap(rb, (size_t)n * cs));
   release_all(b, n);
@@ -155,8 +162,8 @@ static int child(void) {
   pthread_join(t1, NULL);
   pthread_join(t2, NULL);
   double two = now_us() - t0;
-  printf("vmm_overlap: two threads importing %d chunks each: %.3f s wall, %.2fx one thread's %.3f s\n", n / 2, two / 1e6,
-         two / imp.us, imp.us / 1e6);
+  printf("vmm_overlap: two threads importing %d chunks each: %.3f s wall, %.2fx one thread's %.3f s\n", n / 2,
+         two / 1e6, two / imp.us, imp.us / 1e6);
   release_all(b, n);
   release_all(a, n);
   CK(p_cuMemAddressFree(ra, (size_t)n * cs));

@@ -26,7 +26,8 @@ static void free_msg(Gmlake__Envelope *env, const int *fds, int nfds) {
  * read even when the send failed (the daemon closed first: EPIPE). Before,
  * the refusal was dropped as a message of no request, and the reason with it.
  * c->seq is conn_lock's: a caller without it (the hello) sets env->seq itself. */
-static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int *fds, int nfds, Gmlake__Envelope **reply) {
+static int direct_call(gml_client *c, int sock, Gmlake__Envelope *env, const int *fds, int nfds,
+                       Gmlake__Envelope **reply) {
   if (!env->seq) env->seq = ++c->seq;
   uint8_t *frame;
   size_t len;
@@ -72,8 +73,8 @@ int gmli_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, s
     snprintf(why, whylen, "it answered our hello with a message of kind %d", (int)r->msg_case);
     rc = GML_EPROTO;
   } else if (hr->chunk_size != c->be->chunk_size || strcmp(hr->backend, c->be->name)) { /* not where ours came from */
-    snprintf(why, whylen, "it serves %s chunks of %s, we hold %s chunks of %s: not the lake we held chunks of", hr->backend,
-             gmli_format_bytes(hr->chunk_size, theirs, sizeof theirs), c->be->name,
+    snprintf(why, whylen, "it serves %s chunks of %s, we hold %s chunks of %s: not the lake we held chunks of",
+             hr->backend, gmli_format_bytes(hr->chunk_size, theirs, sizeof theirs), c->be->name,
              gmli_format_bytes(c->be->chunk_size, ours, sizeof ours));
     rc = GML_EPROTO;
   } else {

@@ -26,8 +26,8 @@ static void format_oom(gml_allocator *a, size_t size, int rc) {
   snprintf(a->last_error, sizeof a->last_error, "%s: asked %s, allocated %s, cached %s, held %s%s",
            rc == GML_EDAEMON ? "no new chunks: the daemon is gone (a lease fails until it is back)" : "out of memory",
            gmli_format_bytes(size, s1, sizeof s1), gmli_format_bytes(a->allocated, s2, sizeof s2),
-           gmli_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3), gmli_format_bytes(reserved_bytes(a), s4, sizeof s4),
-           rc == GML_EQUOTA ? " (quota reached)" : "");
+           gmli_format_bytes(reserved_bytes(a) - a->allocated, s3, sizeof s3),
+           gmli_format_bytes(reserved_bytes(a), s4, sizeof s4), rc == GML_EQUOTA ? " (quota reached)" : "");
 }
 
 /* Size 0, or more than half the virtual range (by default twice the
@@ -76,8 +76,8 @@ static int malloc_map_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t
 }
 
 /* Guard mode: b's guards could not be made (an unmap or protect failed). */
-static int malloc_guard_failed_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t size, uint32_t first, uint32_t last,
-                                    int rc) {
+static int malloc_guard_failed_slow(gml_allocator *a, gml_region *r, gml_block *b, size_t size, uint32_t first,
+                                    uint32_t last, int rc) {
   gmli_slots_unclaim(a, first, last);
   gmli_pool_add(r, b->pool, gmli_block_coalesce(a, r, b));
   format_oom(a, size, rc);
@@ -104,22 +104,18 @@ static int malloc_untracked_slow(gml_allocator *a, gml_region *r, gml_block *b, 
 }
 
 /* Carry out the placement policy's steps until it names the block. */
-static gml_block *place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream, gml_place_plan p) {
+static gml_block *place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsize, gml_stream stream,
+                             gml_place_plan p) {
   while (p.kind != GML_PLACE_FIT) {
     int moved = 0;
     switch (p.kind) {
-    case GML_PLACE_HARVEST:
-      moved = gmli_harvest_streams_slow(a, r);
-      break;
-    case GML_PLACE_TAKE_ORDERED:
-      moved = gmli_take_ordered_slow(a, r, pi, stream);
-      break;
+    case GML_PLACE_HARVEST: moved = gmli_harvest_streams_slow(a, r); break;
+    case GML_PLACE_TAKE_ORDERED: moved = gmli_take_ordered_slow(a, r, pi, stream); break;
     case GML_PLACE_BORROW:
       if (gmli_borrows_pending(a) < p.max_pending && !gmli_order_after_slow(a, stream, p.lender))
         moved = gmli_take_ordered_slow(a, r, pi, stream);
       break;
-    case GML_PLACE_FIT:
-      break;
+    case GML_PLACE_FIT: break;
     }
     p = gmli_policy_place_next(a, r, pi, rsize, stream, &p, moved);
   }
@@ -241,7 +237,8 @@ int gmli_alloc_free(gml_allocator *a, void *ptr) {
   return 0;
 }
 
-int gmli_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size) {
+int gmli_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset,
+                          size_t *size) {
   pthread_mutex_lock(&a->lock);
   gml_block *b = gmli_ptrmap_take(&a->live, (uintptr_t)ptr, 0);
   int rc = 0;
@@ -345,7 +342,8 @@ void gmli_alloc_stats(gml_allocator *a, gml_stats *st) {
   pthread_mutex_unlock(&a->lock);
 }
 
-int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg) {
+int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size,
+                    const gml_alloc_config *cfg) {
   static const gml_alloc_config defaults = GML_ALLOC_CONFIG_DEFAULT;
   if (!cfg) cfg = &defaults;
   memset(a, 0, sizeof *a);
@@ -411,7 +409,6 @@ void gmli_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits
   a->borrow_max = max_waits < 0 ? 0 : max_waits > GML_BORROW_MAX_CAP ? GML_BORROW_MAX_CAP : max_waits;
   if (a->be) pthread_mutex_unlock(&a->lock);
 }
-
 
 void gmli_alloc_destroy(gml_allocator *a) {
   if (!a->be) return;

@@ -61,7 +61,7 @@
 #include "blocks.h"
 
 #define GML_DEFAULT_HEADROOM_PCT 2.0
-#define GML_DEFAULT_BORROW 0         /* off until the GPU measures its time cost (README, cross-stream borrowing) */
+#define GML_DEFAULT_BORROW 0 /* off until the GPU measures its time cost (README, cross-stream borrowing) */
 #define GML_DEFAULT_BORROW_RATIO 1.5
 #define GML_DEFAULT_BORROW_MAX 8
 
@@ -78,11 +78,12 @@ typedef struct gml_alloc_config {
   int borrow_max;      /* the most borrows waiting on a lender's event at once */
   int stream_map;      /* map a large lease's chunks as they come (src.acquire_stream), GMLAKE_STREAM_MAP */
 } gml_alloc_config;
-#define GML_ALLOC_CONFIG_DEFAULT \
-  {GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0}
+#define GML_ALLOC_CONFIG_DEFAULT                                                                                       \
+  { GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0 }
 
 /* cfg NULL: GML_ALLOC_CONFIG_DEFAULT. */
-int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size, const gml_alloc_config *cfg);
+int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size,
+                    const gml_alloc_config *cfg);
 void gmli_alloc_destroy(gml_allocator *a); /* unmaps and releases everything */
 int gmli_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **ptr);
 /* With GML_ALLOC_NO_GROW: GML_EAGAIN (nothing changed) where the request
@@ -104,7 +105,8 @@ size_t gmli_alloc_release_idle(gml_allocator *a, size_t max_bytes);
 size_t gmli_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free_left);
 /* The chunks behind the live block at ptr, in address order (at most max):
  * *n of them, the block's offset in the first and its size. */
-int gmli_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset, size_t *size);
+int gmli_alloc_block_phys(gml_allocator *a, void *ptr, gml_phys *phys, size_t max, size_t *n, size_t *offset,
+                          size_t *size);
 /* Wait for the device once: everything released so far becomes usable
  * from any stream without a wait (before a graph capture). */
 int gmli_alloc_quiesce(gml_allocator *a);

@@ -11,10 +11,10 @@
 int gmli_alloc_check(gml_allocator *a) {
   pthread_mutex_lock(&a->lock);
   int bad = 0;
-#define CHECK(cond, ...)                                                  \
-  if (!bad && !(cond)) {                                                  \
-    snprintf(a->last_error, sizeof a->last_error, __VA_ARGS__);           \
-    bad = 1;                                                              \
+#define CHECK(cond, ...)                                                                                               \
+  if (!bad && !(cond)) {                                                                                               \
+    snprintf(a->last_error, sizeof a->last_error, __VA_ARGS__);                                                        \
+    bad = 1;                                                                                                           \
   }
   uint32_t *use = calloc(a->nslots, sizeof *use);
   uint64_t allocated = 0, live = 0;
@@ -30,15 +30,18 @@ int gmli_alloc_check(gml_allocator *a) {
       expect = b->addr + b->size;
       if (b->is_free) {
         nfree++;
-        CHECK(!(b->next && b->next->is_free && b->next->pool == b->pool), "adjacent free blocks of one pool not merged");
+        CHECK(!(b->next && b->next->is_free && b->next->pool == b->pool),
+              "adjacent free blocks of one pool not merged");
       } else if (b->paused == GML_PAUSED_FREED) { /* out of the pointer map, no slots: free at resume */
-      } else if (b->paused) {                    /* in the pointer map, no slots, not allocated */
+      } else if (b->paused) {                     /* in the pointer map, no slots, not allocated */
         live++;
-        CHECK(gmli_ptrmap_take(&a->live, b->ptr, 0) == b, "paused block %#lx missing from the pointer map", (unsigned long)b->ptr);
+        CHECK(gmli_ptrmap_take(&a->live, b->ptr, 0) == b, "paused block %#lx missing from the pointer map",
+              (unsigned long)b->ptr);
       } else {
         allocated += b->usable;
         live++;
-        CHECK(gmli_ptrmap_take(&a->live, b->ptr, 0) == b, "live block %#lx missing from the pointer map", (unsigned long)b->ptr);
+        CHECK(gmli_ptrmap_take(&a->live, b->ptr, 0) == b, "live block %#lx missing from the pointer map",
+              (unsigned long)b->ptr);
         CHECK(b->ptr >= b->addr && b->ptr + b->usable <= b->addr + b->size && b->req <= b->usable,
               "block %#lx: its pointer or size outside it", (unsigned long)b->addr);
         uint32_t first, last;
@@ -46,7 +49,8 @@ int gmli_alloc_check(gml_allocator *a) {
         for (uint32_t s = first; s <= last; s++) use[s]++;
         if (guard_slots_unmapped(a)) { /* whole-slot guards map nothing */
           uint32_t g = slot_of(a, b->ptr + b->usable);
-          CHECK(a->slot_chunk[g] < 0, "block %#lx: its guard slot %u maps chunk %d", (unsigned long)b->ptr, g, a->slot_chunk[g]);
+          CHECK(a->slot_chunk[g] < 0, "block %#lx: its guard slot %u maps chunk %d", (unsigned long)b->ptr, g,
+                a->slot_chunk[g]);
           if (a->guard == GML_GUARD_BOTH)
             CHECK(a->slot_chunk[first - 1] < 0, "block %#lx: its front guard slot is mapped", (unsigned long)b->ptr);
         }
@@ -83,17 +87,18 @@ int gmli_alloc_check(gml_allocator *a) {
     }
     CHECK(n == c->nmaps, "chunk %zu: %u maps listed, %u counted", i, n, c->nmaps);
     /* snapshots show each chunk once: at its owner, else at a slot mapping it */
-    CHECK(c->owner >= 0 ? c->shown_at == c->owner : (c->shown_at >= 0) == (c->nmaps > 0), "chunk %zu (owner %d, maps %u) shown at %d",
-          i, c->owner, c->nmaps, c->shown_at);
-    CHECK(c->shown_at < 0 || a->slot_chunk[c->shown_at] == (int32_t)i, "chunk %zu shown at slot %d, which maps %d", i, c->shown_at,
-          c->shown_at >= 0 ? a->slot_chunk[c->shown_at] : -1);
+    CHECK(c->owner >= 0 ? c->shown_at == c->owner : (c->shown_at >= 0) == (c->nmaps > 0),
+          "chunk %zu (owner %d, maps %u) shown at %d", i, c->owner, c->nmaps, c->shown_at);
+    CHECK(c->shown_at < 0 || a->slot_chunk[c->shown_at] == (int32_t)i, "chunk %zu shown at slot %d, which maps %d", i,
+          c->shown_at, c->shown_at >= 0 ? a->slot_chunk[c->shown_at] : -1);
     if (c->owner >= 0) {
       owned++;
       CHECK(c->list == GML_CL_OWNED, "owned chunk %zu is on a free list", i);
-      CHECK(a->slot_use[c->owner] && a->slot_chunk[c->owner] == (int32_t)i, "chunk %zu owned by slot %d that is not using it", i,
-            c->owner);
+      CHECK(a->slot_use[c->owner] && a->slot_chunk[c->owner] == (int32_t)i,
+            "chunk %zu owned by slot %d that is not using it", i, c->owner);
     } else {
-      CHECK(c->list == (c->nmaps ? GML_CL_CACHED : GML_CL_FRESH), "free chunk %zu (maps %u) on list %d", i, c->nmaps, c->list);
+      CHECK(c->list == (c->nmaps ? GML_CL_CACHED : GML_CL_FRESH), "free chunk %zu (maps %u) on list %d", i, c->nmaps,
+            c->list);
       nfree[c->list]++;
     }
   }
@@ -102,8 +107,8 @@ int gmli_alloc_check(gml_allocator *a) {
   for (int l = 1; l < 3 && use; l++) {
     size_t listed = 0;
     for (int32_t ci = a->lists[l].head; ci >= 0 && listed <= a->chunks_used; ci = a->chunks[ci].lnext) listed++;
-    CHECK(listed == nfree[l] && listed == a->lists[l].count, "free list %d: %zu listed, count %zu, chunks say %zu", l, listed,
-          a->lists[l].count, nfree[l]);
+    CHECK(listed == nfree[l] && listed == a->lists[l].count, "free list %d: %zu listed, count %zu, chunks say %zu", l,
+          listed, a->lists[l].count, nfree[l]);
   }
 #undef CHECK
   free(use);

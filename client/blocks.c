@@ -169,7 +169,9 @@ gml_block *gmli_block_split(gml_allocator *a, gml_block *b, size_t at) {
 
 /* ---------- pointer map: open addressing, backward-shift deletion ---------- */
 
-static inline size_t ptr_hash(uintptr_t k, size_t cap) { return (size_t)((k >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+static inline size_t ptr_hash(uintptr_t k, size_t cap) {
+  return (size_t)((k >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
 
 static int ptrmap_grow(gml_ptrmap *m) {
   size_t ncap = m->cap ? m->cap * 2 : 1024;

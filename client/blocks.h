@@ -22,7 +22,7 @@
 #define GML_ALIGN 512
 #define GML_SMALL_LIMIT (1u << 20)
 #define GML_MAX_STREAMS 32
-#define GML_BORROW_MAX_CAP 64        /* the most borrows waiting on a lender at once */
+#define GML_BORROW_MAX_CAP 64 /* the most borrows waiting on a lender at once */
 
 #define GML_LEASE_MAX 65536 /* the most chunks the allocator asks its source for in one call */
 typedef struct gml_chunk_source {
@@ -35,8 +35,8 @@ typedef struct gml_chunk_source {
   /* Optional (NULL: none): up to n needed chunks handed to got() batch by
    * batch as they come, the rest still on its way (the caller maps them
    * meanwhile); returns how many in all (>0) or a GML_E* code. */
-  int (*acquire_stream)(void *ctx, size_t n, void (*got)(void *arg, const gml_phys *phys, const uint64_t *ids, size_t k),
-                        void *arg);
+  int (*acquire_stream)(void *ctx, size_t n,
+                        void (*got)(void *arg, const gml_phys *phys, const uint64_t *ids, size_t k), void *arg);
 } gml_chunk_source;
 
 typedef struct gml_block gml_block;
@@ -51,12 +51,17 @@ typedef struct gml_region {
   uintptr_t base;
   size_t size;
   uint32_t first_slot;
-  gml_block *first; /* the block at base: never merged away */
+  gml_block *first;                    /* the block at base: never merged away */
   gml_pool pools[GML_MAX_STREAMS + 1]; /* [0] = any stream (no pending work) */
 } gml_region;
 
 /* Free-chunk lists (gml_pchunk.list). */
-enum { GML_CL_OWNED = 0, GML_CL_FRESH = 1 /* free, mapped nowhere */, GML_CL_CACHED = 2 /* free, mapped */, GML_CL_DEAD = 3 };
+enum {
+  GML_CL_OWNED = 0,
+  GML_CL_FRESH = 1 /* free, mapped nowhere */,
+  GML_CL_CACHED = 2 /* free, mapped */,
+  GML_CL_DEAD = 3
+};
 #define GML_STREAM_MIXED ((gml_stream)UINTPTR_MAX)
 
 typedef struct gml_pchunk {
@@ -65,8 +70,8 @@ typedef struct gml_pchunk {
   int32_t owner;     /* slot whose live blocks use it; -1 when free */
   int32_t maps_head; /* first slot mapping it (-1: none); linked by slot_anext/aprev */
   uint32_t nmaps;
-  uint8_t list;      /* GML_CL_* */
-  int32_t lprev, lnext;  /* links in its free list (or the dead stack) */
+  uint8_t list;           /* GML_CL_* */
+  int32_t lprev, lnext;   /* links in its free list (or the dead stack) */
   gml_stream free_stream; /* stream that used it last (GML_STREAM_MIXED: several) */
   uint64_t free_tick;     /* a->tick when it became free */
   /* The slot that stands for it in snapshots (gml_segments), so each held
@@ -91,45 +96,45 @@ typedef struct gml_allocator {
   pthread_mutex_t lock;
   gml_backend *be;
   gml_chunk_source src;
-  size_t cs;           /* chunk size */
+  size_t cs; /* chunk size */
   uintptr_t va_base;
   size_t va_size;
   gml_region regions[2]; /* 0 small, 1 large */
   uint32_t nslots;
-  int32_t *slot_chunk;   /* chunk mapped at the slot, -1 if none */
-  uint32_t *slot_use;    /* live blocks touching the slot */
+  int32_t *slot_chunk;              /* chunk mapped at the slot, -1 if none */
+  uint32_t *slot_use;               /* live blocks touching the slot */
   int32_t *slot_anext, *slot_aprev; /* other slots mapping the same chunk */
-  uint64_t *slot_idle_tick; /* a->tick when the slot was last released */
-  gml_stream *slot_stream;  /* stream of the blocks touching it (GML_STREAM_MIXED: several) */
-  uint64_t tick;            /* counts operations */
+  uint64_t *slot_idle_tick;         /* a->tick when the slot was last released */
+  gml_stream *slot_stream;          /* stream of the blocks touching it (GML_STREAM_MIXED: several) */
+  uint64_t tick;                    /* counts operations */
   /* Fence: events recorded on every stream seen at fence_tick; once all are
    * done, whatever was released before fence_tick is unused by the device
    * (may be unmapped, or reused from any stream) without a full synchronize. */
   uint64_t safe_tick, fence_tick;
   int fence_n;
   uintptr_t fence_ev[GML_MAX_STREAMS];
-  gml_pchunk *chunks;    /* indices stay put; released chunks go on the dead stack */
+  gml_pchunk *chunks; /* indices stay put; released chunks go on the dead stack */
   size_t chunks_used, chunks_cap, held;
   int32_t dead;
-  gml_clist lists[3];    /* [GML_CL_FRESH], [GML_CL_CACHED] (LRU: head freed longest ago) */
+  gml_clist lists[3]; /* [GML_CL_FRESH], [GML_CL_CACHED] (LRU: head freed longest ago) */
   gml_ptrmap live;
-  gml_block *spare;      /* free list of block structs */
+  gml_block *spare; /* free list of block structs */
   uint64_t rng;
   int nstreams_seen;
   gml_stream streams_seen[GML_MAX_STREAMS];
   /* numbers */
   uint64_t allocated, peak_allocated, peak_reserved, stitched;
   uint64_t alloc_count, free_count, maps, unmaps, access_calls, syncs, ooms, chunks_acquired, chunks_released;
-  uint64_t mapped_allocs;   /* allocations that mapped a chunk (the slow path) */
-  double headroom_pct;      /* config: fresh chunks leased past need, % of peak allocated */
-  uint64_t headroom_leased; /* chunks leased as headroom */
+  uint64_t mapped_allocs;       /* allocations that mapped a chunk (the slow path) */
+  double headroom_pct;          /* config: fresh chunks leased past need, % of peak allocated */
+  uint64_t headroom_leased;     /* chunks leased as headroom */
   uint64_t headroom_retry_tick; /* no headroom lease before this tick (the source said no) */
-  uint64_t map_ns;      /* time in map_slots_slow (driver calls, fence waits) */
-  int timing;           /* config: also sum the time of every malloc in malloc_ns */
+  uint64_t map_ns;              /* time in map_slots_slow (driver calls, fence waits) */
+  int timing;                   /* config: also sum the time of every malloc in malloc_ns */
   uint64_t malloc_ns;
-  size_t limit_bytes;  /* 0 = none; the most chunk bytes held */
-  uint32_t tag;        /* given to new blocks (gml_set_tag); pause may take only one tag's blocks */
-  uint64_t paused_bytes;  /* bytes of paused blocks (pause.c): not in allocated */
+  size_t limit_bytes;    /* 0 = none; the most chunk bytes held */
+  uint32_t tag;          /* given to new blocks (gml_set_tag); pause may take only one tag's blocks */
+  uint64_t paused_bytes; /* bytes of paused blocks (pause.c): not in allocated */
   /* A CUDA graph is being captured (gml_pool_begin): no event may be
    * recorded or queried and the device may not be synchronized, so fences
    * and harvests wait, and what would need a wait fails instead. */
@@ -138,19 +143,19 @@ typedef struct gml_allocator {
   uint64_t lease_calls;
   /* where the slow path's time goes (gml_stats): the source adds the first
    * two (atomically: the growable ranges lease under their own lock) */
-  uint64_t lease_wait_ns;  /* waiting for the daemon's lease replies (not importing) */
-  uint64_t import_ns;      /* importing leased chunks (the backend's chunk_import) */
+  uint64_t lease_wait_ns;          /* waiting for the daemon's lease replies (not importing) */
+  uint64_t import_ns;              /* importing leased chunks (the backend's chunk_import) */
   uint64_t map_call_ns, access_ns; /* of map_ns: the backend's map and set-access calls */
-  uint64_t chunks_streamed; /* chunks that came by streamed leases (the source adds them) */
-  int stream_map;          /* config: a large lease mapped as it comes (slots.c) */
+  uint64_t chunks_streamed;        /* chunks that came by streamed leases (the source adds them) */
+  int stream_map;                  /* config: a large lease mapped as it comes (slots.c) */
   /* guard mode (guard.c) */
-  int guard;              /* 0 off, GML_GUARD_END or GML_GUARD_BOTH */
-  size_t guard_grain;     /* bytes per guard: a page (backend protect) or the chunk (an unmapped slot) */
-  int guard_bt;           /* record each allocation's backtrace */
+  int guard;          /* 0 off, GML_GUARD_END or GML_GUARD_BOTH */
+  size_t guard_grain; /* bytes per guard: a page (backend protect) or the chunk (an unmapped slot) */
+  int guard_bt;       /* record each allocation's backtrace */
   /* cross-stream borrowing (policy.c decides, slots.c orders the streams) */
-  int borrow;             /* take blocks freed on other streams, with a wait if need be */
-  double borrow_ratio;    /* a stream waits for another for a block of at most this times the request */
-  int borrow_max;         /* the most waits whose lender may not be done, at once */
+  int borrow;          /* take blocks freed on other streams, with a wait if need be */
+  double borrow_ratio; /* a stream waits for another for a block of at most this times the request */
+  int borrow_max;      /* the most waits whose lender may not be done, at once */
   int borrow_nev;
   uintptr_t borrow_ev[GML_BORROW_MAX_CAP]; /* their lenders' events */
   uint64_t borrows, borrow_waits;
@@ -158,7 +163,7 @@ typedef struct gml_allocator {
    * everything streams_seen[j] enqueued up to that tick (a wait put it there) */
   uint64_t ordered[GML_MAX_STREAMS][GML_MAX_STREAMS];
   int any_ordered;
-  int no_grow;            /* this malloc fails with GML_EAGAIN rather than lease (gmli_alloc_malloc_ex) */
+  int no_grow; /* this malloc fails with GML_EAGAIN rather than lease (gmli_alloc_malloc_ex) */
   /* snapshot segment events (gmli_chunk_show), while the client's history is
    * on: a slot's address, | 1 when it starts standing for a chunk
    * (segment_map), else it stops (segment_unmap); the client moves them into
@@ -173,35 +178,41 @@ typedef struct gml_allocator {
 struct gml_block {
   uintptr_t addr;
   size_t size;
-  gml_block *prev, *next;   /* address order within the region */
-  gml_block *kid[2];        /* free blocks: treap children, left and right */
+  gml_block *prev, *next; /* address order within the region */
+  gml_block *kid[2];      /* free blocks: treap children, left and right */
   uint32_t prio;
   uint8_t is_free;
   uint8_t region;
-  uint8_t pool;             /* index into region->pools while free */
-  uint8_t stitched;         /* live block mapped with chunks taken from elsewhere */
-  gml_stream stream;        /* stream allocated on (live) / freed on (free) */
-  uintptr_t event;          /* free: recorded on `stream` when has_event */
+  uint8_t pool;      /* index into region->pools while free */
+  uint8_t stitched;  /* live block mapped with chunks taken from elsewhere */
+  gml_stream stream; /* stream allocated on (live) / freed on (free) */
+  uintptr_t event;   /* free: recorded on `stream` when has_event */
   uint8_t has_event;
-  uint8_t paused;           /* live block whose slots were let go (pause.c): GML_PAUSED_* */
-  uint32_t pause_tag;       /* a->tag when it was allocated (gml_set_tag) */
-  uint8_t lent;             /* free: moved from another stream's pool (harvest, borrowing) */
-  gml_stream lender;        /* ... from which stream's (GML_STREAM_MIXED: several) */
-  uint64_t free_tick;       /* free: a->tick of its (latest) free */
-  uintptr_t ptr;            /* live: what malloc returned (guard mode: past the block's start) */
-  size_t req, usable;       /* live: bytes asked for; bytes from ptr it may use */
-  uint64_t seq, alloc_ns;   /* live: allocation number; when (guard mode only) */
-  void **bt;                /* live, guard mode with backtraces: where it was allocated */
+  uint8_t paused;         /* live block whose slots were let go (pause.c): GML_PAUSED_* */
+  uint32_t pause_tag;     /* a->tag when it was allocated (gml_set_tag) */
+  uint8_t lent;           /* free: moved from another stream's pool (harvest, borrowing) */
+  gml_stream lender;      /* ... from which stream's (GML_STREAM_MIXED: several) */
+  uint64_t free_tick;     /* free: a->tick of its (latest) free */
+  uintptr_t ptr;          /* live: what malloc returned (guard mode: past the block's start) */
+  size_t req, usable;     /* live: bytes asked for; bytes from ptr it may use */
+  uint64_t seq, alloc_ns; /* live: allocation number; when (guard mode only) */
+  void **bt;              /* live, guard mode with backtraces: where it was allocated */
 };
 enum { GML_PAUSED_NO = 0, GML_PAUSED = 1, GML_PAUSED_FREED = 2 /* freed while paused: becomes free at resume */ };
 
 /* ---------- layout ---------- */
 
-static inline uint32_t slot_of(const gml_allocator *a, uintptr_t addr) { return (uint32_t)((addr - a->va_base) / a->cs); }
+static inline uint32_t slot_of(const gml_allocator *a, uintptr_t addr) {
+  return (uint32_t)((addr - a->va_base) / a->cs);
+}
 static inline uintptr_t slot_addr(const gml_allocator *a, uint32_t s) { return a->va_base + (uintptr_t)s * a->cs; }
 static inline uint64_t reserved_bytes(const gml_allocator *a) { return (uint64_t)a->held * a->cs; }
-static inline size_t free_chunks(const gml_allocator *a) { return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count; }
-static inline gml_region *region_for(gml_allocator *a, size_t size) { return &a->regions[size < GML_SMALL_LIMIT ? 0 : 1]; }
+static inline size_t free_chunks(const gml_allocator *a) {
+  return a->lists[GML_CL_FRESH].count + a->lists[GML_CL_CACHED].count;
+}
+static inline gml_region *region_for(gml_allocator *a, size_t size) {
+  return &a->regions[size < GML_SMALL_LIMIT ? 0 : 1];
+}
 
 /* Guard mode: a block is [front guard][slack][usable][back guard] in whole
  * grains (policy.c places the pointer); guards that are whole slots are
@@ -211,7 +222,8 @@ static inline uintptr_t guard_data_start(const gml_allocator *a, uintptr_t addr)
 }
 static inline int guard_slots_unmapped(const gml_allocator *a) { return a->guard && a->guard_grain == a->cs; }
 /* The bytes whose slots a block at addr of bsize bytes (rsize usable) uses. */
-static inline void claim_window(const gml_allocator *a, uintptr_t addr, size_t bsize, size_t rsize, uintptr_t *lo, uintptr_t *hi) {
+static inline void claim_window(const gml_allocator *a, uintptr_t addr, size_t bsize, size_t rsize, uintptr_t *lo,
+                                uintptr_t *hi) {
   *lo = addr, *hi = addr + bsize;
   if (guard_slots_unmapped(a)) *lo = guard_data_start(a, addr), *hi = *lo + gmli_round_up(rsize, a->cs);
 }

@@ -72,7 +72,8 @@ int gml_pool_checkpoint(gml_client *c, gml_pool_id id, gml_pool_ckpt **out) {
   for (size_t h = 0; h < c->recs.cap; h++)
     for (gml_rec *r = c->recs.buckets[h]; r; r = r->hnext)
       if (r->pool == i && r->state == GML_BLOCK_ALLOCATED)
-        k->b[k->n++] = (ckpt_block){.ptr = r->ptr, .size = r->size, .requested = r->requested, .stream = r->stream, .tag = r->tag};
+        k->b[k->n++] =
+            (ckpt_block){.ptr = r->ptr, .size = r->size, .requested = r->requested, .stream = r->stream, .tag = r->tag};
   if (k->n) qsort(k->b, k->n, sizeof *k->b, cmp_ptr);
 out:
   pthread_mutex_unlock(&c->track_lock);
@@ -84,8 +85,13 @@ out:
 int gml_pool_checkpoint_blocks(const gml_pool_ckpt *k, gml_alloc_info *out, size_t cap, size_t *n) {
   if (!k || !n || (cap && !out)) return GML_EINVAL;
   for (size_t i = 0; i < k->n && i < cap; i++)
-    out[i] = (gml_alloc_info){.addr = k->b[i].ptr, .size = k->b[i].size, .requested = k->b[i].requested,
-                              .state = GML_BLOCK_ALLOCATED, .stream = k->b[i].stream, .pool = k->pool, .tag = k->b[i].tag};
+    out[i] = (gml_alloc_info){.addr = k->b[i].ptr,
+                              .size = k->b[i].size,
+                              .requested = k->b[i].requested,
+                              .state = GML_BLOCK_ALLOCATED,
+                              .stream = k->b[i].stream,
+                              .pool = k->pool,
+                              .tag = k->b[i].tag};
   *n = k->n;
   return 0;
 }
@@ -99,15 +105,17 @@ void gml_pool_checkpoint_free(gml_pool_ckpt *k) {
 /* Can checkpoint block b be live in pool i after the restore? 0, or
  * GML_ESTALE with why in last_error. */
 static int block_restorable(gml_client *c, int i, const ckpt_block *b, const gml_rec *r) {
-  const char *why = !r                                  ? "no longer the pool's (its memory went back)"
-                    : r->pool != i                      ? "now another pool's, or no pool's"
-                    : r->size != b->size                ? "now a block of another size"
-                    : r->stream != b->stream            ? "now a block of another stream"
+  const char *why = !r                                   ? "no longer the pool's (its memory went back)"
+                    : r->pool != i                       ? "now another pool's, or no pool's"
+                    : r->size != b->size                 ? "now a block of another size"
+                    : r->stream != b->stream             ? "now a block of another stream"
                     : r->state == GML_BLOCK_PENDING_FREE ? "freed, and its free still waits for a recorded stream"
-                                                        : NULL;
+                                                         : NULL;
   if (!why) return 0;
-  snprintf(c->last_error, sizeof c->last_error, "restore of pool (%llu, %llu): the allocation at %#lx (%zu bytes) live in the checkpoint is %s",
-           (unsigned long long)c->pools[i].id.a, (unsigned long long)c->pools[i].id.b, (unsigned long)b->ptr, b->size, why);
+  snprintf(c->last_error, sizeof c->last_error,
+           "restore of pool (%llu, %llu): the allocation at %#lx (%zu bytes) live in the checkpoint is %s",
+           (unsigned long long)c->pools[i].id.a, (unsigned long long)c->pools[i].id.b, (unsigned long)b->ptr, b->size,
+           why);
   return GML_ESTALE;
 }
 
@@ -116,7 +124,11 @@ int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t
   if (!c) return GML_EINVAL;
   if (!k || !nfreed || !nallocd || (freed_cap && !freed) || (allocd_cap && !allocd))
     return gmli_fail(c, GML_EINVAL, "gml_pool_restore: %s is NULL",
-                    !k ? "k" : !nfreed ? "nfreed" : !nallocd ? "nallocd" : !freed ? "freed (with freed_cap > 0)" : "allocd (with allocd_cap > 0)");
+                     !k         ? "k"
+                     : !nfreed  ? "nfreed"
+                     : !nallocd ? "nallocd"
+                     : !freed   ? "freed (with freed_cap > 0)"
+                                : "allocd (with allocd_cap > 0)");
   *nfreed = *nallocd = 0;
   pthread_mutex_lock(&c->track_lock);
   int i = pool_in_use(c, k->pool, "restore"), rc = 0;
@@ -137,10 +149,11 @@ int gml_pool_restore(gml_client *c, const gml_pool_ckpt *k, void **freed, size_t
     na += r->state == GML_BLOCK_FREE;
   }
   for (size_t h = 0; h < c->recs.cap; h++)
-    for (gml_rec *r = c->recs.buckets[h]; r; r = r->hnext) nf += r->pool == i && r->state == GML_BLOCK_ALLOCATED && !ckpt_has(k, r->ptr);
+    for (gml_rec *r = c->recs.buckets[h]; r; r = r->hnext)
+      nf += r->pool == i && r->state == GML_BLOCK_ALLOCATED && !ckpt_has(k, r->ptr);
   if (nf > freed_cap || na > allocd_cap) {
-    snprintf(c->last_error, sizeof c->last_error, "restore: room for %zu freed and %zu made live, %zu and %zu needed", freed_cap,
-             allocd_cap, nf, na);
+    snprintf(c->last_error, sizeof c->last_error, "restore: room for %zu freed and %zu made live, %zu and %zu needed",
+             freed_cap, allocd_cap, nf, na);
     *nfreed = nf, *nallocd = na;
     rc = GML_EINVAL;
     goto out;

@@ -31,9 +31,9 @@ struct gml_growable {
   gml_phys *phys; /* per slot, valid where mapped[] */
   uint64_t *ids;
   uint8_t *mapped;
-  int shared;      /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
-  char key[144];   /* the share's key when shared (NAME@UID for another user's) */
-  int broken;      /* a failed dedup could not put all its own chunks back (share.c): only destroy works */
+  int shared;    /* GML_GROW_*: a shared range is read-only; its chunks are the share's */
+  char key[144]; /* the share's key when shared (NAME@UID for another user's) */
+  int broken;    /* a failed dedup could not put all its own chunks back (share.c): only destroy works */
   /* what the publisher asked (share.c), to publish again to a restarted daemon */
   struct gml_share_opts_kept {
     size_t size;
@@ -45,7 +45,7 @@ struct gml_growable {
     size_t n_allow;
     int any;
   } pub;
-  int lost;        /* GML_SHARE_*: where the share stands with a daemon that restarted (share.c) */
+  int lost; /* GML_SHARE_*: where the share stands with a daemon that restarted (share.c) */
 };
 /* A shared range after a daemon restart (keeper.c hands its chunks over, share.c
  * restores): PUBLISH, its chunks were adopted and it is to be published again;
@@ -65,15 +65,15 @@ typedef struct gml_rec {
   size_t size, requested;
   gml_stream stream;
   uint64_t tag;
-  int32_t pool;       /* index into c->pools, -1: none */
-  uint8_t state;      /* GML_BLOCK_* */
-  uint8_t nuses;      /* recorded streams in uses[] */
+  int32_t pool;  /* index into c->pools, -1: none */
+  uint8_t state; /* GML_BLOCK_* */
+  uint8_t nuses; /* recorded streams in uses[] */
   uint8_t uses_overflow;
   uint8_t nevents;
-  uint8_t exported;   /* gml_ipc_export handed out a handle to it */
+  uint8_t exported; /* gml_ipc_export handed out a handle to it */
   gml_stream uses[GML_REC_STREAMS];
   uintptr_t events[GML_REC_STREAMS];
-  struct gml_rec *hnext;        /* hash chain */
+  struct gml_rec *hnext;         /* hash chain */
   struct gml_rec *lnext, *lprev; /* pending list, or its pool's free list */
 } gml_rec;
 
@@ -84,13 +84,13 @@ typedef struct gml_recmap {
 
 typedef struct gml_priv_pool {
   gml_pool_id id;
-  int used;            /* slot in use */
+  int used; /* slot in use */
   int use_count;
-  int capturing;       /* between gml_pool_begin and gml_pool_end */
+  int capturing; /* between gml_pool_begin and gml_pool_end */
   gml_stream_filter filter;
   void *filter_ctx;
-  size_t live;         /* its allocations (live or pending free) */
-  gml_rec *free_head;  /* its free blocks */
+  size_t live;        /* its allocations (live or pending free) */
+  gml_rec *free_head; /* its free blocks */
 } gml_priv_pool;
 
 #define GML_MAX_POOLS 64
@@ -98,8 +98,8 @@ typedef struct gml_priv_pool {
 typedef struct gml_counters {
   gml_stat allocation, active, allocated_bytes, active_bytes, requested_bytes, inactive_split_bytes;
   int64_t retries, ooms, waits;
-  uint64_t reserved_peak;                        /* bytes; the allocator's own peak is not reset */
-  uint64_t base_acquired, base_released;         /* chunk counts at the last reset_accumulated */
+  uint64_t reserved_peak;                /* bytes; the allocator's own peak is not reset */
+  uint64_t base_acquired, base_released; /* chunk counts at the last reset_accumulated */
 } gml_counters;
 
 typedef struct gml_trace_ring {
@@ -110,16 +110,16 @@ typedef struct gml_trace_ring {
 
 /* Growable ranges of one client (growable.c). */
 typedef struct gml_grow_state {
-  pthread_mutex_t lock;     /* the list and every range's chunk table */
+  pthread_mutex_t lock; /* the list and every range's chunk table */
   struct gml_growable *head;
-  uint64_t ranges;          /* live ranges */
-  uint64_t reserved;        /* bytes of virtual range they reserve */
-  uint64_t mapped;          /* bytes of chunks mapped into them */
+  uint64_t ranges;                         /* live ranges */
+  uint64_t reserved;                       /* bytes of virtual range they reserve */
+  uint64_t mapped;                         /* bytes of chunks mapped into them */
   uint64_t chunks_leased, chunks_returned; /* over the client's life */
-  uint64_t shared;          /* bytes of shared chunks mapped (published or attached ranges) */
-  int lost_shares;          /* ranges whose share a restarted daemon does not know yet (GML_SHARE_*) */
-  uint64_t restore_ns;      /* the last attempt to restore them */
-  uint64_t lost_since_ns;   /* when the last hand-over marked them */
+  uint64_t shared;                         /* bytes of shared chunks mapped (published or attached ranges) */
+  int lost_shares;                         /* ranges whose share a restarted daemon does not know yet (GML_SHARE_*) */
+  uint64_t restore_ns;                     /* the last attempt to restore them */
+  uint64_t lost_since_ns;                  /* when the last hand-over marked them */
   /* How a shared range's chunks go at destroy or close: share.c's, set when it
    * first shares a range (growable.c calls it, never share.c by name). grow.lock held. */
   int (*release_shared)(struct gml_growable *g);
@@ -177,39 +177,42 @@ struct gml_client {
   gml_allocator alloc;
   gml_backend *be;
   int mode;
-  int sock;                 /* daemon mode */
+  int sock; /* daemon mode */
   pthread_mutex_t conn_lock;
   uint64_t seq;
   uint64_t client_id;
-  uint64_t daemon_instance;  /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; keeper.c) */
-  uint64_t lease_wait_ns;    /* HelloReply.lease_wait_ms: a reply may rightly take this long more (link.c) */
-  uint64_t max_stream;       /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none); set under
+  uint64_t
+      daemon_instance; /* HelloReply.instance of the daemon we are (or were last) connected to (0: unknown; keeper.c) */
+  uint64_t lease_wait_ns; /* HelloReply.lease_wait_ms: a reply may rightly take this long more (link.c) */
+  uint64_t max_stream;    /* HelloReply.max_stream: the most chunks one streamed lease may ask (0: none); set under
                               * conn_lock (atomic: daemon_acquire_stream peeks without it) */
-  int64_t clock_skew;        /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
+  int64_t clock_skew;     /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
                               * set them apart; 0 and unused when the daemon does not say) */
   int clock_known;
   int lease_refused;         /* a streamed lease ended with this refusal: the next acquire returns it at once */
-  int daemon_gone;          /* set by link.c's reader (atomic) */
-  struct gml_link *link;    /* link.c: the reader and keeper threads (daemon mode) */
-  uint64_t reclaims_served; /* reclaim requests the keeper served (the usage report says so) */
+  int daemon_gone;           /* set by link.c's reader (atomic) */
+  struct gml_link *link;     /* link.c: the reader and keeper threads (daemon mode) */
+  uint64_t reclaims_served;  /* reclaim requests the keeper served (the usage report says so) */
   uint64_t uncounted_chunks; /* chunks we hold with GML_ID_UNCOUNTED (atomic; the usage report says so) */
-  struct gml_pause *pause;  /* pause.c: what is paused (NULL: nothing); under alloc.lock */
-  uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
+  struct gml_pause *pause;   /* pause.c: what is paused (NULL: nothing); under alloc.lock */
+  uint64_t reclaim_pending;  /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
-  uint64_t last_usage[GML_USAGE_KEYS]; /* the numbers of the last usage report (gmli_client_report_changed skips an unchanged one) */
+  uint64_t last_usage
+      [GML_USAGE_KEYS]; /* the numbers of the last usage report (gmli_client_report_changed skips an unchanged one) */
   uint32_t ops_since_check;
   const gml_holder_ops *holders[GML_MAX_HOLDERS]; /* gmli_holder_add's, in registration order */
   int nholders;
   gml_grow_state grow;
   char last_error[1400];
-  char lake_error[1024];    /* the daemon's refusal of the last lease (the lake-wide picture), "" after a served one */
+  char lake_error[1024]; /* the daemon's refusal of the last lease (the lake-wide picture), "" after a served one */
   int device;
-  char gpu_uuid[48];        /* its UUID (gpuname.h): the driver's for device, then the backend's we map with; the hello says it */
+  char gpu_uuid
+      [48]; /* its UUID (gpuname.h): the driver's for device, then the backend's we map with; the hello says it */
   /* what a framework layer needs (track.c, streams.c, pools.c), under
    * track_lock; the allocator's lock nests inside it */
   pthread_mutex_t track_lock;
   gml_recmap recs;
-  gml_rec *pending;         /* frees waiting for recorded streams */
+  gml_rec *pending; /* frees waiting for recorded streams */
   size_t npending;
   gml_priv_pool pools[GML_MAX_POOLS];
   int ncapturing;
@@ -235,7 +238,7 @@ void gmli_hello_init(gml_client *c, Gmlake__Hello *h, char name[GML_HELLO_NAME])
  * path what was wrong. */
 struct gml_options;
 int gmli_daemon_find(gml_client *c, const struct gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen,
-                    char *why, size_t whylen, char *backend, size_t blen, uint64_t *chunk_size);
+                     char *why, size_t whylen, char *backend, size_t blen, uint64_t *chunk_size);
 /* keeper.c */
 int gmli_link_start(gml_client *c, const char *socket_path);
 void gmli_link_quiesce(gml_client *c);
@@ -259,15 +262,15 @@ int gmli_link_next(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds)
  * itself: gmli_link_next_chunks gives them (phys/ids, up to
  * GML_MAX_LEASE_CHUNKS), the fds already taken. */
 int gmli_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
-                         size_t *nchunks);
+                          size_t *nchunks);
 void gmli_link_end(gml_client *c);
 /* adopt.c: a reconnection's messages on its new socket (keeper.c's reconnect; no reader runs on it
  * yet). The adopting hello, sent before reconnect takes its locks: 0, or a failure with why saying
  * what happened. What the reply says of the new connection goes to *said, not to c: reconnect sets
  * it under conn_lock (an allocator call reads max_stream and seq under it meanwhile). */
 typedef struct gml_hello_said {
-  int same, no_adopt;  /* the daemon we were connected to (it closed our connection); one that takes no hand-over */
-  uint64_t instance;   /* HelloReply.instance (0: not said) */
+  int same, no_adopt; /* the daemon we were connected to (it closed our connection); one that takes no hand-over */
+  uint64_t instance;  /* HelloReply.instance (0: not said) */
   uint64_t client_id, max_stream, mono_ns, lease_wait_ns;
 } gml_hello_said;
 int gmli_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen);
@@ -347,9 +350,11 @@ int gmli_recmap_put(gml_recmap *m, gml_rec *r);
 gml_rec *gmli_recmap_get(gml_recmap *m, uintptr_t ptr, int remove);
 void gmli_recmap_destroy(gml_recmap *m);
 /* gmli_trace_add without first moving the allocator's segment events in (snapshot.c's) */
-void gmli_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+void gmli_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool,
+                    uint64_t tag);
 /* snapshot.c: the allocator's segment events into the history; the log on or off; an entry after them */
-void gmli_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag);
+void gmli_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool,
+                    uint64_t tag);
 void gmli_trace_segments(gml_client *c);
 void gmli_trace_segments_enable(gml_client *c, int on);
 /* track.c */
@@ -375,13 +380,13 @@ size_t gmli_streams_borrow(gml_client *c, size_t size);
 
 /* pools.c */
 int32_t gmli_pools_route(gml_client *c, gml_stream stream); /* pool an allocation on stream goes to, -1: none */
-int gmli_pools_find(gml_client *c, gml_pool_id id); /* index of the pool, -1: none */
+int gmli_pools_find(gml_client *c, gml_pool_id id);         /* index of the pool, -1: none */
 gml_rec *gmli_pools_take(gml_client *c, int32_t pool, size_t size, gml_stream stream);
 void gmli_pools_unlink(gml_client *c, gml_rec *r); /* take r off its pool's free list */
-void gmli_pools_trim(gml_client *c); /* give back free blocks of pools no one uses */
+void gmli_pools_trim(gml_client *c);               /* give back free blocks of pools no one uses */
 /* ipc.c */
 void gmli_ipc_forget(gml_client *c, uintptr_t ptr); /* the allocation at ptr is freed */
-void gmli_ipc_client_gone(gml_client *c);          /* at close: exports dropped, mappings unmapped */
+void gmli_ipc_client_gone(gml_client *c);           /* at close: exports dropped, mappings unmapped */
 
 /* growable.c */
 /* The ranges as a chunk holder: grow.lock, their own chunks, their numbers. */

@@ -43,7 +43,8 @@ gml_client *gml_device_client(int device) {
       /* auto fell back to host memory (or a daemon serves it): a framework
        * would take it for device memory */
       GML_ERR("device %d: the lake serves %s memory, not device memory; PyTorch needs cuda "
-              "(GMLAKE_BACKEND=%s to use it anyway)", device, c->be->name, c->be->name);
+              "(GMLAKE_BACKEND=%s to use it anyway)",
+              device, c->be->name, c->be->name);
       gml_close(c);
       rc = GML_ENODEV;
     }

@@ -25,7 +25,8 @@ int gmli_daemon_candidates(int device, const char *uuid, const char *named, char
     return 1;
   }
   int n = 0;
-  const char *x = gmli_env(GML_ENV_XDG_RUNTIME_DIR), *names[2] = {uuid && gmli_device_name_ok(uuid) ? uuid : NULL, ordinal};
+  const char *x = gmli_env(GML_ENV_XDG_RUNTIME_DIR),
+             *names[2] = {uuid && gmli_device_name_ok(uuid) ? uuid : NULL, ordinal};
   for (int i = 0; i < 2; i++) {
     if (!names[i]) continue;
     snprintf(out[n++], GML_PATH_MAX, "%s/gmlake-%s.sock", GML_SYSTEM_RUNTIME_DIR, names[i]);
@@ -80,14 +81,16 @@ static int check_socket(const char *path, uid_t *owner, char *why, size_t len) {
   trust_set t = {.self = geteuid()};
   char todo[GML_WALK_MAX], done[GML_WALK_MAX] = "", entry[GML_WALK_MAX], target[GML_WALK_MAX];
   if (path[0] == '/') snprintf(todo, sizeof todo, "%s", path);
-  else { /* relative: walked from / all the same, through the working directory */
-    char cwd[GML_WALK_MAX];
+  else { /* relative: walked from / all the same, through the working directory */ char cwd[GML_WALK_MAX];
     if (!getcwd(cwd, sizeof cwd)) return refuse(why, len, "getcwd: %s", strerror(errno));
-    if (snprintf(todo, sizeof todo, "%s/%s", cwd, path) >= (int)sizeof todo) return refuse(why, len, "%s", strerror(ENAMETOOLONG));
+    if (snprintf(todo, sizeof todo, "%s/%s", cwd, path) >= (int)sizeof todo)
+      return refuse(why, len, "%s", strerror(ENAMETOOLONG));
   }
   struct stat cur; /* the directory `done` ("" is /) */
   if (stat("/", &cur) != 0) return refuse(why, len, "/: %s", strerror(errno));
-  if (!trusts(&t, cur.st_uid)) return refuse(why, len, "/ belongs to uid %u, neither root nor this user (%u)", (unsigned)cur.st_uid, (unsigned)t.self);
+  if (!trusts(&t, cur.st_uid))
+    return refuse(why, len, "/ belongs to uid %u, neither root nor this user (%u)", (unsigned)cur.st_uid,
+                  (unsigned)t.self);
   int links = 0;
   char *next = todo;
   for (;;) {
@@ -105,26 +108,30 @@ static int check_socket(const char *path, uid_t *owner, char *why, size_t len) {
       if (stat(*done ? done : "/", &cur) != 0) return refuse(why, len, "%s: %s", *done ? done : "/", strerror(errno));
       continue;
     }
-    if (snprintf(entry, sizeof entry, "%s/%s", done, comp) >= (int)sizeof entry) return refuse(why, len, "%s", strerror(ENAMETOOLONG));
+    if (snprintf(entry, sizeof entry, "%s/%s", done, comp) >= (int)sizeof entry)
+      return refuse(why, len, "%s", strerror(ENAMETOOLONG));
     struct stat st;
     int found = lstat(entry, &st) == 0, e = errno;
     int leaf = found ? !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode) : last; /* the socket, or where it would be */
     if (shared_dir(&cur) && (leaf || !(cur.st_mode & S_ISVTX)))
-      return refuse(why, len, "%s is writable by %s (mode %04o): anyone could have put %s there", dir, writers(cur.st_mode),
-                    (unsigned)(cur.st_mode & 07777), leaf ? "a socket" : "another directory or symlink");
+      return refuse(why, len, "%s is writable by %s (mode %04o): anyone could have put %s there", dir,
+                    writers(cur.st_mode), (unsigned)(cur.st_mode & 07777),
+                    leaf ? "a socket" : "another directory or symlink");
     if (!found) return last ? refuse(why, len, "%s", strerror(e)) : refuse(why, len, "%s: %s", entry, strerror(e));
     if (shared_dir(&cur) && st.st_uid != 0 && st.st_uid != t.self) /* sticky: anyone may have made this name */
-      return refuse(why, len,
-                    "%s belongs to uid %u, neither root nor this user (%u), and lies in %s, which %s may write (mode %04o): "
-                    "anyone may create a name there, so that it exists proves nothing",
-                    entry, (unsigned)st.st_uid, (unsigned)t.self, dir, writers(cur.st_mode), (unsigned)(cur.st_mode & 07777));
+      return refuse(
+          why, len,
+          "%s belongs to uid %u, neither root nor this user (%u), and lies in %s, which %s may write (mode %04o): "
+          "anyone may create a name there, so that it exists proves nothing",
+          entry, (unsigned)st.st_uid, (unsigned)t.self, dir, writers(cur.st_mode), (unsigned)(cur.st_mode & 07777));
     if (S_ISLNK(st.st_mode)) { /* its directory is trusted, so is what it says: go on from its target */
       ssize_t n = readlink(entry, target, sizeof target - 1);
       if (n < 0) return refuse(why, len, "%s: %s", entry, strerror(errno));
       if (++links > GML_SYMLINKS_MAX) return refuse(why, len, "%s: %s", entry, strerror(ELOOP));
       target[n] = 0;
       char rest[GML_WALK_MAX];
-      if (snprintf(rest, sizeof rest, "%s/%s", target, next) >= (int)sizeof rest) return refuse(why, len, "%s", strerror(ENAMETOOLONG));
+      if (snprintf(rest, sizeof rest, "%s/%s", target, next) >= (int)sizeof rest)
+        return refuse(why, len, "%s", strerror(ENAMETOOLONG));
       memcpy(todo, rest, sizeof todo);
       next = todo;
       if (target[0] == '/') {
@@ -138,7 +145,8 @@ static int check_socket(const char *path, uid_t *owner, char *why, size_t len) {
         /* only root could have made /run/gmlake (RuntimeDirectory=, given to the service
            user with User=): its owner is the system daemon's user */
         if (strcmp(entry, GML_SYSTEM_RUNTIME_DIR) != 0 || cur.st_uid != 0 || shared_dir(&cur))
-          return refuse(why, len, "%s belongs to uid %u, neither root nor this user (%u): that user could put any socket there",
+          return refuse(why, len,
+                        "%s belongs to uid %u, neither root nor this user (%u): that user could put any socket there",
                         entry, (unsigned)st.st_uid, (unsigned)t.self);
         t.service = st.st_uid;
         t.has_service = 1;
@@ -153,7 +161,8 @@ static int check_socket(const char *path, uid_t *owner, char *why, size_t len) {
       if (t.has_service)
         return refuse(why, len, "the socket belongs to uid %u, neither root, this user (%u) nor the owner of %s (%u)",
                       (unsigned)st.st_uid, (unsigned)t.self, GML_SYSTEM_RUNTIME_DIR, (unsigned)t.service);
-      return refuse(why, len, "the socket belongs to uid %u, neither root nor this user (%u)", (unsigned)st.st_uid, (unsigned)t.self);
+      return refuse(why, len, "the socket belongs to uid %u, neither root nor this user (%u)", (unsigned)st.st_uid,
+                    (unsigned)t.self);
     }
     *owner = st.st_uid;
     return 0;
@@ -184,7 +193,8 @@ static int connect_verified(const char *path, uid_t owner, char *why, size_t len
   if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) {
     int e = errno;
     char hint[256];
-    if (e == EACCES && gmli_socket_access_hint(path, hint, sizeof hint) == 0) /* the daemon is there; this login is not in its socket's group */
+    if (e == EACCES && gmli_socket_access_hint(path, hint, sizeof hint) ==
+                           0) /* the daemon is there; this login is not in its socket's group */
       snprintf(why, len, "%s: %s", strerror(EACCES), hint);
     else snprintf(why, len, "%s", strerror(e));
     close(s);

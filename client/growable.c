@@ -95,7 +95,8 @@ int gml_growable_create(gml_client *c, size_t max_bytes, gml_growable **out) {
   if (!max_bytes) return gmli_fail(c, GML_EINVAL, "gml_growable_create: max_bytes 0 (a range is at least one chunk)");
   size_t cs = c->be->chunk_size;
   if (max_bytes > SIZE_MAX - cs)
-    return gmli_fail(c, GML_EINVAL, "gml_growable_create: max_bytes %zu does not round up to whole chunks of %zu", max_bytes, cs);
+    return gmli_fail(c, GML_EINVAL, "gml_growable_create: max_bytes %zu does not round up to whole chunks of %zu",
+                     max_bytes, cs);
   gml_growable *g = calloc(1, sizeof *g);
   if (!g) return gmli_fail(c, GML_ENOMEM, "gml_growable_create: no memory for the range's bookkeeping");
   g->c = c;
@@ -251,7 +252,8 @@ int gml_growable_shrink(gml_growable *g, size_t bytes) {
   if (!g) return GML_EINVAL;
   if (g->shared) return check_range(g, 0, 0);
   if (bytes > g->size)
-    return gmli_fail(g->c, GML_EINVAL, "gml_growable_shrink: to %zu bytes, past the end of the range (%zu bytes)", bytes, g->size);
+    return gmli_fail(g->c, GML_EINVAL, "gml_growable_shrink: to %zu bytes, past the end of the range (%zu bytes)",
+                     bytes, g->size);
   size_t keep = gmli_round_up(bytes, g->cs);
   return gml_growable_unmap(g, keep, g->size - keep);
 }
@@ -259,7 +261,8 @@ int gml_growable_shrink(gml_growable *g, size_t bytes) {
 int gml_growable_is_mapped(gml_growable *g, size_t offset) {
   if (!g) return GML_EINVAL;
   if (offset >= g->size)
-    return gmli_fail(g->c, GML_EINVAL, "gml_growable_is_mapped: offset %zu is past the end of the range (%zu bytes)", offset, g->size);
+    return gmli_fail(g->c, GML_EINVAL, "gml_growable_is_mapped: offset %zu is past the end of the range (%zu bytes)",
+                     offset, g->size);
   pthread_mutex_lock(&g->c->grow.lock);
   int m = g->mapped[offset / g->cs];
   pthread_mutex_unlock(&g->c->grow.lock);

@@ -53,12 +53,13 @@ static void report(uintptr_t addr, const gml_block_info *bi, void *const *bt, in
   uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
   double ago = now_ns > bi->alloc_ns ? (double)(now_ns - bi->alloc_ns) / 1e9 : 0;
   const char *where = bi->where == GML_AT_GUARD_AFTER ? "in its guard"
-                      : bi->where == GML_AT_BEFORE   ? "before it"
-                      : bi->where == GML_AT_INSIDE   ? "inside it"
-                                                     : "past its end";
+                      : bi->where == GML_AT_BEFORE    ? "before it"
+                      : bi->where == GML_AT_INSIDE    ? "inside it"
+                                                      : "past its end";
   if (bi->offset >= (int64_t)bi->size)
     snprintf(line, sizeof line,
-             "gmlake: SIGSEGV at %#lx: %llu bytes past the end of allocation #%llu (ptr %#lx, size %zu, usable %zu; offset %lld, %s), "
+             "gmlake: SIGSEGV at %#lx: %llu bytes past the end of allocation #%llu (ptr %#lx, size %zu, usable %zu; "
+             "offset %lld, %s), "
              "allocated %.3f s ago (at %llu.%03llu) on stream %#lx\n",
              (unsigned long)addr, (unsigned long long)(bi->offset - (int64_t)bi->size), (unsigned long long)bi->seq,
              (unsigned long)bi->ptr, bi->size, bi->usable, (long long)bi->offset, where, ago,
@@ -66,7 +67,8 @@ static void report(uintptr_t addr, const gml_block_info *bi, void *const *bt, in
              (unsigned long)bi->stream);
   else
     snprintf(line, sizeof line,
-             "gmlake: SIGSEGV at %#lx: %lld bytes before its start of allocation #%llu (ptr %#lx, size %zu, usable %zu; offset %lld, %s), "
+             "gmlake: SIGSEGV at %#lx: %lld bytes before its start of allocation #%llu (ptr %#lx, size %zu, usable "
+             "%zu; offset %lld, %s), "
              "allocated %.3f s ago (at %llu.%03llu) on stream %#lx\n",
              (unsigned long)addr, (long long)-bi->offset, (unsigned long long)bi->seq, (unsigned long)bi->ptr, bi->size,
              bi->usable, (long long)bi->offset, where, ago, (unsigned long long)(bi->alloc_ns / 1000000000ull),
@@ -97,8 +99,9 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     }
     named = 1;
   }
-  if (!named && (prev_action.sa_flags & SA_SIGINFO ? prev_action.sa_sigaction != NULL
-                                                   : prev_action.sa_handler != SIG_DFL && prev_action.sa_handler != SIG_IGN)) {
+  if (!named &&
+      (prev_action.sa_flags & SA_SIGINFO ? prev_action.sa_sigaction != NULL
+                                         : prev_action.sa_handler != SIG_DFL && prev_action.sa_handler != SIG_IGN)) {
     /* not ours: the previous handler's, and ours stays for the next one */
     if (prev_action.sa_flags & SA_SIGINFO) prev_action.sa_sigaction(sig, si, uc);
     else prev_action.sa_handler(sig);
@@ -161,8 +164,9 @@ int gmli_alloc_set_guard(gml_allocator *a, int mode, size_t grain) {
   size_t finest = gmli_backend_guard_grain(a->be);
   if (!grain) grain = finest;
   if (mode && (grain % finest || a->cs % grain)) {
-    snprintf(a->last_error, sizeof a->last_error, "guard grain %zu (GMLAKE_GUARD_GRAIN): a multiple of %zu that divides the chunk size %zu", grain,
-             finest, a->cs);
+    snprintf(a->last_error, sizeof a->last_error,
+             "guard grain %zu (GMLAKE_GUARD_GRAIN): a multiple of %zu that divides the chunk size %zu", grain, finest,
+             a->cs);
     return GML_EINVAL;
   }
   pthread_mutex_lock(&a->lock);
@@ -227,8 +231,7 @@ int gmli_alloc_block_of(gml_allocator *a, uintptr_t addr, gml_block_info *info) 
 
 int gmli_alloc_block_of_crash(gml_allocator *a, uintptr_t addr, gml_block_info *info, void **bt, int *nbt) {
   int locked = 0;
-  for (int i = 0; i < 100000 && !(locked = pthread_mutex_trylock(&a->lock) == 0); i++) {
-  }
+  for (int i = 0; i < 100000 && !(locked = pthread_mutex_trylock(&a->lock) == 0); i++) {}
   const gml_block *b = NULL; /* unlocked if another thread holds the lock: the process is dying anyway */
   int rc = block_of_locked(a, addr, info, &b);
   *nbt = 0;

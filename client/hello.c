@@ -46,7 +46,8 @@ static int not_our_device(gml_client *c, const Gmlake__HelloReply *hr, const gml
   char mine[GML_UUID_MAX] = "";
   if (hr->gpu_uuid && *hr->gpu_uuid) {
     if (!strcmp(gmli_uuid_backend(c->gpu_uuid), hr->backend)) snprintf(mine, sizeof mine, "%s", c->gpu_uuid);
-    else gmli_backend_device_uuid(hr->backend, c->device, bo, mine); /* auto found a GPU; the daemon serves host memory */
+    else
+      gmli_backend_device_uuid(hr->backend, c->device, bo, mine); /* auto found a GPU; the daemon serves host memory */
   }
   if (mine[0]) {
     if (gmli_uuid_same(mine, hr->gpu_uuid)) return 0;
@@ -56,7 +57,8 @@ static int not_our_device(gml_client *c, const Gmlake__HelloReply *hr, const gml
   if (hr->device == c->device) return 0;
   snprintf(c->last_error, sizeof c->last_error,
            "the daemon serves device %d, not device %d (one daemon per GPU: name each device's socket, "
-           "e.g. GMLAKE_SOCKET=/path/gmlake-%%d.sock, where %%d stands for the device)", hr->device, c->device);
+           "e.g. GMLAKE_SOCKET=/path/gmlake-%%d.sock, where %%d stands for the device)",
+           hr->device, c->device);
   return GML_ENODEV;
 }
 
@@ -77,10 +79,12 @@ static int daemon_hello(gml_client *c, const gml_backend_opts *bo, char *backend
   env.hello = &h;
   c->last_error[0] = 0;
   int rc = gmli_client_call(c, &env, &reply, fds, &nfds);
-  if (rc) { /* e.g. gmlakectl's endpoint named as the socket: its nng closes what is no SP greeting */
+  if (rc) {                /* e.g. gmlakectl's endpoint named as the socket: its nng closes what is no SP greeting */
     if (!c->last_error[0]) /* else the daemon said why it refused the connection */
-      snprintf(c->last_error, sizeof c->last_error, "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
-               "the control endpoint (gmlake-N.ctl) is gmlakectl's", gml_strerror(rc));
+      snprintf(c->last_error, sizeof c->last_error,
+               "no hello reply (%s): not a gmlaked's clients' socket (gmlake-N.sock)? "
+               "the control endpoint (gmlake-N.ctl) is gmlakectl's",
+               gml_strerror(rc));
     return rc;
   }
   free_reply(NULL, fds, nfds);
@@ -88,7 +92,8 @@ static int daemon_hello(gml_client *c, const gml_backend_opts *bo, char *backend
     rc = reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR ? GML_EDAEMON : GML_EPROTO;
     if (rc == GML_EDAEMON && reply->error->code == GML_ENODEV) /* another GPU's: its words name both */
       snprintf(c->last_error, sizeof c->last_error, "%s", reply->error->message), rc = GML_ENODEV;
-    else if (rc == GML_EDAEMON) snprintf(c->last_error, sizeof c->last_error, "daemon refused us: %s", reply->error->message);
+    else if (rc == GML_EDAEMON)
+      snprintf(c->last_error, sizeof c->last_error, "daemon refused us: %s", reply->error->message);
     free_reply(reply, NULL, 0);
     return rc;
   }
@@ -108,8 +113,8 @@ static int daemon_hello(gml_client *c, const gml_backend_opts *bo, char *backend
   return 0;
 }
 
-int gmli_daemon_find(gml_client *c, const gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen, char *why,
-                    size_t whylen, char *backend, size_t blen, uint64_t *chunk_size) {
+int gmli_daemon_find(gml_client *c, const gml_options *opt, const gml_backend_opts *bo, char *path, size_t plen,
+                     char *why, size_t whylen, char *backend, size_t blen, uint64_t *chunk_size) {
   char cand[GML_CANDIDATES_MAX][GML_PATH_MAX];
   int named = opt->socket && *opt->socket;
   gmli_backend_device_uuid(opt->backend, c->device, bo, c->gpu_uuid); /* "" when no backend has it: by index alone */

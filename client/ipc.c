@@ -68,7 +68,8 @@ static struct {
 static socklen_t ipc_addr(struct sockaddr_un *sa, int pid, uint64_t nonce) {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
-  int len = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "gmlake-ipc-%d-%016llx", pid, (unsigned long long)nonce);
+  int len =
+      snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "gmlake-ipc-%d-%016llx", pid, (unsigned long long)nonce);
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
 }
 
@@ -88,7 +89,8 @@ static int send_fds(int sock, const int *fds, size_t n) {
     size_t k = n - i < IPC_FDS_PER_MSG ? n - i : IPC_FDS_PER_MSG;
     char byte = 0, cbuf[CMSG_SPACE(IPC_FDS_PER_MSG * sizeof(int))];
     struct iovec iov = {&byte, 1};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = CMSG_SPACE(k * sizeof(int))};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = CMSG_SPACE(k * sizeof(int))};
     struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
@@ -170,7 +172,8 @@ static void serve_one(int s) {
   if (c) {
     size_t off = 0, size = 0;
     phys = malloc(IPC_MAX_CHUNKS * sizeof *phys);
-    rep.status = phys ? gmli_alloc_block_phys(&c->alloc, (void *)ptr, phys, IPC_MAX_CHUNKS, &n, &off, &size) : GML_ENOMEM;
+    rep.status =
+        phys ? gmli_alloc_block_phys(&c->alloc, (void *)ptr, phys, IPC_MAX_CHUNKS, &n, &off, &size) : GML_ENOMEM;
     rep.offset = off, rep.size = size, rep.chunk_size = c->alloc.cs;
     if (!rep.status && !(fds = calloc(n, sizeof *fds))) rep.status = GML_ENOMEM;
     for (size_t i = 0; !rep.status && i < n; i++) {
@@ -289,7 +292,8 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   if (!c) return GML_EINVAL;
   if (!ptr) return gmli_fail(c, GML_EINVAL, "gml_ipc_open: ptr is NULL");
   if (gml_ipc_device(h) < 0)
-    return gmli_fail(c, GML_EINVAL, "gml_ipc_open: %s", h ? "the handle is not one gml_ipc_export made (or of another version)" : "h is NULL");
+    return gmli_fail(c, GML_EINVAL, "gml_ipc_open: %s",
+                     h ? "the handle is not one gml_ipc_export made (or of another version)" : "h is NULL");
   ipc_wire_handle w;
   memcpy(&w, h->bytes, sizeof w);
   if (w.chunk_size != c->alloc.cs) {
@@ -310,8 +314,8 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   struct ucred cr = {.uid = (uid_t)-1}; /* as said when getsockopt fails */
   socklen_t cl = sizeof cr;
   if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.uid != geteuid()) {
-    snprintf(c->last_error, sizeof c->last_error, "ipc: the process answering for %d runs as another user (uid %u): refused",
-             w.pid, (unsigned)cr.uid);
+    snprintf(c->last_error, sizeof c->last_error,
+             "ipc: the process answering for %d runs as another user (uid %u): refused", w.pid, (unsigned)cr.uid);
     close(s);
     return GML_EPERM;
   }
@@ -349,7 +353,8 @@ int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *siz
   if (rc) {
     unmap_all(c, va, mapped, imported, cs, phys);
     free(phys);
-    return gmli_fail(c, rc, "ipc: mapping the %zu chunk(s) of process %d's allocation failed: %s", n, w.pid, gml_strerror(rc));
+    return gmli_fail(c, rc, "ipc: mapping the %zu chunk(s) of process %d's allocation failed: %s", n, w.pid,
+                     gml_strerror(rc));
   }
   *m = (struct gml_ipc_map){va, n, cs, phys, NULL};
   pthread_mutex_lock(&c->track_lock);

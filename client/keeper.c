@@ -68,8 +68,9 @@ static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
     sleep_ms(1); /* the rest is mapped where a stream may still use it: poll the fence again */
   }
   __atomic_store_n(&c->reclaims_served, answers, __ATOMIC_RELAXED); /* the report below answers them all */
-  if (want) GML_INFO("gave %llu bytes of idle cache back to the lake in %.1f ms (asked %llu)", (unsigned long long)got,
-           (double)(gmli_now_ns() - t0) / 1e6, want == UINT64_MAX ? 0ull : (unsigned long long)want);
+  if (want)
+    GML_INFO("gave %llu bytes of idle cache back to the lake in %.1f ms (asked %llu)", (unsigned long long)got,
+             (double)(gmli_now_ns() - t0) / 1e6, want == UINT64_MAX ? 0ull : (unsigned long long)want);
   gmli_client_report(c);
 }
 
@@ -77,12 +78,14 @@ static void serve_reclaim(gml_client *c, uint64_t want, uint64_t answers) {
 
 /* A chunk kept ours, released locally only: the same daemon closed our connection and parked it
  * under our pid (GML_ID_PARKED), or a restarted one took no hand-over (and GML_ID_UNCOUNTED). */
-typedef struct local_mark { uint64_t bits; size_t n; } local_mark;
+typedef struct local_mark {
+  uint64_t bits;
+  size_t n;
+} local_mark;
 static void mark_local(void *ctx, gml_phys phys, uint64_t *id) {
   (void)phys;
   if (*id) *id |= ((local_mark *)ctx)->bits, ((local_mark *)ctx)->n++;
 }
-
 
 /* One attempt: 0 when the new daemon holds every chunk of ours. */
 static int reconnect(gml_client *c) {
@@ -117,7 +120,7 @@ static int reconnect(gml_client *c) {
   int rc = gmli_adopt_hello(c, s, &hs, why, sizeof why);
   if (rc) { /* said once a reason: the keeper tries again up to every second while it lasts */
     gmli_log(strcmp(why, l->said) ? GML_LOG_WARN : GML_LOG_DEBUG, "reconnecting to the daemon at %s: %s (trying again)",
-            l->path, why);
+             l->path, why);
     memcpy(l->said, why, sizeof why);
     pthread_mutex_lock(&l->mu);
     l->rsock = -1;
@@ -152,7 +155,8 @@ static int reconnect(gml_client *c) {
     /* what no lake counts now: all we hold (a daemon that took none), nothing (one that took all), or
      * as before (the same daemon: those it never counted stay so, the rest it keeps parked) */
     if (!same) __atomic_store_n(&c->uncounted_chunks, local ? (uint64_t)parked.n : 0, __ATOMIC_RELAXED);
-    c->daemon_instance = inst, l->adopt_refused = 0; /* the next reconnection compares with this daemon, not the first */
+    c->daemon_instance = inst,
+    l->adopt_refused = 0; /* the next reconnection compares with this daemon, not the first */
     tv.tv_sec = 0;
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     close(c->sock);
@@ -184,13 +188,14 @@ static int reconnect(gml_client *c) {
   if (rc) return rc;
   if (same)
     GML_WARN("reconnected to the daemon at %s (it closed our connection, it did not restart): of the %zu chunk(s) we "
-             "hold, it keeps those it counted parked under our pid until we exit; none handed over again", l->path, parked.n);
+             "hold, it keeps those it counted parked under our pid until we exit; none handed over again",
+             l->path, parked.n);
   else if (local)
     GML_WARN("reconnected to the daemon at %s, which takes no hand-over from us (%s): the %zu chunk(s) we hold stay "
-             "ours until we exit, not counted by the lake", l->path,
-             no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota or what it adopts", parked.n);
-  else
-    GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
+             "ours until we exit, not counted by the lake",
+             l->path, no_adopt ? "it restarted longer ago than its adopt-window" : "over our quota or what it adopts",
+             parked.n);
+  else GML_WARN("reconnected to the daemon at %s: it adopted the %zu chunk(s) we hold", l->path, b.total);
   gmli_client_report(c);
   for (int i = 0; i < c->nholders; i++)
     if (c->holders[i]->reconnected) c->holders[i]->reconnected(c, how);

@@ -32,7 +32,8 @@ static int daemon_request(gml_client *c, Gmlake__Envelope *env, daemon_reply *r)
 
 /* The chunks of one lease reply imported into phys/ids from *got on (at
  * most max in all); the reply and its fds freed. 0, or what was wrong. */
-static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max, gml_phys *phys, uint64_t *ids, size_t *got) {
+static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max, gml_phys *phys, uint64_t *ids,
+                        size_t *got) {
   Gmlake__Envelope *reply = r->env;
   int rc = 0;
   if (reply->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) {
@@ -42,9 +43,10 @@ static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max
       snprintf(c->last_error, sizeof c->last_error, "daemon refused lease: %s", reply->error->message);
       GML_INFO("%s", c->last_error);
     }
-  } else if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY || reply->lease_reply->n_chunk_ids != (size_t)r->nfds ||
-             r->nfds == 0 || (size_t)r->nfds > max - *got) {
-    GML_ERR("bad lease reply: %zu ids, %d fds", reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, r->nfds);
+  } else if (reply->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY ||
+             reply->lease_reply->n_chunk_ids != (size_t)r->nfds || r->nfds == 0 || (size_t)r->nfds > max - *got) {
+    GML_ERR("bad lease reply: %zu ids, %d fds",
+            reply->msg_case == GMLAKE__ENVELOPE__MSG_LEASE_REPLY ? reply->lease_reply->n_chunk_ids : 0, r->nfds);
     rc = GML_EPROTO;
   } else {
     uint64_t t0 = gmli_now_ns();
@@ -52,7 +54,8 @@ static int import_reply(gml_client *c, daemon_reply *r, int optional, size_t max
       int irc = c->be->ops->chunk_import(c->be, r->fds[i], &phys[*got]);
       r->fds[i] = -1; /* the import took it, whatever its result */
       if (irc) {
-        GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i], gml_strerror(irc));
+        GML_ERR("importing chunk %llu failed: %s", (unsigned long long)reply->lease_reply->chunk_ids[i],
+                gml_strerror(irc));
         continue; /* its id stays leased to us until we disconnect; nothing leaks */
       }
       ids[(*got)++] = reply->lease_reply->chunk_ids[i];
@@ -131,7 +134,8 @@ static int daemon_acquire(void *ctx, size_t n, int optional, gml_phys *phys, uin
  * streams; else one plain acquire handed over whole. */
 static int daemon_acquire_stream(void *ctx, size_t n, stream_got_fn got_fn, void *arg) {
   gml_client *c = ctx;
-  if (__atomic_load_n(&c->max_stream, __ATOMIC_RELAXED) && c->link && n > GML_MAX_LEASE_CHUNKS) /* daemon_lease decides again */
+  if (__atomic_load_n(&c->max_stream, __ATOMIC_RELAXED) && c->link &&
+      n > GML_MAX_LEASE_CHUNKS) /* daemon_lease decides again */
     return daemon_lease(c, n, 0, NULL, NULL, got_fn, arg);
   gml_phys phys[GML_MAX_LEASE_CHUNKS];
   uint64_t ids[GML_MAX_LEASE_CHUNKS];

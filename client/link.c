@@ -38,12 +38,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define REPLY_TIMEOUT_MS 30000 /* a reply (or a streamed lease's next one) not come by then: the daemon is taken for gone */
+#define REPLY_TIMEOUT_MS                                                                                               \
+  30000 /* a reply (or a streamed lease's next one) not come by then: the daemon is taken for gone */
 
 typedef struct link_msg { /* a reply the reader received, with its fds (or the chunks it imported from them) */
   struct link_msg *next;
   Gmlake__Envelope *env;
-  size_t nchunks;          /* imported by the reader: phys[i] of chunk ids[i] */
+  size_t nchunks; /* imported by the reader: phys[i] of chunk ids[i] */
   gml_phys phys[GML_MAX_LEASE_CHUNKS];
   uint64_t ids[GML_MAX_LEASE_CHUNKS];
   int nfds;
@@ -61,7 +62,9 @@ static void import_msg(gml_client *c, link_msg *m) {
   uint64_t t0 = gmli_now_ns();
   for (int i = 0; i < m->nfds; i++) {
     int rc = c->be->ops->chunk_import(c->be, m->fds[i], &m->phys[m->nchunks]);
-    if (rc) GML_ERR("importing chunk %llu failed: %s", (unsigned long long)m->env->lease_reply->chunk_ids[i], gml_strerror(rc));
+    if (rc)
+      GML_ERR("importing chunk %llu failed: %s", (unsigned long long)m->env->lease_reply->chunk_ids[i],
+              gml_strerror(rc));
     else m->ids[m->nchunks++] = m->env->lease_reply->chunk_ids[i];
   }
   m->nfds = 0;
@@ -132,7 +135,8 @@ static void *reader_main(void *arg) {
       pthread_cond_broadcast(&l->cv);
     } else {
       /* nobody waits for it (its caller gave up: the connection went) */
-      GML_WARN("reply %llu (kind %d) from the daemon that nobody waits for", (unsigned long long)in->seq, (int)in->msg_case);
+      GML_WARN("reply %llu (kind %d) from the daemon that nobody waits for", (unsigned long long)in->seq,
+               (int)in->msg_case);
       free_msg(in, fds, nfds);
     }
     pthread_mutex_unlock(&l->mu);
@@ -151,12 +155,13 @@ static uint64_t daemon_wait_ns(gml_client *c) {
  * fail at once until then. */
 static void drop_connection(gml_client *c, const char *what, uint64_t wait) {
   __atomic_store_n(&c->daemon_gone, 1, __ATOMIC_RELEASE);
-  GML_ERR("the daemon %s within %.1f s (stopped? wedged?): dropping the connection, reconnecting", what, (double)wait / 1e9);
+  GML_ERR("the daemon %s within %.1f s (stopped? wedged?): dropping the connection, reconnecting", what,
+          (double)wait / 1e9);
   shutdown(c->sock, SHUT_RDWR);
 }
 
 int gmli_link_next_chunks(gml_client *c, Gmlake__Envelope **reply, int *fds, int *nfds, gml_phys *phys, uint64_t *ids,
-                         size_t *nchunks) {
+                          size_t *nchunks) {
   gml_link *l = c->link;
   pthread_mutex_lock(&l->mu);
   /* Bounded: a daemon that is stopped (SIGSTOP, a debugger, a frozen container) or wedged
@@ -235,7 +240,8 @@ int gmli_link_send(gml_client *c, Gmlake__Envelope *env, int want_reply, int imp
 }
 
 /* A call through the reader thread. */
-static int reader_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+static int reader_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds,
+                       int *nfds) {
   int rc = gmli_link_send(c, env, want_reply, 0);
   if (rc || !want_reply) return rc;
   rc = gmli_link_next(c, reply, fds, nfds);
@@ -271,7 +277,8 @@ void gmli_link_free(Gmlake__Envelope *env, const int *fds, int nfds) {
 
 /* Send env; when want_reply, wait for the reply with the same seq (handling
  * unsolicited messages meanwhile). conn_lock held. */
-int gmli_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds, int *nfds) {
+int gmli_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake__Envelope **reply, int *fds,
+                   int *nfds) {
   if (c->link) return reader_call(c, env, want_reply, reply, fds, nfds); /* the reader thread receives */
   if (c->daemon_gone) return GML_EDAEMON;
   env->seq = ++c->seq;
@@ -288,7 +295,8 @@ int gmli_link_call(gml_client *c, Gmlake__Envelope *env, int want_reply, Gmlake_
     Gmlake__Envelope *in;
     rc = gmli_wire_recv(c->sock, &in, fds, nfds, GML_MAX_LEASE_CHUNKS);
     if (rc) goto gone;
-    if (in->seq == 0 && in->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) { /* a connection refused (max-clients): why, then closed */
+    if (in->seq == 0 &&
+        in->msg_case == GMLAKE__ENVELOPE__MSG_ERROR) { /* a connection refused (max-clients): why, then closed */
       snprintf(c->last_error, sizeof c->last_error, "the daemon refused this connection: %s", in->error->message);
       gmli_link_free(in, fds, *nfds);
       rc = GML_EDAEMON;
@@ -322,11 +330,13 @@ void gmli_daemon_clock(gml_client *c, uint64_t daemon_mono_ns) {
 }
 
 int gmli_reclaim_moot(gml_client *c, const Gmlake__ReclaimRequest *r) {
-  if (!c->clock_known || !r->sent_ns || !r->valid_ms || r->valid_ms > INT64_MAX / 1000000) return 0; /* valid for ever */
+  if (!c->clock_known || !r->sent_ns || !r->valid_ms || r->valid_ms > INT64_MAX / 1000000)
+    return 0; /* valid for ever */
   int64_t age = (int64_t)(gmli_now_ns() - r->sent_ns) - c->clock_skew;
   if (age <= (int64_t)(r->valid_ms * 1000000ull)) return 0;
   GML_INFO("a reclaim request of the daemon came %.1f s after it was sent (this process was stopped?): its lease is "
-           "over, the cache stays", (double)age / 1e9);
+           "over, the cache stays",
+           (double)age / 1e9);
   return 1;
 }
 int gmli_client_call(gml_client *c, Gmlake__Envelope *env, Gmlake__Envelope **reply, int *fds, int *nfds) {
@@ -346,7 +356,8 @@ int gmli_link_reader_start(gml_client *c) {
 int gmli_link_open(gml_client *c, const char *socket_path) {
   gml_link *l = calloc(1, sizeof *l);
   if (!l) return GML_ENOMEM;
-  if (gmli_env_flag(GML_ENV_RECONNECT, gmli_env(GML_ENV_RECONNECT), 1)) snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
+  if (gmli_env_flag(GML_ENV_RECONNECT, gmli_env(GML_ENV_RECONNECT), 1))
+    snprintf(l->path, sizeof l->path, "%s", socket_path ? socket_path : "");
   l->rsock = -1;
   l->reply_timeout_ns = REPLY_TIMEOUT_MS * 1000000ull;
   pthread_mutex_init(&l->mu, NULL);

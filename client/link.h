@@ -10,25 +10,25 @@
 
 struct gml_link {
   pthread_mutex_t mu;
-  pthread_cond_t cv;       /* a reply came, the connection went, the keeper has work, or stop */
+  pthread_cond_t cv; /* a reply came, the connection went, the keeper has work, or stop */
   pthread_t reader, keeper;
   int reader_on, keeper_on;
-  int stop;                /* gmli_link_stop: the keeper ends */
-  int gone;                /* the reader saw the connection end */
-  uint64_t adopt_refused;  /* the instance (1: unnamed) of a restarted daemon that refused our hand-over (over a quota,
+  int stop;               /* gmli_link_stop: the keeper ends */
+  int gone;               /* the reader saw the connection end */
+  uint64_t adopt_refused; /* the instance (1: unnamed) of a restarted daemon that refused our hand-over (over a quota,
                             * or past what it adopts): our next connection to it keeps our chunks, uncounted */
-  uint64_t wait_seq;       /* the request whose replies a caller waits for (0: none) */
-  uint64_t import_seq;     /* ... whose lease replies the reader imports itself (GMLAKE_STREAM_MAP) */
+  uint64_t wait_seq;      /* the request whose replies a caller waits for (0: none) */
+  uint64_t import_seq;    /* ... whose lease replies the reader imports itself (GMLAKE_STREAM_MAP) */
   struct link_msg *head, *tail; /* its replies, not taken yet */
-  int lost;                /* one of them could not be queued (no memory): the call fails */
-  uint64_t reclaim_want;   /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
-  uint64_t reclaims_got;   /* reclaim requests received */
-  uint64_t moot;           /* ... of them moot when they came (gmli_reclaim_moot), not answered yet */
-  char path[256];          /* the daemon's socket, to reconnect to ("": never) */
-  int rsock;               /* the socket of a reconnection under way (-1: none): shut down by gmli_link_stop */
+  int lost;                     /* one of them could not be queued (no memory): the call fails */
+  uint64_t reclaim_want;        /* bytes the daemon asked back, not served yet (UINT64_MAX: all idle) */
+  uint64_t reclaims_got;        /* reclaim requests received */
+  uint64_t moot;                /* ... of them moot when they came (gmli_reclaim_moot), not answered yet */
+  char path[256];               /* the daemon's socket, to reconnect to ("": never) */
+  int rsock;                    /* the socket of a reconnection under way (-1: none): shut down by gmli_link_stop */
   uint64_t reconnects;
   uint64_t reply_timeout_ns; /* REPLY_TIMEOUT_MS, or a test's */
-  char said[320];          /* why the last reconnection's hello failed, as logged ("": it did not) */
+  char said[320];            /* why the last reconnection's hello failed, as logged ("": it did not) */
 };
 
 /* link.c: the link's state and its reader thread (gmli_link_open; the reader

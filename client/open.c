@@ -74,11 +74,13 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
   rc = GML_EDAEMON;
   char path[256] = "";
   uint64_t chunk_size = 0;
-  if (opt.mode != GML_MODE_EMBEDDED) rc = gmli_daemon_find(c, &opt, &bo, path, sizeof path, why, sizeof why, backend, sizeof backend, &chunk_size);
+  if (opt.mode != GML_MODE_EMBEDDED)
+    rc = gmli_daemon_find(c, &opt, &bo, path, sizeof path, why, sizeof why, backend, sizeof backend, &chunk_size);
   gml_chunk_source src;
   if (c->mode == GML_MODE_DAEMON) { /* a daemon of this device answered (its hello may have refused us) */
     if (rc == 0 && strcmp(opt.backend, "auto") && strcmp(opt.backend, backend)) {
-      snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend, opt.backend);
+      snprintf(c->last_error, sizeof c->last_error, "daemon runs the %s backend, %s was asked for", backend,
+               opt.backend);
       rc = GML_ENODEV;
     }
     if (rc == 0) rc = gmli_backend_open(backend, o.device, &bo, &c->be, msg, sizeof msg);
@@ -92,9 +94,11 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
       GML_ERR("daemon at %s: %s: %s", path, gml_strerror(rc), c->last_error);
       goto fail;
     }
-    snprintf(c->gpu_uuid, sizeof c->gpu_uuid, "%s", c->be->uuid); /* a reconnection's hello says the device we map for */
+    snprintf(c->gpu_uuid, sizeof c->gpu_uuid, "%s",
+             c->be->uuid); /* a reconnection's hello says the device we map for */
     src = gmli_lease_source(c);
-    GML_INFO("connected to the daemon of %s at %s (client %llu, %s)", c->be->uuid, path, (unsigned long long)c->client_id, msg);
+    GML_INFO("connected to the daemon of %s at %s (client %llu, %s)", c->be->uuid, path,
+             (unsigned long long)c->client_id, msg);
   } else if (opt.mode == GML_MODE_DAEMON) {
     GML_ERR("no daemon at %s; GMLAKE_MODE=daemon: not running embedded", why);
     goto fail;
@@ -124,7 +128,8 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     goto fail;
   }
   if (cfg.guard > 0)
-    GML_INFO("guard mode: %s, guards of %zu bytes", cfg.guard == GML_GUARD_BOTH ? "both ends" : "end", c->alloc.guard_grain);
+    GML_INFO("guard mode: %s, guards of %zu bytes", cfg.guard == GML_GUARD_BOTH ? "both ends" : "end",
+             c->alloc.guard_grain);
   if (c->mode == GML_MODE_EMBEDDED) {
     uint64_t lim = o.limit_bytes;
     if (!lim && opt.limit) {
@@ -143,7 +148,8 @@ int gml_open(const gml_open_opts *opts, gml_client **out) {
     static int said;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
       GML_WARN("GMLAKE_LIMIT=%s is not applied: this process uses the daemon at %s, whose limit and quotas hold; "
-               "GMLAKE_MODE=embedded applies it", opt.limit, path);
+               "GMLAKE_MODE=embedded applies it",
+               opt.limit, path);
   }
   /* in the order their locks nest: the allocator's, then the ranges' (shares keep none of their own) */
   gmli_holder_add(c, &alloc_holder);
@@ -168,10 +174,10 @@ fail:
 
 int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
-  gmli_link_quiesce(c);          /* no reclaim runs in the allocator from here on */
-  gmli_pause_destroy(c);         /* paused content is dropped */
+  gmli_link_quiesce(c);  /* no reclaim runs in the allocator from here on */
+  gmli_pause_destroy(c); /* paused content is dropped */
   gmli_ipc_client_gone(c);
-  gmli_track_destroy(c);          /* pending frees and pools' blocks go back first */
+  gmli_track_destroy(c);         /* pending frees and pools' blocks go back first */
   gmli_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */
   gmli_alloc_destroy(&c->alloc); /* returns every chunk (daemon: one return each) */
   gmli_link_stop(c);

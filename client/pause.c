@@ -42,13 +42,13 @@ struct gml_pause {
   uint32_t tag;
   paused_block *v;
   size_t n;
-  void *host;       /* saved content (host memory), or the bounce buffer (file) */
+  void *host; /* saved content (host memory), or the bounce buffer (file) */
   size_t host_size;
-  int fd;           /* GML_PAUSE_FILE: the file, -1 otherwise */
-  int dirfd;        /* its directory, as it was at pause: removed there, whatever the cwd is then */
-  char path[256];   /* as given (messages); base: its last component */
+  int fd;         /* GML_PAUSE_FILE: the file, -1 otherwise */
+  int dirfd;      /* its directory, as it was at pause: removed there, whatever the cwd is then */
+  char path[256]; /* as given (messages); base: its last component */
   const char *base;
-  uint64_t saved;   /* bytes of content saved */
+  uint64_t saved; /* bytes of content saved */
 };
 
 static int fail(gml_client *c, int rc, const char *fmt, const char *arg) {
@@ -128,7 +128,8 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
     if (p->fd < 0) {
       char why[sizeof p->path + 64];
       int e = errno;
-      snprintf(why, sizeof why, "%s: %s%s", path, strerror(e), e == EEXIST || e == ELOOP ? " (a pause file must be new)" : "");
+      snprintf(why, sizeof why, "%s: %s%s", path, strerror(e),
+               e == EEXIST || e == ELOOP ? " (a pause file must be new)" : "");
       return fail(c, GML_ESYS, "pause: cannot create %s", why);
     }
     p->host_size = GML_MIN(total, (size_t)PAUSE_BOUNCE);
@@ -139,7 +140,8 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
   if (rc) {
     p->host = NULL;
     char what[32];
-    return fail(c, GML_ENOMEM, "pause: no host memory for %s of content", gmli_format_bytes(p->host_size, what, sizeof what));
+    return fail(c, GML_ENOMEM, "pause: no host memory for %s of content",
+                gmli_format_bytes(p->host_size, what, sizeof what));
   }
   return 0;
 }
@@ -162,7 +164,7 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   /* discard with a file: the path was ignored, nothing saved, and the caller told nothing */
   if ((flags & GML_PAUSE_DISCARD) && (flags & GML_PAUSE_FILE))
     return gmli_fail(c, GML_EINVAL, "%s: GML_PAUSE_DISCARD saves nothing, %s saves the content: one or the other", fn,
-                    path ? "a path" : "GML_PAUSE_FILE");
+                     path ? "a path" : "GML_PAUSE_FILE");
   if ((flags & GML_PAUSE_FILE) && !path)
     return gmli_fail(c, GML_EINVAL, "%s: GML_PAUSE_FILE needs a path (gml_pause_file with a non-NULL path)", fn);
   if (path && !*path) /* was GML_ESYS from open(""), while Python's path="" was taken for none */
@@ -257,7 +259,8 @@ int gml_resume(gml_client *c) {
       a->paused_bytes += b->usable;
       char s1[32], s2[32];
       snprintf(c->last_error, sizeof c->last_error, "resume: no memory for a paused block of %s (%s still paused): %s",
-               gmli_format_bytes(b->usable, s1, sizeof s1), gmli_format_bytes(a->paused_bytes, s2, sizeof s2), gml_strerror(rc));
+               gmli_format_bytes(b->usable, s1, sizeof s1), gmli_format_bytes(a->paused_bytes, s2, sizeof s2),
+               gml_strerror(rc));
       break;
     }
     b->paused = GML_PAUSED_NO;

@@ -131,10 +131,8 @@ static uint64_t plan_live(const gml_plan_recording *r, uint64_t *live) {
     const gml_plan_rec *a = &r->a[i];
     if (!rec_planned(a)) continue;
     live[a->alloc_at] += a->size;
-    if (a->free_at != GML_PLAN_NEVER)
-      live[a->free_at] -= a->size;
-    else
-      live[0] += a->size, live[a->wrap_free] -= a->size;
+    if (a->free_at != GML_PLAN_NEVER) live[a->free_at] -= a->size;
+    else live[0] += a->size, live[a->wrap_free] -= a->size;
   }
   uint64_t sum = 0, peak = 0;
   for (uint32_t e = 0; e < r->events; e++) {
@@ -286,7 +284,8 @@ int gmli_plan_build(gml_plan *p, const gml_plan_recording *r) {
   if (!rc) rc = plan_offsets(p, r, order, np);
   if (!rc) rc = plan_atoms(p, order, np);
   if (!rc) /* what the keeper's byte bound counts */
-    p->bytes = sizeof *p + (uint64_t)n * (3 * sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)np * 2 * sizeof(uint64_t);
+    p->bytes =
+        sizeof *p + (uint64_t)n * (3 * sizeof(uint64_t) + 2 * sizeof(uint32_t)) + (uint64_t)np * 2 * sizeof(uint64_t);
   free(order);
   if (rc) gmli_plan_destroy(p);
   return rc;
@@ -303,4 +302,3 @@ int gmli_plan_matches(const gml_plan *p, const gml_plan_recording *r) {
     if (p->size[i] != r->a[i].size || p->stream[i] != r->a[i].stream) return 0;
   return 1;
 }
-

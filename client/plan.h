@@ -50,10 +50,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GML_PLAN_ALIGN 512 /* the allocator's GML_ALIGN (client/alloc.h): sizes are recorded rounded to it */
+#define GML_PLAN_ALIGN 512        /* the allocator's GML_ALIGN (client/alloc.h): sizes are recorded rounded to it */
 #define GML_PLAN_NEVER UINT32_MAX /* free_at of an allocation still live at the iteration's end */
-#define GML_PLAN_NONE UINT64_MAX /* offset of an allocation that is not planned (live past its iteration) */
-#define GML_PLAN_REMEMBERED 8 /* past iterations the keeper compares a new one with */
+#define GML_PLAN_NONE UINT64_MAX  /* offset of an allocation that is not planned (live past its iteration) */
+#define GML_PLAN_REMEMBERED 8     /* past iterations the keeper compares a new one with */
 
 /* One recorded allocation. */
 typedef struct gml_plan_rec {
@@ -86,20 +86,20 @@ int gmli_plan_rec_copy(gml_plan_recording *dst, const gml_plan_recording *src); 
 /* A plan: for each recorded allocation, its offset in one range. */
 typedef struct gml_plan {
   uint64_t align;
-  uint32_t n; /* recorded allocations, planned or not */
-  uint64_t hash; /* the recording's */
+  uint32_t n;                       /* recorded allocations, planned or not */
+  uint64_t hash;                    /* the recording's */
   uint64_t *size, *stream, *offset; /* offset GML_PLAN_NONE: not planned */
   /* atoms: the planned blocks' offsets and ends, sorted and distinct (nbound); atom a is [bound[a], bound[a + 1]);
    * planned block i covers atoms [atom[2i], atom[2i + 1]) and shares bytes with exactly the blocks sharing one */
   uint64_t *bound;
   uint32_t nbound;
   uint32_t *atom;
-  uint64_t range; /* bytes the plan needs: the highest planned end */
+  uint64_t range;       /* bytes the plan needs: the highest planned end */
   uint64_t lower_bound; /* max live planned bytes at one event: no placement needs less */
-  uint32_t planned; /* allocations with an offset */
-  uint64_t bytes; /* the plan's own memory: what the keeper's byte bound counts */
-  uint32_t from_iter; /* the keeper's: the iteration it was planned from */
-  uint32_t used_iter; /* the keeper's: the last iteration that matched it (or when it was taken) */
+  uint32_t planned;     /* allocations with an offset */
+  uint64_t bytes;       /* the plan's own memory: what the keeper's byte bound counts */
+  uint32_t from_iter;   /* the keeper's: the iteration it was planned from */
+  uint32_t used_iter;   /* the keeper's: the last iteration that matched it (or when it was taken) */
 } gml_plan;
 
 /* Plans recording r into p (any previous content of p is not freed). -ENOMEM.
@@ -120,18 +120,18 @@ void gmli_plan_atoms_of(const gml_plan *p, uint64_t offset, uint64_t size, uint3
 /* What serving one allocation gave: keep it with the block, hand it back on its free. */
 typedef struct gml_plan_grant {
   uint64_t offset, size; /* offset in the plan's range (a hit) */
-  uint32_t index; /* the planned block, GML_PLAN_NEVER on a miss */
-  uint32_t lent; /* a miss lent whole granules of the range (offset and size say which): its lent slot + 1; else 0 */
+  uint32_t index;        /* the planned block, GML_PLAN_NEVER on a miss */
+  uint32_t lent;  /* a miss lent whole granules of the range (offset and size say which): its lent slot + 1; else 0 */
   uint32_t epoch; /* the plan that served it */
   uint32_t rec_iter, rec_k; /* the keeper's iteration and recording index, for recording its free */
 } gml_plan_grant;
 
 enum gml_plan_verdict {
   GML_PLAN_HIT = 0,
-  GML_PLAN_MISS_NOPLAN, /* no plan yet */
-  GML_PLAN_MISS_SHAPE, /* the k-th allocation departs: size, stream, or past the recording's end */
+  GML_PLAN_MISS_NOPLAN,    /* no plan yet */
+  GML_PLAN_MISS_SHAPE,     /* the k-th allocation departs: size, stream, or past the recording's end */
   GML_PLAN_MISS_UNPLANNED, /* matches, but the recording's was live past its iteration */
-  GML_PLAN_MISS_OCCUPIED, /* matches, but a live block holds some of its bytes */
+  GML_PLAN_MISS_OCCUPIED,  /* matches, but a live block holds some of its bytes */
   GML_PLAN_VERDICTS
 };
 
@@ -141,10 +141,10 @@ typedef struct gml_plan_span {
 
 /* Serves iterations from one plan at a time. */
 typedef struct gml_plan_server {
-  const gml_plan *plan; /* NULL: none */
-  uint32_t epoch; /* which plan: grants of an earlier one are stragglers */
-  uint8_t *live; /* per planned block: served and not freed */
-  uint32_t next; /* allocations of the current iteration so far */
+  const gml_plan *plan;     /* NULL: none */
+  uint32_t epoch;           /* which plan: grants of an earlier one are stragglers */
+  uint8_t *live;            /* per planned block: served and not freed */
+  uint32_t next;            /* allocations of the current iteration so far */
   gml_plan_span *straggler; /* live blocks of earlier plans, in the same range */
   uint32_t nstraggler, straggler_cap;
   uint64_t verdicts[GML_PLAN_VERDICTS];
@@ -152,7 +152,7 @@ typedef struct gml_plan_server {
    * 2 * tree_leaves nodes, each the max over its atoms and an add pending for all of them */
   int32_t *tmax, *tadd;
   uint32_t tree_leaves, tree_cap;
-  uint64_t tree_visits; /* nodes visited by hits (the check and the count): the hit path's cost */
+  uint64_t tree_visits;     /* nodes visited by hits (the check and the count): the hit path's cost */
   gml_plan_span *lent_span; /* the live lent blocks (size 0: a free slot; a lent grant's lent - 1 names its slot) */
   uint32_t nlent_span, lent_span_cap;
   /* Lending: the unit (the allocator's chunk; 0, the default: never lent), and per granule of the range the
@@ -194,8 +194,8 @@ void gmli_plan_serve_free(gml_plan_server *s, const gml_plan_grant *g);
  * matched for GML_PLAN_STALE iterations are dropped, and the least recently
  * used go first when the count or the byte bound (max_bytes, of the plans'
  * own memory) would be passed; the plan being served is never dropped. */
-#define GML_PLAN_KEPT 8 /* plans kept at most */
-#define GML_PLAN_STALE 64 /* iterations without a match after which a plan is dropped */
+#define GML_PLAN_KEPT 8                   /* plans kept at most */
+#define GML_PLAN_STALE 64                 /* iterations without a match after which a plan is dropped */
 #define GML_PLAN_KEPT_BYTES (64ull << 20) /* default byte bound of the kept plans */
 
 typedef struct gml_plan_keeper {
@@ -213,14 +213,14 @@ typedef struct gml_plan_keeper {
                                   * is installed */
   uint32_t nkept;
   uint64_t kept_bytes, max_bytes; /* max_bytes: GML_PLAN_KEPT_BYTES unless changed after init */
-  uint32_t cand; /* kept slots whose prefix matches the current iteration so far (bit i: kept[i]) */
+  uint32_t cand;                  /* kept slots whose prefix matches the current iteration so far (bit i: kept[i]) */
   /* the iteration departed from every kept plan: its misses may be lent the range's free granules (srv.granule) */
   int departed;
-  gml_plan *plan; /* the one being served, one of kept; NULL: none yet */
-  uint32_t plans_taken; /* plans built: the first and each new pattern's */
+  gml_plan *plan;        /* the one being served, one of kept; NULL: none yet */
+  uint32_t plans_taken;  /* plans built: the first and each new pattern's */
   uint32_t planned_from; /* the iteration the served plan was taken from */
-  uint32_t switches; /* plans installed in place of another (at an iteration's start or early in it) */
-  uint32_t dropped; /* plans dropped: stale, or over the count or byte bound */
+  uint32_t switches;     /* plans installed in place of another (at an iteration's start or early in it) */
+  uint32_t dropped;      /* plans dropped: stale, or over the count or byte bound */
   double plan_seconds, plan_seconds_max; /* time spent planning (gmli_plan_build), in all and the longest */
   gml_plan_server srv;
 } gml_plan_keeper;

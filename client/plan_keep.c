@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-
 static uint64_t plan_round(uint64_t align, uint64_t size) {
   uint64_t units = size / align + (size % align != 0);
   return (units ? units : 1) * align;
@@ -81,7 +80,8 @@ int gmli_plan_server_install(gml_plan_server *s, const gml_plan *p) {
   if (granules_cover(s, p->range)) return -ENOMEM;
   uint32_t nlive = 0, leaves = 1;
   for (uint32_t i = 0; s->plan && i < s->plan->n; i++) nlive += s->live[i];
-  if (gmli_plan_grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler)) return -ENOMEM;
+  if (gmli_plan_grow((void **)&s->straggler, &s->straggler_cap, s->nstraggler + nlive, sizeof *s->straggler))
+    return -ENOMEM;
   while (leaves < p->nbound) leaves *= 2;
   if (2 * leaves > s->tree_cap) {
     int32_t *tmax = realloc(s->tmax, 2 * (size_t)leaves * sizeof *tmax);
@@ -117,14 +117,10 @@ enum gml_plan_verdict gmli_plan_serve_alloc(gml_plan_server *s, uint64_t size, u
   uint32_t k = s->next++;
   enum gml_plan_verdict v = GML_PLAN_HIT;
   g->index = GML_PLAN_NEVER, g->epoch = s->epoch, g->lent = 0;
-  if (!p)
-    v = GML_PLAN_MISS_NOPLAN;
-  else if (k >= p->n)
-    v = GML_PLAN_MISS_SHAPE;
-  else if (plan_round(p->align, size) != p->size[k] || stream != p->stream[k])
-    v = GML_PLAN_MISS_SHAPE;
-  else if (p->offset[k] == GML_PLAN_NONE)
-    v = GML_PLAN_MISS_UNPLANNED;
+  if (!p) v = GML_PLAN_MISS_NOPLAN;
+  else if (k >= p->n) v = GML_PLAN_MISS_SHAPE;
+  else if (plan_round(p->align, size) != p->size[k] || stream != p->stream[k]) v = GML_PLAN_MISS_SHAPE;
+  else if (p->offset[k] == GML_PLAN_NONE) v = GML_PLAN_MISS_UNPLANNED;
   else if (s->live[k] || tree_max(s, 1, 0, s->tree_leaves, p->atom[2 * k], p->atom[2 * k + 1]) > 0)
     v = GML_PLAN_MISS_OCCUPIED;
   s->verdicts[v]++;
@@ -302,8 +298,7 @@ static int keeper_take(gml_plan_keeper *kp, uint32_t slot) {
     kp->dropped--;
     return -ENOMEM;
   }
-  for (uint32_t lru; kp->kept_bytes > kp->max_bytes && (lru = keeper_lru(kp, 0)) < GML_PLAN_KEPT;)
-    keeper_drop(kp, lru);
+  for (uint32_t lru; kp->kept_bytes > kp->max_bytes && (lru = keeper_lru(kp, 0)) < GML_PLAN_KEPT;) keeper_drop(kp, lru);
   return 1;
 }
 

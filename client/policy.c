@@ -66,7 +66,7 @@ static inline gml_place_plan step(gml_place_kind kind, int stage, gml_block *b) 
  * stitches chunks, waiting for the device (a fence, or a synchronize)
  * where another stream freed them. */
 static gml_place_plan plan_borrow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize, gml_stream stream,
-                             gml_block *b) {
+                                  gml_block *b) {
   if (pi <= 0 || stream_index(a, stream) < 0) return fit(b);
   double cap = (double)rsize * a->borrow_ratio;
   gml_block *best = NULL;
@@ -104,22 +104,21 @@ static gml_place_plan after_harvest(const gml_allocator *a, const gml_region *r,
  * borrowing takes the blocks of streams this one already waits for, then
  * makes it wait for one more. */
 gml_place_plan gmli_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
-                                     gml_stream stream, gml_block *b) {
-  if (!b || (a->nstreams_seen > 1 && fit_needs_calls(a, b, rsize, stream))) return step(GML_PLACE_HARVEST, STAGE_HARVESTED, b);
+                                      gml_stream stream, gml_block *b) {
+  if (!b || (a->nstreams_seen > 1 && fit_needs_calls(a, b, rsize, stream)))
+    return step(GML_PLACE_HARVEST, STAGE_HARVESTED, b);
   return after_harvest(a, r, pi, rsize, stream, b);
 }
 
 gml_place_plan gmli_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
-                                     gml_stream stream, const gml_place_plan *done, int moved) {
+                                      gml_stream stream, const gml_place_plan *done, int moved) {
   gml_block *b = moved ? find_fit(r, pi, gmli_policy_block_size(a, rsize)) : done->block;
   switch (done->stage) {
-  case STAGE_HARVESTED:
-    return after_harvest(a, r, pi, rsize, stream, b);
+  case STAGE_HARVESTED: return after_harvest(a, r, pi, rsize, stream, b);
   case STAGE_TOOK_ORDERED:
     if (moved && b && !fit_needs_calls(a, b, rsize, stream)) return fit(b);
     return plan_borrow(a, r, pi, rsize, stream, b);
-  default:
-    return fit(b);
+  default: return fit(b);
   }
 }
 
@@ -137,7 +136,8 @@ gml_lease_plan gmli_policy_lease(const gml_allocator *a, size_t need) {
   if (free < need) {
     p.chunks = need - free;
   } else if (fresh < need && a->headroom_pct > 0 && a->tick >= a->headroom_retry_tick) {
-    uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100), held = reserved_bytes(a);
+    uint64_t cap = a->peak_allocated + (uint64_t)((double)a->peak_allocated * a->headroom_pct / 100),
+             held = reserved_bytes(a);
     size_t room = cap > held ? (size_t)((cap - held) / a->cs) : 0;
     p.chunks = GML_MIN(need - fresh, room);
     p.optional = 1;

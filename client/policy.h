@@ -45,7 +45,7 @@
 #define GML_POLICY_H
 #include "blocks.h"
 
-#define GML_PICK_SCAN 1024 /* free chunks looked at to pick one for a slot */
+#define GML_PICK_SCAN 1024        /* free chunks looked at to pick one for a slot */
 #define GML_HEADROOM_BACKOFF 4096 /* operations without asking for headroom after a no */
 
 /* ---------- placement ---------- */
@@ -98,10 +98,10 @@ static inline uintptr_t gmli_policy_guard_ptr(const gml_allocator *a, uintptr_t 
 /* Several streams, or no fit: the first step of harvest, then borrowing
  * (policy.c); b is the fit found so far. */
 GML_HIDDEN gml_place_plan gmli_policy_place_slow(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
-                                               gml_stream stream, gml_block *b);
+                                                 gml_stream stream, gml_block *b);
 /* The step after plan `done` was carried out and moved `moved` blocks. */
 GML_HIDDEN gml_place_plan gmli_policy_place_next(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
-                                               gml_stream stream, const gml_place_plan *done, int moved);
+                                                 gml_stream stream, const gml_place_plan *done, int moved);
 
 /* The plan for a request of rsize bytes (a multiple of GML_ALIGN) on
  * `stream`, whose own pool is r->pools[pi]. A FIT's block stays in its
@@ -112,7 +112,7 @@ GML_HIDDEN gml_place_plan gmli_policy_place_next(const gml_allocator *a, const g
  * only on sizes and order lays a repeated step out as before, so its slots
  * find their chunks again (BENCHMARKS.md, session 4). */
 static inline gml_place_plan gmli_policy_place(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
-                                              gml_stream stream) {
+                                               gml_stream stream) {
   gml_block *b = find_fit(r, pi, gmli_policy_block_size(a, rsize));
   if (b && a->nstreams_seen < 2) return (gml_place_plan){.kind = GML_PLACE_FIT, .block = b};
   return gmli_policy_place_slow(a, r, pi, rsize, stream, b);
@@ -122,7 +122,8 @@ static inline gml_place_plan gmli_policy_place(const gml_allocator *a, const gml
 GML_HIDDEN int gmli_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);
 /* ... or would it find every slot's chunk in place, usable once `stream`
  * waits for stream index j (borrowing)? */
-GML_HIDDEN int gmli_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream, int j);
+GML_HIDDEN int gmli_window_ready_after_wait(const gml_allocator *a, uintptr_t addr, size_t size, gml_stream stream,
+                                            int j);
 
 /* ---------- chunks: leases, remap, trim ---------- */
 

@@ -22,8 +22,7 @@ static int pool_incref(gml_client *c, gml_pool_id id) {
     return i;
   }
   if (i < 0) {
-    for (i = 0; i < GML_MAX_POOLS && c->pools[i].used; i++) {
-    }
+    for (i = 0; i < GML_MAX_POOLS && c->pools[i].used; i++) {}
     if (i == GML_MAX_POOLS) return -1;
   }
   gml_priv_pool *p = &c->pools[i];
@@ -38,8 +37,8 @@ int gml_pool_create(gml_client *c, gml_pool_id id) {
   pthread_mutex_lock(&c->track_lock);
   int i = pool_incref(c, id);
   pthread_mutex_unlock(&c->track_lock);
-  return i < 0 ? gmli_fail(c, GML_ENOMEM, "gml_pool_create: no room for pool (%llu, %llu): %d pools in use", (unsigned long long)id.a,
-                          (unsigned long long)id.b, GML_MAX_POOLS)
+  return i < 0 ? gmli_fail(c, GML_ENOMEM, "gml_pool_create: no room for pool (%llu, %llu): %d pools in use",
+                           (unsigned long long)id.a, (unsigned long long)id.b, GML_MAX_POOLS)
                : 0;
 }
 
@@ -48,11 +47,11 @@ int gml_pool_begin(gml_client *c, gml_pool_id id, gml_stream_filter filter, void
   pthread_mutex_lock(&c->track_lock);
   int i = gmli_pools_find(c, id), rc = 0;
   if (i >= 0 && c->pools[i].capturing) {
-    rc = gmli_fail(c, GML_EINVAL, "gml_pool_begin: pool (%llu, %llu) already allocates (gml_pool_end first)", (unsigned long long)id.a,
-                  (unsigned long long)id.b);
+    rc = gmli_fail(c, GML_EINVAL, "gml_pool_begin: pool (%llu, %llu) already allocates (gml_pool_end first)",
+                   (unsigned long long)id.a, (unsigned long long)id.b);
   } else if ((i = pool_incref(c, id)) < 0) {
-    rc = gmli_fail(c, GML_ENOMEM, "gml_pool_begin: no room for pool (%llu, %llu): %d pools in use", (unsigned long long)id.a,
-                  (unsigned long long)id.b, GML_MAX_POOLS);
+    rc = gmli_fail(c, GML_ENOMEM, "gml_pool_begin: no room for pool (%llu, %llu): %d pools in use",
+                   (unsigned long long)id.a, (unsigned long long)id.b, GML_MAX_POOLS);
   } else {
     /* the capture may neither wait for the device nor query events: what was
      * freed so far becomes usable from any stream now */
@@ -72,8 +71,8 @@ int gml_pool_end(gml_client *c, gml_pool_id id) {
   pthread_mutex_lock(&c->track_lock);
   int i = gmli_pools_find(c, id), rc = 0;
   if (i < 0 || !c->pools[i].capturing) {
-    rc = gmli_fail(c, GML_EINVAL, "gml_pool_end: pool (%llu, %llu) %s", (unsigned long long)id.a, (unsigned long long)id.b,
-                  i < 0 ? "does not exist" : "is not allocating (no gml_pool_begin)");
+    rc = gmli_fail(c, GML_EINVAL, "gml_pool_end: pool (%llu, %llu) %s", (unsigned long long)id.a,
+                   (unsigned long long)id.b, i < 0 ? "does not exist" : "is not allocating (no gml_pool_begin)");
   } else {
     c->pools[i].capturing = 0;
     c->pools[i].filter = NULL;
@@ -102,8 +101,8 @@ int gml_pool_release(gml_client *c, gml_pool_id id) {
   pthread_mutex_lock(&c->track_lock);
   int i = gmli_pools_find(c, id), rc = 0;
   if (i < 0 || c->pools[i].use_count <= 0)
-    rc = gmli_fail(c, GML_EINVAL, "gml_pool_release: pool (%llu, %llu) %s", (unsigned long long)id.a, (unsigned long long)id.b,
-                  i < 0 ? "does not exist" : "has no use left");
+    rc = gmli_fail(c, GML_EINVAL, "gml_pool_release: pool (%llu, %llu) %s", (unsigned long long)id.a,
+                   (unsigned long long)id.b, i < 0 ? "does not exist" : "has no use left");
   else if (--c->pools[i].use_count == 0) pool_give_back(c, i);
   pthread_mutex_unlock(&c->track_lock);
   return rc;
@@ -113,8 +112,8 @@ int gml_pool_use_count(gml_client *c, gml_pool_id id) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
   int i = gmli_pools_find(c, id);
-  int n = i < 0 ? gmli_fail(c, GML_EINVAL, "gml_pool_use_count: pool (%llu, %llu) does not exist", (unsigned long long)id.a,
-                           (unsigned long long)id.b)
+  int n = i < 0 ? gmli_fail(c, GML_EINVAL, "gml_pool_use_count: pool (%llu, %llu) does not exist",
+                            (unsigned long long)id.a, (unsigned long long)id.b)
                 : c->pools[i].use_count;
   pthread_mutex_unlock(&c->track_lock);
   return n;
@@ -122,7 +121,8 @@ int gml_pool_use_count(gml_client *c, gml_pool_id id) {
 
 int gml_pool_live(gml_client *c, gml_pool_id id, void **ptrs, size_t cap, size_t *n) {
   if (!c) return GML_EINVAL;
-  if (!n || (cap && !ptrs)) return gmli_fail(c, GML_EINVAL, "gml_pool_live: %s is NULL", !n ? "n" : "ptrs (with cap > 0)");
+  if (!n || (cap && !ptrs))
+    return gmli_fail(c, GML_EINVAL, "gml_pool_live: %s is NULL", !n ? "n" : "ptrs (with cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   int i = gmli_pools_find(c, id);
   size_t k = 0;

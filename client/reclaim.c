@@ -20,8 +20,7 @@
  * gmli_chunk_give_back, but leave the return to the caller's batch. */
 static int chunk_detach(gml_allocator *a, int32_t ci) {
   gml_pchunk *c = &a->chunks[ci];
-  while (c->maps_head >= 0 && !gmli_slot_unmap(a, (uint32_t)c->maps_head)) {
-  }
+  while (c->maps_head >= 0 && !gmli_slot_unmap(a, (uint32_t)c->maps_head)) {}
   if (c->maps_head >= 0) return GML_EBACKEND; /* the backend refused: keep it */
   clist_unlink(a, ci);
   c->list = GML_CL_DEAD;
@@ -49,7 +48,8 @@ size_t gmli_alloc_release_ready(gml_allocator *a, size_t max_bytes, size_t *free
   uint64_t ids[RECLAIM_BATCH];
   int32_t ci;
   while (released < max_chunks && (ci = gmli_policy_trim_next(a)) >= 0) {
-    if (a->chunks[ci].list == GML_CL_CACHED && a->chunks[ci].free_tick >= a->safe_tick) break; /* device not past it yet */
+    if (a->chunks[ci].list == GML_CL_CACHED && a->chunks[ci].free_tick >= a->safe_tick)
+      break;                        /* device not past it yet */
     if (chunk_detach(a, ci)) break; /* the backend refused an unmap: keep it */
     phys[n] = a->chunks[ci].phys;
     ids[n++] = a->chunks[ci].id;

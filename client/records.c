@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline size_t rec_hash(uintptr_t k, size_t cap) { return (size_t)(((k >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1); }
+static inline size_t rec_hash(uintptr_t k, size_t cap) {
+  return (size_t)(((k >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
 
 int gmli_recmap_put(gml_recmap *m, gml_rec *r) {
   if (m->count >= m->cap) {
@@ -60,13 +62,19 @@ void gmli_recmap_destroy(gml_recmap *m) {
   memset(m, 0, sizeof *m);
 }
 
-void gmli_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
+void gmli_trace_put(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool,
+                    uint64_t tag) {
   gml_trace_ring *t = &c->trace;
   if (!t->cap) return;
   gml_trace_entry *e = &t->e[(t->head + t->count) % t->cap];
   if (t->count < t->cap) t->count++;
   else t->head = (t->head + 1) % t->cap; /* full: the oldest goes */
-  *e = (gml_trace_entry){.seq = ++t->seq, .time_ns = gmli_now_ns(), .tag = tag, .action = action, .addr = addr,
-                         .size = size, .stream = stream};
+  *e = (gml_trace_entry){.seq = ++t->seq,
+                         .time_ns = gmli_now_ns(),
+                         .tag = tag,
+                         .action = action,
+                         .addr = addr,
+                         .size = size,
+                         .stream = stream};
   if (pool >= 0) e->pool = c->pools[pool].id;
 }

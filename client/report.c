@@ -40,7 +40,8 @@ static void usage_key(const Gmlake__UsageReport *u, uint64_t k[GML_USAGE_KEYS]) 
   const ProtobufCMessageDescriptor *d = u->base.descriptor;
   memset(k, 0, GML_USAGE_KEYS * sizeof *k);
   for (unsigned i = 0; i < d->n_fields && i < GML_USAGE_KEYS; i++)
-    k[i] = *(const uint64_t *)(const void *)((const char *)u + d->fields[i].offset); /* all uint64 (test_usage_fields) */
+    k[i] =
+        *(const uint64_t *)(const void *)((const char *)u + d->fields[i].offset); /* all uint64 (test_usage_fields) */
 }
 
 /* under conn_lock */
@@ -67,7 +68,7 @@ void gmli_client_report_changed(gml_client *c) {
   usage_fill(c, &u);
   uint64_t k[GML_USAGE_KEYS];
   usage_key(&u, k);
-  if (pthread_mutex_trylock(&c->conn_lock)) return; /* a lease or return under way: it is the next round's */
+  if (pthread_mutex_trylock(&c->conn_lock)) return;          /* a lease or return under way: it is the next round's */
   if (memcmp(k, c->last_usage, sizeof k)) usage_send(c, &u); /* last_usage is written under conn_lock */
   pthread_mutex_unlock(&c->conn_lock);
 }
@@ -81,7 +82,8 @@ void gmli_client_housekeeping(gml_client *c, int force) {
     GML_INFO("returned %zu bytes of idle cache to the lake", freed);
     force = 1;
   }
-  if (force || gmli_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) > REPORT_INTERVAL_NS) gmli_client_report(c);
+  if (force || gmli_now_ns() - __atomic_load_n(&c->last_report_ns, __ATOMIC_RELAXED) > REPORT_INTERVAL_NS)
+    gmli_client_report(c);
 }
 int gml_flush(gml_client *c) {
   if (!c) return GML_EINVAL;

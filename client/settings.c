@@ -55,7 +55,8 @@ int gmli_open_options(const gml_open_opts *o, gml_options *opt) {
     return GML_EINVAL;
   }
   if (o->guard != 0 && o->guard != GML_GUARD_OFF && o->guard != GML_GUARD_END && o->guard != GML_GUARD_BOTH) {
-    GML_ERR("gml_open_opts.guard %d: not a guard mode (0: as GMLAKE_GUARD says, GML_GUARD_OFF, GML_GUARD_END, GML_GUARD_BOTH)",
+    GML_ERR("gml_open_opts.guard %d: not a guard mode (0: as GMLAKE_GUARD says, GML_GUARD_OFF, GML_GUARD_END, "
+            "GML_GUARD_BOTH)",
             o->guard);
     return GML_EINVAL;
   }
@@ -69,7 +70,8 @@ int gmli_open_options(const gml_open_opts *o, gml_options *opt) {
     return GML_EINVAL;
   }
   if (o->backend ? !gmli_backend_known(o->backend) : opt->backend_named && !gmli_backend_known(opt->backend)) {
-    if (o->backend) GML_ERR("gml_open_opts.backend \"%s\": not a backend; it accepts %s", o->backend, gmli_backend_names());
+    if (o->backend)
+      GML_ERR("gml_open_opts.backend \"%s\": not a backend; it accepts %s", o->backend, gmli_backend_names());
     else GML_ERR("GMLAKE_BACKEND=%s: not a backend; it accepts %s", opt->backend, gmli_backend_names());
     return GML_EINVAL;
   }
@@ -79,7 +81,8 @@ int gmli_open_options(const gml_open_opts *o, gml_options *opt) {
    * all (limit_bytes 0), where the message below says 1% is the least */
   if (opt->limit && (gmli_parse_size(opt->limit, 1ull << 40, &lim) || !lim)) {
     GML_ERR("GMLAKE_LIMIT=%s: not a limit; it accepts bytes (8GiB, 8589934592) or a share of the device from 1%% to "
-            "100%% (40%%); unset: no limit", opt->limit);
+            "100%% (40%%); unset: no limit",
+            opt->limit);
     return GML_EINVAL;
   }
   if (o->socket_path) opt->socket = o->socket_path;
@@ -98,14 +101,16 @@ void gmli_alloc_config_from_options(const gml_options *opt, gml_alloc_config *cf
     char *end;
     double v = strtod(hr, &end);
     if (*end == '%') end++;
-    if (*end || !(v >= 0 && v <= 100)) GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, cfg->headroom_pct);
+    if (*end || !(v >= 0 && v <= 100))
+      GML_WARN("GMLAKE_HEADROOM=%s: not a percentage from 0 to 100; using %g", hr, cfg->headroom_pct);
     else cfg->headroom_pct = v;
   }
   /* guard mode (issue 16): GMLAKE_GUARD=0|1|end|both, GMLAKE_GUARD_GRAIN=BYTES, GMLAKE_GUARD_BACKTRACE=1 */
   const char *e = opt->guard;
   if (e && *e) {
     cfg->guard = !strcmp(e, "both") ? GML_GUARD_BOTH : !strcmp(e, "1") || !strcmp(e, "end") ? GML_GUARD_END : 0;
-    if (!cfg->guard && strcmp(e, "0")) GML_WARN("GMLAKE_GUARD=%s: 0, 1 (or end) or both was expected; guard mode off", e);
+    if (!cfg->guard && strcmp(e, "0"))
+      GML_WARN("GMLAKE_GUARD=%s: 0, 1 (or end) or both was expected; guard mode off", e);
   }
   uint64_t grain;
   if ((e = opt->guard_grain) && *e) {

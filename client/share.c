@@ -83,7 +83,8 @@ static int release_range(gml_growable *g) {
     if (be->ops->unmap(be, g->base + s * g->cs, g->cs)) return GML_EBACKEND;
     if (ours) c->alloc.src.release(c->alloc.src.ctx, 1, &g->phys[s], &g->ids[s]);
     else be->ops->chunk_release(be, g->phys[s]); /* the share's: not returned, only our handle goes */
-    if (!ours && (g->ids[s] & GML_ID_UNCOUNTED)) gmli_client_uncounted_gone(c); /* orphaned by a daemon that took none */
+    if (!ours && (g->ids[s] & GML_ID_UNCOUNTED))
+      gmli_client_uncounted_gone(c); /* orphaned by a daemon that took none */
     g->mapped[s] = 0;
     g->nmapped--;
     c->grow.shared -= g->cs;
@@ -134,11 +135,13 @@ static int check_key(gml_client *c, const char *what, const char *key, int attac
   uint32_t uid;
   if (attach && gmli_share_key_owner(key, name, &uid)) return 0; /* NAME@UID (wire.c) */
   if (ok) /* a published key: no '@', which would read as another user's share */
-    return fail(c, GML_EINVAL, "%s: the key '%s' has a '@': NAME@UID names user UID's share NAME, so a published key has none",
-                what, key);
+    return fail(c, GML_EINVAL,
+                "%s: the key '%s' has a '@': NAME@UID names user UID's share NAME, so a published key has none", what,
+                key);
   const char *other = attach ? " (another user's share: NAME@UID)" : "";
   if (bad != SIZE_MAX)
-    return fail(c, GML_EINVAL, "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)%s",
+    return fail(c, GML_EINVAL,
+                "%s: the key's byte %zu is 0x%02x: a key is 1 to %d bytes of '!' to '~' (no space, tab or control)%s",
                 what, bad, (unsigned char)key[bad], GML_SHARE_KEY_MAX, other);
   return fail(c, GML_EINVAL, "%s: a key of %zu bytes: a key is 1 to %d bytes of '!' to '~'%s", what, strlen(key),
               GML_SHARE_KEY_MAX, other);
@@ -156,7 +159,8 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
   if (o && o->hash && o->hash_len > GML_SHARE_HASH_MAX)
     return fail(c, GML_EINVAL, "gml_share '%s': a hash of %zu bytes, at most %d", key, o->hash_len, GML_SHARE_HASH_MAX);
   if (o && o->n_allow_uids > GML_SHARE_UIDS_MAX)
-    return fail(c, GML_EINVAL, "gml_share '%s': %zu allow_uids, at most %d (or allow_any_uid)", key, o->n_allow_uids, GML_SHARE_UIDS_MAX);
+    return fail(c, GML_EINVAL, "gml_share '%s': %zu allow_uids, at most %d (or allow_any_uid)", key, o->n_allow_uids,
+                GML_SHARE_UIDS_MAX);
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
   size_t n = (size + g->cs - 1) / g->cs;
   pthread_mutex_lock(&c->grow.lock);
@@ -205,8 +209,8 @@ int gml_share(gml_growable *g, size_t size, const char *key, const gml_share_opt
 
 /* Look a share up (by key, or by hash when key is NULL), and with count > 0
  * also take chunks [first, first+count) (their fds in fds). *reply to free. */
-static int attach_call(gml_client *c, const char *key, const void *hash, size_t hash_len, uint32_t first, uint32_t count,
-                       Gmlake__Envelope **reply, int *fds, int *nfds) {
+static int attach_call(gml_client *c, const char *key, const void *hash, size_t hash_len, uint32_t first,
+                       uint32_t count, Gmlake__Envelope **reply, int *fds, int *nfds) {
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__AttachRequest a = GMLAKE__ATTACH_REQUEST__INIT;
   a.key = (char *)(key ? key : "");
@@ -230,7 +234,8 @@ static int attach_call(gml_client *c, const char *key, const void *hash, size_t 
 
 int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size, void *meta, size_t *meta_len) {
   if (!c) return GML_EINVAL;
-  if (!key || !*key || !out) return fail(c, GML_EINVAL, "gml_attach: %s", !out ? "out is NULL" : "key is NULL or empty");
+  if (!key || !*key || !out)
+    return fail(c, GML_EINVAL, "gml_attach: %s", !out ? "out is NULL" : "key is NULL or empty");
   int krc = check_key(c, "gml_attach", key, 1); /* nothing sent: the connection stays as it was */
   if (krc) return krc;
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
@@ -256,7 +261,8 @@ int gml_attach(gml_client *c, const char *key, gml_growable **out, size_t *size,
     rc = attach_call(c, key, NULL, 0, first, k, &r, fds, &nfds);
     if (rc) break;
     mapper = 1;
-    if (r->attach_reply->nchunks != n || r->attach_reply->size != sz) rc = fail(c, GML_EPROTO, "attach: the share changed");
+    if (r->attach_reply->nchunks != n || r->attach_reply->size != sz)
+      rc = fail(c, GML_EPROTO, "attach: the share changed");
     for (uint32_t i = 0; i < k; i++) {
       size_t s = first + i;
       if (rc) {
@@ -375,14 +381,16 @@ static int remap_onto(gml_growable *g, gml_growable *t, size_t n) {
   for (size_t s = 0; s < n; s++) /* writable as before (per slot: a hole fails cuda's set_access) */
     if (g->mapped[s] && be->ops->set_access(be, g->base + s * g->cs, g->cs, 0)) lost += !lost;
   if (!lost)
-    return fail(c, rc, "dedup: the backend failed remapping chunk %zu of %zu (%s): rolled back, the range keeps its own chunks",
-                at, n, gml_strerror(rc));
+    return fail(
+        c, rc, "dedup: the backend failed remapping chunk %zu of %zu (%s): rolled back, the range keeps its own chunks",
+        at, n, gml_strerror(rc));
   g->broken = 1;
   GML_ERR("dedup: the backend failed remapping chunk %zu of %zu and again putting the range's own chunks back", at, n);
-  return fail(c, rc,
-              "dedup: the backend failed remapping chunk %zu of %zu (%s), and putting %zu of the range's own chunks back: "
-              "the range is unusable (those slots unmapped, their chunks back in the lake); destroy it",
-              at, n, gml_strerror(rc), lost);
+  return fail(
+      c, rc,
+      "dedup: the backend failed remapping chunk %zu of %zu (%s), and putting %zu of the range's own chunks back: "
+      "the range is unusable (those slots unmapped, their chunks back in the lake); destroy it",
+      at, n, gml_strerror(rc), lost);
 }
 
 /* The key a dedup publishes under: the whole hash, so two hashes that differ
@@ -411,9 +419,11 @@ static void dedup_key(char key[GML_SHARE_KEY_MAX + 1], const uint8_t *h, size_t 
 int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, int *deduped) {
   if (!g) return GML_EINVAL;
   gml_client *c = g->c;
-  if (!size || size > g->size) return fail(c, GML_EINVAL, "gml_dedup: size %zu: 1 to the range's %zu bytes", size, g->size);
+  if (!size || size > g->size)
+    return fail(c, GML_EINVAL, "gml_dedup: size %zu: 1 to the range's %zu bytes", size, g->size);
   if (!hash || !hash_len || hash_len > GML_SHARE_HASH_MAX)
-    return fail(c, GML_EINVAL, "gml_dedup: a hash of %zu bytes (1 to %d)", hash ? hash_len : (size_t)0, GML_SHARE_HASH_MAX);
+    return fail(c, GML_EINVAL, "gml_dedup: a hash of %zu bytes (1 to %d)", hash ? hash_len : (size_t)0,
+                GML_SHARE_HASH_MAX);
   if (!deduped) return fail(c, GML_EINVAL, "gml_dedup: deduped is NULL");
   if (c->mode != GML_MODE_DAEMON) return fail(c, GML_EDAEMON, "sharing needs the daemon (this client is embedded)");
   if (g->shared) return fail(c, GML_EINVAL, "range already shared as '%s'", g->key);
@@ -437,8 +447,9 @@ int gml_dedup(gml_growable *g, size_t size, const void *hash, size_t hash_len, i
     snprintf(key, sizeof key, "%s", r->attach_reply->key);
     uint64_t their = r->attach_reply->size;
     gmlake__envelope__free_unpacked(r, NULL);
-    if (their != size) return fail(c, GML_EMISMATCH, "dedup: share '%s' has that hash but %llu bytes, not %zu", key,
-                                   (unsigned long long)their, size);
+    if (their != size)
+      return fail(c, GML_EMISMATCH, "dedup: share '%s' has that hash but %llu bytes, not %zu", key,
+                  (unsigned long long)their, size);
     gml_growable *t;
     if ((rc = gml_attach(c, key, &t, NULL, NULL, NULL))) return rc;
     int same = same_bytes(c, g->base, t->base, size);
@@ -500,13 +511,15 @@ static int reregister(gml_client *c, gml_growable *g) {
   gmlake__envelope__free_unpacked(r, NULL);
   size_t ours = 0;
   while (ours < g->nslots && g->mapped[ours]) ours++;
-  if (n != ours || n != g->nmapped) return fail(c, GML_EMISMATCH, "share '%s' came back with %u chunks, we map %zu", g->key, n, ours);
+  if (n != ours || n != g->nmapped)
+    return fail(c, GML_EMISMATCH, "share '%s' came back with %u chunks, we map %zu", g->key, n, ours);
   int mapper = 0;
   for (uint32_t first = 0; first < n && !rc;) { /* taking its chunks makes us a mapper; we keep our own mappings */
     uint32_t k = GML_MIN(n - first, (uint32_t)GML_MAX_LEASE_CHUNKS);
     if ((rc = attach_call(c, g->key, NULL, 0, first, k, &r, fds, &nfds))) break;
     mapper = 1;
-    if (r->attach_reply->nchunks != n || r->attach_reply->size != sz) rc = fail(c, GML_EPROTO, "attach: the share changed");
+    if (r->attach_reply->nchunks != n || r->attach_reply->size != sz)
+      rc = fail(c, GML_EPROTO, "attach: the share changed");
     /* the same chunks, not only as many: a new share under the key (its
      * publisher gone, another process of the user published it again) is
      * other memory than ours (where the backend can tell) */
@@ -542,7 +555,8 @@ static void restore(gml_client *c) {
          * the memory), the lake no longer counts them */
         gmli_client_return_tainted(c, g->ids, n);
         GML_WARN("share '%s' not published again to the restarted daemon: %s; we map it on, its chunks left the lake "
-                 "(other users may map them)", g->key, c->last_error);
+                 "(other users may map them)",
+                 g->key, c->last_error);
         set_lost(g, GML_SHARE_ORPHAN);
       } else {
         GML_WARN("share '%s' not published again to the restarted daemon: %s; we keep it, as our own memory", g->key,
@@ -556,7 +570,8 @@ static void restore(gml_client *c) {
         set_lost(g, GML_SHARE_OK);
       } else if ((rc != GML_ENOENT && rc != GML_EDAEMON) || waited_long) {
         GML_WARN("share '%s' is not back in the restarted daemon as we map it (%s): we map it on; the lake does not "
-                 "count it", g->key, rc == GML_ENOENT ? "its publisher did not publish it again" : c->last_error);
+                 "count it",
+                 g->key, rc == GML_ENOENT ? "its publisher did not publish it again" : c->last_error);
         set_lost(g, GML_SHARE_ORPHAN);
       }
     }

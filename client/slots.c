@@ -112,7 +112,8 @@ void gmli_fence_update(gml_allocator *a) {
 static int device_past(gml_allocator *a, uint64_t tick) {
   if (tick < a->safe_tick) return 0;
   if (a->no_device_waits) {
-    snprintf(a->last_error, sizeof a->last_error, "memory freed on another stream is needed while a CUDA graph is captured");
+    snprintf(a->last_error, sizeof a->last_error,
+             "memory freed on another stream is needed while a CUDA graph is captured");
     return GML_ENOMEM;
   }
   gmli_fence_update(a);
@@ -198,8 +199,7 @@ int gmli_lease_chunks_slow(gml_allocator *a, size_t want, int optional) {
 
 int gmli_chunk_give_back(gml_allocator *a, int32_t ci) {
   gml_pchunk *c = &a->chunks[ci];
-  while (c->maps_head >= 0 && !gmli_slot_unmap(a, (uint32_t)c->maps_head)) {
-  }
+  while (c->maps_head >= 0 && !gmli_slot_unmap(a, (uint32_t)c->maps_head)) {}
   if (c->maps_head >= 0) return GML_EBACKEND; /* the backend refused: keep it */
   clist_unlink(a, ci);
   a->src.release(a->src.ctx, 1, &c->phys, &c->id);
@@ -319,7 +319,8 @@ int gmli_map_slots_slow(gml_allocator *a, uint32_t first, uint32_t last, gml_str
     int rc = map_streamed(a, first, last, need);
     if (rc) return rc;
     need = 0;
-    for (uint32_t s = first; s <= last; s++) need += a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s;
+    for (uint32_t s = first; s <= last; s++)
+      need += a->slot_chunk[s] < 0 || a->chunks[a->slot_chunk[s]].owner != (int32_t)s;
     if (!need) return 0;
   }
   gml_lease_plan lp;
@@ -446,7 +447,8 @@ int gmli_take_ordered_slow(gml_allocator *a, gml_region *r, int pi, gml_stream s
     for (int n = 0; n < k; n++) {
       gml_block *b = list[n];
       if (b->free_tick > a->ordered[i][j]) continue; /* freed after the wait */
-      if (b->has_event) a->be->ops->event_destroy(a->be, b->event); /* recorded on j: the next harvest records on `stream` */
+      if (b->has_event)
+        a->be->ops->event_destroy(a->be, b->event); /* recorded on j: the next harvest records on `stream` */
       b->has_event = 0;
       gmli_pool_del(r, b);
       b->stream = stream;
@@ -475,7 +477,8 @@ int gmli_guards_set(gml_allocator *a, gml_block *b, int on) {
     for (int k = 0; on && k < 1 + both; k++) {
       uint32_t s = slot_of(a, k ? front : back);
       int rc;
-      if (a->slot_chunk[s] >= 0 && ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gmli_slot_unmap(a, s)))) return rc;
+      if (a->slot_chunk[s] >= 0 && ((rc = device_past(a, a->slot_idle_tick[s])) || (rc = gmli_slot_unmap(a, s))))
+        return rc;
     }
     return 0;
   }

@@ -35,7 +35,8 @@ void gmli_trace_segments(gml_client *c) {
     uintptr_t ev = i < a->seg_ev_n ? a->seg_ev[i] : 0;
     uintptr_t at = ev & ~(uintptr_t)1;
     int m = (int)(ev & 1);
-    if (size && i < a->seg_ev_n && m == map && at == addr + size && at != a->regions[0].base && at != a->regions[1].base) {
+    if (size && i < a->seg_ev_n && m == map && at == addr + size && at != a->regions[0].base &&
+        at != a->regions[1].base) {
       size += a->cs;
       continue;
     }
@@ -44,7 +45,8 @@ void gmli_trace_segments(gml_client *c) {
   }
   a->seg_ev_n = 0;
   if (a->seg_ev_lost) {
-    GML_WARN("history: %llu segment event(s) lost (no memory): snapshots may not replay", (unsigned long long)a->seg_ev_lost);
+    GML_WARN("history: %llu segment event(s) lost (no memory): snapshots may not replay",
+             (unsigned long long)a->seg_ev_lost);
     a->seg_ev_lost = 0;
   }
   pthread_mutex_unlock(&a->lock);
@@ -68,7 +70,8 @@ static void put_block(seg_out *o, const gml_alloc_info *b) {
 }
 
 /* Segment [start, end) and its blocks: the sorted records from *j on that begin in it, free space between. */
-static void put_segment(seg_out *o, int large, uintptr_t start, uintptr_t end, const gml_alloc_info *recs, size_t nrecs, size_t *j) {
+static void put_segment(seg_out *o, int large, uintptr_t start, uintptr_t end, const gml_alloc_info *recs, size_t nrecs,
+                        size_t *j) {
   if (o->nsegs < o->seg_cap) o->segs[o->nsegs] = (gml_segment_info){.addr = start, .size = end - start, .large = large};
   o->nsegs++;
   uintptr_t pos = start;
@@ -84,12 +87,15 @@ static void put_segment(seg_out *o, int large, uintptr_t start, uintptr_t end, c
   if (pos < end) put_block(o, &(gml_alloc_info){.addr = pos, .size = end - pos, .state = GML_BLOCK_FREE});
 }
 
-int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *nsegs, gml_alloc_info *blocks, size_t block_cap,
-                 size_t *nblocks, uint64_t *trace_seq) {
+int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *nsegs, gml_alloc_info *blocks,
+                 size_t block_cap, size_t *nblocks, uint64_t *trace_seq) {
   if (!c) return GML_EINVAL;
   if ((seg_cap && !segs) || (block_cap && !blocks) || !nsegs || !nblocks)
     return gmli_fail(c, GML_EINVAL, "gml_segments: %s is NULL",
-                    !nsegs ? "nsegs" : !nblocks ? "nblocks" : !segs ? "segs (with seg_cap > 0)" : "blocks (with block_cap > 0)");
+                     !nsegs     ? "nsegs"
+                     : !nblocks ? "nblocks"
+                     : !segs    ? "segs (with seg_cap > 0)"
+                                : "blocks (with block_cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   gml_alloc_info *recs = malloc((c->recs.count + 1) * sizeof *recs);
   if (!recs) {
@@ -99,8 +105,12 @@ int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *
   size_t k = 0;
   for (size_t i = 0; i < c->recs.cap; i++)
     for (gml_rec *r = c->recs.buckets[i]; r; r = r->hnext) {
-      recs[k] = (gml_alloc_info){.addr = r->ptr, .size = r->size, .requested = r->requested, .state = r->state,
-                                 .stream = r->stream, .tag = r->tag};
+      recs[k] = (gml_alloc_info){.addr = r->ptr,
+                                 .size = r->size,
+                                 .requested = r->requested,
+                                 .state = r->state,
+                                 .stream = r->stream,
+                                 .tag = r->tag};
       if (r->pool >= 0) recs[k].pool = c->pools[r->pool].id;
       k++;
     }
@@ -130,7 +140,8 @@ int gml_segments(gml_client *c, gml_segment_info *segs, size_t seg_cap, size_t *
   return 0;
 }
 
-void gmli_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool, uint64_t tag) {
+void gmli_trace_add(gml_client *c, int action, uintptr_t addr, size_t size, gml_stream stream, int32_t pool,
+                    uint64_t tag) {
   if (!c->trace.cap) return;
   gmli_trace_segments(c); /* the segment changes before it come first */
   gmli_trace_put(c, action, addr, size, stream, pool, tag);

@@ -35,7 +35,8 @@ int gml_trace_enable(gml_client *c, size_t capacity) {
 
 int gml_trace_read(gml_client *c, gml_trace_entry *out, size_t cap, size_t *n) {
   if (!c) return GML_EINVAL;
-  if ((cap && !out) || !n) return gmli_fail(c, GML_EINVAL, "gml_trace_read: %s is NULL", !n ? "n" : "out (with cap > 0)");
+  if ((cap && !out) || !n)
+    return gmli_fail(c, GML_EINVAL, "gml_trace_read: %s is NULL", !n ? "n" : "out (with cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   gml_trace_ring *t = &c->trace;
   if (t->cap) gmli_trace_segments(c);
@@ -59,13 +60,16 @@ static void format_oom(gml_client *c, size_t size) {
   char s[6][32];
   uint64_t reserved = (uint64_t)c->alloc.held * c->alloc.cs, freeb = 0, total = 0;
   c->be->ops->mem_info(c->be, &freeb, &total);
-  int n = snprintf(c->last_error, sizeof c->last_error,
-                   "GMLake out of memory on device %d: tried to allocate %s; this process has %s allocated and %s reserved "
-                   "(%s cached)",
-                   c->device, gmli_format_bytes(size, s[0], 32), gmli_format_bytes((uint64_t)c->ctr.allocated_bytes.current, s[1], 32),
-                   gmli_format_bytes(reserved, s[2], 32), gmli_format_bytes(reserved - (uint64_t)c->ctr.active_bytes.current, s[3], 32));
+  int n = snprintf(
+      c->last_error, sizeof c->last_error,
+      "GMLake out of memory on device %d: tried to allocate %s; this process has %s allocated and %s reserved "
+      "(%s cached)",
+      c->device, gmli_format_bytes(size, s[0], 32),
+      gmli_format_bytes((uint64_t)c->ctr.allocated_bytes.current, s[1], 32), gmli_format_bytes(reserved, s[2], 32),
+      gmli_format_bytes(reserved - (uint64_t)c->ctr.active_bytes.current, s[3], 32));
   if (c->alloc.limit_bytes && n < (int)sizeof c->last_error)
-    n += snprintf(c->last_error + n, sizeof c->last_error - n, ", its limit is %s", gmli_format_bytes(c->alloc.limit_bytes, s[4], 32));
+    n += snprintf(c->last_error + n, sizeof c->last_error - n, ", its limit is %s",
+                  gmli_format_bytes(c->alloc.limit_bytes, s[4], 32));
   if (n < (int)sizeof c->last_error) {
     if (c->mode == GML_MODE_DAEMON)
       snprintf(c->last_error + n, sizeof c->last_error - n, "; the lake (daemon) said: %s",
@@ -88,7 +92,8 @@ static int alloc_with_retry(gml_client *c, size_t size, gml_stream stream, void 
   if (rc != GML_ENOMEM && rc != GML_EQUOTA) return rc;
   if (size > c->alloc.va_size >> 1) { /* over the allocator's bound (alloc.c): no retry helps, say the bound */
     c->ctr.ooms++;
-    snprintf(c->last_error, sizeof c->last_error, "GMLake cannot allocate on device %d: %s", c->device, c->alloc.last_error);
+    snprintf(c->last_error, sizeof c->last_error, "GMLake cannot allocate on device %d: %s", c->device,
+             c->alloc.last_error);
     uint64_t freeb = 0, total = 0;
     c->be->ops->mem_info(c->be, &freeb, &total);
     gmli_trace_add(c, GML_TRACE_OOM, (uintptr_t)freeb, size, stream, -1, 0);
@@ -145,7 +150,8 @@ int gml_alloc_ex(gml_client *c, size_t size, gml_stream stream, uint64_t tag, vo
       rc = GML_ENOMEM;
       goto out;
     }
-    int64_t ooms = c->ctr.ooms; /* track_lock held to the compare below, as at every ooms++: no other thread's OOM between */
+    int64_t ooms =
+        c->ctr.ooms; /* track_lock held to the compare below, as at every ooms++: no other thread's OOM between */
     rc = alloc_with_retry(c, size, stream, &p);
     note_reserved(c);
     if (rc) {
@@ -179,7 +185,9 @@ out:
   return rc;
 }
 
-int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) { return gml_alloc_ex(c, size, stream, 0, ptr); }
+int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr) {
+  return gml_alloc_ex(c, size, stream, 0, ptr);
+}
 
 void gmli_rec_free(gml_client *c, gml_rec *r, uint64_t tag) {
   gmli_stat_dec(&c->ctr.allocation, 1);
@@ -271,14 +279,17 @@ int gml_mem_stats_get(gml_client *c, gml_mem_stats *o) {
   o->requested_bytes = k->requested_bytes;
   uint64_t cs = st.chunk_size, held = st.reserved / cs;
   if (st.reserved > k->reserved_peak) k->reserved_peak = st.reserved;
-  o->reserved_bytes = (gml_stat){(int64_t)st.reserved, (int64_t)k->reserved_peak,
-                                 (int64_t)((st.chunks_leased - k->base_acquired) * cs), (int64_t)((st.chunks_returned - k->base_released) * cs)};
-  o->segment = (gml_stat){(int64_t)held, (int64_t)(k->reserved_peak / cs), (int64_t)(st.chunks_leased - k->base_acquired),
-                          (int64_t)(st.chunks_returned - k->base_released)};
+  o->reserved_bytes =
+      (gml_stat){(int64_t)st.reserved, (int64_t)k->reserved_peak, (int64_t)((st.chunks_leased - k->base_acquired) * cs),
+                 (int64_t)((st.chunks_returned - k->base_released) * cs)};
+  o->segment =
+      (gml_stat){(int64_t)held, (int64_t)(k->reserved_peak / cs), (int64_t)(st.chunks_leased - k->base_acquired),
+                 (int64_t)(st.chunks_returned - k->base_released)};
   /* held, not used by a live block, and not a whole free chunk (those can go back) */
   int64_t inactive = (int64_t)st.reserved - k->active_bytes.current - (int64_t)st.largest_free;
   k->inactive_split_bytes.current = inactive > 0 ? inactive : 0;
-  if (k->inactive_split_bytes.current > k->inactive_split_bytes.peak) k->inactive_split_bytes.peak = k->inactive_split_bytes.current;
+  if (k->inactive_split_bytes.current > k->inactive_split_bytes.peak)
+    k->inactive_split_bytes.peak = k->inactive_split_bytes.current;
   o->inactive_split_bytes = k->inactive_split_bytes;
   o->num_alloc_retries = k->retries;
   o->num_ooms = k->ooms;
@@ -293,8 +304,8 @@ int gml_mem_stats_get(gml_client *c, gml_mem_stats *o) {
 int gml_reset_peak(gml_client *c) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  gml_stat *s[] = {&c->ctr.allocation, &c->ctr.active, &c->ctr.allocated_bytes, &c->ctr.active_bytes,
-                   &c->ctr.requested_bytes, &c->ctr.inactive_split_bytes};
+  gml_stat *s[] = {&c->ctr.allocation,   &c->ctr.active,          &c->ctr.allocated_bytes,
+                   &c->ctr.active_bytes, &c->ctr.requested_bytes, &c->ctr.inactive_split_bytes};
   for (size_t i = 0; i < GML_ARRAY_LEN(s); i++) s[i]->peak = s[i]->current;
   c->ctr.reserved_peak = (uint64_t)c->alloc.held * c->alloc.cs;
   pthread_mutex_unlock(&c->track_lock);
@@ -304,8 +315,8 @@ int gml_reset_peak(gml_client *c) {
 int gml_reset_accumulated(gml_client *c) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);
-  gml_stat *s[] = {&c->ctr.allocation, &c->ctr.active, &c->ctr.allocated_bytes, &c->ctr.active_bytes,
-                   &c->ctr.requested_bytes, &c->ctr.inactive_split_bytes};
+  gml_stat *s[] = {&c->ctr.allocation,   &c->ctr.active,          &c->ctr.allocated_bytes,
+                   &c->ctr.active_bytes, &c->ctr.requested_bytes, &c->ctr.inactive_split_bytes};
   for (size_t i = 0; i < GML_ARRAY_LEN(s); i++) s[i]->allocated = s[i]->freed = 0;
   c->ctr.retries = c->ctr.ooms = 0;
   c->ctr.waits = -(int64_t)c->alloc.syncs;
@@ -325,7 +336,8 @@ int gml_set_limit(gml_client *c, size_t bytes) {
 
 int gml_device_memory(gml_client *c, uint64_t *free_bytes, uint64_t *total_bytes) {
   if (!c) return GML_EINVAL;
-  if (!free_bytes || !total_bytes) return gmli_fail(c, GML_EINVAL, "gml_device_memory: %s is NULL", !free_bytes ? "free_bytes" : "total_bytes");
+  if (!free_bytes || !total_bytes)
+    return gmli_fail(c, GML_EINVAL, "gml_device_memory: %s is NULL", !free_bytes ? "free_bytes" : "total_bytes");
   return c->be->ops->mem_info(c->be, free_bytes, total_bytes);
 }
 
@@ -336,14 +348,19 @@ static int cmp_block(const void *x, const void *y) {
 
 int gml_allocations(gml_client *c, gml_alloc_info *out, size_t cap, size_t *n) {
   if (!c) return GML_EINVAL;
-  if ((cap && !out) || !n) return gmli_fail(c, GML_EINVAL, "gml_allocations: %s is NULL", !n ? "n" : "out (with cap > 0)");
+  if ((cap && !out) || !n)
+    return gmli_fail(c, GML_EINVAL, "gml_allocations: %s is NULL", !n ? "n" : "out (with cap > 0)");
   pthread_mutex_lock(&c->track_lock);
   size_t k = 0;
   for (size_t i = 0; i < c->recs.cap; i++)
     for (gml_rec *r = c->recs.buckets[i]; r; r = r->hnext, k++) {
       if (k >= cap) continue;
-      out[k] = (gml_alloc_info){.addr = r->ptr, .size = r->size, .requested = r->requested, .state = r->state,
-                                .stream = r->stream, .tag = r->tag};
+      out[k] = (gml_alloc_info){.addr = r->ptr,
+                                .size = r->size,
+                                .requested = r->requested,
+                                .state = r->state,
+                                .stream = r->stream,
+                                .tag = r->tag};
       if (r->pool >= 0) out[k].pool = c->pools[r->pool].id;
     }
   pthread_mutex_unlock(&c->track_lock);

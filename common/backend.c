@@ -16,14 +16,13 @@
   X(cuda, "no usable GPU", "90%", GML_BACKEND_DEVICE_MEMORY | GML_BACKEND_DRIVER_STREAMS)                              \
   X(host, "", "50%", GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE)
 
-#define BACKEND_DECLARE(n, skipped, limit, caps)                                                       \
-  int gmli_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg,   \
-                             size_t msglen);                                                           \
-  int gmli_backend_##n##_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg, \
-                                size_t msglen);                                                        \
+#define BACKEND_DECLARE(n, skipped, limit, caps)                                                                       \
+  int gmli_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);  \
+  int gmli_backend_##n##_resolve(const char *spec, const gml_backend_opts *opts, int *device, char *msg,               \
+                                 size_t msglen);                                                                       \
   int gmli_backend_##n##_uuid(int device, const gml_backend_opts *opts, char *uuid, char *msg, size_t msglen);
 BACKEND_TABLE(BACKEND_DECLARE)
-#define BACKEND_LINE(n, skipped, limit, caps) \
+#define BACKEND_LINE(n, skipped, limit, caps)                                                                          \
   {#n, gmli_backend_##n##_open, skipped, limit, gmli_backend_##n##_resolve, gmli_backend_##n##_uuid, caps},
 
 #define BACKEND_COUNT(n, skipped, limit, caps) +1
@@ -89,7 +88,7 @@ static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backe
 }
 
 int gmli_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
-                        int *device, char *msg, size_t msglen) {
+                         int *device, char *msg, size_t msglen) {
   int is_auto = !name || !strcmp(name, "auto");
   const gml_backend_entry *e = is_auto ? NULL : gmli_backend_find(name);
   if (!is_auto && !e) {
@@ -102,7 +101,8 @@ int gmli_backend_resolve(const char *name, const char *spec, const gml_backend_o
     char m[256] = "";
     if (backends[i].resolve(spec, opts, device, m, sizeof m) == 0) {
       *picked = backends[i].name;
-      if (is_auto && why[0]) snprintf(msg, msglen, "backend auto: picked %s for device %s (%s)", backends[i].name, spec, why);
+      if (is_auto && why[0])
+        snprintf(msg, msglen, "backend auto: picked %s for device %s (%s)", backends[i].name, spec, why);
       else msg[0] = 0;
       return 0;
     }
@@ -130,7 +130,7 @@ int gmli_backend_device_uuid(const char *name, int device, const gml_backend_opt
  * default, a multiple of the device's granularity: larger is fewer mappings
  * to move when stitching, smaller is finer sharing and less rounding. */
 int gmli_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
-                     size_t msglen) {
+                      size_t msglen) {
   const gml_backend_entry *e = NULL;
   int rc;
   if (!name || !strcmp(name, "auto")) {
@@ -150,7 +150,8 @@ int gmli_backend_open(const char *name, int device, const gml_backend_opts *opts
       if (n < msglen) snprintf(msg + n, msglen - n, "; chunks of %zu bytes (GMLAKE_CHUNK_SIZE)", (*out)->chunk_size);
     } else {
       GML_WARN("GMLAKE_CHUNK_SIZE=%s ignored: a size that is a multiple of %zu bytes (at most 1 GiB) was expected; "
-               "chunks of %zu bytes", cs_text, (*out)->granularity, (*out)->chunk_size);
+               "chunks of %zu bytes",
+               cs_text, (*out)->granularity, (*out)->chunk_size);
     }
   }
   return rc;

@@ -97,13 +97,13 @@ enum {
 };
 
 struct gml_backend {
-  const char *name;   /* "cuda" or "host": for messages and the hello, never for a decision (caps) */
-  unsigned caps;      /* GML_BACKEND_* capabilities */
+  const char *name; /* "cuda" or "host": for messages and the hello, never for a decision (caps) */
+  unsigned caps;    /* GML_BACKEND_* capabilities */
   int device;
-  size_t granularity; /* the smallest chunk the device allows: 2 MiB on the H100 */
-  size_t chunk_size;  /* the chunk this backend creates and maps: a multiple of granularity */
+  size_t granularity;       /* the smallest chunk the device allows: 2 MiB on the H100 */
+  size_t chunk_size;        /* the chunk this backend creates and maps: a multiple of granularity */
   size_t guard_granularity; /* the finest guard ops->protect can make (host: a page); 0: a whole chunk */
-  char uuid[48];      /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"): its name (gpuname.h) */
+  char uuid[48]; /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"): its name (gpuname.h) */
   const struct gml_backend_ops *ops;
   void *priv;
 };
@@ -158,12 +158,12 @@ unsigned gmli_backend_caps_named(const char *name);
  * for cuda without one is GML_ENODEV with the reason in msg. The backend
  * gets its entry's capabilities. */
 int gmli_backend_open(const char *name, int device, const gml_backend_opts *opts, gml_backend **out, char *msg,
-                     size_t msglen);
+                      size_t msglen);
 /* The device spec names under backend name; auto: the first backend of the
  * table that has it, in *picked (named: name itself), with msg saying why the
  * ones before did not ("" when there were none). gmlaked opens *picked. */
 int gmli_backend_resolve(const char *name, const char *spec, const gml_backend_opts *opts, const char **picked,
-                        int *device, char *msg, size_t msglen);
+                         int *device, char *msg, size_t msglen);
 /* This process's device `device` under backend name (auto: the first that
  * has it): its UUID into uuid (GML_UUID_MAX bytes); GML_ENODEV when none has
  * it (uuid ""). What the client dials and says in its hello. */

@@ -64,10 +64,10 @@ static int cu_fail(cuda_priv *p, const char *what, CUresult r) {
   return r == CUDA_ERROR_OUT_OF_MEMORY ? GML_ENOMEM : GML_EBACKEND;
 }
 
-#define CU_CALL(p, call)                                   \
-  do {                                                     \
-    CUresult r_ = (p)->api.call;                           \
-    if (r_ != CUDA_SUCCESS) return cu_fail((p), #call, r_); \
+#define CU_CALL(p, call)                                                                                               \
+  do {                                                                                                                 \
+    CUresult r_ = (p)->api.call;                                                                                       \
+    if (r_ != CUDA_SUCCESS) return cu_fail((p), #call, r_);                                                            \
   } while (0)
 
 static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
@@ -91,7 +91,8 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
   CUmemGenericAllocationHandle h;
-  CUresult r = p->api.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  CUresult r =
+      p->api.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) {
     close(fd);
     return cu_fail(p, "cuMemImportFromShareableHandle", r);
@@ -111,7 +112,8 @@ static int cuda_chunk_export(gml_backend *be, gml_phys phys, int *fd) {
   }
   cu_bind(p); /* a chunk this process created */
   int efd = -1;
-  CU_CALL(p, cuMemExportToShareableHandle(&efd, (CUmemGenericAllocationHandle)phys, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  CU_CALL(p, cuMemExportToShareableHandle(&efd, (CUmemGenericAllocationHandle)phys,
+                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   *fd = efd;
   return 0;
 }
@@ -261,13 +263,25 @@ static void cuda_destroy(gml_backend *be) {
 }
 
 static const struct gml_backend_ops cuda_ops = {
-    .chunk_create = cuda_chunk_create, .chunk_import = cuda_chunk_import, .chunk_release = cuda_chunk_release,
+    .chunk_create = cuda_chunk_create,
+    .chunk_import = cuda_chunk_import,
+    .chunk_release = cuda_chunk_release,
     .chunk_export = cuda_chunk_export,
-    .va_reserve = cuda_va_reserve,     .va_free = cuda_va_free,           .map = cuda_map,
-    .set_access = cuda_set_access,     .unmap = cuda_unmap,               .event_record = cuda_event_record,
-    .event_done = cuda_event_done,     .event_destroy = cuda_event_destroy, .synchronize = cuda_synchronize,
-    .write = cuda_write,               .read = cuda_read,                 .mem_info = cuda_mem_info,
-    .destroy = cuda_destroy,           .host_alloc = cuda_host_alloc,     .host_free = cuda_host_free,
+    .va_reserve = cuda_va_reserve,
+    .va_free = cuda_va_free,
+    .map = cuda_map,
+    .set_access = cuda_set_access,
+    .unmap = cuda_unmap,
+    .event_record = cuda_event_record,
+    .event_done = cuda_event_done,
+    .event_destroy = cuda_event_destroy,
+    .synchronize = cuda_synchronize,
+    .write = cuda_write,
+    .read = cuda_read,
+    .mem_info = cuda_mem_info,
+    .destroy = cuda_destroy,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .stream_wait_event = cuda_stream_wait_event,
     .protect = NULL, /* a guard is a whole chunk left unmapped */
 };
@@ -282,11 +296,11 @@ static void *cuda_load(const gml_backend_opts *opts, cuda_api *api, int *count, 
     snprintf(msg, msglen, "cannot load %s (%s)", libname, dlerror());
     return NULL;
   }
-#define LOAD_FN(name, params)                                                     \
-  api->name = (gml_pfn_##name)dlsym(lib, #name);                                  \
-  if (!api->name) {                                                               \
-    snprintf(msg, msglen, "%s lacks %s (driver too old for VMM)", libname, #name); \
-    return NULL;                                                                  \
+#define LOAD_FN(name, params)                                                                                          \
+  api->name = (gml_pfn_##name)dlsym(lib, #name);                                                                       \
+  if (!api->name) {                                                                                                    \
+    snprintf(msg, msglen, "%s lacks %s (driver too old for VMM)", libname, #name);                                     \
+    return NULL;                                                                                                       \
   }
   GML_CUDA_FUNCS(LOAD_FN)
 #undef LOAD_FN
@@ -305,8 +319,8 @@ static void uuid_text(const cuda_api *a, CUdevice dev, int ordinal, char *out) {
   CUuuid id;
   if (a->cuDeviceGetUuid_v2(&id, dev) == CUDA_SUCCESS) {
     const unsigned char *u = (const unsigned char *)id.bytes;
-    snprintf(out, GML_UUID_MAX, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    snprintf(out, GML_UUID_MAX, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
   } else {
     snprintf(out, GML_UUID_MAX, "cuda-%d", ordinal);
   }
@@ -332,7 +346,8 @@ int gmli_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, in
   cuda_api api;
   int count = 0, idx = gmli_device_spec_index(spec);
   unsigned want[4], got[4];
-  int pci = gmli_pci_bus_id_parse(spec, want), any_domain = pci && strchr(spec, ':') == strrchr(spec, ':'); /* "3b:00.0" */
+  int pci = gmli_pci_bus_id_parse(spec, want),
+      any_domain = pci && strchr(spec, ':') == strrchr(spec, ':'); /* "3b:00.0" */
   if (!cuda_load(opts, &api, &count, msg, msglen)) return GML_ENODEV;
   if (idx >= 0) {
     if (idx < count) return *device = idx, 0;
@@ -352,8 +367,9 @@ int gmli_backend_cuda_resolve(const char *spec, const gml_backend_opts *opts, in
       if (gmli_uuid_same(text, spec)) return *device = i, 0;
     }
   }
-  snprintf(msg, msglen, "no GPU %s among the %d here (nvidia-smi -L lists their UUIDs; nvidia-smi -q their PCI bus ids)",
-           spec, count);
+  snprintf(msg, msglen,
+           "no GPU %s among the %d here (nvidia-smi -L lists their UUIDs; nvidia-smi -q their PCI bus ids)", spec,
+           count);
   return GML_ENODEV;
 }
 

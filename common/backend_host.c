@@ -68,8 +68,9 @@ static int host_chunk_ident(gml_backend *be, int fd, uint64_t *ident) {
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   ssize_t n = readlink(path, link, sizeof link);
   int flags = fcntl(fd, F_GETFL);
-  if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_uid != geteuid() || (size_t)st.st_size != be->chunk_size || flags < 0 || (flags & O_ACCMODE) != O_RDWR)
+  if (n != (ssize_t)sizeof want - 1 || memcmp(link, want, sizeof want - 1) || fstat(fd, &st) != 0 ||
+      !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (size_t)st.st_size != be->chunk_size || flags < 0 ||
+      (flags & O_ACCMODE) != O_RDWR)
     return GML_EPROTO;
   *ident = (uint64_t)st.st_ino;
   return 0;
@@ -197,14 +198,29 @@ static void host_host_free(gml_backend *be, void *p) {
 }
 
 static const struct gml_backend_ops host_ops = {
-    .chunk_create = host_chunk_create, .chunk_import = host_chunk_import, .chunk_release = host_chunk_release,
-    .chunk_export = host_chunk_export, .chunk_ident = host_chunk_ident, .chunk_same = host_chunk_same,
-    .va_reserve = host_va_reserve,     .va_free = host_va_free,           .map = host_map,
-    .set_access = host_set_access,     .unmap = host_unmap,               .event_record = host_event_record,
-    .event_done = host_event_done,     .event_destroy = host_event_destroy, .synchronize = host_synchronize,
-    .write = host_write,               .read = host_read,                 .mem_info = host_mem_info,
-    .destroy = host_destroy,           .host_alloc = host_host_alloc,     .host_free = host_host_free,
-    .stream_wait_event = host_stream_wait_event, .protect = host_protect,
+    .chunk_create = host_chunk_create,
+    .chunk_import = host_chunk_import,
+    .chunk_release = host_chunk_release,
+    .chunk_export = host_chunk_export,
+    .chunk_ident = host_chunk_ident,
+    .chunk_same = host_chunk_same,
+    .va_reserve = host_va_reserve,
+    .va_free = host_va_free,
+    .map = host_map,
+    .set_access = host_set_access,
+    .unmap = host_unmap,
+    .event_record = host_event_record,
+    .event_done = host_event_done,
+    .event_destroy = host_event_destroy,
+    .synchronize = host_synchronize,
+    .write = host_write,
+    .read = host_read,
+    .mem_info = host_mem_info,
+    .destroy = host_destroy,
+    .host_alloc = host_host_alloc,
+    .host_free = host_host_free,
+    .stream_wait_event = host_stream_wait_event,
+    .protect = host_protect,
 };
 
 /* Which host device this process's ordinal `device` is: as CUDA maps a
@@ -237,7 +253,8 @@ int gmli_backend_host_resolve(const char *spec, const gml_backend_opts *opts, in
   int n = gmli_device_spec_index(spec);
   if (n < 0) n = gmli_host_device_of_name(spec);
   if (n < 0) {
-    snprintf(msg, msglen, "the host backend's devices are host-N or N (N from 0 to %d), not %s", GML_DEVICE_INDEX_MAX, spec);
+    snprintf(msg, msglen, "the host backend's devices are host-N or N (N from 0 to %d), not %s", GML_DEVICE_INDEX_MAX,
+             spec);
     return GML_ENODEV;
   }
   *device = n;
@@ -246,7 +263,8 @@ int gmli_backend_host_resolve(const char *spec, const gml_backend_opts *opts, in
 
 int gmli_backend_host_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen) {
   char uuid[GML_UUID_MAX];
-  int rc = gmli_backend_host_uuid(device, opts, uuid, msg, msglen); /* nothing else to choose: chunk sizes are gmli_backend_open's */
+  int rc = gmli_backend_host_uuid(device, opts, uuid, msg,
+                                  msglen); /* nothing else to choose: chunk sizes are gmli_backend_open's */
   if (rc) return rc;
   gml_backend *be = calloc(1, sizeof *be);
   if (!be) return GML_ENOMEM;

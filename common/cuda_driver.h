@@ -25,22 +25,22 @@
 
 /* Plain types: (name, C type). cuda.h's CUdeviceptr is unsigned long long on
  * LP64, the only ABI GMLake builds for. */
-#define GML_CUDA_TYPEDEFS(X)                                   \
-  X(CUdeviceptr, unsigned long long)                           \
-  X(CUdevice, int)                                             \
-  X(CUcontext, struct CUctx_st *)                              \
-  X(CUevent, struct CUevent_st *)                              \
-  X(CUstream, struct CUstream_st *)                            \
+#define GML_CUDA_TYPEDEFS(X)                                                                                           \
+  X(CUdeviceptr, unsigned long long)                                                                                   \
+  X(CUdevice, int)                                                                                                     \
+  X(CUcontext, struct CUctx_st *)                                                                                      \
+  X(CUevent, struct CUevent_st *)                                                                                      \
+  X(CUstream, struct CUstream_st *)                                                                                    \
   X(CUmemGenericAllocationHandle, unsigned long long)
 
 /* Enumerations: (enumerator, value), one list per enum type; only the
  * enumerators GMLake uses. */
-#define GML_CUDA_RESULT_VALUES(X) \
-  X(CUDA_SUCCESS, 0)              \
-  X(CUDA_ERROR_OUT_OF_MEMORY, 2)  \
+#define GML_CUDA_RESULT_VALUES(X)                                                                                      \
+  X(CUDA_SUCCESS, 0)                                                                                                   \
+  X(CUDA_ERROR_OUT_OF_MEMORY, 2)                                                                                       \
   X(CUDA_ERROR_NOT_READY, 600)
-#define GML_CUDA_DEVICE_ATTRIBUTE_VALUES(X)                       \
-  X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 102) \
+#define GML_CUDA_DEVICE_ATTRIBUTE_VALUES(X)                                                                            \
+  X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 102)                                                      \
   X(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 103)
 #define GML_CUDA_EVENT_FLAG_VALUES(X) X(CU_EVENT_DISABLE_TIMING, 0x2)
 #define GML_CUDA_HANDLE_TYPE_VALUES(X) X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0x1)
@@ -51,15 +51,15 @@
 #define GML_CUDA_CAPTURE_STATUS_VALUES(X) X(CU_STREAM_CAPTURE_STATUS_NONE, 0) X(CU_STREAM_CAPTURE_STATUS_ACTIVE, 1)
 
 /* (enum tag, typedef name, list): the tags are cuda.h's. */
-#define GML_CUDA_ENUMS(X)                                                                           \
-  X(cudaError_enum, CUresult, GML_CUDA_RESULT_VALUES)                                               \
-  X(CUdevice_attribute_enum, CUdevice_attribute, GML_CUDA_DEVICE_ATTRIBUTE_VALUES)                  \
-  X(CUevent_flags_enum, CUevent_flags, GML_CUDA_EVENT_FLAG_VALUES)                                  \
-  X(CUmemAllocationHandleType_enum, CUmemAllocationHandleType, GML_CUDA_HANDLE_TYPE_VALUES)         \
-  X(CUmemAccess_flags_enum, CUmemAccess_flags, GML_CUDA_ACCESS_FLAG_VALUES)                         \
-  X(CUmemLocationType_enum, CUmemLocationType, GML_CUDA_LOCATION_TYPE_VALUES)                       \
-  X(CUmemAllocationType_enum, CUmemAllocationType, GML_CUDA_ALLOCATION_TYPE_VALUES)                 \
-  X(CUmemAllocationGranularity_flags_enum, CUmemAllocationGranularity_flags, GML_CUDA_GRANULARITY_FLAG_VALUES)   \
+#define GML_CUDA_ENUMS(X)                                                                                              \
+  X(cudaError_enum, CUresult, GML_CUDA_RESULT_VALUES)                                                                  \
+  X(CUdevice_attribute_enum, CUdevice_attribute, GML_CUDA_DEVICE_ATTRIBUTE_VALUES)                                     \
+  X(CUevent_flags_enum, CUevent_flags, GML_CUDA_EVENT_FLAG_VALUES)                                                     \
+  X(CUmemAllocationHandleType_enum, CUmemAllocationHandleType, GML_CUDA_HANDLE_TYPE_VALUES)                            \
+  X(CUmemAccess_flags_enum, CUmemAccess_flags, GML_CUDA_ACCESS_FLAG_VALUES)                                            \
+  X(CUmemLocationType_enum, CUmemLocationType, GML_CUDA_LOCATION_TYPE_VALUES)                                          \
+  X(CUmemAllocationType_enum, CUmemAllocationType, GML_CUDA_ALLOCATION_TYPE_VALUES)                                    \
+  X(CUmemAllocationGranularity_flags_enum, CUmemAllocationGranularity_flags, GML_CUDA_GRANULARITY_FLAG_VALUES)         \
   X(CUstreamCaptureStatus_enum, CUstreamCaptureStatus, GML_CUDA_CAPTURE_STATUS_VALUES)
 
 #define GML_CUDA_DECLARE_TYPEDEF(name, type) typedef type name;
@@ -102,66 +102,67 @@ typedef struct CUmemAccessDesc_st {
 /* Every member of the structs above, (struct, member): the check compares
  * each one's offset and size, and each struct's size and alignment. */
 #define GML_CUDA_STRUCTS(X) X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUuuid)
-#define GML_CUDA_FIELDS(X)                             \
-  X(CUmemLocation, type)                               \
-  X(CUmemLocation, id)                                 \
-  X(CUmemAllocationProp, type)                         \
-  X(CUmemAllocationProp, requestedHandleTypes)         \
-  X(CUmemAllocationProp, location)                     \
-  X(CUmemAllocationProp, location.type)                \
-  X(CUmemAllocationProp, location.id)                  \
-  X(CUmemAllocationProp, win32HandleMetaData)          \
-  X(CUmemAllocationProp, allocFlags)                   \
-  X(CUmemAllocationProp, allocFlags.compressionType)   \
-  X(CUmemAllocationProp, allocFlags.gpuDirectRDMACapable) \
-  X(CUmemAllocationProp, allocFlags.usage)             \
-  X(CUmemAllocationProp, allocFlags.reserved)          \
-  X(CUmemAccessDesc, location)                         \
-  X(CUmemAccessDesc, flags)                            \
+#define GML_CUDA_FIELDS(X)                                                                                             \
+  X(CUmemLocation, type)                                                                                               \
+  X(CUmemLocation, id)                                                                                                 \
+  X(CUmemAllocationProp, type)                                                                                         \
+  X(CUmemAllocationProp, requestedHandleTypes)                                                                         \
+  X(CUmemAllocationProp, location)                                                                                     \
+  X(CUmemAllocationProp, location.type)                                                                                \
+  X(CUmemAllocationProp, location.id)                                                                                  \
+  X(CUmemAllocationProp, win32HandleMetaData)                                                                          \
+  X(CUmemAllocationProp, allocFlags)                                                                                   \
+  X(CUmemAllocationProp, allocFlags.compressionType)                                                                   \
+  X(CUmemAllocationProp, allocFlags.gpuDirectRDMACapable)                                                              \
+  X(CUmemAllocationProp, allocFlags.usage)                                                                             \
+  X(CUmemAllocationProp, allocFlags.reserved)                                                                          \
+  X(CUmemAccessDesc, location)                                                                                         \
+  X(CUmemAccessDesc, flags)                                                                                            \
   X(CUuuid, bytes)
 
 /* The driver entry points backend_cuda.c loads, by the symbol it dlsyms: the
  * versioned name (_v2) where cuda.h maps the API name to one, as a program
  * compiled against cuda.h would call. (symbol, parameter list); each returns
  * CUresult. */
-#define GML_CUDA_FUNCS(X)                                                                                       \
-  X(cuInit, (unsigned int))                                                                                     \
-  X(cuDriverGetVersion, (int *))                                                                                \
-  X(cuDeviceGet, (CUdevice *, int))                                                                             \
-  X(cuDeviceGetCount, (int *))                                                                                  \
-  X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                                \
-  X(cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                                                   \
-  X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                                               \
-  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                          \
-  X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                   \
-  X(cuCtxSetCurrent, (CUcontext))                                                                               \
-  X(cuCtxGetCurrent, (CUcontext *))                                                                             \
-  X(cuCtxSynchronize, (void))                                                                                   \
-  X(cuGetErrorString, (CUresult, const char **))                                                                \
-  X(cuMemGetAllocationGranularity, (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))   \
-  X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))     \
-  X(cuMemRelease, (CUmemGenericAllocationHandle))                                                               \
-  X(cuMemExportToShareableHandle, (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long)) \
-  X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))        \
-  X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                      \
-  X(cuMemAddressFree, (CUdeviceptr, size_t))                                                                    \
-  X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))                  \
-  X(cuMemUnmap, (CUdeviceptr, size_t))                                                                          \
-  X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                                     \
-  X(cuMemGetInfo_v2, (size_t *, size_t *))                                                                      \
-  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                                                       \
-  X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                                             \
-  X(cuMemAllocHost_v2, (void **, size_t))                                                                       \
-  X(cuMemFreeHost, (void *))                                                                                    \
-  X(cuEventCreate, (CUevent *, unsigned int))                                                                   \
-  X(cuEventRecord, (CUevent, CUstream))                                                                         \
-  X(cuEventQuery, (CUevent))                                                                                    \
-  X(cuEventDestroy_v2, (CUevent))                                                                               \
-  X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                       \
+#define GML_CUDA_FUNCS(X)                                                                                              \
+  X(cuInit, (unsigned int))                                                                                            \
+  X(cuDriverGetVersion, (int *))                                                                                       \
+  X(cuDeviceGet, (CUdevice *, int))                                                                                    \
+  X(cuDeviceGetCount, (int *))                                                                                         \
+  X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                                       \
+  X(cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                                                          \
+  X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                                                      \
+  X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                                 \
+  X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                          \
+  X(cuCtxSetCurrent, (CUcontext))                                                                                      \
+  X(cuCtxGetCurrent, (CUcontext *))                                                                                    \
+  X(cuCtxSynchronize, (void))                                                                                          \
+  X(cuGetErrorString, (CUresult, const char **))                                                                       \
+  X(cuMemGetAllocationGranularity, (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))          \
+  X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long))            \
+  X(cuMemRelease, (CUmemGenericAllocationHandle))                                                                      \
+  X(cuMemExportToShareableHandle,                                                                                      \
+    (void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType, unsigned long long))                             \
+  X(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType))               \
+  X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                             \
+  X(cuMemAddressFree, (CUdeviceptr, size_t))                                                                           \
+  X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))                         \
+  X(cuMemUnmap, (CUdeviceptr, size_t))                                                                                 \
+  X(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                                            \
+  X(cuMemGetInfo_v2, (size_t *, size_t *))                                                                             \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr, const void *, size_t))                                                              \
+  X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                                                    \
+  X(cuMemAllocHost_v2, (void **, size_t))                                                                              \
+  X(cuMemFreeHost, (void *))                                                                                           \
+  X(cuEventCreate, (CUevent *, unsigned int))                                                                          \
+  X(cuEventRecord, (CUevent, CUstream))                                                                                \
+  X(cuEventQuery, (CUevent))                                                                                           \
+  X(cuEventDestroy_v2, (CUevent))                                                                                      \
+  X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                              \
   X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))
 
 /* gml_pfn_cuMemCreate and so on: the pointer type each dlsym result is cast to. */
-#define GML_CUDA_DECLARE_PFN(name, params) typedef CUresult (*gml_pfn_##name) params;
+#define GML_CUDA_DECLARE_PFN(name, params) typedef CUresult(*gml_pfn_##name) params;
 GML_CUDA_FUNCS(GML_CUDA_DECLARE_PFN)
 #undef GML_CUDA_DECLARE_PFN
 #endif

@@ -66,7 +66,9 @@ void gmli_fdkeep_destroy(gml_fdkeep *k) {
   pthread_mutex_destroy(&k->lock);
 }
 
-static inline size_t slot_of(uint64_t key, size_t cap) { return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1); }
+static inline size_t slot_of(uint64_t key, size_t cap) {
+  return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
+}
 
 static int grow(gml_fdkeep *k) {
   size_t ncap = k->cap ? k->cap * 2 : 1024;
@@ -99,7 +101,8 @@ int gmli_fdkeep_put(gml_fdkeep *k, uint64_t key, int fd) {
   } else if (key && k->count >= k->max && !k->warned++) {
     GML_WARN("the fd limit (RLIMIT_NOFILE) leaves room to keep %zu chunk fds: chunks beyond them cannot be "
              "shared with another process (torch.multiprocessing) nor handed to a restarted daemon; raise the "
-             "limit (ulimit -n, LimitNOFILE=) to 65536 or more", k->max);
+             "limit (ulimit -n, LimitNOFILE=) to 65536 or more",
+             k->max);
   }
   pthread_mutex_unlock(&k->lock);
   return rc;

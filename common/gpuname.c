@@ -57,9 +57,11 @@ int gmli_uuid_same(const char *a, const char *b) { return a && b && *a && !strca
 const char *gmli_uuid_backend(const char *uuid) { return uuid && !strncmp(uuid, "host-", 5) ? "host" : "cuda"; }
 
 void gmli_gpu_mismatch(char *buf, size_t len, const char *daemon_uuid, int daemon_index, const char *client_uuid,
-                      int client_device) {
-  snprintf(buf, len, "this daemon serves %s (device %d); the client's device %d is %s: set GMLAKE_SOCKET to %s's "
-           "daemon or unset it", daemon_uuid, daemon_index, client_device, client_uuid, client_uuid);
+                       int client_device) {
+  snprintf(buf, len,
+           "this daemon serves %s (device %d); the client's device %d is %s: set GMLAKE_SOCKET to %s's "
+           "daemon or unset it",
+           daemon_uuid, daemon_index, client_device, client_uuid, client_uuid);
 }
 
 static void runtime_dir(char *buf, size_t len) {

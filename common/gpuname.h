@@ -20,7 +20,7 @@
 #define GML_GPUNAME_H
 #include <stddef.h>
 
-#define GML_UUID_MAX 48         /* a UUID's text and its NUL */
+#define GML_UUID_MAX 48 /* a UUID's text and its NUL */
 #define GML_DEVICE_INDEX_MAX 1023
 
 /* spec as an index: N for "N" (decimal digits, 0..GML_DEVICE_INDEX_MAX), else -1. */
@@ -46,7 +46,7 @@ const char *gmli_uuid_backend(const char *uuid);
  * the daemon and by the client: "this daemon serves GPU-a (device 1); the
  * client's device 0 is GPU-b: set GMLAKE_SOCKET to GPU-b's daemon or unset it". */
 void gmli_gpu_mismatch(char *buf, size_t len, const char *daemon_uuid, int daemon_index, const char *client_uuid,
-                      int client_device);
+                       int client_device);
 
 /* Where a daemon puts its socket and control endpoint by default: in
  * /run/gmlake when it may write there, else $XDG_RUNTIME_DIR ("" when

@@ -23,8 +23,10 @@ void gmli_log_set_ident(const char *ident) { log_ident = ident; }
 const char *gmli_log_level_name(int level) { return level_names[level & 7]; }
 
 int gmli_log_parse_level(const char *s) {
-  static const struct { const char *name; int level; } names[] = {
-      {"error", GML_LOG_ERROR}, {"warn", GML_LOG_WARN}, {"info", GML_LOG_INFO}, {"debug", GML_LOG_DEBUG}};
+  static const struct {
+    const char *name;
+    int level;
+  } names[] = {{"error", GML_LOG_ERROR}, {"warn", GML_LOG_WARN}, {"info", GML_LOG_INFO}, {"debug", GML_LOG_DEBUG}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcasecmp(s, names[i].name)) return names[i].level;
   return GML_EINVAL;
@@ -35,8 +37,8 @@ int gmli_log_set_level_from_env(int def) {
   int l = env ? gmli_log_parse_level(env) : -1;
   log_level = l >= 0 ? l : def; /* set before the warning below, which would come back here */
   if (env && l < 0)
-    gmli_log(GML_LOG_WARN, "%s=%s: not a level (%s); using %s", gmli_env_name(GML_ENV_LOG), env, gmli_env_accepts(GML_ENV_LOG),
-            gmli_log_level_name(def));
+    gmli_log(GML_LOG_WARN, "%s=%s: not a level (%s); using %s", gmli_env_name(GML_ENV_LOG), env,
+             gmli_env_accepts(GML_ENV_LOG), gmli_log_level_name(def));
   return l >= 0;
 }
 

@@ -10,8 +10,8 @@ void gmli_log_set_level(int level);
  * GMLAKE_LOG gave it. The library's level is this with warn, gmlaked's (no
  * --log-level or log-level in its config) with info. */
 int gmli_log_set_level_from_env(int def);
-int gmli_log_level(void); /* the level lines are printed at now */
-int gmli_log_parse_level(const char *s); /* GML_EINVAL when unknown */
+int gmli_log_level(void);                   /* the level lines are printed at now */
+int gmli_log_parse_level(const char *s);    /* GML_EINVAL when unknown */
 const char *gmli_log_level_name(int level); /* "warn" */
 void gmli_log_set_ident(const char *ident);
 void gmli_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -55,7 +55,6 @@ const char *gmli_env_name(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ?
 const char *gmli_env_default(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].def : ""; }
 const char *gmli_env_accepts(gml_env_id id) { return (unsigned)id < GML_ENV_COUNT ? env_vars[id].accepts : ""; }
 
-
 void gmli_options_from_env(gml_options *o) {
   memset(o, 0, sizeof *o);
   o->backend = gmli_env(GML_ENV_BACKEND);

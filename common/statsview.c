@@ -24,9 +24,18 @@ static const void *value_at(const ProtobufCMessage *m, const ProtobufCFieldDescr
 static int is_number(const ProtobufCFieldDescriptor *f) {
   if (f->label == PROTOBUF_C_LABEL_REPEATED) return 0;
   switch (f->type) {
-  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32: case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_FIXED32: case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE: case PROTOBUF_C_TYPE_FLOAT:
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32:
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32:
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+  case PROTOBUF_C_TYPE_DOUBLE:
+  case PROTOBUF_C_TYPE_FLOAT:
   case PROTOBUF_C_TYPE_BOOL: return 1;
   default: return 0;
   }
@@ -39,10 +48,16 @@ static int is_float(const ProtobufCFieldDescriptor *f) {
 static double number(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
   const void *p = value_at(m, f);
   switch (f->type) {
-  case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32: return *(const int32_t *)p;
-  case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32: return *(const uint32_t *)p;
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64: return (double)*(const int64_t *)p;
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: return (double)*(const uint64_t *)p;
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32: return *(const int32_t *)p;
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32: return *(const uint32_t *)p;
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64: return (double)*(const int64_t *)p;
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64: return (double)*(const uint64_t *)p;
   case PROTOBUF_C_TYPE_DOUBLE: return *(const double *)p;
   case PROTOBUF_C_TYPE_FLOAT: return *(const float *)p;
   case PROTOBUF_C_TYPE_BOOL: return *(const protobuf_c_boolean *)p;
@@ -54,12 +69,11 @@ static double number(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *
 static void print_integer(FILE *o, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, uint64_t scale) {
   const void *p = value_at(m, f);
   switch (f->type) {
-  case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64:
-    fprintf(o, "%llu", (unsigned long long)(*(const uint64_t *)p * scale));
-    break;
-  case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-    fprintf(o, "%lld", (long long)(*(const int64_t *)p * (int64_t)scale));
-    break;
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64: fprintf(o, "%llu", (unsigned long long)(*(const uint64_t *)p * scale)); break;
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64: fprintf(o, "%lld", (long long)(*(const int64_t *)p * (int64_t)scale)); break;
   default: fprintf(o, "%lld", (long long)number(m, f) * (long long)scale); break;
   }
 }
@@ -91,8 +105,12 @@ void gmli_print_json_string(FILE *o, const char *s) {
 /* ---------- --json: every field under its name ---------- */
 
 /* printf formats of double fields in --json (others: "%.6f") */
-static const struct { const char *field, *fmt; } json_formats[] = {
-    {"lease_p50_us", "%.1f"}, {"lease_p99_us", "%.1f"}, {"since", "%.3f"},
+static const struct {
+  const char *field, *fmt;
+} json_formats[] = {
+    {"lease_p50_us", "%.1f"},
+    {"lease_p99_us", "%.1f"},
+    {"since", "%.3f"},
 };
 
 /* A message field's numbers (ClientInfo.reported: a client's report as it
@@ -164,12 +182,14 @@ static const char *const stats_lines[] = {
     "{chunks_creating} being created",
     "  clients   {clients}: allocated {allocated:bytes}, cached {cached:bytes}, stitched {stitched:bytes}; "
     "uncounted {uncounted:bytes} (theirs, outside the lake)",
-    "  growable  {growable_mapped:bytes} mapped, {growable_unmapped:bytes} reserved but unmapped; shared: {chunks_shared} "
+    "  growable  {growable_mapped:bytes} mapped, {growable_unmapped:bytes} reserved but unmapped; shared: "
+    "{chunks_shared} "
     "chunk(s) in {shares} share(s), counted once",
     "  cached    idle {idle_cache_bytes:bytes} (whole chunks, reclaimable), fragmented {fragment_bytes:bytes} "
     "(free inside chunks in use)",
     "  fragmentation {fragmentation:pct} (1 - (allocated + growable mapped)/leased)",
-    "  leases    {lease_count} served (p50 {lease_p50_us:%.1f} us, p99 {lease_p99_us:%.1f} us), {leases_refused} refused, "
+    "  leases    {lease_count} served (p50 {lease_p50_us:%.1f} us, p99 {lease_p99_us:%.1f} us), {leases_refused} "
+    "refused, "
     "{optional_declined} optional ones declined; {protocol_errors} protocol errors",
 };
 /* LakeStats fields the human view leaves out on purpose (the rest appear) */
@@ -231,7 +251,8 @@ void gmli_print_stats(const Gmlake__LakeStats *s) {
   for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
     int shown = !is_number(f);
-    for (size_t k = 0; k < GML_ARRAY_LEN(stats_lines) && !shown; k++) shown = template_uses(stats_lines[k], f->name, 0, m);
+    for (size_t k = 0; k < GML_ARRAY_LEN(stats_lines) && !shown; k++)
+      shown = template_uses(stats_lines[k], f->name, 0, m);
     for (size_t k = 0; k < GML_ARRAY_LEN(stats_hidden) && !shown; k++) shown = !strcmp(stats_hidden[k], f->name);
     if (shown) continue;
     printf("%s%s ", n++ ? ", " : "  other     ", f->name);
@@ -251,7 +272,8 @@ static const struct metric_view {
   enum metric_unit unit;
   const char *fmt; /* doubles */
 } metric_views[] = {
-    {"chunks_free", "gmlake_lake_bytes", "gauge", "Bytes of the lake's chunks by state.", "state=\"free\"", PER_CHUNK, NULL},
+    {"chunks_free", "gmlake_lake_bytes", "gauge", "Bytes of the lake's chunks by state.", "state=\"free\"", PER_CHUNK,
+     NULL},
     {"chunks_leased", "gmlake_lake_bytes", NULL, NULL, "state=\"leased\"", PER_CHUNK, NULL},
     {"chunks_parked", "gmlake_lake_bytes", NULL, NULL, "state=\"parked\"", PER_CHUNK, NULL},
     {"chunks_creating", "gmlake_lake_bytes", NULL, NULL, "state=\"creating\"", PER_CHUNK, NULL},
@@ -260,10 +282,12 @@ static const struct metric_view {
     {"limit_bytes", "gmlake_lake_limit_bytes", "gauge", "The most the lake may hold.", NULL, AS_IS, NULL},
     {"allocated", "gmlake_allocated_bytes", "gauge", "Bytes in live blocks, all clients.", NULL, AS_IS, NULL},
     {"cached", "gmlake_cached_bytes", "gauge", "Bytes leased but not allocated, all clients.", NULL, AS_IS, NULL},
-    {"fragmentation", "gmlake_fragmentation_ratio", "gauge", "1 - (allocated + growable mapped)/leased.", NULL, AS_IS, "%.6f"},
+    {"fragmentation", "gmlake_fragmentation_ratio", "gauge", "1 - (allocated + growable mapped)/leased.", NULL, AS_IS,
+     "%.6f"},
     {"clients", "gmlake_clients", "gauge", "Connected clients.", NULL, AS_IS, NULL},
     {"lease_count", "gmlake_leases_total", "counter", "Leases served.", NULL, AS_IS, NULL},
-    {"leases_refused", "gmlake_leases_refused_total", "counter", "Leases refused (lake full or quota).", NULL, AS_IS, NULL},
+    {"leases_refused", "gmlake_leases_refused_total", "counter", "Leases refused (lake full or quota).", NULL, AS_IS,
+     NULL},
     {"optional_declined", "gmlake_optional_leases_declined_total", "counter",
      "Optional (headroom) leases answered: nothing free now.", NULL, AS_IS, NULL},
     {"protocol_errors", "gmlake_protocol_errors_total", "counter", "Connections closed for a malformed message.", NULL,
@@ -364,18 +388,22 @@ static void print_cgroup_metrics(FILE *o, const Gmlake__CtlReply *r, const label
     cgv[k][0] += c->leased_bytes, cgv[k][1] += c->allocated, cgv[k][2] += c->paused;
   }
   cg[MAXCG] = "other";
-  fprintf(o, "# HELP gmlake_cgroup_bytes Bytes of the clients of one cgroup by kind (16 cgroups, the rest as \"other\").\n"
-         "# TYPE gmlake_cgroup_bytes gauge\n");
+  fprintf(o,
+          "# HELP gmlake_cgroup_bytes Bytes of the clients of one cgroup by kind (16 cgroups, the rest as \"other\").\n"
+          "# TYPE gmlake_cgroup_bytes gauge\n");
   for (size_t k = 0; k <= MAXCG; k++) {
     if (k >= ncg && !(k == MAXCG && other)) continue;
-    for (int j = 0; j < 3; j++)
-      {
-        fprintf(o, "gmlake_cgroup_bytes{");
-        print_labels(o, l);
-        fprintf(o, ",cgroup=\"");
-        print_escaped(o, cg[k], 0);
-        fprintf(o, "\",kind=\"%s\"} %llu\n", j == 0 ? "leased" : j == 1 ? "allocated" : "paused", (unsigned long long)cgv[k][j]);
-      }
+    for (int j = 0; j < 3; j++) {
+      fprintf(o, "gmlake_cgroup_bytes{");
+      print_labels(o, l);
+      fprintf(o, ",cgroup=\"");
+      print_escaped(o, cg[k], 0);
+      fprintf(o, "\",kind=\"%s\"} %llu\n",
+              j == 0   ? "leased"
+              : j == 1 ? "allocated"
+                       : "paused",
+              (unsigned long long)cgv[k][j]);
+    }
   }
 }
 
@@ -420,7 +448,9 @@ static size_t user_row(uint32_t uids[MAXU], size_t *nu, size_t *other, uint32_t 
 }
 
 static void print_per_user(FILE *o, const Gmlake__CtlReply *r, const labels *l) {
-  static const struct { const char *field, *kind; } client_bytes[] = {
+  static const struct {
+    const char *field, *kind;
+  } client_bytes[] = {
       {"leased_bytes", "leased"}, {"allocated", "allocated"}, {"cached", "cached"}, {"stitched", "stitched"}};
   uint32_t uids[MAXU];
   uint64_t sums[MAXU + 1][4] = {{0}}, nclients[MAXU + 1] = {0};
@@ -513,7 +543,8 @@ void gmli_print_metrics(FILE *o, const Gmlake__CtlReply *r) {
   for (unsigned i = 0; i < m->descriptor->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &m->descriptor->fields[i];
     int has_row = 0;
-    for (size_t k = 0; k < GML_ARRAY_LEN(metric_views) && !has_row; k++) has_row = !strcmp(metric_views[k].field, f->name);
+    for (size_t k = 0; k < GML_ARRAY_LEN(metric_views) && !has_row; k++)
+      has_row = !strcmp(metric_views[k].field, f->name);
     if (!has_row && is_number(f)) metric_by_rule(o, m, f, &l);
   }
   print_cgroup_metrics(o, r, &l);

@@ -28,10 +28,22 @@ int gmli_parse_size(const char *s, uint64_t total, uint64_t *out) {
     *out = (uint64_t)(v / 100.0 * (double)total);
     return 0;
   }
-  static const struct { const char *suffix; uint64_t mult; } units[] = {
-      {"", 1},           {"b", 1},          {"k", 1ull << 10}, {"kib", 1ull << 10}, {"kb", 1000},
-      {"m", 1ull << 20}, {"mib", 1ull << 20}, {"mb", 1000000}, {"g", 1ull << 30}, {"gib", 1ull << 30},
-      {"gb", 1000000000ull}, {"t", 1ull << 40}, {"tib", 1ull << 40}};
+  static const struct {
+    const char *suffix;
+    uint64_t mult;
+  } units[] = {{"", 1},
+               {"b", 1},
+               {"k", 1ull << 10},
+               {"kib", 1ull << 10},
+               {"kb", 1000},
+               {"m", 1ull << 20},
+               {"mib", 1ull << 20},
+               {"mb", 1000000},
+               {"g", 1ull << 30},
+               {"gib", 1ull << 30},
+               {"gb", 1000000000ull},
+               {"t", 1ull << 40},
+               {"tib", 1ull << 40}};
   for (size_t i = 0; i < GML_ARRAY_LEN(units); i++) {
     if (!strcasecmp(end, units[i].suffix)) {
       if (v * (double)units[i].mult >= 18446744073709551616.0) return GML_EINVAL; /* over 2^64: no defined conversion */
@@ -46,7 +58,10 @@ const char *gmli_format_bytes(uint64_t v, char *buf, size_t len) {
   static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double d = (double)v;
   int i = 0;
-  while (d >= 1024 && i < 4) { d /= 1024; i++; }
+  while (d >= 1024 && i < 4) {
+    d /= 1024;
+    i++;
+  }
   if (i == 0) snprintf(buf, len, "%llu B", (unsigned long long)v);
   else snprintf(buf, len, "%.2f %s", d, u[i]);
   return buf;
@@ -89,7 +104,7 @@ double gmli_percentile_u64(uint64_t *v, size_t n, double pct) {
 
 const char *gml_strerror(int err) {
   switch (err) {
-#define GML_ERROR_MESSAGE(name, code, msg) \
+#define GML_ERROR_MESSAGE(name, code, msg)                                                                             \
   case GML_##name: return msg;
     GML_ERRNO_MAP(GML_ERROR_MESSAGE)
 #undef GML_ERROR_MESSAGE
@@ -99,7 +114,7 @@ const char *gml_strerror(int err) {
 
 const char *gml_errname(int err) {
   switch (err) {
-#define GML_ERROR_NAME(name, code, msg) \
+#define GML_ERROR_NAME(name, code, msg)                                                                                \
   case GML_##name: return "GML_" #name;
     GML_ERRNO_MAP(GML_ERROR_NAME)
 #undef GML_ERROR_NAME
@@ -115,7 +130,7 @@ uint32_t gml_version(void) { return GML_VERSION; }
 static int cgroup_path_canonical(const char *p) {
   if (*p != '/' || strlen(p) >= GML_QUOTA_CGROUP_MAX) return 0;
   if (!p[1]) return 1;
-  for (const char *c = p; *c; ) {
+  for (const char *c = p; *c;) {
     const char *e = strchr(c + 1, '/');
     size_t n = e ? (size_t)(e - c - 1) : strlen(c + 1);
     if (!n || (n == 1 && c[1] == '.') || (n == 2 && c[1] == '.' && c[2] == '.')) return 0;

@@ -66,12 +66,14 @@ int gmli_wire_send_until(int sock, const uint8_t *frame, size_t len, const int *
   size_t off = 0;
   while (off < len) {
     /* MSG_DONTWAIT on this call only: the socket stays blocking for the thread that receives on it */
-    long r = send_some(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0, bounded ? MSG_DONTWAIT : 0);
+    long r =
+        send_some(sock, frame + off, len - off, off == 0 ? fds : NULL, off == 0 ? nfds : 0, bounded ? MSG_DONTWAIT : 0);
     if (r == GML_EAGAIN && bounded) { /* the buffer is full: the peer reads nothing (stopped?) */
       uint64_t now = gmli_now_ns();
       if (now >= deadline_ns) return GML_EAGAIN;
       uint64_t ms = (deadline_ns - now + 999999) / 1000000;
-      if (poll(&(struct pollfd){.fd = sock, .events = POLLOUT}, 1, ms > INT_MAX ? INT_MAX : (int)ms) < 0 && errno != EINTR)
+      if (poll(&(struct pollfd){.fd = sock, .events = POLLOUT}, 1, ms > INT_MAX ? INT_MAX : (int)ms) < 0 &&
+          errno != EINTR)
         return GML_ESYS;
       continue;
     }
@@ -171,16 +173,21 @@ const char *gmli_wire_check_request(const Gmlake__Envelope *env, int hello_done)
   case GMLAKE__ENVELOPE__MSG_HELLO: return hello_done ? "second hello" : NULL;
   case GMLAKE__ENVELOPE__MSG_LEASE:
     if (env->lease->streamed && env->lease->optional) return "an optional lease streamed";
-    return env->lease->count < 1 || env->lease->count > (env->lease->streamed ? GML_MAX_STREAM_LEASE : GML_MAX_LEASE_CHUNKS)
-               ? "lease count out of range" : NULL;
+    return env->lease->count < 1 ||
+                   env->lease->count > (env->lease->streamed ? GML_MAX_STREAM_LEASE : GML_MAX_LEASE_CHUNKS)
+               ? "lease count out of range"
+               : NULL;
   case GMLAKE__ENVELOPE__MSG_RET:
-    return env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS ? "return count out of range" : NULL;
+    return env->ret->n_chunk_ids < 1 || env->ret->n_chunk_ids > GML_MAX_LEASE_CHUNKS ? "return count out of range"
+                                                                                     : NULL;
   case GMLAKE__ENVELOPE__MSG_USAGE: return NULL;
   case GMLAKE__ENVELOPE__MSG_SHARE: return env->share->n_chunk_ids < 1 ? "share of no chunk" : NULL;
-  case GMLAKE__ENVELOPE__MSG_ATTACH: return env->attach->count > GML_MAX_LEASE_CHUNKS ? "attach count out of range" : NULL;
+  case GMLAKE__ENVELOPE__MSG_ATTACH:
+    return env->attach->count > GML_MAX_LEASE_CHUNKS ? "attach count out of range" : NULL;
   case GMLAKE__ENVELOPE__MSG_DETACH: return NULL; /* the rest is checked by daemon/shares.c */
   case GMLAKE__ENVELOPE__MSG_ADOPT:
-    return env->adopt->n_old_ids < 1 || env->adopt->n_old_ids > GML_MAX_LEASE_CHUNKS ? "adopt count out of range" : NULL;
+    return env->adopt->n_old_ids < 1 || env->adopt->n_old_ids > GML_MAX_LEASE_CHUNKS ? "adopt count out of range"
+                                                                                     : NULL;
   default: return "unexpected message kind";
   }
 }

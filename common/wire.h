@@ -8,15 +8,16 @@
 #include <stdint.h>
 
 #define GML_PROTOCOL_VERSION 1
-#define GML_MAX_FRAME (64 * 1024)   /* larger lengths close the connection */
-#define GML_MAX_LEASE_CHUNKS 128    /* chunk ids (and fds) per message */
+#define GML_MAX_FRAME (64 * 1024) /* larger lengths close the connection */
+#define GML_MAX_LEASE_CHUNKS 128  /* chunk ids (and fds) per message */
 /* The most chunks one streamed lease asks (LeaseRequest.streamed): 256 GiB of
  * 4 MiB chunks, 384 GiB of 6 MiB ones (the cuda default); the daemon says
  * its own bound in HelloReply.max_stream. */
 #define GML_MAX_STREAM_LEASE 65536
 /* Upper bounds (microseconds) of LakeStats.lease_latency_bucket: the lease
  * latency histogram (Prometheus gmlake_lease_duration_seconds). */
-#define GML_LEASE_LAT_BOUNDS_US {10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000}
+#define GML_LEASE_LAT_BOUNDS_US                                                                                        \
+  { 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000 }
 #define GML_LEASE_LAT_NBOUNDS 15
 /* What a ShareRequest may carry (the daemon refuses more as a protocol error,
  * which closes the connection: the library checks first). */
@@ -69,8 +70,8 @@ const char *gmli_wire_check_request(const Gmlake__Envelope *env, int hello_done)
 typedef struct gml_rx {
   uint8_t *buf;
   size_t off, len, cap; /* unread bytes are buf[off..len) */
-  int fds_received; /* fds that arrived and were not kept (closed): the daemon closes such a client */
-  int keep_max;     /* fds kept for the message that carries them (adoption), at most this many; 0: none */
+  int fds_received;     /* fds that arrived and were not kept (closed): the daemon closes such a client */
+  int keep_max;         /* fds kept for the message that carries them (adoption), at most this many; 0: none */
   int kept[GML_MAX_LEASE_CHUNKS];
   int nkept;
 } gml_rx;

@@ -37,17 +37,21 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   session_take_fds(s, (int)n, fds); /* adopt_check: they are there */
   if (broker_adopt_room(&d->br, &s->bc, n) < n) {
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
-    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): its hand-over of %u more chunk(s) is past what the lake adopts (its limit for one "
-             "user, twice its limit for all): refused, it keeps its chunks uncounted",
-             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, n);
+    CONN_WARN(s->bc.uid,
+              "client %llu (pid %d, uid %u): its hand-over of %u more chunk(s) is past what the lake adopts (its limit "
+              "for one "
+              "user, twice its limit for all): refused, it keeps its chunks uncounted",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, n);
     session_send_error(s, req->seq, GML_ENOMEM, "the lake takes no more adopted chunks");
     return;
   }
   char who[160] = "";
   if (broker_quota_room(&d->br, &s->bc, NULL, who, sizeof who) < n) { /* what it holds counts as any lease does */
     for (uint32_t i = 0; i < n; i++) close(fds[i]);
-    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): its hand-over is over the quota of %s: refused, it keeps its chunks uncounted",
-             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(who));
+    CONN_WARN(
+        s->bc.uid,
+        "client %llu (pid %d, uid %u): its hand-over is over the quota of %s: refused, it keeps its chunks uncounted",
+        (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(who));
     session_send_error(s, req->seq, GML_EQUOTA, "handing over %u more chunk(s) is over the quota of %s", n, who);
     return;
   }
@@ -65,7 +69,8 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
       why = "is a chunk the lake holds already";
       break;
     }
-    if (lake_retired(&d->lk, ident)) { /* returned (tainted, or made room for another) and kept: its memory is the client's */
+    if (lake_retired(&d->lk,
+                     ident)) { /* returned (tainted, or made room for another) and kept: its memory is the client's */
       why = "is a chunk this lake released, whose fd the client kept";
       break;
     }
@@ -84,8 +89,8 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
     snprintf(d->over_limit_why, sizeof d->over_limit_why, "handed over after the restart");
   if (done < n) { /* not a chunk of ours (wrong size, not importable): the client is confused or hostile */
     for (uint32_t i = done; i < n; i++) close(fds[i]);
-    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): chunk %u of its adoption %s: closing it", (unsigned long long)s->bc.id,
-             (int)s->bc.pid, (unsigned)s->bc.uid, done, why);
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u): chunk %u of its adoption %s: closing it",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, done, why);
     session_send_error(s, req->seq, GML_EPROTO, "chunk %u of an adoption %s", done, why);
     session_doom(s, "an adoption of what is not a chunk of the lake's");
     return;
@@ -98,8 +103,8 @@ void adopt_handle(session *s, const Gmlake__Envelope *req) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_ADOPT_REPLY;
   env.adopt_reply = &r;
   session_send_msg(s, &env, NULL, 0);
-  CONN_INFO(s->bc.uid, "client %llu (pid %d) handed over %u chunk(s) it held before the restart (%llu now)", (unsigned long long)s->bc.id,
-           (int)s->bc.pid, n, (unsigned long long)s->bc.leased_chunks);
+  CONN_INFO(s->bc.uid, "client %llu (pid %d) handed over %u chunk(s) it held before the restart (%llu now)",
+            (unsigned long long)s->bc.id, (int)s->bc.pid, n, (unsigned long long)s->bc.leased_chunks);
 }
 
 const char *adopt_seen(session *s, const Gmlake__Envelope *env) {
@@ -108,15 +113,16 @@ const char *adopt_seen(session *s, const Gmlake__Envelope *env) {
     /* an adopting connection keeps up to GML_MAX_LEASE_CHUNKS fds until its Adopt: bounded per user, or one
      * user's connections (max-clients-per-uid of them) would hold the daemon's fd limit (20,000 here: 158 did) */
     int n = 0;
-    for (broker_client *c = s->d->br.clients; c; c = c->next) n += c->uid == s->bc.uid && session_keeps_fds(session_of(c));
+    for (broker_client *c = s->d->br.clients; c; c = c->next)
+      n += c->uid == s->bc.uid && session_keeps_fds(session_of(c));
     return n >= ADOPT_HANDOVERS_PER_UID ? "too many hand-overs of this user at once (it may try again)" : NULL;
   }
   if (env->msg_case == GMLAKE__ENVELOPE__MSG_ADOPT) return NULL;
   if (session_fds_kept(s)) return "file descriptors with a message other than an Adopt";
   session_keep_fds(s, 0); /* the hand-over is over: no more fds from it */
   if (!s->adopted) return NULL;
-  CONN_INFO(s->bc.uid, "client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned long long)s->adopted);
+  CONN_INFO(s->bc.uid, "client %llu (pid %d): its hand-over of %llu chunk(s) is complete", (unsigned long long)s->bc.id,
+            (int)s->bc.pid, (unsigned long long)s->adopted);
   s->adopted = 0;
   return NULL;
 }
@@ -132,7 +138,8 @@ void adopt_session_closing(session *s) {
     }
   s->bc.leased_chunks -= dropped;
   s->adopted = 0;
-  CONN_WARN(s->bc.uid, "client %llu (pid %d) left before its hand-over was complete: the %llu chunk(s) it handed over are dropped "
-           "from the lake (it keeps them and offers them all again when it reconnects)",
-           (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned long long)dropped);
+  CONN_WARN(s->bc.uid,
+            "client %llu (pid %d) left before its hand-over was complete: the %llu chunk(s) it handed over are dropped "
+            "from the lake (it keeps them and offers them all again when it reconnects)",
+            (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned long long)dropped);
 }

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks) {
+void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks,
+                 uint64_t preallocate_chunks) {
   memset(b, 0, sizeof *b);
   b->lk = lk, b->counters = counters, b->lease_wait_ns = BROKER_LEASE_WAIT_MS * 1000000ull;
   b->prefetch_chunks = prefetch_chunks, b->preallocate_chunks = preallocate_chunks;
@@ -101,10 +102,17 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
 }
 
 /* One process's part of the lake, for the out-of-memory message. */
-typedef struct holder { pid_t pid; uint32_t uid; const char *name; uint64_t leased, allocated, cached, paused; } holder;
+typedef struct holder {
+  pid_t pid;
+  uint32_t uid;
+  const char *name;
+  uint64_t leased, allocated, cached, paused;
+} holder;
 
 static uint64_t process_of(const holder *h) { return (uint64_t)h->uid << 32 | (uint32_t)h->pid; }
-static int by_process(const void *x, const void *y) { return (process_of(x) > process_of(y)) - (process_of(x) < process_of(y)); }
+static int by_process(const void *x, const void *y) {
+  return (process_of(x) > process_of(y)) - (process_of(x) < process_of(y));
+}
 /* Who holds the lake, per process (its connections and parked chunks summed): the max that lease
  * the most, most first; returns how many processes in all (SIZE_MAX: out of memory). */
 static size_t holders(const broker *b, holder *h, size_t max) {
@@ -139,25 +147,30 @@ static void lake_picture(const broker *b, const broker_client *asker, char *out,
   const lake *lk = b->lk;
   char s1[32], s2[32], s3[32], s4[32], s5[32], s6[32], sent[64] = "";
   if (asker->lease.asked > asker->lease.count) /* a streamed lease, partly served */
-    snprintf(sent, sizeof sent, " (%s of it sent)", gmli_format_bytes((uint64_t)(asker->lease.asked - asker->lease.count) * lk->cs, s6, sizeof s6));
+    snprintf(sent, sizeof sent, " (%s of it sent)",
+             gmli_format_bytes((uint64_t)(asker->lease.asked - asker->lease.count) * lk->cs, s6, sizeof s6));
   size_t o = (size_t)snprintf(out, len, "asked %s%s; the lake holds %s of limit %s (%s free, %s parked); held by:",
                               gmli_format_bytes((uint64_t)asker->lease.asked * lk->cs, s1, sizeof s1), sent,
-                              gmli_format_bytes(lk->total * lk->cs, s2, sizeof s2), gmli_format_bytes(lk->limit_bytes, s3, sizeof s3),
+                              gmli_format_bytes(lk->total * lk->cs, s2, sizeof s2),
+                              gmli_format_bytes(lk->limit_bytes, s3, sizeof s3),
                               gmli_format_bytes((uint64_t)lk->nfree * lk->cs, s4, sizeof s4),
                               gmli_format_bytes(lk->parked * lk->cs, s5, sizeof s5));
   holder h[8];
   size_t all = holders(b, h, GML_ARRAY_LEN(h)), n = all == SIZE_MAX ? 0 : GML_MIN(all, GML_ARRAY_LEN(h));
   for (size_t i = 0; i < n && o < len; i++) {
     char who[96];
-    if (h[i].uid == asker->uid) snprintf(who, sizeof who, "pid %d (%s%s)", (int)h[i].pid, h[i].name, h[i].pid == asker->pid ? ", the asker" : "");
+    if (h[i].uid == asker->uid)
+      snprintf(who, sizeof who, "pid %d (%s%s)", (int)h[i].pid, h[i].name, h[i].pid == asker->pid ? ", the asker" : "");
     else snprintf(who, sizeof who, "a process of uid %u", (unsigned)h[i].uid);
     o += (size_t)snprintf(out + o, len - o, "%s %s leased %s allocated %s cached %s", i ? ";" : "", who,
-                          gmli_format_bytes(h[i].leased, s1, sizeof s1), gmli_format_bytes(h[i].allocated, s2, sizeof s2),
+                          gmli_format_bytes(h[i].leased, s1, sizeof s1),
+                          gmli_format_bytes(h[i].allocated, s2, sizeof s2),
                           gmli_format_bytes(h[i].cached, s3, sizeof s3));
     if (o < len && h[i].paused)
       o += (size_t)snprintf(out + o, len - o, " paused %s", gmli_format_bytes(h[i].paused, s4, sizeof s4));
   }
-  if (o < len && (!all || all == SIZE_MAX)) snprintf(out + o, len - o, "%s", all ? " (not known: out of memory)" : " nobody");
+  if (o < len && (!all || all == SIZE_MAX))
+    snprintf(out + o, len - o, "%s", all ? " (not known: out of memory)" : " nobody");
   else if (o < len && all > n) snprintf(out + o, len - o, "; and %zu more process(es)", all - n);
 }
 
@@ -172,7 +185,8 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
     if (o > 0 && (size_t)o < sizeof d->message) lake_picture(b, c, d->message + o, sizeof d->message - (size_t)o);
   } else {
     snprintf(d->message, sizeof d->message, "%s (lake holds %s of limit %s)", why,
-             gmli_format_bytes(b->lk->total * b->lk->cs, h, sizeof h), gmli_format_bytes(b->lk->limit_bytes, l, sizeof l));
+             gmli_format_bytes(b->lk->total * b->lk->cs, h, sizeof h),
+             gmli_format_bytes(b->lk->limit_bytes, l, sizeof l));
   }
   c->lease.pending = 0;
   c->leases_refused++;
@@ -181,8 +195,10 @@ static void refuse(broker *b, broker_client *c, broker_decision *d, int code, co
 
 /* A lease the lake cannot serve: the lake is full, or over a limit set below what it held */
 static void refuse_full(broker *b, broker_client *c, broker_decision *d, const char *why) {
-  refuse(b, c, d, GML_ENOMEM, b->lk->total * b->lk->cs <= b->lk->limit_bytes ? why
-             : "out of memory: the lake is over its limit: what other clients give back is released until it is within it");
+  refuse(b, c, d, GML_ENOMEM,
+         b->lk->total * b->lk->cs <= b->lk->limit_bytes ? why
+                                                        : "out of memory: the lake is over its limit: what other "
+                                                          "clients give back is released until it is within it");
 }
 
 static void list_push(broker_client **head, broker_client *c) {
@@ -231,7 +247,8 @@ static uint64_t held_under(const broker *b, const lake_quota *q) {
   return held;
 }
 
-uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *quota, char *holder_name, size_t holder_len) {
+uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *quota, char *holder_name,
+                           size_t holder_len) {
   uint64_t room = UINT64_MAX;
   if (quota) *quota = 0;
   for (size_t i = 0; i < b->lk->nquotas; i++) {
@@ -260,13 +277,13 @@ static void lease_start(broker *b, broker_client *c, uint64_t seq, uint32_t coun
   char who[160];
   uint64_t allowed = GML_MIN((uint64_t)count, broker_quota_room(b, c, &quota, who, sizeof who));
   c->lease = (broker_request){.pending = 1,
-                            .seq = seq,
-                            .count = count > allowed ? (uint32_t)allowed : count,
-                            .asked = count > allowed ? (uint32_t)allowed : count,
-                            .wanted = count,
-                            .streamed = streamed,
-                            .since_ns = now_ns,
-                            .deadline_ns = now_ns + b->lease_wait_ns};
+                              .seq = seq,
+                              .count = count > allowed ? (uint32_t)allowed : count,
+                              .asked = count > allowed ? (uint32_t)allowed : count,
+                              .wanted = count,
+                              .streamed = streamed,
+                              .since_ns = now_ns,
+                              .deadline_ns = now_ns + b->lease_wait_ns};
   c->active_ns = now_ns; /* it allocates: not idle */
   decision_start(d, c);
   if (optional) { /* headroom: what is free now, else a quiet no; nobody waits or gives back for it */
@@ -304,7 +321,8 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
   lease_start(b, c, seq, count, optional, 0, now_ns, d);
 }
 
-void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns, broker_decision *d) {
+void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns,
+                           broker_decision *d) {
   lease_start(b, c, seq, GML_MIN(count, BROKER_MAX_STREAM), 0, 1, now_ns, d);
 }
 
@@ -336,7 +354,7 @@ void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
   uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;
   if (!c->reconnected) c->uncounted = 0;
-  uint64_t *each[] = {&c->allocated, &c->cached,          &c->stitched, &c->largest_free,      &c->paused,
+  uint64_t *each[] = {&c->allocated,    &c->cached,          &c->stitched,          &c->largest_free, &c->paused,
                       &c->paused_saved, &c->growable_mapped, &c->growable_unmapped, &c->uncounted};
   for (size_t i = 0; i < sizeof each / sizeof *each; i++) *each[i] = GML_MIN(*each[i], cap);
   c->allocated = GML_MIN(c->allocated, held + c->uncounted);
@@ -349,7 +367,8 @@ void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total
 /* Has every client asked for c's lease answered (reported since)? */
 static int all_answered(const broker *b, const broker_client *c) {
   for (const broker_client *o = b->clients; o; o = o->next)
-    if (o != c && !o->closing && o->reclaim_sent_ns >= c->lease.asked_ns && o->reclaims_answered < o->reclaims_sent) return 0;
+    if (o != c && !o->closing && o->reclaim_sent_ns >= c->lease.asked_ns && o->reclaims_answered < o->reclaims_sent)
+      return 0;
   return 1;
 }
 
@@ -373,7 +392,8 @@ static void ask_of(broker_client *o, const broker_client *c, uint64_t bytes, uin
  * o idle (no allocation for BROKER_IDLE_MS, no lease of its own waiting), of c's uid (another uid's
  * chunk is made anew for c: creating after all), not asked already (its report is then stale). */
 static uint64_t idle_chunks(const broker *b, const broker_client *c, const broker_client *o, uint64_t now_ns) {
-  if (o->uid != c->uid || o->lease.pending || !can_give_back(b, c, o) || o->reclaims_answered < o->reclaims_sent) return 0;
+  if (o->uid != c->uid || o->lease.pending || !can_give_back(b, c, o) || o->reclaims_answered < o->reclaims_sent)
+    return 0;
   if (now_ns < o->active_ns + BROKER_IDLE_MS * 1000000ull) return 0;
   return GML_MIN(o->idle / b->lk->cs, o->leased_chunks);
 }

@@ -21,70 +21,74 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define BROKER_MAX_LEASE 128          /* chunks one lease may ask for (the wire's limit), and one reply carries */
+#define BROKER_MAX_LEASE 128 /* chunks one lease may ask for (the wire's limit), and one reply carries */
 #define BROKER_MAX_STREAM GML_MAX_STREAM_LEASE /* chunks one streamed lease may ask for (HelloReply.max_stream) */
-#define BROKER_LEASE_WAIT_MS 3000     /* a lease waits this long for reclaimed chunks (--lease-wait) */
-#define BROKER_RECLAIM_AHEAD 16       /* a reclaim asks for this many leases' worth: a large allocation
+#define BROKER_LEASE_WAIT_MS 3000              /* a lease waits this long for reclaimed chunks (--lease-wait) */
+#define BROKER_RECLAIM_AHEAD                                                                                           \
+  16 /* a reclaim asks for this many leases' worth: a large allocation
                                        * comes as a run of leases of at most BROKER_MAX_LEASE chunks, and
                                        * each waiting for its own reclaim round trip made 40 GiB take 1.16 s */
-#define BROKER_IDLE_MS 1000           /* a client that has not allocated for this long is idle: its whole free
+#define BROKER_IDLE_MS                                                                                                 \
+  1000 /* a client that has not allocated for this long is idle: its whole free
                                        * chunks may serve another lease instead of new chunks (its library
                                        * reports within ~100 ms of an allocation, so 10 reports' worth) */
-#define BROKER_IDLE_STALL_MS 500      /* a lease served from idle clients alone creates what they have not
+#define BROKER_IDLE_STALL_MS                                                                                           \
+  500                                 /* a lease served from idle clients alone creates what they have not
                                        * given after this long without progress (at most half the lease wait) */
 #define BROKER_CREATE_BACKOFF_MS 1000 /* after a failed creation (device full?) */
-#define BROKER_CREATE_WAIT_MS 10000   /* past its deadline, a lease still waits this long for chunks being
+#define BROKER_CREATE_WAIT_MS                                                                                          \
+  10000                      /* past its deadline, a lease still waits this long for chunks being
                                        * made under the limit (the lake is not full: --lease-wait 0 refused
                                        * a first lease before the creators had run); well within the
                                        * client's reply timeout (30 s + the lease wait) */
-#define BROKER_LAT_RING 4096          /* recent lease latencies kept for p50/p99 */
+#define BROKER_LAT_RING 4096 /* recent lease latencies kept for p50/p99 */
 
 typedef struct broker_request { /* a client's lease request in flight (at most one) */
   int pending;
-  uint64_t seq;                /* the request's seq, echoed by the answer */
-  uint32_t count;              /* chunks wanted, after the quota (streamed: still to send) */
-  uint32_t asked;              /* chunks wanted in all, after the quota */
-  uint32_t wanted;             /* chunks the client asked for, before the quota (what a refusal says) */
-  int streamed;                /* served in replies of up to BROKER_MAX_LEASE as chunks come free */
-  int progressed;              /* streamed: chunks went out since the last review (its wait starts again) */
+  uint64_t seq;    /* the request's seq, echoed by the answer */
+  uint32_t count;  /* chunks wanted, after the quota (streamed: still to send) */
+  uint32_t asked;  /* chunks wanted in all, after the quota */
+  uint32_t wanted; /* chunks the client asked for, before the quota (what a refusal says) */
+  int streamed;    /* served in replies of up to BROKER_MAX_LEASE as chunks come free */
+  int progressed;  /* streamed: chunks went out since the last review (its wait starts again) */
   uint64_t since_ns, deadline_ns;
-  int reclaim_asked;           /* other clients were asked for idle cache for it */
-  uint64_t asked_ns;           /* ... when */
-  uint64_t ask_id;             /* ... which request (broker_reclaim_targets lists the clients asked by it) */
-  int from_idle;               /* idle clients' caches cover it: asked of them alone, no chunk created for it
+  int reclaim_asked;         /* other clients were asked for idle cache for it */
+  uint64_t asked_ns;         /* ... when */
+  uint64_t ask_id;           /* ... which request (broker_reclaim_targets lists the clients asked by it) */
+  int from_idle;             /* idle clients' caches cover it: asked of them alone, no chunk created for it
                                 * (until they answered short or stalled: then as any lease) */
-  uint32_t served_since_ask;   /* streamed: chunks sent since they were asked */
+  uint32_t served_since_ask; /* streamed: chunks sent since they were asked */
 } broker_request;
 
 /* A client as the broker sees it: who it is, what it holds and reported.
  * The session embeds one and registers it with broker_add_client. */
 typedef struct broker_client {
   struct broker_client *next, *prev;
-  uint64_t id;                 /* owner id of its chunks in the lake */
+  uint64_t id; /* owner id of its chunks in the lake */
   pid_t pid;
   uid_t uid;
   char name[64];
   char cgroup[GML_QUOTA_CGROUP_MAX]; /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
-  double since;                /* unix time of connect */
-  int closing;                 /* going away: nothing is served to it or asked of it */
+  double since;                      /* unix time of connect */
+  int closing;                       /* going away: nothing is served to it or asked of it */
   uint64_t leased_chunks;
   uint64_t allocated, cached, stitched, largest_free; /* its last usage report, bytes */
-  uint64_t paused, paused_saved; /* ... paused blocks (gml_pause) and their saved content, bytes */
+  uint64_t paused, paused_saved;                      /* ... paused blocks (gml_pause) and their saved content, bytes */
   uint64_t growable_mapped, growable_unmapped;        /* ... and its growable ranges' */
-  uint64_t idle, fragment;     /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
-  uint64_t uncounted;          /* bytes it holds that no lake counts (its hand-over we did not take): in no limit or quota */
-  int reconnected;             /* its hello said adopting: only then may it report uncounted bytes */
+  uint64_t idle, fragment; /* of cached: whole free chunks (reclaimable), free bytes in used chunks */
+  uint64_t uncounted; /* bytes it holds that no lake counts (its hand-over we did not take): in no limit or quota */
+  int reconnected;    /* its hello said adopting: only then may it report uncounted bytes */
   uint64_t leases_refused;
-  uint64_t refusal_logged_ns;  /* grant.c: when its last refusal was logged at warn level, */
-  int refusal_logged_code;     /* ... and its code (a retry's refusal is not logged again) */
-  uint64_t active_ns;          /* when it was last seen allocating: a lease, or a usage report that counted
+  uint64_t refusal_logged_ns;   /* grant.c: when its last refusal was logged at warn level, */
+  int refusal_logged_code;      /* ... and its code (a retry's refusal is not logged again) */
+  uint64_t active_ns;           /* when it was last seen allocating: a lease, or a usage report that counted
                                 * allocations since the one before (idle after BROKER_IDLE_MS without) */
-  uint64_t alloc_count;        /* allocations its last usage report counted */
-  uint64_t reclaim_sent_ns;    /* when it was last asked for idle cache */
-  uint64_t reclaim_ask_id;     /* ... by which request (broker_request.ask_id), */
-  uint64_t reclaim_ask;        /* ... for how many bytes */
-  uint64_t reclaims_sent;      /* reclaim requests the broker had sent it */
-  uint64_t reclaims_answered;  /* ... that its reports say it served */
+  uint64_t alloc_count;         /* allocations its last usage report counted */
+  uint64_t reclaim_sent_ns;     /* when it was last asked for idle cache */
+  uint64_t reclaim_ask_id;      /* ... by which request (broker_request.ask_id), */
+  uint64_t reclaim_ask;         /* ... for how many bytes */
+  uint64_t reclaims_sent;       /* reclaim requests the broker had sent it */
+  uint64_t reclaims_answered;   /* ... that its reports say it served */
   Gmlake__UsageReport reported; /* its last usage report as sent (descriptor NULL: none yet), for the clients RPC */
   broker_request lease;
 } broker_client;
@@ -104,7 +108,7 @@ typedef struct broker_trust {
 typedef struct broker {
   lake *lk;
   broker_trust trust;
-  broker_client *clients;      /* newest first */
+  broker_client *clients; /* newest first */
   size_t nclients;
   /* Clients gone whose process lives on: their chunks are parked (the process
    * may still map them), and still count in its process's, user's and
@@ -120,10 +124,10 @@ typedef struct broker {
   uint64_t prefetch_chunks;    /* kept free ahead of demand */
   uint64_t preallocate_chunks; /* the lake holds at least this many */
   /* state */
-  uint64_t idle_release_ns;    /* free chunks past the reserve go once the lake is idle this long (0: never) */
+  uint64_t idle_release_ns;     /* free chunks past the reserve go once the lake is idle this long (0: never) */
   uint64_t idle_reserve_chunks; /* what an idle lake keeps free (and preallocate_chunks in all) */
   /* state */
-  int prefetch_suspended;      /* after a trim or an idle release, until the next lease */
+  int prefetch_suspended;              /* after a trim or an idle release, until the next lease */
   uint64_t idle_leased, idle_since_ns; /* chunks leased when last seen to change, and when */
   uint64_t create_backoff_until_ns;
   char create_failed_why[160]; /* why the last creation failed when it was not the device ("": the device) */
@@ -138,34 +142,35 @@ typedef struct broker {
 } broker;
 
 enum broker_verdict {
-  BROKER_NONE = 0,   /* no lease to answer */
-  BROKER_WAIT,       /* nothing to send yet: the lease waits for chunks, until lease.deadline_ns */
-  BROKER_SERVE,      /* send n chunks: idx[] are already leased to the client in the lake */
-  BROKER_REFUSE,     /* send error code/message; counted and logged as a refusal (why) */
-  BROKER_DECLINE,    /* an optional lease: send error code/message, quietly */
+  BROKER_NONE = 0, /* no lease to answer */
+  BROKER_WAIT,     /* nothing to send yet: the lease waits for chunks, until lease.deadline_ns */
+  BROKER_SERVE,    /* send n chunks: idx[] are already leased to the client in the lake */
+  BROKER_REFUSE,   /* send error code/message; counted and logged as a refusal (why) */
+  BROKER_DECLINE,  /* an optional lease: send error code/message, quietly */
 };
 
 typedef struct broker_decision {
   enum broker_verdict verdict;
-  uint64_t seq;                /* of the lease answered */
-  uint32_t count;              /* chunks the lease asked for (after the quota; BROKER_REFUSE: as the client asked) */
-  uint32_t n;                  /* BROKER_SERVE: chunks served (may be fewer than count) */
-  uint32_t left;               /* BROKER_SERVE of a streamed lease: chunks still to come (0: its last reply) */
+  uint64_t seq;   /* of the lease answered */
+  uint32_t count; /* chunks the lease asked for (after the quota; BROKER_REFUSE: as the client asked) */
+  uint32_t n;     /* BROKER_SERVE: chunks served (may be fewer than count) */
+  uint32_t left;  /* BROKER_SERVE of a streamed lease: chunks still to come (0: its last reply) */
   uint32_t idx[BROKER_MAX_LEASE];
-  uint64_t since_ns;           /* BROKER_SERVE: when the lease was asked (its latency) */
-  int code;                    /* BROKER_REFUSE / BROKER_DECLINE: a GML_E* code */
-  char why[160];               /* ... the reason, for the log */
-  char message[1024];          /* ... the text the client gets: out of memory says what was asked
+  uint64_t since_ns;  /* BROKER_SERVE: when the lease was asked (its latency) */
+  int code;           /* BROKER_REFUSE / BROKER_DECLINE: a GML_E* code */
+  char why[160];      /* ... the reason, for the log */
+  char message[1024]; /* ... the text the client gets: out of memory says what was asked
                                 * and which processes hold the lake (pid, name, leased, allocated, cached) */
   /* Before the verdict, ask every client broker_reclaim_targets() lists to
    * give back its reclaim_ask bytes of idle cache; this many in all (0: ask nobody). */
   uint64_t reclaim_bytes;
-  int from_idle;               /* ... idle clients alone, for the whole shortfall: nothing is created for it */
-  int idle_short;              /* the idle clients asked answered short, or gave nothing for BROKER_IDLE_STALL_MS:
+  int from_idle;  /* ... idle clients alone, for the whole shortfall: nothing is created for it */
+  int idle_short; /* the idle clients asked answered short, or gave nothing for BROKER_IDLE_STALL_MS:
                                 * the lease goes on as any other (creates what the limit allows, asks the rest) */
 } broker_decision;
 
-void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks, uint64_t preallocate_chunks);
+void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t prefetch_chunks,
+                 uint64_t preallocate_chunks);
 void broker_add_client(broker *b, broker_client *c);
 void broker_remove_client(broker *b, broker_client *c);
 
@@ -215,7 +220,8 @@ void broker_lease(broker *b, broker_client *c, uint64_t seq, uint32_t count, int
  * the last chunks sent, and the other clients are asked at once for the
  * idle cache it needs beyond what is free and what can still be created,
  * all of it in one request each. */
-void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns, broker_decision *d);
+void broker_lease_streamed(broker *b, broker_client *c, uint64_t seq, uint32_t count, uint64_t now_ns,
+                           broker_decision *d);
 /* Look again at c's waiting lease (the loop's tick, after a lease): serve it
  * from free chunks; a lease served from idle clients goes on as any other
  * once they all answered and it is still short, or after BROKER_IDLE_STALL_MS

@@ -27,30 +27,30 @@
 #include <unistd.h>
 
 enum opt_type {
-  OPT_INT,      /* an int in [min, max], written in base `base` */
-  OPT_SIZE,     /* bytes: "256MiB", "2G" (uint64_t), at least min */
-  OPT_LIMIT,    /* bytes or PCT%, kept as text: the device's size is known later */
-  OPT_STRING,   /* text of at most `max` bytes; min = 1: not empty */
-  OPT_GROUP,    /* a group's name, which must exist (a socket nobody of the group can reach is no service) */
-  OPT_CHOICE,   /* one of the words of `choices` */
-  OPT_BACKEND,  /* "auto" or a backend of common/backend.c's table */
-  OPT_DEVICE,   /* an index, a UUID, host-N or a PCI bus id (common/gpuname.h); the backend resolves it at start */
-  OPT_URL,      /* text with "://" */
+  OPT_INT,     /* an int in [min, max], written in base `base` */
+  OPT_SIZE,    /* bytes: "256MiB", "2G" (uint64_t), at least min */
+  OPT_LIMIT,   /* bytes or PCT%, kept as text: the device's size is known later */
+  OPT_STRING,  /* text of at most `max` bytes; min = 1: not empty */
+  OPT_GROUP,   /* a group's name, which must exist (a socket nobody of the group can reach is no service) */
+  OPT_CHOICE,  /* one of the words of `choices` */
+  OPT_BACKEND, /* "auto" or a backend of common/backend.c's table */
+  OPT_DEVICE,  /* an index, a UUID, host-N or a PCI bus id (common/gpuname.h); the backend resolves it at start */
+  OPT_URL,     /* text with "://" */
   OPT_HOSTPORT, /* "ADDR:PORT" of a listener (ADDR a name, an IPv4 or [IPv6] address, or empty: all; PORT 1-65535), or "" */
   OPT_LOGLEVEL, /* error, warn, info, debug */
   OPT_FLAG,     /* no value; sets the int to 1 */
   OPT_CONFIG,   /* the config file (read before the other flags) */
-  OPT_QUOTA,    /* "PID|uid:UID|cgroup:PATH BYTES" (gmli_parse_quota_holder), may repeat (appended to quotas), once a holder */
-  OPT_VERSION,  /* print the version, exit */
+  OPT_QUOTA, /* "PID|uid:UID|cgroup:PATH BYTES" (gmli_parse_quota_holder), may repeat (appended to quotas), once a holder */
+  OPT_VERSION, /* print the version, exit */
 };
 
 typedef struct config_option {
-  const char *name;    /* long option and config-file key */
-  const char *arg;     /* the value's name in --help (NULL: a flag) */
+  const char *name; /* long option and config-file key */
+  const char *arg;  /* the value's name in --help (NULL: a flag) */
   enum opt_type type;
-  size_t off, size;    /* where in gmld_config */
-  const char *def;     /* default, parsed like a value (NULL: none) */
-  const char *help;    /* --help text; "%D" is replaced by the default */
+  size_t off, size; /* where in gmld_config */
+  const char *def;  /* default, parsed like a value (NULL: none) */
+  const char *help; /* --help text; "%D" is replaced by the default */
   long min, max;
   int base;
   const char *choices;
@@ -62,53 +62,61 @@ typedef struct config_option {
 static const config_option options[] = {
     {"device", "N|UUID|PCI", OPT_DEVICE, AT(device_spec), "0",
      "the GPU: nvidia-smi's index N, its UUID (GPU-...) or PCI bus id (0000:3b:00.0); host backend: N or host-N "
-     "(default %D)", 0, 0, 0, NULL},
-    {"backend", "B", OPT_BACKEND, AT(backend), "auto", "auto (default: cuda when a GPU is usable), cuda or host", 0, 0, 0,
-     NULL},
+     "(default %D)",
+     0, 0, 0, NULL},
+    {"backend", "B", OPT_BACKEND, AT(backend), "auto", "auto (default: cuda when a GPU is usable), cuda or host", 0, 0,
+     0, NULL},
     {"socket", "PATH", OPT_STRING, AT(socket_path), NULL,
-     "client socket (default /run/gmlake/gmlake-<UUID>.sock, or in $XDG_RUNTIME_DIR, and gmlake-N.sock a link to it)", 1,
-     SUN_PATH_MAX, 0, NULL},
+     "client socket (default /run/gmlake/gmlake-<UUID>.sock, or in $XDG_RUNTIME_DIR, and gmlake-N.sock a link to it)",
+     1, SUN_PATH_MAX, 0, NULL},
     {"control", "URL", OPT_URL, AT(control_url), NULL,
-     "control RPC endpoint (default ipc://<the socket's dir>/gmlake-<UUID>.ctl and a link gmlake-N.ctl; beside a --socket: "
-     "gmlake-N.ctl)", 0, 0, 0, NULL},
+     "control RPC endpoint (default ipc://<the socket's dir>/gmlake-<UUID>.ctl and a link gmlake-N.ctl; beside a "
+     "--socket: "
+     "gmlake-N.ctl)",
+     0, 0, 0, NULL},
     {"limit", "BYTES|PCT%", OPT_LIMIT, AT(limit), NULL,
      "the most the lake holds (default 90% of the device; host: 50% of RAM)", 0, 0, 0, NULL},
-    {"prefetch", "BYTES", OPT_SIZE, AT(prefetch_bytes), "256MiB", "chunks created ahead of demand (default %D)", 0, 0, 0,
-     NULL},
+    {"prefetch", "BYTES", OPT_SIZE, AT(prefetch_bytes), "256MiB", "chunks created ahead of demand (default %D)", 0, 0,
+     0, NULL},
     {"preallocate", "BYTES", OPT_SIZE, AT(preallocate_bytes), "0",
      "create this much at start and keep at least that much (default %D)", 0, 0, 0, NULL},
     {"creators", "N", OPT_INT, AT(creators), "4", "threads creating chunks (default %D)", 1, 64, 10, NULL},
     {"lease-wait", "MS", OPT_INT, AT(lease_wait_ms), "3000",
-     "a lease the lake cannot serve at once waits this long for other clients' idle cache (default %D)", 0, 600000, 10, NULL},
+     "a lease the lake cannot serve at once waits this long for other clients' idle cache (default %D)", 0, 600000, 10,
+     NULL},
     {"idle-release", "S", OPT_INT, AT(idle_release_s), "30",
      "free chunks past --idle-reserve go back to the driver once nothing was leased or given back for this long "
-     "(default %D; 0: never)", 0, 86400, 10, NULL},
+     "(default %D; 0: never)",
+     0, 86400, 10, NULL},
     {"idle-reserve", "BYTES", OPT_SIZE, AT(idle_reserve_bytes), "0",
      "free chunks an idle lake keeps, besides what keeps it at --preallocate (default %D)", 0, 0, 0, NULL},
     {"adopt-window", "S", OPT_INT, AT(adopt_window_s), "120",
      "clients hand over the chunks they hold this long after start, not later (default %D)", 0, 86400, 10, NULL},
-    {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8, NULL},
+    {"socket-mode", "OCTAL", OPT_INT, AT(socket_mode), "0660", "permissions of the socket (default %D)", 0, 0777, 8,
+     NULL},
     {"socket-group", "NAME", OPT_GROUP, AT(socket_group), NULL, "group of the socket (default: the daemon's)", 0, 63, 0,
      NULL},
-    {"log-level", "L", OPT_LOGLEVEL, AT(log_level), NULL, "error, warn, info or debug (default: $GMLAKE_LOG, else info)", 0,
-     0, 0, NULL},
-    {"config", "PATH", OPT_CONFIG, AT(config_path), NULL, "config file (default " GMLD_DEFAULT_CONFIG " if present, read by root's daemon only)", 0, 0,
-     0, NULL},
+    {"log-level", "L", OPT_LOGLEVEL, AT(log_level), NULL,
+     "error, warn, info or debug (default: $GMLAKE_LOG, else info)", 0, 0, 0, NULL},
+    {"config", "PATH", OPT_CONFIG, AT(config_path), NULL,
+     "config file (default " GMLD_DEFAULT_CONFIG " if present, read by root's daemon only)", 0, 0, 0, NULL},
     {"quota", "'PID|uid:UID|cgroup:PATH BYTES'", OPT_QUOTA, AT(quotas), NULL,
      "a quota, one argument (--quota 'uid:1000 8GiB'), as gmlakectl quota sets it (may repeat, once a holder: a flag's "
      "replaces the file's of the same holder; SIGHUP replaces every "
-     "quota with the file's)", 0, 0, 0, NULL},
+     "quota with the file's)",
+     0, 0, 0, NULL},
     {"send-queue-max", "BYTES", OPT_SIZE, AT(send_queue_max), "4MiB",
      "replies queued to a client that does not read them, at most (default %D, at least 128KiB): over it, it is closed",
      /* two whole frames: below one, every client was closed at its hello as one "that does not read" */
      2 * GML_MAX_FRAME, 0, 0, NULL},
-    {"hello-timeout-ms", "MS", OPT_INT, AT(hello_timeout_ms), "5000", "a connection must say hello within (default %D)", 1,
-     3600000, 10, NULL},
-    {"frame-timeout-ms", "MS", OPT_INT, AT(frame_timeout_ms), "5000", "a frame begun must be whole within (default %D)", 1,
-     3600000, 10, NULL},
-    {"max-clients", "N", OPT_INT, AT(max_clients), "1024", "connections in all, at most (default %D)", 1, 1000000, 10, NULL},
-    {"max-clients-per-uid", "N", OPT_INT, AT(max_clients_per_uid), "256", "connections of one user, at most (default %D)", 1,
-     1000000, 10, NULL},
+    {"hello-timeout-ms", "MS", OPT_INT, AT(hello_timeout_ms), "5000", "a connection must say hello within (default %D)",
+     1, 3600000, 10, NULL},
+    {"frame-timeout-ms", "MS", OPT_INT, AT(frame_timeout_ms), "5000", "a frame begun must be whole within (default %D)",
+     1, 3600000, 10, NULL},
+    {"max-clients", "N", OPT_INT, AT(max_clients), "1024", "connections in all, at most (default %D)", 1, 1000000, 10,
+     NULL},
+    {"max-clients-per-uid", "N", OPT_INT, AT(max_clients_per_uid), "256",
+     "connections of one user, at most (default %D)", 1, 1000000, 10, NULL},
     {"read-budget", "N", OPT_INT, AT(read_budget), "64",
      "frames handled from one client per turn of the loop (default %D): fairness", 1, 1000000, 10, NULL},
     {"accept-backoff-ms", "MS", OPT_INT, AT(accept_backoff_ms), "100",
@@ -117,11 +125,12 @@ static const config_option options[] = {
      "allow a tcp:// control URL: anyone who reaches it may change the lake (unauthenticated)", 0, 0, 0, NULL},
     {"metrics-listen", "ADDR:PORT", OPT_HOSTPORT, AT(metrics_listen), NULL,
      "serve Prometheus text on http://ADDR:PORT/metrics (default: off)", 0, 127, 0, NULL},
-    {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0, 0,
-     NULL},
+    {"foreground", NULL, OPT_FLAG, AT(foreground), NULL, "stay in the foreground (always true; kept for scripts)", 0, 0,
+     0, NULL},
     {"instance-config", "PATH", OPT_CONFIG, AT(instance_config_path), NULL,
      "this GPU's own config file, read after --config when it exists: its settings win (the unit passes "
-     "/etc/gmlake/gmlaked@N.conf)", 0, 0, 0, NULL},
+     "/etc/gmlake/gmlaked@N.conf)",
+     0, 0, 0, NULL},
     {"check-config", NULL, OPT_FLAG, AT(check_config), NULL,
      "read the config file and the flags, say whether a start would take them (exit 0) or why not (exit 2), and exit: "
      "the unit's ExecReload runs it first, so a reload of a bad file fails",
@@ -136,15 +145,18 @@ void config_usage(FILE *f) {
     const config_option *o = &options[i];
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
-    fprintf(f, "  %-22s%s", left, strlen(left) < 22 ? "" : "\n                        "); /* a long one: its help below */
+    fprintf(f, "  %-22s%s", left,
+            strlen(left) < 22 ? "" : "\n                        "); /* a long one: its help below */
     for (const char *h = o->help; *h; h++) {
       if (h[0] == '%' && h[1] == 'D') fputs(o->def ? o->def : "none", f), h++;
       else fputc(*h, f);
     }
     fputc('\n', f);
   }
-  fprintf(f, "Config file: one 'key = value' per line, keys as the long options without '--', each once (quota may repeat,\n"
-             "once a holder), '#' comments.\n");
+  fprintf(
+      f,
+      "Config file: one 'key = value' per line, keys as the long options without '--', each once (quota may repeat,\n"
+      "once a holder), '#' comments.\n");
 }
 
 static int has_word(const char *words, const char *w) {
@@ -189,7 +201,8 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     break;
   case OPT_DEVICE:
     if (!gmli_device_spec_valid(val) || strlen(val) >= o->size) return -1;
-    c->device = gmli_device_spec_index(val) >= 0 ? gmli_device_spec_index(val) : gmli_host_device_of_name(val); /* a GPU's
+    c->device =
+        gmli_device_spec_index(val) >= 0 ? gmli_device_spec_index(val) : gmli_host_device_of_name(val); /* a GPU's
                                              * UUID or PCI bus id: -1 until the backend says which index it is */
     break;
   case OPT_URL:
@@ -198,7 +211,8 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
   case OPT_HOSTPORT: {
     if (!*val) break; /* "": off (a flag that turns off the file's) */
     const char *colon = strrchr(val, ':');
-    if (!colon || strlen(val) > (size_t)o->max || strlen(val) >= o->size || !isdigit((unsigned char)colon[1])) return -1;
+    if (!colon || strlen(val) > (size_t)o->max || strlen(val) >= o->size || !isdigit((unsigned char)colon[1]))
+      return -1;
     long port = strtol(colon + 1, &end, 10);
     if (*end || port < 1 || port > 65535) return -1;
     size_t hl = (size_t)(colon - val);
@@ -264,15 +278,18 @@ static void accepted(const config_option *o, const char *val, char *buf, size_t 
   case OPT_CHOICE: snprintf(buf, len, " (one of: %s)", o->choices); break;
   case OPT_BACKEND: snprintf(buf, len, " (one of: %s)", gmli_backend_names()); break;
   case OPT_DEVICE:
-    snprintf(buf, len, " (nvidia-smi's index 0 to %d, a UUID as nvidia-smi -L prints it, GPU-xxxxxxxx-..., a PCI bus id, "
-             "0000:3b:00.0, or host-N)", GML_DEVICE_INDEX_MAX);
+    snprintf(buf, len,
+             " (nvidia-smi's index 0 to %d, a UUID as nvidia-smi -L prints it, GPU-xxxxxxxx-..., a PCI bus id, "
+             "0000:3b:00.0, or host-N)",
+             GML_DEVICE_INDEX_MAX);
     break;
   case OPT_URL: snprintf(buf, len, " (a URL: ipc:///PATH, or tcp://HOST:PORT with control-insecure-tcp)"); break;
   case OPT_LOGLEVEL: snprintf(buf, len, " (error, warn, info or debug)"); break;
   case OPT_FLAG: snprintf(buf, len, " (a flag: the key alone, or yes / no)"); break;
   case OPT_QUOTA:
-    snprintf(buf, len, "%s", !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')"
-                                               : " (PID, uid:UID or cgroup:/PATH, then bytes: 'uid:1000 8GiB')");
+    snprintf(buf, len, "%s",
+             !strchr(val, ' ') ? " (holder and bytes are one value: 'uid:1000 8GiB')"
+                               : " (PID, uid:UID or cgroup:/PATH, then bytes: 'uid:1000 8GiB')");
     break;
   case OPT_HOSTPORT:
     snprintf(buf, len, " (ADDR:PORT, PORT 1-65535: 127.0.0.1:9400, [::1]:9400, :9400 for all addresses)");
@@ -290,8 +307,10 @@ static int apply_setting(gmld_config *c, const char *key, const char *val, char 
   }
   if (set_value(c, o, val)) {
     if (o->type == OPT_GROUP) /* the daemon would serve a socket nobody of the intended group can reach */
-      snprintf(err, errlen, "bad value for %s: no group '%s' (create it first: groupadd %s; or leave %s out to keep the "
-               "daemon's own group)", key, val, val, key);
+      snprintf(err, errlen,
+               "bad value for %s: no group '%s' (create it first: groupadd %s; or leave %s out to keep the "
+               "daemon's own group)",
+               key, val, val, key);
     else {
       char what[128];
       accepted(o, val, what, sizeof what);
@@ -317,7 +336,7 @@ static const char *quota_holder_name(const config_quota *q, char *buf, size_t le
   return buf;
 }
 
-static int quiet;           /* a reload: say nothing, the caller logs config_error() */
+static int quiet;            /* a reload: say nothing, the caller logs config_error() */
 static char last_error[640]; /* why the last config_load failed ("" when it did not) */
 void config_set_quiet(int on) { quiet = on; }
 const char *config_error(void) { return last_error; }
@@ -333,8 +352,12 @@ static void say(const char *fmt, ...) {
 }
 
 static const char *file_kind(mode_t m) {
-  return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISSOCK(m) ? "a socket" : "not a file";
+  return S_ISFIFO(m)   ? "a FIFO"
+         : S_ISDIR(m)  ? "a directory"
+         : S_ISCHR(m)  ? "a character device"
+         : S_ISBLK(m)  ? "a block device"
+         : S_ISSOCK(m) ? "a socket"
+                       : "not a file";
 }
 
 /* The config is opened without waiting (O_NONBLOCK) and looked at before it
@@ -360,7 +383,7 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
     close(fd);
     return -1;
   }
-  char line[GML_QUOTA_CGROUP_MAX + 512]; /* a quota of any cgroup path fits */
+  char line[GML_QUOTA_CGROUP_MAX + 512];                        /* a quota of any cgroup path fits */
   int lineno = 0, rc = 0, set_at[GML_ARRAY_LEN(options)] = {0}; /* the line each key was given on */
   while (fgets(line, sizeof line, f)) {
     lineno++;
@@ -400,8 +423,7 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
       break;
     }
     if (o && o->type != OPT_QUOTA && set_at[o - options]) {
-      say("%s:%d: %s given twice (lines %d and %d): give it once", path, lineno, key,
-              set_at[o - options], lineno);
+      say("%s:%d: %s given twice (lines %d and %d): give it once", path, lineno, key, set_at[o - options], lineno);
       rc = -1;
       break;
     }
@@ -418,8 +440,8 @@ static int load_config_file(gmld_config *c, const char *path, int must_exist) {
       q->line = lineno;
       if (was >= 0) { /* before: the last one won, and a reload said "2 quota(s)" */
         char h[sizeof q->cgroup + 8];
-        say("%s:%d: quota of %s given twice (lines %d and %d): give one quota line a holder",
-                path, lineno, quota_holder_name(q, h, sizeof h), c->quotas[was].line, lineno);
+        say("%s:%d: quota of %s given twice (lines %d and %d): give one quota line a holder", path, lineno,
+            quota_holder_name(q, h, sizeof h), c->quotas[was].line, lineno);
         rc = -1;
         break;
       }

@@ -169,11 +169,13 @@ static void warn_shared_dirs(const char *path) {
     if (shared && (own || !(st.st_mode & S_ISVTX))) {
       if (own)
         GML_WARN("%s is in %s, a directory others may write: clients refuse such a socket (another user could have "
-                 "put it there); give it a directory of its own (e.g. /tmp/gmlake-$USER/lake.sock, mode 0755)", path, at);
+                 "put it there); give it a directory of its own (e.g. /tmp/gmlake-$USER/lake.sock, mode 0755)",
+                 path, at);
       else
         GML_WARN("%s lies under %s, a directory others may write (mode %04o, not sticky): clients refuse such a socket "
                  "(another user could have put another directory there); give it a directory of its own (e.g. "
-                 "/tmp/gmlake-$USER/lake.sock, mode 0755)", path, at, (unsigned)(st.st_mode & 07777));
+                 "/tmp/gmlake-$USER/lake.sock, mode 0755)",
+                 path, at, (unsigned)(st.st_mode & 07777));
       real[end] = c;
       return;
     }
@@ -287,7 +289,8 @@ static int cgroup2_mount(char *out, size_t len) {
   int found = 0;
   while (!found && fgets(line, sizeof line, f)) { /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - FSTYPE SOURCE ... */
     char mnt[1024], *dash = strstr(line, " - ");
-    if (dash && !strncmp(dash + 3, "cgroup2 ", 8) && sscanf(line, "%*s %*s %*s %*s %1023s", mnt) == 1 && strlen(mnt) < len) {
+    if (dash && !strncmp(dash + 3, "cgroup2 ", 8) && sscanf(line, "%*s %*s %*s %*s %1023s", mnt) == 1 &&
+        strlen(mnt) < len) {
       snprintf(out, len, "%s", mnt);
       found = 1;
     }
@@ -300,8 +303,9 @@ int conn_cgroup_check(const char *path, char *why, size_t len) {
   char mnt[1024], full[1024 + GML_QUOTA_CGROUP_MAX];
   struct stat st;
   if (!cgroup2_mount(mnt, sizeof mnt)) {
-    snprintf(why, len, "this host mounts no cgroup v2 hierarchy (cgroup v1 only), so no client's cgroup can be told: "
-                       "give uid: or PID quotas");
+    snprintf(why, len,
+             "this host mounts no cgroup v2 hierarchy (cgroup v1 only), so no client's cgroup can be told: "
+             "give uid: or PID quotas");
     return GML_EINVAL;
   }
   snprintf(full, sizeof full, "%s%s", mnt, strcmp(path, "/") ? path : "");
@@ -337,7 +341,8 @@ int conn_log_ok(uint32_t uid) {
   struct log_budget *b = NULL, *lru = &logb[0];
   for (int i = 0; i < LOG_USERS && !b; i++) {
     if (logb[i].used && logb[i].uid == uid) b = &logb[i];
-    else if (lru->used && (!logb[i].used || logb[i].at_ns < lru->at_ns)) lru = &logb[i]; /* a free one, else the oldest */
+    else if (lru->used && (!logb[i].used || logb[i].at_ns < lru->at_ns))
+      lru = &logb[i]; /* a free one, else the oldest */
   }
   if (!b) {
     b = lru;

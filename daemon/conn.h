@@ -16,16 +16,16 @@ typedef struct tx_item {
   struct tx_item *next;
   uint8_t *buf;
   size_t len, off;
-  size_t cost;              /* counted in conn_txq.bytes */
-  int nfds;                 /* sent with the first byte */
-  int fds[];                /* owned */
+  size_t cost; /* counted in conn_txq.bytes */
+  int nfds;    /* sent with the first byte */
+  int fds[];   /* owned */
 } tx_item;
 
 typedef struct conn_txq {
   tx_item *head, *tail;
-  size_t bytes;             /* memory the queue holds, items included (send-queue-max) */
-  size_t nfds;              /* fds the queue owns (dups not yet sent) */
-  size_t *nfds_all;         /* NULL, or a count of every queue's fds that this one adds its own to */
+  size_t bytes;     /* memory the queue holds, items included (send-queue-max) */
+  size_t nfds;      /* fds the queue owns (dups not yet sent) */
+  size_t *nfds_all; /* NULL, or a count of every queue's fds that this one adds its own to */
 } conn_txq;
 
 /* Encode env into a frame and send it on sock now where nothing waits before

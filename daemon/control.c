@@ -83,8 +83,8 @@ typedef struct ctl_call {
   Gmlake__CtlReply *rep;
   Gmlake__LakeStats stats;
   void *to_free[2];
-  int may_change;           /* the peer may send requests that change the lake */
-  long viewer;              /* the peer's uid when it may see only its own user's processes (-1: all) */
+  int may_change; /* the peer may send requests that change the lake */
+  long viewer;    /* the peer's uid when it may see only its own user's processes (-1: all) */
 } ctl_call;
 
 static void with_stats(ctl_call *k) {
@@ -205,15 +205,17 @@ void control_say_limit_below_held(gmld *d, const char *by, uint64_t was, char *s
   /* what broker_set_limit, the broker's leases and the tick's broker_trim_over_limit do: no chunk a client holds
    * can be taken back (its mappings keep it), so the lake stays over its limit until they return chunks; and a
    * chunk goes to another uid only made anew (trust.c), which waits for room under the limit (make_room, refill) */
-  snprintf(text, sizeof text, "limit %s is below the %s clients hold now (%s leased, %s parked, %s in shares): nothing is taken back "
+  snprintf(text, sizeof text,
+           "limit %s is below the %s clients hold now (%s leased, %s parked, %s in shares): nothing is taken back "
            "from them; the free chunks were released and no chunk is made while the lake is over its limit, so a lease "
            "is served only from chunks that clients of its own user give back (clients' idle cache is asked for, as on "
            "a full lake); another user's lease is refused until the lake is within its limit (a chunk goes to another "
            "user only released and made anew: what is given back is released, which may bring the lake within it); a "
            "lease that takes its client past the limit is refused at once; chunks given back that no lease takes are "
-           "released until the lake is within its limit", gmli_format_bytes(lk->limit_bytes, l, sizeof l),
-           gmli_format_bytes(held * lk->cs, h, sizeof h), gmli_format_bytes(lk->leased * lk->cs, le, sizeof le),
-           gmli_format_bytes(lk->parked * lk->cs, p, sizeof p), gmli_format_bytes(lk->shared * lk->cs, s, sizeof s));
+           "released until the lake is within its limit",
+           gmli_format_bytes(lk->limit_bytes, l, sizeof l), gmli_format_bytes(held * lk->cs, h, sizeof h),
+           gmli_format_bytes(lk->leased * lk->cs, le, sizeof le), gmli_format_bytes(lk->parked * lk->cs, p, sizeof p),
+           gmli_format_bytes(lk->shared * lk->cs, s, sizeof s));
   GML_WARN("%s: %s", by, text);
   if (said && len) snprintf(said, len, "%s", text);
 }
@@ -247,7 +249,10 @@ static void ctl_set_quota(ctl_call *k) {
     int rc = pidquota_watch(k->d, (pid_t)q->pid);
     if (rc) {
       static char why[160]; /* the reply is packed after this returns */
-      fail(k, rc == GML_ENOENT ? GML_ENOENT : rc == GML_ENOMEM ? GML_ENOMEM : GML_ESYS,
+      fail(k,
+           rc == GML_ENOENT   ? GML_ENOENT
+           : rc == GML_ENOMEM ? GML_ENOMEM
+                              : GML_ESYS,
            pidquota_why((pid_t)q->pid, rc, why, sizeof why));
       return;
     }
@@ -284,10 +289,12 @@ static void handle_request(ctl_call *k) {
     if (routes[i].kind == k->req->req_case) {
       if (routes[i].changes && !k->may_change) {
         if (k->viewer >= 0) /* a user's share of the log (conn.c): a reader asking again and again is one user */
-          CONN_WARN((uint32_t)k->viewer, "control: '%s' of uid %ld refused: it changes the lake, for root or the daemon's user only",
+          CONN_WARN((uint32_t)k->viewer,
+                    "control: '%s' of uid %ld refused: it changes the lake, for root or the daemon's user only",
                     routes[i].name, k->viewer);
         else GML_WARN("control: '%s' refused: it changes the lake, for root or the daemon's user only", routes[i].name);
-        fail(k, GML_EPERM, "permission denied: changing the lake is for root or the daemon's user (reading is allowed)");
+        fail(k, GML_EPERM,
+             "permission denied: changing the lake is for root or the daemon's user (reading is allowed)");
         return;
       }
       routes[i].handle(k);

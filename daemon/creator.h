@@ -13,8 +13,8 @@
 
 typedef struct creator_result {
   gml_phys phys;
-  int fd;                   /* its exported handle; -1 when creating it failed */
-  int err;                  /* ... then errno as the creation left it (EMFILE: the fd table was full) */
+  int fd;  /* its exported handle; -1 when creating it failed */
+  int err; /* ... then errno as the creation left it (EMFILE: the fd table was full) */
 } creator_result;
 
 /* Runs on the loop thread with the chunks made since the last call; it owns
@@ -27,8 +27,8 @@ typedef struct creator {
   int nthreads;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  uint64_t requested;       /* chunks still to make */
-  size_t inflight;          /* being made right now */
+  uint64_t requested; /* chunks still to make */
+  size_t inflight;    /* being made right now */
   int stop;
   creator_result *done;
   size_t ndone, done_cap;

@@ -45,8 +45,8 @@
 #include <unistd.h>
 
 #define CTL_MAX_CONNS 64
-#define CTL_RESERVED 16   /* of them, only for root and the daemon's uid */
-#define CTL_MAX_PER_UID 8 /* connections of one other user at once */
+#define CTL_RESERVED 16        /* of them, only for root and the daemon's uid */
+#define CTL_MAX_PER_UID 8      /* connections of one other user at once */
 #define CTL_MAX_MSG (1u << 20) /* larger closes the connection; over 64 KiB gets an error reply */
 #define SP_REQ0 0x30
 #define SP_REP0 0x31
@@ -56,13 +56,13 @@ typedef struct ctl_conn {
   gmld *d;
   int fd;
   uv_poll_t poll;
-  int may_change;           /* root or the daemon's uid (ipc), or --control-insecure-tcp */
-  int trusted;              /* root or the daemon's uid (ipc): the reserved slots, no per-uid cap */
-  long uid;                 /* the peer's (ipc); -1 on tcp */
-  uint64_t since_ns;        /* its last progress (connected, greeted, a request read, a reply sent) */
+  int may_change;    /* root or the daemon's uid (ipc), or --control-insecure-tcp */
+  int trusted;       /* root or the daemon's uid (ipc): the reserved slots, no per-uid cap */
+  long uid;          /* the peer's (ipc); -1 on tcp */
+  uint64_t since_ns; /* its last progress (connected, greeted, a request read, a reply sent) */
   uint8_t *buf;
   size_t len, cap;
-  int greeted;              /* the peer's 8-byte SP header was read and checked */
+  int greeted; /* the peer's 8-byte SP header was read and checked */
   conn_txq tx;
 } ctl_conn;
 
@@ -237,7 +237,9 @@ static void on_ctl_tick(uv_timer_t *t) {
     next = c->next;
     if (now - c->since_ns <= limit) continue;
     GML_DEBUG("control connection of uid %ld closed: %s within hello-timeout-ms", c->uid,
-              !c->greeted ? "no SP greeting" : c->tx.head ? "its reply not read" : "no request");
+              !c->greeted  ? "no SP greeting"
+              : c->tx.head ? "its reply not read"
+                           : "no request");
     conn_close(c);
   }
   if (d->ctl_accept_paused) {

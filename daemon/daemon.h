@@ -49,24 +49,24 @@
 #include <sys/types.h>
 #include <uv.h>
 
-typedef struct parked_owner {       /* a client gone while its process lives on */
+typedef struct parked_owner { /* a client gone while its process lives on */
   struct parked_owner *next;
   struct gmld *d;
   uint64_t owner;
   int pidfd;
   pid_t pid;
   uv_poll_t poll;
-  broker_client bc;                 /* on the broker's parked list: its chunks count in its quotas */
+  broker_client bc; /* on the broker's parked list: its chunks count in its quotas */
 } parked_owner;
 
 #define GMLD_NAME_MAX 320 /* a socket's path (sun_path is 108), with room */
 
 /* The fd table's shares, set at start from RLIMIT_NOFILE (fdbudget.c). */
 typedef struct fd_budget {
-  size_t limit;             /* RLIMIT_NOFILE */
-  size_t queued_max;        /* fds in all connections' unread replies */
-  size_t session_max;       /* ... in one connection's */
-  size_t conns_max;         /* connections (a socket and a pidfd each) */
+  size_t limit;       /* RLIMIT_NOFILE */
+  size_t queued_max;  /* fds in all connections' unread replies */
+  size_t session_max; /* ... in one connection's */
+  size_t conns_max;   /* connections (a socket and a pidfd each) */
 } fd_budget;
 
 typedef struct gmld {
@@ -74,44 +74,44 @@ typedef struct gmld {
   uv_loop_t *loop;
   gml_backend *be;
   lake lk;
-  broker br;                /* the lease policy; its client list is the sessions' */
+  broker br; /* the lease policy; its client list is the sessions' */
   creator cr;
   uint64_t device_total;
   int listen_fd;
   uv_poll_t listen_poll;
-  uv_timer_t accept_pause;  /* accepting paused (out of fds) until it fires (listen.c) */
+  uv_timer_t accept_pause;                 /* accepting paused (out of fds) until it fires (listen.c) */
   uint64_t accept_log_ns, accept_log_held; /* accept warnings: one a second */
-  uv_idle_t kick;           /* the next turn: doomed sessions closed, backlogs read (session.c) */
-  const struct session_ops *session_ops; /* the protocol the sessions' transport calls (dispatch.c installs it) */
-  int ctl_fd;               /* the control socket (ctlsock.c) */
+  uv_idle_t kick;                          /* the next turn: doomed sessions closed, backlogs read (session.c) */
+  const struct session_ops *session_ops;   /* the protocol the sessions' transport calls (dispatch.c installs it) */
+  int ctl_fd;                              /* the control socket (ctlsock.c) */
   uv_poll_t ctl_poll;
   struct ctl_conn *ctl_conns;
   size_t nctl_conns;
-  uv_timer_t ctl_tick;      /* control connections' timeouts, accepting resumed (ctlsock.c) */
-  int ctl_accept_paused;    /* accept() was out of fds: polled again at the next ctl_tick */
-  uint64_t ctl_log_ns;      /* refused control connections: one warning a second */
-  size_t fds_queued;        /* fds waiting in all sessions' send queues (dups the queues own) */
-  fd_budget fdb;            /* what the fd limit allows them, and the connections (fdbudget.c) */
-  int http_fd;              /* --metrics-listen (metrics.c); -1: none */
+  uv_timer_t ctl_tick;   /* control connections' timeouts, accepting resumed (ctlsock.c) */
+  int ctl_accept_paused; /* accept() was out of fds: polled again at the next ctl_tick */
+  uint64_t ctl_log_ns;   /* refused control connections: one warning a second */
+  size_t fds_queued;     /* fds waiting in all sessions' send queues (dups the queues own) */
+  fd_budget fdb;         /* what the fd limit allows them, and the connections (fdbudget.c) */
+  int http_fd;           /* --metrics-listen (metrics.c); -1: none */
   uv_poll_t http_poll;
   struct http_conn *http_conns;
   size_t nhttp_conns;
-  int http_accept_paused;   /* accept() was out of fds: polled again at the next tick (metrics.c) */
+  int http_accept_paused; /* accept() was out of fds: polled again at the next tick (metrics.c) */
   uv_signal_t sigterm, sigint, sighup;
-  int argc;                 /* the command line, read again with the config file on SIGHUP */
+  int argc; /* the command line, read again with the config file on SIGHUP */
   char **argv;
   char status[512];         /* the last STATUS= sent to systemd */
-  char reload_refused[200];   /* why the last SIGHUP changed nothing ("" when it took): in STATUS= */
+  char reload_refused[200]; /* why the last SIGHUP changed nothing ("" when it took): in STATUS= */
   uint64_t status_ns;
   uv_timer_t tick;
   parked_owner *parked;
   struct pid_watch *pid_watches; /* the processes that have a pid quota (pidquota.c) */
-  struct share *shares;     /* published read-only memory (shares.c) */
+  struct share *shares;          /* published read-only memory (shares.c) */
   uint64_t next_share_id;
   uint64_t next_client_id;
-  uint64_t start_ns;        /* gmli_now_ns() at start: the hand-over window counts from it */
-  uint64_t instance;        /* random at start, never 0: HelloReply.instance (a client reconnecting to it does not adopt) */
-  char over_limit_why[80];  /* why the lake holds (or makes) more than its limit, for the tick's line of chunks released
+  uint64_t start_ns; /* gmli_now_ns() at start: the hand-over window counts from it */
+  uint64_t instance; /* random at start, never 0: HelloReply.instance (a client reconnecting to it does not adopt) */
+  char over_limit_why[80]; /* why the lake holds (or makes) more than its limit, for the tick's line of chunks released
                              * past it: a hand-over after the restart (adopt.c), or a limit set below it (control.c) */
   /* Counters, in the message that reports them: a new one is a field of
    * LakeStats and the line that counts it (control.c and gmlakectl show it). */

@@ -45,11 +45,13 @@ void fdbudget_say(const gmld *d) {
   size_t own = b->limit - b->queued_max - 2 * b->conns_max;
   uint64_t chunks = d->lk.limit_bytes / d->lk.cs;
   GML_INFO("fd limit (RLIMIT_NOFILE) %zu: %zu fds for unread replies (%zu a connection), %zu connections, %zu for the "
-           "lake's chunks and the daemon's own work", b->limit, b->queued_max, b->session_max, b->conns_max, own);
+           "lake's chunks and the daemon's own work",
+           b->limit, b->queued_max, b->session_max, b->conns_max, own);
   if (chunks + 64 > own)
-    GML_WARN("the fd limit (RLIMIT_NOFILE %zu) leaves %zu fds for the lake's chunks and the daemon's own work: the limit's "
-             "%llu chunks do not fit; raise it (LimitNOFILE= in the unit, ulimit -n) or lower the limit", b->limit, own,
-             (unsigned long long)chunks);
+    GML_WARN(
+        "the fd limit (RLIMIT_NOFILE %zu) leaves %zu fds for the lake's chunks and the daemon's own work: the limit's "
+        "%llu chunks do not fit; raise it (LimitNOFILE= in the unit, ulimit -n) or lower the limit",
+        b->limit, own, (unsigned long long)chunks);
 }
 
 size_t fdbudget_room(const gmld *d, size_t session_queued) {
@@ -61,9 +63,12 @@ size_t fdbudget_room(const gmld *d, size_t session_queued) {
 
 void fdbudget_refusal(const gmld *d, size_t session_queued, int nfds, char *out, size_t len) {
   const fd_budget *b = &d->fdb;
-  snprintf(out, len, "the daemon's fd limit (RLIMIT_NOFILE %zu) leaves no room for this reply's %d fds: it allows %zu fds in "
-           "one connection's unread replies (%zu in this one's now) and %zu in all connections' (%zu now); read the replies, "
-           "then ask again", b->limit, nfds, b->session_max, session_queued, b->queued_max, d->fds_queued);
+  snprintf(out, len,
+           "the daemon's fd limit (RLIMIT_NOFILE %zu) leaves no room for this reply's %d fds: it allows %zu fds in "
+           "one connection's unread replies (%zu in this one's now) and %zu in all connections' (%zu now); read the "
+           "replies, "
+           "then ask again",
+           b->limit, nfds, b->session_max, session_queued, b->queued_max, d->fds_queued);
 }
 
 int fdbudget_out_of_fds(void) {

@@ -43,8 +43,8 @@ static void ask_reclaim(gmld *d, const broker_client *asker) {
   }
   for (size_t i = 0; i < n; i++) {
     grant_send_reclaim(session_of(who[i]), who[i]->reclaim_ask, 2 * d->br.lease_wait_ns / 1000000);
-    CONN_INFO(asker->uid, "asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id, (int)who[i]->pid,
-             (unsigned long long)who[i]->reclaim_ask);
+    CONN_INFO(asker->uid, "asked client %llu (pid %d) for %llu bytes of idle cache", (unsigned long long)who[i]->id,
+              (int)who[i]->pid, (unsigned long long)who[i]->reclaim_ask);
   }
   if (who != few) free(who);
 }
@@ -87,15 +87,15 @@ static void send_chunks(session *s, const broker_decision *dec) {
   broker_record_latency(&d->br, ns);
   if (s->bc.lease.asked > BROKER_MAX_LEASE) /* a streamed lease: one line for the operator (and the GPU bench) */
     CONN_INFO(s->bc.uid, "streamed lease of %u chunk(s) to client %llu (pid %d) served in %.1f ms", s->bc.lease.asked,
-             (unsigned long long)s->bc.id, (int)s->bc.pid, (double)ns / 1e6);
+              (unsigned long long)s->bc.id, (int)s->bc.pid, (double)ns / 1e6);
 }
 
 /* A streamed lease: every free chunk it may have now, reply after reply,
  * while its send queue has room. */
 static void serve_stream(session *s) {
   broker_decision more;
-  while (s->bc.lease.pending && s->bc.lease.streamed && session_queued_bytes(s) < GRANT_QUEUE_MAX && session_fds_room(s) &&
-         broker_serve_free(&s->d->br, &s->bc, &more))
+  while (s->bc.lease.pending && s->bc.lease.streamed && session_queued_bytes(s) < GRANT_QUEUE_MAX &&
+         session_fds_room(s) && broker_serve_free(&s->d->br, &s->bc, &more))
     send_chunks(s, &more);
 }
 
@@ -104,13 +104,16 @@ void grant_more(session *s) { serve_stream(s); }
 /* Reclaim requests first, then s's answer (nothing while its lease waits). */
 static void carry_out(session *s, const broker_decision *dec) {
   if (dec->from_idle)
-    CONN_INFO(s->bc.uid, "client %llu (pid %d) waits for %u chunk(s), more than the free ones: idle clients' idle cache covers the rest, "
-             "%llu bytes asked of them alone, no chunk created for it", (unsigned long long)s->bc.id, (int)s->bc.pid,
-             s->bc.lease.count, (unsigned long long)dec->reclaim_bytes);
+    CONN_INFO(s->bc.uid,
+              "client %llu (pid %d) waits for %u chunk(s), more than the free ones: idle clients' idle cache covers "
+              "the rest, "
+              "%llu bytes asked of them alone, no chunk created for it",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count, (unsigned long long)dec->reclaim_bytes);
   if (dec->idle_short) { /* chunks for it may be created now, not at the next tick */
-    CONN_INFO(s->bc.uid, "lease of client %llu (pid %d): the idle clients asked answered short of it or gave nothing for a while, "
-             "%u chunk(s) still wanted: creating what the limit allows, asking the rest of any client with idle cache",
-             (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count);
+    CONN_INFO(s->bc.uid,
+              "lease of client %llu (pid %d): the idle clients asked answered short of it or gave nothing for a while, "
+              "%u chunk(s) still wanted: creating what the limit allows, asking the rest of any client with idle cache",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, s->bc.lease.count);
     daemon_refill(s->d);
   }
   if (dec->reclaim_bytes) ask_reclaim(s->d, &s->bc);
@@ -131,10 +134,10 @@ static void carry_out(session *s, const broker_decision *dec) {
      * again and again to be refused at once wrote a line each time, unbounded */
     if (again)
       gmli_log(GML_LOG_DEBUG, "lease of %u chunk(s) refused to client %llu (pid %d): %s (again)", dec->count,
-              (unsigned long long)s->bc.id, (int)s->bc.pid, GML_LOG_ESC(dec->why)); /* it names quotas' cgroups */
+               (unsigned long long)s->bc.id, (int)s->bc.pid, GML_LOG_ESC(dec->why)); /* it names quotas' cgroups */
     else
-      CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count, (unsigned long long)s->bc.id,
-                (int)s->bc.pid, GML_LOG_ESC(dec->why));
+      CONN_WARN(s->bc.uid, "lease of %u chunk(s) refused to client %llu (pid %d): %s", dec->count,
+                (unsigned long long)s->bc.id, (int)s->bc.pid, GML_LOG_ESC(dec->why));
     session_send_error(s, dec->seq, dec->code, "%s", dec->message);
     break;
   }

@@ -24,9 +24,10 @@
 /* 1 when the hello's device is not ours, why saying so. */
 static int gpu_refused(const gmld *d, const Gmlake__Hello *h, char *why, size_t len) {
   const char *theirs = h->gpu_uuid;
-  if (!theirs || !*theirs || strcmp(gmli_uuid_backend(theirs), d->be->name) || gmli_uuid_same(theirs, d->be->uuid)) return 0;
-  gmli_gpu_mismatch(why, len, d->be->uuid, d->cfg.device, gmli_device_name_ok(theirs) ? theirs : "(a name no device has)",
-                   h->device);
+  if (!theirs || !*theirs || strcmp(gmli_uuid_backend(theirs), d->be->name) || gmli_uuid_same(theirs, d->be->uuid))
+    return 0;
+  gmli_gpu_mismatch(why, len, d->be->uuid, d->cfg.device,
+                    gmli_device_name_ok(theirs) ? theirs : "(a name no device has)", h->device);
   return 1;
 }
 
@@ -35,8 +36,8 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
   gmld *d = s->d;
   char why[512];
   if (h->protocol_version != GML_PROTOCOL_VERSION) {
-    session_send_error(s, msg->seq, GML_EPROTO, "protocol version %u not supported (daemon speaks %d)", h->protocol_version,
-               GML_PROTOCOL_VERSION);
+    session_send_error(s, msg->seq, GML_EPROTO, "protocol version %u not supported (daemon speaks %d)",
+                       h->protocol_version, GML_PROTOCOL_VERSION);
     session_doom(s, "protocol version not supported");
     return;
   }
@@ -58,15 +59,20 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
   static uint64_t late_logged_ns; /* one warning a second at most: any client may say adopting */
   int loud = late && gmli_now_ns() - late_logged_ns > 1000000000ull;
   if (loud) late_logged_ns = gmli_now_ns();
-  if (late) gmli_log(loud ? GML_LOG_WARN : GML_LOG_DEBUG, "client %llu (pid %d, uid %u) would hand over chunks %.0f s after "
-                    "start (adopt-window %d s): refused, it keeps them uncounted", (unsigned long long)s->bc.id,
-                    (int)s->bc.pid, (unsigned)s->bc.uid, (double)(gmli_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
+  if (late)
+    gmli_log(loud ? GML_LOG_WARN : GML_LOG_DEBUG,
+             "client %llu (pid %d, uid %u) would hand over chunks %.0f s after "
+             "start (adopt-window %d s): refused, it keeps them uncounted",
+             (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid,
+             (double)(gmli_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
   conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
   if (s->peer_gone || conn_process_gone(s->pidfd, s->bc.pid)) { /* after the cgroup read: it was that process's */
     /* its pid and cgroup are what pid and cgroup quotas bind: a process that connected, handed the socket on
      * and exited left a connection in no cgroup (before: a lease past its cgroup's quota) */
-    session_send_error(s, msg->seq, GML_EPERM, "the process that connected (pid %d) has exited: a connection is served "
-               "to the process that made it", (int)s->bc.pid);
+    session_send_error(s, msg->seq, GML_EPERM,
+                       "the process that connected (pid %d) has exited: a connection is served "
+                       "to the process that made it",
+                       (int)s->bc.pid);
     session_doom(s, "the process that connected has exited");
     return;
   }
@@ -85,7 +91,7 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;
   session_send_msg(s, &env, NULL, 0);
-  CONN_INFO(s->bc.uid, "client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned)s->bc.uid, GML_LOG_ESC(s->bc.name), s->bc.cgroup[0] ? GML_LOG_ESC(s->bc.cgroup) : "-");
+  CONN_INFO(s->bc.uid, "client %llu connected: pid %d uid %u (%s) cgroup %s", (unsigned long long)s->bc.id,
+            (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(s->bc.name),
+            s->bc.cgroup[0] ? GML_LOG_ESC(s->bc.cgroup) : "-");
 }
-

@@ -63,8 +63,8 @@ static void refuse_connection(gmld *d, int fd, const char *why) {
 /* The connections' share of the fd table is taken (fdbudget.c): the rest is the lake's and the daemon's own. */
 static void refuse_over_fd_budget(gmld *d, int fd) {
   char why[160];
-  snprintf(why, sizeof why, "too many connections for the daemon's fd limit (RLIMIT_NOFILE %zu allows %zu)", d->fdb.limit,
-           d->fdb.conns_max);
+  snprintf(why, sizeof why, "too many connections for the daemon's fd limit (RLIMIT_NOFILE %zu allows %zu)",
+           d->fdb.limit, d->fdb.conns_max);
   refuse_connection(d, fd, why);
 }
 

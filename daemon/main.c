@@ -49,12 +49,16 @@ static void on_chunks_made(void *arg, const creator_result *r, size_t n) {
     no_fds = no_fds || fdbudget_out_of_fds();
     d->br.create_failed_why[0] = 0; /* a waiting lease's refusal says which */
     if (no_fds)
-      snprintf(d->br.create_failed_why, sizeof d->br.create_failed_why, "the daemon's fd limit (RLIMIT_NOFILE %zu) is reached: "
-               "the daemon", d->fdb.limit);
+      snprintf(d->br.create_failed_why, sizeof d->br.create_failed_why,
+               "the daemon's fd limit (RLIMIT_NOFILE %zu) is reached: "
+               "the daemon",
+               d->fdb.limit);
     int starts = broker_creation_failed(&d->br, gmli_now_ns()); /* said once a back-off starts */
     if (starts && no_fds)
-      GML_WARN("creating %zu chunk(s) failed: the daemon's fd limit (RLIMIT_NOFILE %zu) is reached (raise it: LimitNOFILE= in "
-               "the unit, ulimit -n)", failed, d->fdb.limit);
+      GML_WARN("creating %zu chunk(s) failed: the daemon's fd limit (RLIMIT_NOFILE %zu) is reached (raise it: "
+               "LimitNOFILE= in "
+               "the unit, ulimit -n)",
+               failed, d->fdb.limit);
     else if (starts) GML_WARN("creating %zu chunk(s) failed (device full?)", failed);
   }
   sessions_serve_pending(d);
@@ -75,7 +79,8 @@ static void notify_systemd(const gmld *d, const char *state) {
   if (sa.sun_path[0] == '@') sa.sun_path[0] = 0; /* abstract namespace */
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
-  sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
+  sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
   close(fd);
 }
 
@@ -84,10 +89,11 @@ static void notify_systemd(const gmld *d, const char *state) {
 static void notify_status(gmld *d, int force) {
   char st[512], lb[32], hb[32], ub[32];
   uint64_t leased = d->lk.leased + d->lk.parked;
-  snprintf(st, sizeof st, "STATUS=device %d (%s), %s backend: limit %s, lake holds %s, %zu client(s) lease %s%s%s", d->cfg.device,
-           d->be->uuid, d->be->name, gmli_format_bytes(d->lk.limit_bytes, lb, sizeof lb),
-           gmli_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients, gmli_format_bytes(leased * d->lk.cs, ub, sizeof ub),
-           d->reload_refused[0] ? "; last reload refused: " : "", d->reload_refused); /* systemctl status shows it */
+  snprintf(st, sizeof st, "STATUS=device %d (%s), %s backend: limit %s, lake holds %s, %zu client(s) lease %s%s%s",
+           d->cfg.device, d->be->uuid, d->be->name, gmli_format_bytes(d->lk.limit_bytes, lb, sizeof lb),
+           gmli_format_bytes(d->lk.total * d->lk.cs, hb, sizeof hb), d->br.nclients,
+           gmli_format_bytes(leased * d->lk.cs, ub, sizeof ub), d->reload_refused[0] ? "; last reload refused: " : "",
+           d->reload_refused); /* systemctl status shows it */
   if (!force && !strcmp(st, d->status)) return;
   snprintf(d->status, sizeof d->status, "%s", st);
   d->status_ns = gmli_now_ns();
@@ -172,7 +178,8 @@ static const char *apply_log_level(const gmld_config *c) {
  * them). Set before the driver is loaded, which reads them at cuInit. */
 static void device_order_pci(void) {
   const char *v = gmli_env(GML_ENV_CUDA_VISIBLE_DEVICES);
-  if (v) GML_WARN("CUDA_VISIBLE_DEVICES=%s ignored: gmlaked serves the GPU --device names (an index is nvidia-smi's)", v);
+  if (v)
+    GML_WARN("CUDA_VISIBLE_DEVICES=%s ignored: gmlaked serves the GPU --device names (an index is nvidia-smi's)", v);
   unsetenv("CUDA_VISIBLE_DEVICES");
   setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 1);
 }
@@ -205,7 +212,8 @@ static void on_reload(uv_signal_t *h, int signum) {
     nc.device = d->cfg.device; /* the index a UUID resolved to at start */
     names_defaults(&nc, d->be, took);
     if (config_changed_at_start(&d->cfg, &nc, changed, sizeof changed)) /* before: only socket-group and -mode said */
-      GML_WARN("SIGHUP: %s changed: taken at the next start, not now (a reload takes limit, quota, log-level, idle-release and idle-reserve)",
+      GML_WARN("SIGHUP: %s changed: taken at the next start, not now (a reload takes limit, quota, log-level, "
+               "idle-release and idle-reserve)",
                changed);
   }
   if (bad) {
@@ -250,14 +258,16 @@ static void on_tick(uv_timer_t *t) {
   uint32_t over = broker_trim_over_limit(&d->br);
   /* the reason: a hand-over after the restart, or a limit set below what the lake held (before: always the
    * hand-over, after `gmlakectl limit` or a reload too) */
-  if (over) GML_INFO("released %u free chunk(s) the lake held past its limit (%s)", over,
-                     d->over_limit_why[0] ? d->over_limit_why : "over it");
+  if (over)
+    GML_INFO("released %u free chunk(s) the lake held past its limit (%s)", over,
+             d->over_limit_why[0] ? d->over_limit_why : "over it");
   if (d->lk.total + d->lk.creating <= d->lk.limit_bytes / d->lk.cs) d->over_limit_why[0] = 0; /* within it again */
   uint32_t idle = broker_idle_release(&d->br, gmli_now_ns());
   if (idle) {
     char g[32], k[32];
     GML_INFO("released %u free chunk(s) (%s) to the driver: nothing leased or given back for %d s (--idle-release); "
-             "the lake holds %s", idle, gmli_format_bytes((uint64_t)idle * d->lk.cs, g, sizeof g), d->cfg.idle_release_s,
+             "the lake holds %s",
+             idle, gmli_format_bytes((uint64_t)idle * d->lk.cs, g, sizeof g), d->cfg.idle_release_s,
              gmli_format_bytes(d->lk.total * d->lk.cs, k, sizeof k));
   }
   metrics_tick(d);
@@ -293,7 +303,7 @@ int main(int argc, char **argv) {
   int took[2];
   if (!names_defaults(&probe, NULL, took)) {
     gmli_log_fatal("/run/gmlake is not writable and XDG_RUNTIME_DIR is unset: give --socket and --control "
-                    "(not in /tmp or another directory others may write: clients refuse those)");
+                   "(not in /tmp or another directory others may write: clients refuse those)");
     free(d);
     return 2;
   }
@@ -308,7 +318,8 @@ int main(int argc, char **argv) {
   if (rc == 0) {
     if (msg[0]) GML_INFO("%s", msg);
     rc = gmli_backend_open(picked, c->device, &bo, &d->be, msg, sizeof msg);
-    if (rc && strcmp(picked, c->backend) && gmli_device_spec_index(c->device_spec) >= 0) /* auto: a GPU that cannot serve */
+    if (rc && strcmp(picked, c->backend) &&
+        gmli_device_spec_index(c->device_spec) >= 0) /* auto: a GPU that cannot serve */
       rc = gmli_backend_open(c->backend, c->device, &bo, &d->be, msg, sizeof msg);
   }
   if (rc) {
@@ -324,14 +335,16 @@ int main(int argc, char **argv) {
   d->device_total = total;
   if (!(limit = config_limit(d, c))) {
     gmli_log_fatal("bad value for limit: '%s' (a size of at least one chunk, %zu bytes, or a percentage of the "
-            "device's memory)", c->limit[0] ? c->limit : "the default", d->be->chunk_size);
+                   "device's memory)",
+                   c->limit[0] ? c->limit : "the default", d->be->chunk_size);
     return 2;
   }
   lake_init(&d->lk, d->be, limit);
   fdbudget_say(d);
   apply_quotas(d);
   gmlake__lake_stats__init(&d->counters);
-  broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size, c->preallocate_bytes / d->be->chunk_size);
+  broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size,
+              c->preallocate_bytes / d->be->chunk_size);
   d->br.lease_wait_ns = (uint64_t)c->lease_wait_ms * 1000000ull;
   apply_idle(d, c);
   trust_install(d);

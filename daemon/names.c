@@ -32,7 +32,8 @@ int names_defaults(gmld_config *c, const gml_backend *be, int took_default[2]) {
    * only --socket put it in /run/gmlake, beside (or in place of) the system
    * daemon's; named by the index, where gmlakectl --device N with
    * GMLAKE_SOCKET=.../gmlake-%d.sock looks */
-  if (!c->control_url[0] && c->socket_path[0]) gmli_control_url_beside(c->socket_path, index, c->control_url, sizeof c->control_url);
+  if (!c->control_url[0] && c->socket_path[0])
+    gmli_control_url_beside(c->socket_path, index, c->control_url, sizeof c->control_url);
   if (!c->socket_path[0]) gmli_default_socket_path(name, c->socket_path, sizeof c->socket_path);
   if (!c->control_url[0]) gmli_default_control_url(name, c->control_url, sizeof c->control_url);
   return c->socket_path[0] && c->control_url[0];
@@ -79,8 +80,8 @@ void names_link(gmld *d, const int took_default[2]) {
       GML_INFO("%s -> %s (the name of device %d, for older clients and gmlakectl --device %d)", d->links[i], base,
                d->be->device, d->be->device);
     } else {
-      GML_WARN("no link %s -> %s: %s; clients that look for gmlake-%d.%s do not find this daemon", d->links[i], base, why,
-               d->be->device, ext[i]);
+      GML_WARN("no link %s -> %s: %s; clients that look for gmlake-%d.%s do not find this daemon", d->links[i], base,
+               why, d->be->device, ext[i]);
       d->links[i][0] = 0;
     }
   }

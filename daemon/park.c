@@ -78,11 +78,15 @@ void park_on_closing(session *s, const char *why) {
       broker_park(&d->br, &p->bc);
     } else {
       free(p);
-      CONN_WARN(s->bc.uid, "cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->bc.pid, (unsigned long long)held);
+      CONN_WARN(s->bc.uid, "cannot watch pid %d: its %llu chunk(s) stay parked", (int)s->bc.pid,
+                (unsigned long long)held);
     }
   }
-  CONN_INFO(s->bc.uid, "client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid, why,
-           (unsigned long long)held, !held ? "held" : gone || d->stopping ? "back in the lake" : "parked until its process exits");
+  CONN_INFO(s->bc.uid, "client %llu (pid %d) left (%s); %llu chunk(s) %s", (unsigned long long)s->bc.id, (int)s->bc.pid,
+            why, (unsigned long long)held,
+            !held                 ? "held"
+            : gone || d->stopping ? "back in the lake"
+                                  : "parked until its process exits");
 }
 
 void park_release_all(gmld *d) {

@@ -37,7 +37,8 @@ static void on_exit_cb(uv_poll_t *h, int status, int events) {
   gmld *d = w->d;
   for (size_t i = 0; i < d->lk.nquotas; i++)
     if (d->lk.quotas[i].by_uid == LAKE_QUOTA_PID && d->lk.quotas[i].key == (uint32_t)w->pid)
-      GML_INFO("process %d exited: its quota of %llu bytes is dropped", (int)w->pid, (unsigned long long)d->lk.quotas[i].bytes);
+      GML_INFO("process %d exited: its quota of %llu bytes is dropped", (int)w->pid,
+               (unsigned long long)d->lk.quotas[i].bytes);
   lake_set_quota(&d->lk, 0, (uint32_t)w->pid, 0);
   unlink_watch(d, w);
 }
@@ -88,7 +89,8 @@ static pid_t thread_group_of(pid_t pid) {
 const char *pidquota_why(pid_t pid, int rc, char *why, size_t len) {
   pid_t tgid = rc == GML_ENOENT ? -1 : thread_group_of(pid);
   if (rc == GML_ENOENT)
-    snprintf(why, len, "no process %d: a pid quota holds for a living process (uid: or cgroup: for one not started yet)",
+    snprintf(why, len,
+             "no process %d: a pid quota holds for a living process (uid: or cgroup: for one not started yet)",
              (int)pid);
   else if (tgid > 0 && tgid != pid) /* pidfd_open takes a process, not one of its threads */
     snprintf(why, len, "%d is a thread of process %d: a pid quota is set for the process", (int)pid, (int)tgid);

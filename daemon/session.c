@@ -94,9 +94,13 @@ void session_send_error(session *s, uint64_t seq, int code, const char *fmt, ...
   session_send(s, &env, NULL, 0);
 }
 
-int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send(s, env, fds, nfds); }
+int session_send_msg(session *s, Gmlake__Envelope *env, const int *fds, int nfds) {
+  return session_send(s, env, fds, nfds);
+}
 
-void session_fd_refusal(const session *s, int nfds, char *why, size_t len) { fdbudget_refusal(s->d, s->txq.nfds, nfds, why, len); }
+void session_fd_refusal(const session *s, int nfds, char *why, size_t len) {
+  fdbudget_refusal(s->d, s->txq.nfds, nfds, why, len);
+}
 
 void session_timeouts(session *s, uint64_t now) {
   gmld *d = s->d;
@@ -114,7 +118,8 @@ static int handle_frame(session *s, const uint8_t *body, size_t len) {
   char why[SESSION_WHY_MAX];
   if (d->session_ops->on_frame(s, body, len, why)) {
     d->counters.protocol_errors++;
-    CONN_WARN(s->bc.uid, "protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid, why);
+    CONN_WARN(s->bc.uid, "protocol error from client %llu (pid %d): %s: closing it", (unsigned long long)s->bc.id,
+              (int)s->bc.pid, why);
     session_close(s, why);
     return -1;
   }
@@ -136,8 +141,8 @@ static int take_frames(session *s, int *budget) {
   }
   if (k < 0) {
     s->d->counters.protocol_errors++;
-    CONN_WARN(s->bc.uid, "client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid,
-             GML_MAX_FRAME);
+    CONN_WARN(s->bc.uid, "client %llu (pid %d) sent a frame over %d bytes: closing it", (unsigned long long)s->bc.id,
+              (int)s->bc.pid, GML_MAX_FRAME);
     session_close(s, "oversize frame");
     return -1;
   }
@@ -157,14 +162,16 @@ static void session_read(session *s) {
     long r = gmli_rx_fill(&s->rx, s->fd);
     if (s->rx.fds_received) {
       s->d->counters.protocol_errors++;
-      CONN_WARN(s->bc.uid, "client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id, (int)s->bc.pid);
+      CONN_WARN(s->bc.uid, "client %llu (pid %d) sent file descriptors: closing it", (unsigned long long)s->bc.id,
+                (int)s->bc.pid);
       session_close(s, "unexpected fds");
       return;
     }
     if (r == GML_EAGAIN) break;
     if (r == 0 && s->rx.len > s->rx.off) {
       s->d->counters.protocol_errors++;
-      CONN_WARN(s->bc.uid, "client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id, (int)s->bc.pid);
+      CONN_WARN(s->bc.uid, "client %llu (pid %d) left in the middle of a frame", (unsigned long long)s->bc.id,
+                (int)s->bc.pid);
       session_close(s, "truncated frame");
       return;
     }

@@ -17,26 +17,24 @@
 struct gmld;
 
 typedef struct session {
-  broker_client bc;         /* who it is, its numbers, its lease in flight (broker.h) */
+  broker_client bc; /* who it is, its numbers, its lease in flight (broker.h) */
   struct gmld *d;
-  int fd;                   /* -1 once closed */
+  int fd; /* -1 once closed */
   uv_poll_t poll;
   int poll_events;
-  int pidfd;                /* of the process that connected (conn_peer_pidfd); on_closing may hand it on (-1) */
-  int peer_gone;            /* the kernel said that process had exited when it was accepted */
-  int hello_done;           /* set by the protocol; before it, only hello_timeout_ms is given */
-  uint64_t adopted;         /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
-  int backlog;              /* complete frames wait in rx beyond this turn's read budget */
-  uint64_t connect_ns;      /* hello must come within hello_timeout_ms of it */
-  uint64_t partial_since_ns;/* a frame started arriving then and is not whole yet (0: none) */
-  const char *close_why;    /* set when the session is doomed (closed at the next turn of the loop) */
+  int pidfd;                 /* of the process that connected (conn_peer_pidfd); on_closing may hand it on (-1) */
+  int peer_gone;             /* the kernel said that process had exited when it was accepted */
+  int hello_done;            /* set by the protocol; before it, only hello_timeout_ms is given */
+  uint64_t adopted;          /* chunks adopted on this connection while its hand-over is not complete (adopt.c) */
+  int backlog;               /* complete frames wait in rx beyond this turn's read budget */
+  uint64_t connect_ns;       /* hello must come within hello_timeout_ms of it */
+  uint64_t partial_since_ns; /* a frame started arriving then and is not whole yet (0: none) */
+  const char *close_why;     /* set when the session is doomed (closed at the next turn of the loop) */
   gml_rx rx;
-  conn_txq txq;             /* frames waiting for the socket */
+  conn_txq txq; /* frames waiting for the socket */
 } session;
 
-static inline session *session_of(broker_client *c) {
-  return (session *)((char *)c - offsetof(session, bc));
-}
+static inline session *session_of(broker_client *c) { return (session *)((char *)c - offsetof(session, bc)); }
 
 /* Why a frame was refused, for the log and the close (on_frame's why). */
 #define SESSION_WHY_MAX 160

@@ -31,8 +31,8 @@ typedef struct mapper {
   uint64_t session_id; /* 0 once its session closed (its process lives on) */
   pid_t pid;
   uid_t uid;
-  uint32_t refs;       /* attaches not yet detached (the publisher's share counts one) */
-  int pidfd;           /* watched once the session closed */
+  uint32_t refs; /* attaches not yet detached (the publisher's share counts one) */
+  int pidfd;     /* watched once the session closed */
   uv_poll_t poll;
   int polling;
 } mapper;
@@ -48,12 +48,12 @@ struct share {
   size_t meta_len;
   uint64_t size;
   uint32_t n;
-  uint32_t *idx;   /* lake chunk indices, in order */
-  int *ro_fds;     /* host backend: read-only fds of the chunks, sent to attachers */
+  uint32_t *idx; /* lake chunk indices, in order */
+  int *ro_fds;   /* host backend: read-only fds of the chunks, sent to attachers */
   pid_t publisher_pid;
   uid_t uid;
   int allow_any;
-  int foreign;     /* fds went to a process of another uid: it may keep them past its detach */
+  int foreign; /* fds went to a process of another uid: it may keep them past its detach */
   uint32_t allow[SHARE_UIDS_MAX];
   size_t nallow;
   double since;
@@ -99,7 +99,9 @@ static int allowed(const share *sh, uid_t uid) {
   return 0;
 }
 
-static int send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) { return session_send_msg(s, env, fds, nfds); }
+static int send_reply(session *s, Gmlake__Envelope *env, const int *fds, int nfds) {
+  return session_send_msg(s, env, fds, nfds);
+}
 
 static void share_destroy(share *sh) {
   gmld *d = sh->d;
@@ -117,7 +119,8 @@ static void share_destroy(share *sh) {
       break;
     }
   broker_unpublish(&d->br, &sh->pub);
-  CONN_INFO(sh->uid, "share '%s' has no mapper left: its %u chunk(s) are back in the lake", GML_LOG_ESC(sh->key), sh->n);
+  CONN_INFO(sh->uid, "share '%s' has no mapper left: its %u chunk(s) are back in the lake", GML_LOG_ESC(sh->key),
+            sh->n);
   free(sh->idx), free(sh->ro_fds), free(sh);
   if (!d->stopping) sessions_serve_pending(d);
 }
@@ -218,7 +221,8 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
       char path[64];
       snprintf(path, sizeof path, "/proc/self/fd/%d", d->lk.chunks[idx[i]].fd);
       ro[i] = open(path, O_RDONLY | O_CLOEXEC);
-      if (ro[i] < 0) GML_WARN("no read-only fd for a shared chunk (%s): attachers get the chunk's own", strerror(errno));
+      if (ro[i] < 0)
+        GML_WARN("no read-only fd for a shared chunk (%s): attachers get the chunk's own", strerror(errno));
     }
   }
   if (!code && (!sh || ((d->be->caps & GML_BACKEND_REOPEN_READ_ONLY) && !ro))) code = GML_ENOMEM;
@@ -233,8 +237,10 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
       if (m->uid == s->bc.uid) k += (size_t)snprintf(who + k, sizeof who - k, "%spid %d", k ? ", " : "", (int)m->pid);
       else k += (size_t)snprintf(who + k, sizeof who - k, "%sa process of uid %u", k ? ", " : "", (unsigned)m->uid);
     }
-    session_send_error(s, seq, code, "share '%s' exists%s%s: published by pid %d%s, mapped by %s; it ends when they detach "
-                       "or exit", old->key, strcmp(old->key, r->key) ? " with that content hash, for " : "",
+    session_send_error(s, seq, code,
+                       "share '%s' exists%s%s: published by pid %d%s, mapped by %s; it ends when they detach "
+                       "or exit",
+                       old->key, strcmp(old->key, r->key) ? " with that content hash, for " : "",
                        strcmp(old->key, r->key) ? r->key : "", (int)old->publisher_pid,
                        pub_maps ? "" : " (which no longer maps it)", who);
     free(idx), free(ro);
@@ -273,8 +279,9 @@ static void handle_share(session *s, uint64_t seq, const Gmlake__ShareRequest *r
   sh->next = d->shares;
   d->shares = sh;
   mapper_add(sh, s);
-  CONN_INFO(s->bc.uid, "client %llu (pid %d, uid %u) shares '%s': %u chunk(s), %llu bytes", (unsigned long long)s->bc.id, (int)s->bc.pid,
-           (unsigned)s->bc.uid, GML_LOG_ESC(sh->key), sh->n, (unsigned long long)sh->size);
+  CONN_INFO(s->bc.uid, "client %llu (pid %d, uid %u) shares '%s': %u chunk(s), %llu bytes",
+            (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(sh->key), sh->n,
+            (unsigned long long)sh->size);
   Gmlake__Envelope env = GMLAKE__ENVELOPE__INIT;
   Gmlake__ShareReply rep = GMLAKE__SHARE_REPLY__INIT;
   rep.share_id = sh->id;
@@ -292,10 +299,12 @@ static int key_refused(session *s, uint64_t seq, const char *key, const char *wh
   char name[SHARE_KEY_MAX + 1];
   uint32_t uid;
   if (!key || !*key || gmli_share_key_ok(key, NULL) || gmli_share_key_owner(key, name, &uid)) return 0;
-  CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) asked to %s '%s': not a share key: refused", (unsigned long long)s->bc.id,
-            (int)s->bc.pid, (unsigned)s->bc.uid, what, GML_LOG_ESC(key));
-  session_send_error(s, seq, GML_EINVAL, "%s: not a share key (1 to %d bytes of '!' to '~', or NAME@UID for another user's "
-                     "share)", what, SHARE_KEY_MAX);
+  CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) asked to %s '%s': not a share key: refused",
+            (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, what, GML_LOG_ESC(key));
+  session_send_error(s, seq, GML_EINVAL,
+                     "%s: not a share key (1 to %d bytes of '!' to '~', or NAME@UID for another user's "
+                     "share)",
+                     what, SHARE_KEY_MAX);
   return 1;
 }
 
@@ -303,12 +312,14 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   gmld *d = s->d;
   if (key_refused(s, seq, r->key, "attach")) return;
   share *sh = r->key && *r->key ? find_named(d, r->key, s->bc.uid)
-                                 : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
+                                : find_hash(d, r->content_hash.data, r->content_hash.len, s->bc.uid);
   if (sh && !allowed(sh, s->bc.uid)) { /* said to the operator; to the client as a share that does not exist */
-    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) may not attach share '%s' of uid %u", (unsigned long long)s->bc.id, (int)s->bc.pid,
-             (unsigned)s->bc.uid, GML_LOG_ESC(sh->key), (unsigned)sh->uid);
+    CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) may not attach share '%s' of uid %u",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(sh->key),
+              (unsigned)sh->uid);
     sh = NULL;
-  } else if (!sh && r->key && strchr(r->key, '@')) { /* logged as a refusal is: the same work, no timing to tell them apart */
+  } else if (!sh && r->key &&
+             strchr(r->key, '@')) { /* logged as a refusal is: the same work, no timing to tell them apart */
     CONN_WARN(s->bc.uid, "client %llu (pid %d, uid %u) attached no share '%s': none of that name it may attach",
               (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid, GML_LOG_ESC(r->key));
   }
@@ -360,11 +371,11 @@ static void handle_attach(session *s, uint64_t seq, const Gmlake__AttachRequest 
   if (send_reply(s, &env, fds, (int)r->count) == CONN_NO_FD_ROOM) { /* not sent: refused, naming the fd limit */
     char why[512];
     session_fd_refusal(s, (int)r->count, why, sizeof why);
-    CONN_WARN(s->bc.uid, "attach of %u chunk(s) of share '%s' refused to client %llu (pid %d): %s", r->count, GML_LOG_ESC(sh->key),
-              (unsigned long long)s->bc.id, (int)s->bc.pid, why);
+    CONN_WARN(s->bc.uid, "attach of %u chunk(s) of share '%s' refused to client %llu (pid %d): %s", r->count,
+              GML_LOG_ESC(sh->key), (unsigned long long)s->bc.id, (int)s->bc.pid, why);
     session_send_error(s, seq, GML_EAGAIN, "attach of %u chunk(s) of share '%s' refused: %s", r->count, named, why);
     mapper *m = counted ? mapper_of(sh, s->bc.id) : NULL; /* not its mapper by this attach */
-    if (m && --m->refs == 0) mapper_remove(m); /* never the share's last: it had its mappers before */
+    if (m && --m->refs == 0) mapper_remove(m);            /* never the share's last: it had its mappers before */
   }
 }
 

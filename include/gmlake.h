@@ -31,23 +31,23 @@ extern "C" {
 /* Every error, once: (name, code, message). Codes are stable; a new error
  * takes the next free code. Errno detail (which system call, which driver
  * error) goes to the log and to gml_last_error(), never into the code. */
-#define GML_ERRNO_MAP(X)                                                                           \
-  X(OK, 0, "success")                                                                              \
-  X(ENOMEM, -1, "out of memory")                /* the lake, the quota or the device is full */    \
-  X(EDAEMON, -2, "daemon unreachable or gone")  /* or it refused the connection */                 \
-  X(EINVAL, -3, "invalid argument")             /* size 0, unknown option, ... */                  \
-  X(EBADPTR, -4, "pointer not allocated by this client") /* or already freed */                   \
-  X(EBACKEND, -5, "physical backend (driver) error")                                              \
-  X(ENODEV, -6, "backend not available")        /* no GPU, no libcuda */                          \
-  X(EPROTO, -7, "protocol error")               /* malformed or unexpected message */             \
-  X(EQUOTA, -8, "quota exceeded")               /* this client's quota would be exceeded */       \
-  X(ESYS, -9, "system call failed")             /* errno is in the log */                         \
-  X(ECLOSED, -10, "client closed")              /* the handle is closed */                        \
-  X(EAGAIN, -11, "try again")                   /* a non-blocking call would block */               \
-  X(EEXIST, -12, "a share of that name exists")                                                     \
-  X(ENOENT, -13, "no such share")               /* no key, or no content with that hash */          \
-  X(EPERM, -14, "not allowed")                  /* a share of another user that does not allow us */\
-  X(EMISMATCH, -15, "content differs")          /* equal hashes, different bytes: refused */   \
+#define GML_ERRNO_MAP(X)                                                                                               \
+  X(OK, 0, "success")                                                                                                  \
+  X(ENOMEM, -1, "out of memory")                         /* the lake, the quota or the device is full */               \
+  X(EDAEMON, -2, "daemon unreachable or gone")           /* or it refused the connection */                            \
+  X(EINVAL, -3, "invalid argument")                      /* size 0, unknown option, ... */                             \
+  X(EBADPTR, -4, "pointer not allocated by this client") /* or already freed */                                        \
+  X(EBACKEND, -5, "physical backend (driver) error")                                                                   \
+  X(ENODEV, -6, "backend not available") /* no GPU, no libcuda */                                                      \
+  X(EPROTO, -7, "protocol error")        /* malformed or unexpected message */                                         \
+  X(EQUOTA, -8, "quota exceeded")        /* this client's quota would be exceeded */                                   \
+  X(ESYS, -9, "system call failed")      /* errno is in the log */                                                     \
+  X(ECLOSED, -10, "client closed")       /* the handle is closed */                                                    \
+  X(EAGAIN, -11, "try again")            /* a non-blocking call would block */                                         \
+  X(EEXIST, -12, "a share of that name exists")                                                                        \
+  X(ENOENT, -13, "no such share")                         /* no key, or no content with that hash */                   \
+  X(EPERM, -14, "not allowed")                            /* a share of another user that does not allow us */         \
+  X(EMISMATCH, -15, "content differs")                    /* equal hashes, different bytes: refused */                 \
   X(ESTALE, -16, "checkpoint no longer matches its pool") /* gml_pool_restore: its memory went back */
 
 enum gml_error {
@@ -84,22 +84,22 @@ enum { GML_GUARD_OFF = -1, GML_GUARD_END = 1, GML_GUARD_BOTH = 2 };
 /* version is the first member and stays first; new members are only ever
  * appended, so a reader can always tell which library filled the rest. */
 typedef struct gml_stats {
-  uint32_t version;         /* GML_VERSION of the library that filled it (gml_version()) */
-  uint64_t allocated;       /* bytes in live blocks */
-  uint64_t reserved;        /* bytes of physical chunks held */
-  uint64_t cached;          /* reserved - allocated */
-  uint64_t stitched;        /* bytes of live blocks whose chunks came from more than one place */
-  uint64_t largest_free;    /* largest request servable from what is held */
+  uint32_t version;      /* GML_VERSION of the library that filled it (gml_version()) */
+  uint64_t allocated;    /* bytes in live blocks */
+  uint64_t reserved;     /* bytes of physical chunks held */
+  uint64_t cached;       /* reserved - allocated */
+  uint64_t stitched;     /* bytes of live blocks whose chunks came from more than one place */
+  uint64_t largest_free; /* largest request servable from what is held */
   uint64_t peak_allocated;
   uint64_t peak_reserved;
   uint64_t alloc_count, free_count;
-  uint64_t chunks_leased, chunks_returned;  /* over the client's life */
-  uint64_t maps, unmaps;    /* chunk map/unmap operations done (stitching work) */
+  uint64_t chunks_leased, chunks_returned; /* over the client's life */
+  uint64_t maps, unmaps;                   /* chunk map/unmap operations done (stitching work) */
   uint64_t ooms;
-  uint64_t syncs;           /* device synchronizations stitching needed (a fence was not yet past) */
-  uint64_t lease_calls;     /* chunk requests to the daemon (or the driver when embedded) */
+  uint64_t syncs;                      /* device synchronizations stitching needed (a fence was not yet past) */
+  uint64_t lease_calls;                /* chunk requests to the daemon (or the driver when embedded) */
   uint64_t lease_p50_ns, lease_p99_ns; /* their latency, recent calls */
-  double fragmentation;     /* 1 - allocated/reserved (0 when nothing is reserved) */
+  double fragmentation;                /* 1 - allocated/reserved (0 when nothing is reserved) */
   size_t chunk_size;
   int mode;                 /* GML_MODE_* */
   const char *backend;      /* "cuda" or "host" */
@@ -113,19 +113,19 @@ typedef struct gml_stats {
   uint64_t growable_mapped;   /* bytes of chunks mapped into them (physical memory held) */
   uint64_t growable_unmapped; /* bytes reserved for them but not mapped (address space only) */
   /* Pause (gml_pause): */
-  uint64_t paused_bytes;      /* bytes of paused blocks (not in allocated; their chunks are back in the lake) */
-  uint64_t paused_saved;      /* bytes of their content saved in host memory or a file */
-  uint64_t borrows;         /* allocations served by a block freed on another stream */
-  uint64_t borrow_waits;    /* of those, the ones that made their stream wait for the other's event */
-  uint64_t shared_mapped;     /* bytes of shared read-only chunks mapped (gml_share/attach/dedup) */
+  uint64_t paused_bytes;  /* bytes of paused blocks (not in allocated; their chunks are back in the lake) */
+  uint64_t paused_saved;  /* bytes of their content saved in host memory or a file */
+  uint64_t borrows;       /* allocations served by a block freed on another stream */
+  uint64_t borrow_waits;  /* of those, the ones that made their stream wait for the other's event */
+  uint64_t shared_mapped; /* bytes of shared read-only chunks mapped (gml_share/attach/dedup) */
   /* Where new chunks' time goes (the allocator's and the growable ranges'
    * leases): lease_wait_ns + import_ns is the time in chunk requests; map_ns
    * holds them and the mapping, of which map_call_ns and access_ns: */
-  uint64_t lease_wait_ns;     /* waiting for the daemon's lease replies (daemon mode) */
-  uint64_t import_ns;         /* importing the chunks they carried (the driver's import) */
-  uint64_t map_call_ns;       /* the backend's map calls */
-  uint64_t access_ns;         /* the backend's set-access calls */
-  uint64_t chunks_streamed;   /* chunks that came by streamed leases (one request, many replies) */
+  uint64_t lease_wait_ns;   /* waiting for the daemon's lease replies (daemon mode) */
+  uint64_t import_ns;       /* importing the chunks they carried (the driver's import) */
+  uint64_t map_call_ns;     /* the backend's map calls */
+  uint64_t access_ns;       /* the backend's set-access calls */
+  uint64_t chunks_streamed; /* chunks that came by streamed leases (one request, many replies) */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
@@ -174,15 +174,15 @@ enum gml_addr_where {
   GML_AT_PAST_END = 4,    /* no guard mode: just past it, in free memory */
 };
 typedef struct gml_block_info {
-  uintptr_t ptr;          /* what gml_alloc returned */
-  size_t size;            /* bytes asked for */
-  size_t usable;          /* bytes from ptr it may use: size rounded up to 512 */
-  uintptr_t start, end;   /* the virtual range it occupies, its guards included */
-  int64_t offset;         /* the address asked about, minus ptr */
-  int where;              /* enum gml_addr_where */
-  int guarded;            /* 0, GML_GUARD_END or GML_GUARD_BOTH */
-  uint64_t seq;           /* allocation number in this client: 1 = the first */
-  uint64_t alloc_ns;      /* when it was allocated (guard mode; CLOCK_REALTIME, ns), else 0 */
+  uintptr_t ptr;        /* what gml_alloc returned */
+  size_t size;          /* bytes asked for */
+  size_t usable;        /* bytes from ptr it may use: size rounded up to 512 */
+  uintptr_t start, end; /* the virtual range it occupies, its guards included */
+  int64_t offset;       /* the address asked about, minus ptr */
+  int where;            /* enum gml_addr_where */
+  int guarded;          /* 0, GML_GUARD_END or GML_GUARD_BOTH */
+  uint64_t seq;         /* allocation number in this client: 1 = the first */
+  uint64_t alloc_ns;    /* when it was allocated (guard mode; CLOCK_REALTIME, ns), else 0 */
   gml_stream stream;
 } gml_block_info;
 /* The live allocation an address falls in (or just past, or in the guard
@@ -209,10 +209,10 @@ GML_API int gml_block_list(gml_client *c, gml_block_info *out, size_t max);
  * destroyed with it at gml_close at the latest. */
 typedef struct gml_growable gml_growable;
 typedef struct gml_growable_info {
-  void *base;          /* start of the range: it never moves */
-  size_t reserved;     /* bytes of address space (max_bytes rounded up to chunks) */
-  size_t mapped;       /* bytes mapped (anywhere in the range) */
-  size_t mapped_prefix;/* bytes mapped from base on without a hole */
+  void *base;           /* start of the range: it never moves */
+  size_t reserved;      /* bytes of address space (max_bytes rounded up to chunks) */
+  size_t mapped;        /* bytes mapped (anywhere in the range) */
+  size_t mapped_prefix; /* bytes mapped from base on without a hole */
   size_t chunk_size;
 } gml_growable_info;
 
@@ -279,9 +279,9 @@ GML_API int gml_resume(gml_client *c);
  * exited (SIGKILL included). Who may attach: the publisher's uid, and the
  * uids it allows (allow_uids, allow_any_uid); others get GML_EPERM. */
 typedef struct gml_share_opts {
-  const void *hash;     /* the caller's hash of the content (gml_dedup finds shares by it), <= 64 bytes */
+  const void *hash; /* the caller's hash of the content (gml_dedup finds shares by it), <= 64 bytes */
   size_t hash_len;
-  const void *meta;     /* opaque bytes given to attachers (e.g. a layout), <= 1024 */
+  const void *meta; /* opaque bytes given to attachers (e.g. a layout), <= 1024 */
   size_t meta_len;
   const uint32_t *allow_uids; /* uids besides the publisher's that may attach */
   size_t n_allow_uids;
@@ -348,13 +348,13 @@ typedef struct gml_stat {
   int64_t current, peak, allocated, freed;
 } gml_stat;
 typedef struct gml_mem_stats {
-  gml_stat allocation, segment, active, inactive_split;              /* counts */
+  gml_stat allocation, segment, active, inactive_split; /* counts */
   gml_stat allocated_bytes, reserved_bytes, active_bytes, inactive_split_bytes, requested_bytes;
-  int64_t num_alloc_retries; /* allocations that failed, released cache and tried again */
-  int64_t num_ooms;          /* allocations that failed after that */
+  int64_t num_alloc_retries;    /* allocations that failed, released cache and tried again */
+  int64_t num_ooms;             /* allocations that failed after that */
   int64_t num_sync_all_streams; /* device synchronizations (gml_stats.syncs + waits for recorded streams) */
   int64_t num_device_alloc, num_device_free; /* chunks leased / returned */
-  int64_t limit_bytes;       /* gml_set_limit, 0 = none */
+  int64_t limit_bytes;                       /* gml_set_limit, 0 = none */
 } gml_mem_stats;
 GML_API int gml_mem_stats_get(gml_client *c, gml_mem_stats *out);
 GML_API int gml_reset_peak(gml_client *c);
@@ -383,10 +383,10 @@ typedef struct gml_pool_id {
   uint64_t a, b;
 } gml_pool_id;
 typedef int (*gml_stream_filter)(void *ctx, gml_stream stream); /* nonzero: allocate in the pool */
-GML_API int gml_pool_create(gml_client *c, gml_pool_id id);  /* creates, or adds a use */
+GML_API int gml_pool_create(gml_client *c, gml_pool_id id);     /* creates, or adds a use */
 GML_API int gml_pool_begin(gml_client *c, gml_pool_id id, gml_stream_filter filter, void *ctx); /* + a use */
 GML_API int gml_pool_end(gml_client *c, gml_pool_id id);
-GML_API int gml_pool_release(gml_client *c, gml_pool_id id); /* - a use */
+GML_API int gml_pool_release(gml_client *c, gml_pool_id id);   /* - a use */
 GML_API int gml_pool_use_count(gml_client *c, gml_pool_id id); /* <0: GML_EINVAL, no such pool */
 /* The pool's live allocations, up to cap of them into ptrs; *n is how many there are. */
 GML_API int gml_pool_live(gml_client *c, gml_pool_id id, void **ptrs, size_t cap, size_t *n);

@@ -19,9 +19,9 @@ typedef struct fake_event {
   uint64_t vc[FAKE_STREAMS];
 } fake_event;
 typedef struct fake_wait {
-  int stream;        /* the waiting stream */
-  uint64_t at;       /* its work after position `at` waits */
-  int on;            /* for position `pos` of stream `on` to be done */
+  int stream;  /* the waiting stream */
+  uint64_t at; /* its work after position `at` waits */
+  int on;      /* for position `pos` of stream `on` to be done */
   uint64_t pos;
 } fake_wait;
 typedef struct fake_state {
@@ -205,8 +205,7 @@ void gml_host_test_costs(uint64_t import_ns, uint64_t unmap_ns, uint64_t access_
 
 static void spin_cost(const uint64_t *cost, uint64_t times) {
   uint64_t ns = __atomic_load_n(cost, __ATOMIC_RELAXED) * times;
-  for (uint64_t t0 = ns ? gmli_now_ns() : 0; ns && gmli_now_ns() - t0 < ns;) {
-  }
+  for (uint64_t t0 = ns ? gmli_now_ns() : 0; ns && gmli_now_ns() - t0 < ns;) {}
 }
 
 static int costed_chunk_import(gml_backend *be, int fd, gml_phys *phys) {

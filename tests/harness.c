@@ -73,8 +73,8 @@ int sh(char *out, size_t outlen, const char *fmt, ...) {
 
 int ctl_as(int uid, char *out, size_t outlen, const char *args) {
   if (uid >= 0)
-    return sh(out, outlen, "setpriv --reuid=%d --regid=%d --clear-groups %s/gmlakectl --control %s %s 2>&1", uid, uid, bindir,
-              ctl_url, args);
+    return sh(out, outlen, "setpriv --reuid=%d --regid=%d --clear-groups %s/gmlakectl --control %s %s 2>&1", uid, uid,
+              bindir, ctl_url, args);
   return sh(out, outlen, "%s/gmlakectl --control %s %s%s", bindir, ctl_url, args, ctl_quiet ? " 2>/dev/null" : "");
 }
 
@@ -102,7 +102,9 @@ long long stat_poll(const char *key, long long want, int tries, int step_ms) {
 
 /* At least 20 s, whatever the caller says: it returns as soon as the value is there, and a wait of 2-5 s
  * ran out on a loaded 2-core machine under the sanitizers (leases_refused after 5 s: 1 of 20 runs). */
-long long stat_wait(const char *key, long long want, int ms) { return stat_poll(key, want, (ms < 20000 ? 20000 : ms) / 20, 20); }
+long long stat_wait(const char *key, long long want, int ms) {
+  return stat_poll(key, want, (ms < 20000 ? 20000 : ms) / 20, 20);
+}
 
 int log_count_in(const char *path, const char *needle, char *line, size_t len) {
   char dpath[128], buf[4096];
@@ -136,8 +138,9 @@ int log_wait_either(const char *a, const char *b, int ms) {
 
 void launch_daemon(void) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%sexec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
-           daemon_env, bindir, backend, sock_path, ctl_url, daemon_args, tmpdir);
+  snprintf(cmd, sizeof cmd,
+           "%sexec %s/gmlaked --backend %s --socket %s --control %s --log-level info %s 2>>%s/daemon.log", daemon_env,
+           bindir, backend, sock_path, ctl_url, daemon_args, tmpdir);
   daemon_pid = fork();
   if (daemon_pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -198,12 +201,13 @@ proc client_start_env(const char *env) {
                                * another uid may not look (/root, mode 700) */
       char copy[200], cmd[1400];
       snprintf(copy, sizeof copy, "%s/uidbin/gml-testclient", tmpdir);
-      snprintf(cmd, sizeof cmd, "[ -x '%s' ] || { mkdir -p -m 755 '%s/uidbin' && cp '%s' '%s' && chmod 755 '%s'; }", copy, tmpdir,
-               path, copy, copy);
+      snprintf(cmd, sizeof cmd, "[ -x '%s' ] || { mkdir -p -m 755 '%s/uidbin' && cp '%s' '%s' && chmod 755 '%s'; }",
+               copy, tmpdir, path, copy, copy);
       if (tmpdir[0] && system(cmd) == 0) snprintf(path, sizeof path, "%s", copy);
       char id[32];
       snprintf(id, sizeof id, "%d", client_as_uid);
-      execl("/usr/bin/setpriv", "setpriv", "--reuid", id, "--regid", id, "--clear-groups", path, sock_path, (char *)NULL);
+      execl("/usr/bin/setpriv", "setpriv", "--reuid", id, "--regid", id, "--clear-groups", path, sock_path,
+            (char *)NULL);
       _exit(127);
     }
     execl(path, path, sock_path, (char *)NULL);

@@ -21,7 +21,8 @@ extern const char *tmpdir_template; /* mkdtemp's template for start_daemon's dir
 extern int tmpdir_mode;             /* non-zero: start_daemon chmods its dir to it (other uids reach the sockets) */
 extern int ctl_quiet;               /* 1: gmlakectl's stderr to /dev/null */
 extern int client_as_uid;           /* >= 0: the next client runs as that uid (setpriv; root only) */
-extern const char *client_stderr;   /* non-NULL: the next clients' stderr is appended to that file (its log, for log_wait_in) */
+extern const char
+    *client_stderr; /* non-NULL: the next clients' stderr is appended to that file (its log, for log_wait_in) */
 
 /* bindir from $BUILD, 2 MiB chunks in the environment (the tests count them), daemon_env "". */
 void harness_setup(void);
@@ -61,9 +62,10 @@ typedef struct proc {
 } proc;
 proc client_start(void);
 proc client_start_env(const char *env); /* env ("NAME=value", may be NULL) put in its environment */
-const char *client_cmd(proc *p, const char *fmt, ...) __attribute__((format(printf, 2, 3))); /* its reply line ("": EOF) */
-const char *client_first_line(proc *p);                                                       /* "": EOF */
-int client_ready(proc *p); /* the first line must be "ready PID CHUNK BACKEND": the pid */
+const char *client_cmd(proc *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3))); /* its reply line ("": EOF) */
+const char *client_first_line(proc *p);    /* "": EOF */
+int client_ready(proc *p);                 /* the first line must be "ready PID CHUNK BACKEND": the pid */
 /* A client as uid 65534 (nobody), for tests of another user: its pid once it said ready; else 0,
  * after saying that test is skipped (e.g. the build tree is not readable by nobody) and finishing it. */
 int client_start_nobody(proc *p, const char *test);
@@ -91,8 +93,8 @@ void stop_child(pid_t pid);
  * unset or empty: all. */
 int harness_wanted(const char *name);
 #undef tcase_add_test
-#define tcase_add_test(tc, tf)                                                                                     \
-  do {                                                                                                             \
-    if (harness_wanted((tf)->name)) tcase_add_test_raise_signal(tc, tf, 0);                                        \
+#define tcase_add_test(tc, tf)                                                                                         \
+  do {                                                                                                                 \
+    if (harness_wanted((tf)->name)) tcase_add_test_raise_signal(tc, tf, 0);                                            \
   } while (0)
 #endif

@@ -358,6 +358,14 @@ GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonex
 fi
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"
+section "every C and C++ file follows .clang-format (clang-format 14; \`make format\` applies it)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+command -v clang-format > /dev/null || { echo "clang-format is missing (scripts/deps.sh installs it)" >&2; exit 1; }
+files=$(git ls-files '*.c' '*.h' '*.cpp' 2> /dev/null || find client common daemon tools tests bench python include -name '*.[ch]' -o -name '*.cpp')
+[ -n "$files" ] || { echo "no C files found to check" >&2; exit 1; }
+clang-format --dry-run --Werror $files || { echo "not formatted: run \`make format\` (clang-format -i on the files above)" >&2; exit 1; }
+echo "  $(echo "$files" | wc -w) files formatted"
+fi
 section "source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
 [ -z "$long" ] || { echo "over 600 lines (split by concern, see README's layout): $long" >&2; exit 1; }

@@ -43,7 +43,8 @@ static void setup(void) {
   ck_assert_int_eq(gmli_backend_open("host", 0, NULL, &be, msg, sizeof msg), 0);
   memset(&src, 0, sizeof src);
   src.be = be;
-  ck_assert_int_eq(gmli_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL), 0);
+  ck_assert_int_eq(gmli_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL),
+                   0);
 }
 
 static void teardown(void) {
@@ -108,7 +109,8 @@ static void run_shape(const size_t *mib, int n, unsigned char fill) {
     memset(p[i], fill + i, mib[i] * MiB);
   }
   for (int i = 0; i < n; i++)
-    for (size_t k = 0; k < mib[i] * MiB; k += 65536) ck_assert_int_eq(((unsigned char *)p[i])[k], (unsigned char)(fill + i));
+    for (size_t k = 0; k < mib[i] * MiB; k += 65536)
+      ck_assert_int_eq(((unsigned char *)p[i])[k], (unsigned char)(fill + i));
   ck_assert_int_eq(gmli_alloc_check(&A), 0);
   for (int i = 0; i < n; i++) gmli_alloc_free(&A, p[i]);
 }
@@ -125,7 +127,8 @@ START_TEST(test_release_huge_is_all) {
     ck_assert_uint_gt(held, 0);
     size_t got = 0;
     if (!ready) got = gmli_alloc_release_idle(&A, SIZE_MAX - 100);
-    for (int i = 0; ready && i < 3; i++) got += gmli_alloc_release_ready(&A, SIZE_MAX - 100, &left); /* a fence, then past it */
+    for (int i = 0; ready && i < 3; i++)
+      got += gmli_alloc_release_ready(&A, SIZE_MAX - 100, &left); /* a fence, then past it */
     ck_assert_msg(got == held * 2 * MiB, "%s: %zu of %zu bytes", ready ? "ready" : "idle", got, held * 2 * MiB);
     ck_assert_uint_eq(src.live, 0);
   }
@@ -157,7 +160,7 @@ END_TEST
 static void headroom_case(double pct, size_t want_live, uint64_t want_headroom) {
   A.headroom_pct = pct;
   void *a = xalloc(4 * MiB, 0), *b = xalloc(4 * MiB, 0); /* slots 0-1, 2-3 */
-  gmli_alloc_free(&A, a);                                 /* its 2 chunks stay mapped there, free */
+  gmli_alloc_free(&A, a);                                /* its 2 chunks stay mapped there, free */
   uint64_t maps = A.maps;
   void *c = xalloc(6 * MiB, 0); /* 3 new slots: 1 chunk leased for need, then headroom or a's */
   ck_assert_uint_eq(A.maps - maps, 3);
@@ -230,7 +233,8 @@ START_TEST(test_oom_is_clear_and_recoverable) {
   void *p = NULL;
   int rc = gmli_alloc_malloc(&A, 10 * MiB, 0, &p);
   ck_assert_int_eq(rc, GML_ENOMEM);
-  ck_assert_msg(strstr(A.last_error, "asked 10.00 MiB") && strstr(A.last_error, "allocated 10.00 MiB"), "%s", A.last_error);
+  ck_assert_msg(strstr(A.last_error, "asked 10.00 MiB") && strstr(A.last_error, "allocated 10.00 MiB"), "%s",
+                A.last_error);
   ck_assert_int_eq(gmli_alloc_check(&A), 0);
   gmli_alloc_free(&A, a);
   /* the freed chunks are stitched into the new request: no new chunk needed */
@@ -313,7 +317,10 @@ END_TEST
 
 START_TEST(test_headroom_setting) {
   ck_assert(A.headroom_pct == GML_DEFAULT_HEADROOM_PCT);
-  const struct { const char *env; double want; } cases[] = {{"5", 5}, {"0.5%", 0.5}, {"0", 0}, {"junk", 2}, {"-1", 2}, {"101", 2}, {"3x", 2}};
+  const struct {
+    const char *env;
+    double want;
+  } cases[] = {{"5", 5}, {"0.5%", 0.5}, {"0", 0}, {"junk", 2}, {"-1", 2}, {"101", 2}, {"3x", 2}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     setenv("GMLAKE_HEADROOM", cases[i].env, 1);
     gml_allocator a2;
@@ -321,7 +328,8 @@ START_TEST(test_headroom_setting) {
     gmli_options_from_env(&opt); /* read once at gml_open; the allocator reads no environment */
     gml_alloc_config cfg;
     gmli_alloc_config_from_options(&opt, &cfg);
-    ck_assert_int_eq(gmli_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 1ul << 30, &cfg), 0);
+    ck_assert_int_eq(
+        gmli_alloc_init(&a2, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 1ul << 30, &cfg), 0);
     ck_assert_msg(a2.headroom_pct == cases[i].want, "GMLAKE_HEADROOM=%s gave %g", cases[i].env, a2.headroom_pct);
     gmli_alloc_destroy(&a2);
   }
@@ -361,7 +369,8 @@ START_TEST(test_randomized_against_model) {
   if (_i >= 1) {
     gmli_alloc_destroy(&A);
     ck_assert_int_eq(gmli_backend_set_chunk_size(be, (_i == 1 ? 6 : 4) * MiB), 0);
-    ck_assert_int_eq(gmli_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL), 0);
+    ck_assert_int_eq(gmli_alloc_init(&A, be, (gml_chunk_source){&src, src_acquire, src_release, NULL}, 8ul << 30, NULL),
+                     0);
   }
   src.limit = (400 * MiB) / be->chunk_size; /* 400 MiB: some requests fail, and must fail cleanly */
   for (int step = 0; step < 30000; step++) {

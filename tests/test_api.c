@@ -19,7 +19,10 @@
 #include <unistd.h>
 
 START_TEST(test_error_table) {
-  static const struct { int code; const char *name, *msg; } want[] = {
+  static const struct {
+    int code;
+    const char *name, *msg;
+  } want[] = {
 #define ROW(name, code, msg) {code, "GML_" #name, msg},
       GML_ERRNO_MAP(ROW)
 #undef ROW
@@ -175,9 +178,10 @@ static int open_saying(const gml_open_opts *o, gml_client **c, const char **said
 }
 
 static void unset_all(void) {
-  const char *vars[] = {"GMLAKE_MODE", "GMLAKE_BACKEND", "GMLAKE_LIMIT", "GMLAKE_VA_SIZE", "GMLAKE_TIMING", "GMLAKE_LOG",
-                        "GMLAKE_BORROW", "GMLAKE_BORROW_MAX", "GMLAKE_BORROW_RATIO", "GMLAKE_CHUNK_SIZE", "GMLAKE_SOCKET",
-                        "GMLAKE_STREAM_MAP", "GMLAKE_GUARD_BACKTRACE"};
+  const char *vars[] = {"GMLAKE_MODE",           "GMLAKE_BACKEND",    "GMLAKE_LIMIT",  "GMLAKE_VA_SIZE",
+                        "GMLAKE_TIMING",         "GMLAKE_LOG",        "GMLAKE_BORROW", "GMLAKE_BORROW_MAX",
+                        "GMLAKE_BORROW_RATIO",   "GMLAKE_CHUNK_SIZE", "GMLAKE_SOCKET", "GMLAKE_STREAM_MAP",
+                        "GMLAKE_GUARD_BACKTRACE"};
   for (size_t i = 0; i < GML_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
   gmli_log_set_level(-1);
 }
@@ -222,7 +226,8 @@ START_TEST(test_env_refused) {
     snprintf(want, sizeof want, "GMLAKE_LIMIT=%s: not a limit; it accepts bytes", limits[i]);
     ck_assert_msg(strstr(said, want) && strstr(said, "a share of the device from 1% to 100% (40%)"), "%s", said);
   }
-  gml_open_opts host_limited = {.backend = "host", .limit_bytes = 8 << 20}; /* explicit wins: the variable is not read */
+  gml_open_opts host_limited = {.backend = "host",
+                                .limit_bytes = 8 << 20}; /* explicit wins: the variable is not read */
   ck_assert_int_eq(open_saying(&host_limited, &c, &said), 0);
   gml_close(c);
   setenv("GMLAKE_LIMIT", "8MiB", 1); /* read right, it holds */
@@ -270,15 +275,18 @@ START_TEST(test_env_warned) {
   gml_close(c);
   setenv("GMLAKE_VA_SIZE", "1MiB", 1); /* a size, but less than the 64 chunks the allocator needs: 64 chunks */
   ck_assert_int_eq(open_saying(&host, &c, &said), 0);
-  ck_assert_msg(strstr(said, "GMLAKE_VA_SIZE=1MiB: less than the 64 chunks of 2.00 MiB the allocator needs; using 128.00 MiB"),
-                "%s", said);
+  ck_assert_msg(
+      strstr(said, "GMLAKE_VA_SIZE=1MiB: less than the 64 chunks of 2.00 MiB the allocator needs; using 128.00 MiB"),
+      "%s", said);
   ck_assert_int_eq(gml_alloc(c, 64 << 20, 0, &p), 0);
   ck_assert_int_eq(gml_free(c, p), 0);
   ck_assert_int_eq(gml_alloc(c, (64 << 20) + 512, 0, &p), GML_ENOMEM); /* over half of 128 MiB */
   gml_close(c);
   unsetenv("GMLAKE_VA_SIZE");
 
-  struct { const char *var, *value, *said; } knobs[] = {
+  struct {
+    const char *var, *value, *said;
+  } knobs[] = {
       {"GMLAKE_TIMING", "yes", "GMLAKE_TIMING=yes: 0 or 1 was expected; using 0"},
       {"GMLAKE_STREAM_MAP", "on", "GMLAKE_STREAM_MAP=on: 0 or 1 was expected; using 0"},
       {"GMLAKE_BORROW", "2", "GMLAKE_BORROW=2: 0 or 1 was expected; using 0"},
@@ -401,12 +409,12 @@ END_TEST
  * virtual-address problem), growable create(0) / shrink past the end an
  * empty or stale message. Each expectation differs from the one before, so
  * a message left over from the previous call fails. */
-#define SAYS(call, code, text)                                                                                     \
-  do {                                                                                                             \
-    int rc_ = (call);                                                                                              \
-    ck_assert_msg(rc_ == (code), "%s: %s, expected %s", #call, gml_errname(rc_), gml_errname(code));               \
-    ck_assert_msg(strstr(gml_last_error(c), text), "%s: gml_last_error is \"%s\", expected \"%s\" in it", #call,  \
-                  gml_last_error(c), text);                                                                        \
+#define SAYS(call, code, text)                                                                                         \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    ck_assert_msg(rc_ == (code), "%s: %s, expected %s", #call, gml_errname(rc_), gml_errname(code));                   \
+    ck_assert_msg(strstr(gml_last_error(c), text), "%s: gml_last_error is \"%s\", expected \"%s\" in it", #call,       \
+                  gml_last_error(c), text);                                                                            \
   } while (0)
 START_TEST(test_error_messages_name_the_argument) {
   unset_all();
@@ -496,9 +504,14 @@ END_TEST
 START_TEST(test_device_names) {
   gml_backend_opts no_cuda = {.libcuda = "/nonexistent/libcuda.so.1"};
   char uuid[GML_UUID_MAX], msg[512];
-  static const struct { const char *visible; int ordinal; const char *uuid; } maps[] = {
-      {NULL, 0, "host-0"},    {NULL, 4, "host-4"},       {"3", 0, "host-3"},        {"3,1", 1, "host-1"},
-      {"host-7,2", 0, "host-7"}, {"3", 1, "host-1"},     {"GPU-6f2b1c3e", 0, "host-0"}, {"", 2, "host-2"},
+  static const struct {
+    const char *visible;
+    int ordinal;
+    const char *uuid;
+  } maps[] = {
+      {NULL, 0, "host-0"},           {NULL, 4, "host-4"},       {"3", 0, "host-3"},
+      {"3,1", 1, "host-1"},          {"host-7,2", 0, "host-7"}, {"3", 1, "host-1"},
+      {"GPU-6f2b1c3e", 0, "host-0"}, {"", 2, "host-2"},
   };
   for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
     if (maps[i].visible) setenv("CUDA_VISIBLE_DEVICES", maps[i].visible, 1);
@@ -527,14 +540,17 @@ START_TEST(test_device_names) {
   ck_assert_msg(strstr(msg, "backend auto: picked host for device 2 (cuda: cannot load"), "%s", msg);
   ck_assert_int_eq(gmli_backend_resolve("host", "GPU-6f2b1c3e-8a4d", NULL, &picked, &dev, msg, sizeof msg), GML_ENODEV);
   ck_assert_msg(strstr(msg, "the host backend's devices are host-N or N"), "%s", msg);
-  ck_assert_int_eq(gmli_backend_resolve("cuda", "GPU-6f2b1c3e-8a4d", &no_cuda, &picked, &dev, msg, sizeof msg), GML_ENODEV);
+  ck_assert_int_eq(gmli_backend_resolve("cuda", "GPU-6f2b1c3e-8a4d", &no_cuda, &picked, &dev, msg, sizeof msg),
+                   GML_ENODEV);
   ck_assert_msg(strstr(msg, "no device GPU-6f2b1c3e-8a4d: cuda: cannot load"), "%s", msg);
   unsigned v[4];
   ck_assert(gmli_pci_bus_id_parse("00000000:3B:00.0", v) && v[0] == 0 && v[1] == 0x3b && v[2] == 0 && v[3] == 0);
   ck_assert(gmli_pci_bus_id_parse("0001:af:1f.7", v) && v[0] == 1 && v[1] == 0xaf && v[2] == 0x1f && v[3] == 7);
   ck_assert(gmli_pci_bus_id_parse("3b:00.0", v) && v[1] == 0x3b);
-  ck_assert(!gmli_pci_bus_id_parse("3b:00", v) && !gmli_pci_bus_id_parse("GPU-3b", v) && !gmli_pci_bus_id_parse("3b:20.0", v));
-  ck_assert(gmli_uuid_same("GPU-6F2B1C3E", "gpu-6f2b1c3e") && !gmli_uuid_same("host-1", "host-10") && !gmli_uuid_same("", ""));
+  ck_assert(!gmli_pci_bus_id_parse("3b:00", v) && !gmli_pci_bus_id_parse("GPU-3b", v) &&
+            !gmli_pci_bus_id_parse("3b:20.0", v));
+  ck_assert(gmli_uuid_same("GPU-6F2B1C3E", "gpu-6f2b1c3e") && !gmli_uuid_same("host-1", "host-10") &&
+            !gmli_uuid_same("", ""));
   ck_assert_str_eq(gmli_uuid_backend("host-3"), "host");
   ck_assert_str_eq(gmli_uuid_backend("GPU-6f2b1c3e"), "cuda");
 }
@@ -546,7 +562,7 @@ START_TEST(test_torch_default_backend) {
   setenv("GMLAKE_LIBCUDA", "/nonexistent/libcuda.so.1", 1); /* no usable GPU, even on a GPU machine */
   setenv("GMLAKE_SOCKET", "/nonexistent/gmlake.sock", 1);
   unsetenv("GMLAKE_BACKEND");
-  ck_assert_ptr_null(gml_device_client(5)); /* auto fell back to host: refused */
+  ck_assert_ptr_null(gml_device_client(5));         /* auto fell back to host: refused */
   ck_assert_ptr_null(gml_device_client_if_open(5)); /* and no client was kept */
   setenv("GMLAKE_BACKEND", "host", 1);
   gml_client *c = gml_device_client(6); /* named: taken */

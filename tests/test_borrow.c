@@ -66,7 +66,8 @@ static int w_map(gml_backend *b, uintptr_t va, gml_phys phys) {
 }
 static int w_unmap(gml_backend *b, uintptr_t va, size_t size) {
   int rc = fake_ops->unmap(b, va, size);
-  for (size_t s = (va - va_base) / b->chunk_size; !rc && s < (va + size - va_base) / b->chunk_size; s++) slot_phys[s] = 0;
+  for (size_t s = (va - va_base) / b->chunk_size; !rc && s < (va + size - va_base) / b->chunk_size; s++)
+    slot_phys[s] = 0;
   return rc;
 }
 static int w_wait(gml_backend *b, uintptr_t stream, uintptr_t event) {
@@ -117,7 +118,7 @@ START_TEST(test_fake_events_model) {
   ck_assert_int_eq(fake_ops->stream_wait_event(be, 2, ev), 0);
   uint64_t p2 = gml_host_fake_launch(be, 2);
   ck_assert(gml_host_fake_ordered(be, 1, p1, 2)); /* through the wait */
-  gml_host_fake_progress(be, 2, 10);                /* the unit before the wait only */
+  gml_host_fake_progress(be, 2, 10);              /* the unit before the wait only */
   ck_assert(!gml_host_fake_ordered(be, 2, p2, 3));
   ck_assert(gml_host_fake_ordered(be, 2, p2 - 1, 3));
   gml_host_fake_progress(be, 1, 1);
@@ -188,7 +189,8 @@ START_TEST(test_borrow_limits) {
   gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
   uint64_t maps = A.maps;
-  void *q2 = balloc(4 * MiB, 3), *q3 = balloc(20 * MiB, 3); /* the rest, and stream 1's other block: no more waits, no maps */
+  void *q2 = balloc(4 * MiB, 3),
+       *q3 = balloc(20 * MiB, 3); /* the rest, and stream 1's other block: no more waits, no maps */
   ck_assert_ptr_eq(q2, (char *)x + 10 * MiB);
   ck_assert_ptr_eq(q3, big);
   ck_assert_uint_eq(A.maps, maps);
@@ -202,7 +204,8 @@ START_TEST(test_borrow_limits) {
   gmli_alloc_stats(&A, &st);
   ck_assert_uint_eq(st.borrow_waits, 1);
   ck_assert_int_eq(gmli_alloc_check(&A), 0);
-  gmli_alloc_free(&A, q), gmli_alloc_free(&A, q2), gmli_alloc_free(&A, q3), gmli_alloc_free(&A, r), gmli_alloc_free(&A, sep);
+  gmli_alloc_free(&A, q), gmli_alloc_free(&A, q2), gmli_alloc_free(&A, q3), gmli_alloc_free(&A, r),
+      gmli_alloc_free(&A, sep);
 }
 END_TEST
 
@@ -253,8 +256,9 @@ static void piece_check(int phys, uintptr_t lo, uintptr_t hi, void *vctx) {
     if (!gml_host_fake_ordered(be, u->stream, u->pos, c->to)) {
       c->bad++;
       if (getenv("GMLAKE_TEST_VERBOSE"))
-        fprintf(stderr, "unordered: %s [%#lx,%#lx) last used by stream %lu at %llu, handed to stream %lu\n", phys ? "chunk bytes" : "address",
-                (unsigned long)u->lo, (unsigned long)u->hi, (unsigned long)u->stream, (unsigned long long)u->pos, (unsigned long)c->to);
+        fprintf(stderr, "unordered: %s [%#lx,%#lx) last used by stream %lu at %llu, handed to stream %lu\n",
+                phys ? "chunk bytes" : "address", (unsigned long)u->lo, (unsigned long)u->hi, (unsigned long)u->stream,
+                (unsigned long long)u->pos, (unsigned long)c->to);
     }
   }
 }
@@ -320,7 +324,8 @@ START_TEST(test_borrow_randomized_ordering) {
   ck_assert_uint_gt(st.borrow_waits, 50); /* the run exercised borrowing with waits */
   ck_assert_uint_ge(st.borrows, st.borrow_waits);
   ck_assert_uint_eq(gml_host_fake_waits(be), st.borrow_waits);
-  printf("borrow randomized run (borrowing on): %llu borrows, %llu with a wait, %llu syncs, %llu maps, peak reserved %.0f MiB\n",
+  printf("borrow randomized run (borrowing on): %llu borrows, %llu with a wait, %llu syncs, %llu maps, peak reserved "
+         "%.0f MiB\n",
          (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits, (unsigned long long)st.syncs,
          (unsigned long long)st.maps, st.peak_reserved / (double)MiB);
   free(uses), uses = NULL, cap_uses = 0;
@@ -450,21 +455,26 @@ START_TEST(test_borrow_side_stream_off_grows) {
   gml_stats st;
   ck_assert_uint_eq(side_run(0, 6, &st), 0);
   printf("side stream (borrowing off): peak reserved %.0f MiB, peak allocated %.0f MiB, %llu maps, %llu syncs\n",
-         st.peak_reserved / (double)MiB, st.peak_allocated / (double)MiB, (unsigned long long)st.maps, (unsigned long long)st.syncs);
+         st.peak_reserved / (double)MiB, st.peak_allocated / (double)MiB, (unsigned long long)st.maps,
+         (unsigned long long)st.syncs);
   ck_assert_uint_eq(st.borrow_waits, 0);
-  ck_assert_uint_ge(st.peak_reserved, SIDE_LAYERS * (SIDE_ACT + SIDE_W) / 2); /* frees pile up behind the compute stream */
+  ck_assert_uint_ge(st.peak_reserved,
+                    SIDE_LAYERS * (SIDE_ACT + SIDE_W) / 2); /* frees pile up behind the compute stream */
 }
 END_TEST
 
 START_TEST(test_borrow_side_stream_on_does_not_grow) {
   gml_stats st;
   size_t bad = side_run(1, 6, &st);
-  printf("side stream (borrowing on): peak reserved %.0f MiB, peak allocated %.0f MiB, %llu maps, %llu syncs, %llu borrows, %llu waits\n",
-         st.peak_reserved / (double)MiB, st.peak_allocated / (double)MiB, (unsigned long long)st.maps, (unsigned long long)st.syncs,
-         (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits);
-  ck_assert_msg(bad == 0, "%zu allocations handed out before an earlier use of their bytes was ordered before them", bad);
+  printf("side stream (borrowing on): peak reserved %.0f MiB, peak allocated %.0f MiB, %llu maps, %llu syncs, %llu "
+         "borrows, %llu waits\n",
+         st.peak_reserved / (double)MiB, st.peak_allocated / (double)MiB, (unsigned long long)st.maps,
+         (unsigned long long)st.syncs, (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits);
+  ck_assert_msg(bad == 0, "%zu allocations handed out before an earlier use of their bytes was ordered before them",
+                bad);
   ck_assert_uint_gt(st.borrow_waits, 0);
-  ck_assert_uint_le(st.peak_reserved, SIDE_LAYERS * SIDE_ACT + 3 * SIDE_W); /* a buffer or two in flight, not one per layer */
+  ck_assert_uint_le(st.peak_reserved,
+                    SIDE_LAYERS * SIDE_ACT + 3 * SIDE_W); /* a buffer or two in flight, not one per layer */
 }
 END_TEST
 
@@ -539,9 +549,11 @@ START_TEST(test_borrow_client_randomized) {
   gml_stats st;
   size_t bad = client_random_run(1, 4242, 12000, &st);
   printf("borrow randomized run with record_stream (borrowing on): %llu borrows, %llu waits, %llu syncs, %llu maps, "
-         "peak reserved %.0f MiB\n", (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits,
-         (unsigned long long)st.syncs, (unsigned long long)st.maps, st.peak_reserved / (double)MiB);
-  ck_assert_msg(bad == 0, "%zu allocations handed out before an earlier use of their bytes was ordered before them", bad);
+         "peak reserved %.0f MiB\n",
+         (unsigned long long)st.borrows, (unsigned long long)st.borrow_waits, (unsigned long long)st.syncs,
+         (unsigned long long)st.maps, st.peak_reserved / (double)MiB);
+  ck_assert_msg(bad == 0, "%zu allocations handed out before an earlier use of their bytes was ordered before them",
+                bad);
   ck_assert_uint_gt(st.borrow_waits, 50);
 }
 END_TEST

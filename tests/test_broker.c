@@ -283,7 +283,9 @@ START_TEST(test_out_of_memory_names_the_holders) {
   ck_assert_int_eq(d.verdict, BROKER_REFUSE);
   ck_assert_int_eq(d.code, GML_ENOMEM);
   char want[256];
-  snprintf(want, sizeof want, "asked 8.00 MiB; the lake holds 20.00 MiB of limit 20.00 MiB (0 B free, 0 B parked); held by: pid 101 (trainer) leased 20.00 MiB allocated 18.00 MiB cached 2.00 MiB paused 6.00 MiB");
+  snprintf(want, sizeof want,
+           "asked 8.00 MiB; the lake holds 20.00 MiB of limit 20.00 MiB (0 B free, 0 B parked); held by: pid 101 "
+           "(trainer) leased 20.00 MiB allocated 18.00 MiB cached 2.00 MiB paused 6.00 MiB");
   ck_assert_msg(strstr(d.message, want), "message: %s", d.message);
   ck_assert_msg(strstr(d.message, "pid 202 (server, the asker) leased 0 B"), "message: %s", d.message);
 }
@@ -371,7 +373,7 @@ START_TEST(test_wait_reclaim_refuse) {
   client(&one, 7, 107, 1); /* exactly one chunk idle: enough */
   client(&gone, 5, 105, 9);
   gone.closing = 1;
-  client(&asker, 6, 106, 8); /* its own cache does not count */
+  client(&asker, 6, 106, 8);                                             /* its own cache does not count */
   small.leased_chunks = 3, big.leased_chunks = 5, one.leased_chunks = 1; /* their caches' chunks */
   broker_decision d;
   broker_lease(&br, &asker, 9, 2, 0, 100 * MS, &d);
@@ -485,7 +487,7 @@ START_TEST(test_refused_once_all_asked_answered) {
   ck_assert_ptr_eq(who[0], &holder);
   broker_review(&br, &asker, 12 * MS, &d); /* not answered yet: waits */
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
-  holder.allocated = 10 * cs; /* it answers: all of it is in use */
+  holder.allocated = 10 * cs;       /* it answers: all of it is in use */
   broker_reported(&br, &holder, 0); /* a report of its own, not the answer */
   broker_review(&br, &asker, 13 * MS, &d);
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
@@ -590,20 +592,20 @@ START_TEST(test_refill) {
 END_TEST
 
 START_TEST(test_refill_after_trim_and_preallocation) {
-  broker_init(&br, &lk, &counters, 2, 6); /* prefetch 2, preallocate 6 */
-  ck_assert_uint_eq(broker_refill(&br, 0), 6);    /* the preallocation covers the prefetch */
+  broker_init(&br, &lk, &counters, 2, 6);      /* prefetch 2, preallocate 6 */
+  ck_assert_uint_eq(broker_refill(&br, 0), 6); /* the preallocation covers the prefetch */
   lk.creating = 0;
   add_chunks(6);
   ck_assert_uint_eq(broker_refill(&br, 0), 0);
   ck_assert_uint_eq(broker_keep_free(&br), UINT32_MAX);
   broker_trimmed(&br);
   ck_assert_uint_eq(lake_trim(&lk, 0), 6);
-  ck_assert_uint_eq(broker_refill(&br, 0), 0);    /* trimmed: stays trimmed */
-  ck_assert_uint_eq(broker_keep_free(&br), 0);    /* a creation landing now is released again */
+  ck_assert_uint_eq(broker_refill(&br, 0), 0); /* trimmed: stays trimmed */
+  ck_assert_uint_eq(broker_keep_free(&br), 0); /* a creation landing now is released again */
   broker_client a;
   client(&a, 1, 101, 0);
   broker_decision d;
-  broker_lease(&br, &a, 1, 1, 0, 0, &d);          /* demand is back */
+  broker_lease(&br, &a, 1, 1, 0, 0, &d); /* demand is back */
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   ck_assert_uint_eq(broker_refill(&br, 0), 6);
   ck_assert_uint_eq(broker_keep_free(&br), UINT32_MAX);
@@ -615,7 +617,7 @@ START_TEST(test_set_limit) {
   ck_assert_int_eq(broker_set_limit(&br, cs - 1), GML_EINVAL);
   ck_assert_uint_eq(lk.limit_bytes, 10 * cs);
   ck_assert_int_eq(broker_set_limit(&br, 4 * cs), 0);
-  ck_assert_uint_eq(lk.total, 4);                 /* free chunks over it released */
+  ck_assert_uint_eq(lk.total, 4); /* free chunks over it released */
   ck_assert_uint_eq(lake_headroom(&lk), 0);
 }
 END_TEST
@@ -808,12 +810,12 @@ START_TEST(test_idle_cache_covers_the_lease) {
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   ck_assert_uint_eq(broker_refill(&br, HOG_AT), 0); /* nothing created for it */
   ck_assert_uint_eq(lk.creating, 0);
-  ck_assert_uint_eq(d.reclaim_bytes, 250 * cs);     /* the whole shortfall, asked with the lease */
+  ck_assert_uint_eq(d.reclaim_bytes, 250 * cs); /* the whole shortfall, asked with the lease */
   broker_client *who[4];
   ck_assert_uint_eq(broker_reclaim_targets(&br, &asker, who, 4), 1);
   ck_assert_ptr_eq(who[0], &holder);
   ck_assert_uint_eq(holder.reclaims_sent, 1);
-  broker_review(&br, &asker, HOG_AT + 1 * MS, &d);  /* asked once; still nothing created */
+  broker_review(&br, &asker, HOG_AT + 1 * MS, &d); /* asked once; still nothing created */
   ck_assert_int_eq(d.verdict, BROKER_WAIT);
   ck_assert_uint_eq(d.reclaim_bytes, 0);
   ck_assert_uint_eq(broker_refill(&br, HOG_AT + 1 * MS), 0);
@@ -918,26 +920,21 @@ END_TEST
  * of another uid (its chunks would be made anew: creating after all) are
  * neither counted nor asked. */
 
-
 /* Idle caches too small for the lease: as before, what the limit allows is
  * created and the rest asked of everyone with idle cache. */
-
 
 /* Fairness: a client that allocates is not drained before the lake creates.
  * Allocating is a lease, or a usage report that counts allocations since
  * the last one; BROKER_IDLE_MS after it, with reports that count none, it
  * is idle. */
 
-
 /* The idle client gives less than it said (its streams still used part of
  * it): once it answered, the lease goes on as any other: what the limit
  * allows is created, the rest asked of everyone, and it is served. */
 
-
 /* The idle client does not answer (stopped, its keeper stuck): after
  * BROKER_IDLE_STALL_MS without chunks, at most half the lease wait, the
  * lease creates what the limit allows and is served before its deadline. */
-
 
 /* Several idle clients: the most idle first, each asked for its part only;
  * a client that allocated within BROKER_IDLE_MS (a lease) and an idle one
@@ -1197,8 +1194,9 @@ END_TEST
 /* A cgroup quota of a Kubernetes pod's path (150-200 bytes) holds: paths of 128 bytes and more were
  * stored empty, and their quota never applied (32 MiB leased against a 4 MiB quota). */
 START_TEST(test_quota_long_cgroup_path) {
-  const char *pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3f1c5b2a_7d4e_4c1b_9a8f_2e6d0c4b7a19.slice/"
-                    "cri-containerd-8b0f6e2d4c1a9e7f5b3d1c0a8e6f4d2b0c9e7a5f3d1b8c6e4a2f0d9b7c5e3a1f.scope";
+  const char *pod =
+      "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3f1c5b2a_7d4e_4c1b_9a8f_2e6d0c4b7a19.slice/"
+      "cri-containerd-8b0f6e2d4c1a9e7f5b3d1c0a8e6f4d2b0c9e7a5f3d1b8c6e4a2f0d9b7c5e3a1f.scope";
   ck_assert_int_gt(strlen(pod), 128);
   broker_client a;
   client(&a, 1, 42, 0);

@@ -76,7 +76,7 @@ START_TEST(test_file_then_flags) {
              "quota = uid:1000 1GiB\n");
   ck_assert_int_eq(load(&c, "--creators", "3", "--log-level=debug", NULL), 0);
   ck_assert_int_eq(c.device, 2);
-  ck_assert_int_eq(c.creators, 3); /* the flag wins */
+  ck_assert_int_eq(c.creators, 3);        /* the flag wins */
   ck_assert_uint_eq(c.socket_mode, 0600); /* octal */
   ck_assert_str_eq(c.limit, "40%");
   ck_assert_uint_eq(c.prefetch_bytes, 64ull << 20);
@@ -99,11 +99,21 @@ START_TEST(test_bad_values) {
   gmld_config c;
   write_conf("");
   static const char *const bad[][2] = {
-      {"--creators", "65"}, {"--creators", "0"},   {"--device", "-1"},       {"--device", "1024"},
-      {"--socket-mode", "0800"}, {"--backend", "gpu"}, {"--limit", "0"},   {"--limit", "lots"},
-      {"--prefetch", "lots"},  {"--control", "/no/scheme"}, {"--log-level", "loud"}, {"--socket", ""},
+      {"--creators", "65"},
+      {"--creators", "0"},
+      {"--device", "-1"},
+      {"--device", "1024"},
+      {"--socket-mode", "0800"},
+      {"--backend", "gpu"},
+      {"--limit", "0"},
+      {"--limit", "lots"},
+      {"--prefetch", "lots"},
+      {"--control", "/no/scheme"},
+      {"--log-level", "loud"},
+      {"--socket", ""},
       /* less than two frames: every client was closed at its hello reply, "the client does not read" */
-      {"--send-queue-max", "0"}, {"--send-queue-max", "64KiB"},
+      {"--send-queue-max", "0"},
+      {"--send-queue-max", "64KiB"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     ck_assert_msg(load(&c, bad[i][0], bad[i][1], NULL, NULL) == GML_EINVAL, "%s %s accepted", bad[i][0], bad[i][1]);
@@ -127,10 +137,11 @@ END_TEST
 START_TEST(test_metrics_listen) {
   gmld_config c;
   write_conf("");
-  const char *bad[] = {"nohost", "host:", ":", "host:0", "host:65536", "host:http", "host:94x",
-                       "host:-1", "[::1:9400", "::1]:9400", "a b:9400", "host/x:9400"};
+  const char *bad[] = {"nohost",   "host:",   ":",         "host:0",    "host:65536", "host:http",
+                       "host:94x", "host:-1", "[::1:9400", "::1]:9400", "a b:9400",   "host/x:9400"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    ck_assert_msg(load(&c, "--metrics-listen", bad[i], NULL, NULL) == GML_EINVAL, "--metrics-listen '%s' accepted", bad[i]);
+    ck_assert_msg(load(&c, "--metrics-listen", bad[i], NULL, NULL) == GML_EINVAL, "--metrics-listen '%s' accepted",
+                  bad[i]);
   write_conf("metrics-listen = nohost\n");
   ck_assert_int_eq(load(&c, NULL, NULL, NULL, NULL), GML_EINVAL);
   const char *good[] = {"127.0.0.1:9400", "[::1]:9400", ":9400", "localhost:1", "metrics-host.example_1:65535", ""};
@@ -172,8 +183,8 @@ START_TEST(test_quota_holders) {
   longpath[8 + GML_QUOTA_CGROUP_MAX - 1] = 0;
   snprintf(longq, sizeof longq, "%s 1GiB", longpath);
   const char *bad[] = {"cgroup:relative 1GiB", "cgroup: 1GiB", "cgroup:/ lots", "cgroup:/", "1GiB",
-                       "uid:4294967295 1GiB", "uid: 1GiB", "uid:x 1GiB", "-1 1GiB", "2147483648 1GiB",
-                       "42x 1GiB", longq,
+                       "uid:4294967295 1GiB", "uid: 1GiB", "uid:x 1GiB", "-1 1GiB", "2147483648 1GiB", "42x 1GiB",
+                       longq,
                        /* another spelling of a cgroup never matches /proc/PID/cgroup: refused, not a quota
                         * that binds nothing (new-user trial: cgroup:/a/../b was taken) */
                        "cgroup:/a/../b 1GiB", "cgroup:/a/./b 1GiB", "cgroup://a 1GiB", "cgroup:/a/ 1GiB",
@@ -199,7 +210,8 @@ START_TEST(test_usage_from_table) {
   config_usage(f);
   fclose(f);
   static const char *const lines[] = {
-      "  --device N|UUID|PCI   the GPU: nvidia-smi's index N, its UUID (GPU-...) or PCI bus id (0000:3b:00.0); host backend: N "
+      "  --device N|UUID|PCI   the GPU: nvidia-smi's index N, its UUID (GPU-...) or PCI bus id (0000:3b:00.0); host "
+      "backend: N "
       "or host-N (default 0)\n",
       "  --prefetch BYTES      chunks created ahead of demand (default 256MiB)\n",
       "  --creators N          threads creating chunks (default 4)\n",
@@ -250,17 +262,26 @@ static int load_said(gmld_config *c, const char *a1, const char *a2, char *said,
 START_TEST(test_device_forms) {
   gmld_config c;
   write_conf("");
-  static const struct { const char *spec; int index; } good[] = {
-      {"3", 3}, {"host-7", 7}, {"GPU-6f2b1c3e-8a4d-4e1f-9b2a-0c3d4e5f6a7b", -1}, {"gpu-6F2B1C3E-8A4D", -1},
-      {"0000:3b:00.0", -1}, {"00000000:3B:00.0", -1}, {"3b:00.0", -1}, {"cuda-2", -1},
+  static const struct {
+    const char *spec;
+    int index;
+  } good[] = {
+      {"3", 3},
+      {"host-7", 7},
+      {"GPU-6f2b1c3e-8a4d-4e1f-9b2a-0c3d4e5f6a7b", -1},
+      {"gpu-6F2B1C3E-8A4D", -1},
+      {"0000:3b:00.0", -1},
+      {"00000000:3B:00.0", -1},
+      {"3b:00.0", -1},
+      {"cuda-2", -1},
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     ck_assert_msg(load(&c, "--device", good[i].spec, NULL, NULL) == 0, "--device %s refused", good[i].spec);
     ck_assert_str_eq(c.device_spec, good[i].spec);
     ck_assert_int_eq(c.device, good[i].index);
   }
-  static const char *const bad[] = {"x", "abc", "GPU-", "GPU-xyz", "host-", "host-1024", "1024", "-1", "../x", "GPU-12/..",
-                                    "0000:3b:00.9", "3b:00", "0x3b:00.0", " 1"};
+  static const char *const bad[] = {"x",  "abc",  "GPU-",      "GPU-xyz",      "host-", "host-1024", "1024",
+                                    "-1", "../x", "GPU-12/..", "0000:3b:00.9", "3b:00", "0x3b:00.0", " 1"};
   char said[512];
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_msg(load_said(&c, "--device", bad[i], said, sizeof said) == GML_EINVAL, "--device '%s' taken", bad[i]);
@@ -274,10 +295,13 @@ END_TEST
  * control. An empty number is refused: "socket-mode =" made the socket 0000. */
 START_TEST(test_flag_values) {
   gmld_config c;
-  static const struct { const char *line; int rc, on; } cases[] = {
-      {"control-insecure-tcp\n", 0, 1},        {"control-insecure-tcp = yes\n", 0, 1},
-      {"control-insecure-tcp = no\n", 0, 0},   {"control-insecure-tcp = off\n", 0, 0},
-      {"control-insecure-tcp = 0\n", 0, 0},    {"control-insecure-tcp = maybe\n", GML_EINVAL, 0},
+  static const struct {
+    const char *line;
+    int rc, on;
+  } cases[] = {
+      {"control-insecure-tcp\n", 0, 1},      {"control-insecure-tcp = yes\n", 0, 1},
+      {"control-insecure-tcp = no\n", 0, 0}, {"control-insecure-tcp = off\n", 0, 0},
+      {"control-insecure-tcp = 0\n", 0, 0},  {"control-insecure-tcp = maybe\n", GML_EINVAL, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_conf(cases[i].line);
@@ -314,7 +338,8 @@ START_TEST(test_bad_value_says_what_is_accepted) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     ck_assert_int_eq(load_said(&c, cases[i][0], cases[i][1], said, sizeof said), GML_EINVAL);
-    ck_assert_msg(strstr(said, cases[i][2]) && strstr(said, cases[i][0] + 2), "%s %s: '%s'", cases[i][0], cases[i][1], said);
+    ck_assert_msg(strstr(said, cases[i][2]) && strstr(said, cases[i][0] + 2), "%s %s: '%s'", cases[i][0], cases[i][1],
+                  said);
   }
   /* a line past the reader's buffer is refused as such: its tail was read as a line of its own, a
    * long comment's last words as a key ("unknown setting", on a line 2 the file did not have) */
@@ -330,8 +355,8 @@ START_TEST(test_bad_value_says_what_is_accepted) {
   ck_assert_str_eq(c.limit, "2GiB");
   write_conf("control-insecure-tcp = maybe\n");
   ck_assert_int_eq(load_said(&c, NULL, NULL, said, sizeof said), GML_EINVAL);
-  ck_assert_msg(strstr(said, ":1: bad value for control-insecure-tcp: 'maybe' (a flag: the key alone, or yes / no)"), "%s",
-                said);
+  ck_assert_msg(strstr(said, ":1: bad value for control-insecure-tcp: 'maybe' (a flag: the key alone, or yes / no)"),
+                "%s", said);
 }
 END_TEST
 

@@ -52,7 +52,6 @@ START_TEST(test_idle_client_gives_back) {
 }
 END_TEST
 
-
 /* A caches bytes (allocated, freed) and the daemon knows it (its report). */
 static void cache_and_report(proc *a, long long bytes) {
   ck_assert_str_eq(client_cmd(a, "alloc %lld", bytes), "ok 0");
@@ -69,9 +68,13 @@ typedef struct lease_timing {
 static lease_timing timing_of(proc *b) {
   lease_timing t;
   const char *r = client_cmd(b, "timing");
-  ck_assert_int_eq(sscanf(r, "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
-                          "maps %llu unmaps %llu", &t.calls, &t.streamed, &t.wait_us, &t.import_us, &t.map_us, &t.mapcall_us,
-                          &t.access_us, &t.maps, &t.unmaps), 9);
+  ck_assert_int_eq(
+      sscanf(r,
+             "timing calls %llu streamed %llu wait_us %llu import_us %llu map_us %llu mapcall_us %llu access_us %llu "
+             "maps %llu unmaps %llu",
+             &t.calls, &t.streamed, &t.wait_us, &t.import_us, &t.map_us, &t.mapcall_us, &t.access_us, &t.maps,
+             &t.unmaps),
+      9);
   return t;
 }
 
@@ -367,7 +370,8 @@ START_TEST(test_full_lake_message) {
   double dt = now_ms() - t0;
   ck_assert_msg(!strncmp(r, "err -1 ", 7), "B got '%s'", r);
   char want[160];
-  snprintf(want, sizeof want, "held by: pid %d (gml-testclient) leased 16.00 MiB allocated 16.00 MiB cached 0 B", pid_a);
+  snprintf(want, sizeof want, "held by: pid %d (gml-testclient) leased 16.00 MiB allocated 16.00 MiB cached 0 B",
+           pid_a);
   ck_assert_msg(strstr(r, want), "no lake-wide picture in '%s'", r);
   snprintf(want, sizeof want, "pid %d (gml-testclient, the asker)", pid_b);
   ck_assert_msg(strstr(r, want), "asker not named in '%s'", r);
@@ -459,9 +463,10 @@ START_TEST(test_idle_hog_streamed) {
   lease_timing t = timing_of(&b);
   ck_assert_uint_eq(t.maps, 256); /* each slot mapped once, nothing mapped again */
   ck_assert_uint_eq(t.unmaps, 0);
-  printf("  idle hog, 256 chunks at 400 us an import: B served in %.1f ms: waited for the daemon %.1f ms, imported %.1f ms, "
-         "mapped %.1f ms (%llu request(s), %llu chunks streamed)\n", dt, t.wait_us / 1e3, t.import_us / 1e3,
-         (t.map_us - t.wait_us - t.import_us) / 1e3, t.calls, t.streamed);
+  printf("  idle hog, 256 chunks at 400 us an import: B served in %.1f ms: waited for the daemon %.1f ms, imported "
+         "%.1f ms, "
+         "mapped %.1f ms (%llu request(s), %llu chunks streamed)\n",
+         dt, t.wait_us / 1e3, t.import_us / 1e3, (t.map_us - t.wait_us - t.import_us) / 1e3, t.calls, t.streamed);
   ck_assert_uint_eq(t.calls, 1);
   ck_assert_uint_eq(t.streamed, 256);
   ck_assert_uint_ge(t.import_us, 256 * 400);
@@ -470,7 +475,8 @@ START_TEST(test_idle_hog_streamed) {
    * tighter ratio: on CI's 2 cores the daemon, A and B's spinning imports
    * share the CPUs (29 ms of waits beside 52 ms of imports there at 200 us an
    * import), and an unstreamed lease would wait for all 256 replies first. */
-  ck_assert_msg(t.wait_us < t.import_us, "B waited %llu us for replies beside %llu us of imports", t.wait_us, t.import_us);
+  ck_assert_msg(t.wait_us < t.import_us, "B waited %llu us for replies beside %llu us of imports", t.wait_us,
+                t.import_us);
   /* one reclaim request, for exactly what creating could not cover; A keeps the rest */
   char out[256];
   sh(out, sizeof out, "grep -c 'asked client' %s/daemon.log", tmpdir);
@@ -507,11 +513,13 @@ START_TEST(test_idle_hog_from_idle_cache) {
   double dt = now_ms() - t0;
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
   lease_timing t = timing_of(&b);
-  printf("  idle hog, A idle: B served in %.1f ms from A's cache alone (waited for the daemon %.1f ms, imported %.1f ms)\n", dt,
-         t.wait_us / 1e3, t.import_us / 1e3);
+  printf("  idle hog, A idle: B served in %.1f ms from A's cache alone (waited for the daemon %.1f ms, imported %.1f "
+         "ms)\n",
+         dt, t.wait_us / 1e3, t.import_us / 1e3);
   ck_assert_uint_eq(t.calls, 1);
   ck_assert_uint_eq(t.streamed, 256);
-  ck_assert_msg(t.wait_us < t.import_us, "B waited %llu us for replies beside %llu us of imports", t.wait_us, t.import_us);
+  ck_assert_msg(t.wait_us < t.import_us, "B waited %llu us for replies beside %llu us of imports", t.wait_us,
+                t.import_us);
   /* one request to A, for all of it; no chunk created: the lake holds A's 256, now B's */
   char out[256];
   sh(out, sizeof out, "grep -c 'asked client' %s/daemon.log", tmpdir);
@@ -562,7 +570,8 @@ static void idle_hog_after_operator_trim(int restart) {
     ck_assert_int_eq(stat_wait("clients", 2, 20000), 2);
   }
   ck_assert_int_eq(stat_wait("cached", 512 << 20, 20000), 512 << 20); /* after a restart: A's cache handed over */
-  msleep(1200); /* A idles past BROKER_IDLE_MS (1 s, a time the daemon defines), counted from its report handled above */
+  msleep(
+      1200); /* A idles past BROKER_IDLE_MS (1 s, a time the daemon defines), counted from its report handled above */
   int total = (int)stat_num("chunks_total");
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
@@ -598,12 +607,14 @@ static void idle_hog_stopped(int long_stop) {
   int pid_a = client_ready(&a);
   client_ready(&b);
   cache_and_report(&a, 512 << 20);
-  msleep(1200); /* A idles past BROKER_IDLE_MS (1 s, a time the daemon defines), counted from its report handled above */
+  msleep(
+      1200); /* A idles past BROKER_IDLE_MS (1 s, a time the daemon defines), counted from its report handled above */
   stop_child(pid_a);
   double t0 = now_ms();
   const char *r = client_cmd(&b, "alloc %d", 512 << 20);
   double dt = now_ms() - t0;
-  if (long_stop) msleep(2500); /* the request is 2.5 s old past its 2 s (twice --lease-wait: a time the daemon defines) */
+  if (long_stop)
+    msleep(2500); /* the request is 2.5 s old past its 2 s (twice --lease-wait: a time the daemon defines) */
   kill(pid_a, SIGCONT);
   ck_assert_msg(!strcmp(r, "ok 0"), "B got '%s'", r);
   printf("  idle hog, A stopped: B served in %.1f ms (created after 500 ms without an answer)\n", dt);
@@ -662,15 +673,17 @@ START_TEST(test_idle_hog_stream_map) {
   lease_timing t = timing_of(&b);
   ck_assert_uint_eq(t.maps, 256); /* each slot mapped once, nothing mapped again */
   ck_assert_uint_eq(t.unmaps, 0);
-  printf("  idle hog, mapped as it comes (GMLAKE_STREAM_MAP=1; 100 us an import, 10 us a set-access): %.1f ms; imports %.1f ms "
-         "on the reader, map + set-access %.1f ms, the allocating thread waited %.1f ms\n", dt, t.import_us / 1e3,
-         (t.mapcall_us + t.access_us) / 1e3, t.wait_us / 1e3);
+  printf("  idle hog, mapped as it comes (GMLAKE_STREAM_MAP=1; 100 us an import, 10 us a set-access): %.1f ms; imports "
+         "%.1f ms "
+         "on the reader, map + set-access %.1f ms, the allocating thread waited %.1f ms\n",
+         dt, t.import_us / 1e3, (t.mapcall_us + t.access_us) / 1e3, t.wait_us / 1e3);
   ck_assert_uint_eq(t.calls, 1);
   ck_assert_uint_eq(t.streamed, 256);
   ck_assert_uint_ge(t.import_us, 256 * 100);
   ck_assert_uint_ge(t.access_us, 256 * 10);
   /* the imports were the reader's: the allocating thread waited for them */
-  ck_assert_msg(t.wait_us * 2 >= t.import_us, "waited %llu us beside %llu us of imports on the reader", t.wait_us, t.import_us);
+  ck_assert_msg(t.wait_us * 2 >= t.import_us, "waited %llu us beside %llu us of imports on the reader", t.wait_us,
+                t.import_us);
   ck_assert_str_eq(client_cmd(&b, "tag 0 7"), "ok");
   char want[4096] = "tags";
   for (int k = 0; k < 256; k++) snprintf(want + strlen(want), sizeof want - strlen(want), " %d", 7000 + k);
@@ -788,10 +801,12 @@ START_TEST(test_stopped_daemon_send_times_out) {
   int ok, err, n = answers_within(&a, FLUSHES, 5000, &ok, &err);
   double s = (double)(gmli_now_ns() - t0) / 1e9;
   printf("  %d flushes to a stopped daemon: %d ok, %d failed, in %.1f s\n", n, ok, err, s);
-  if (n < FLUSHES) kill(daemon_pid, SIGCONT); /* the old code goes on once the daemon runs: the check's timeout otherwise */
-  ck_assert_msg(n == FLUSHES, "flush %d of %d got no answer in 5 s: a send to the stopped daemon blocked", n + 1, FLUSHES);
-  ck_assert_msg(ok > 0 && err > 0, "expected the first flushes to pass and the rest to fail (GML_EDAEMON): %d ok, %d failed",
-                ok, err);
+  if (n < FLUSHES)
+    kill(daemon_pid, SIGCONT); /* the old code goes on once the daemon runs: the check's timeout otherwise */
+  ck_assert_msg(n == FLUSHES, "flush %d of %d got no answer in 5 s: a send to the stopped daemon blocked", n + 1,
+                FLUSHES);
+  ck_assert_msg(ok > 0 && err > 0,
+                "expected the first flushes to pass and the rest to fail (GML_EDAEMON): %d ok, %d failed", ok, err);
   ck_assert_msg(s < 4, "the send failed only after %.1f s", s);
   const char *r = client_cmd(&a, "alloc %d", 8 << 20); /* at once while it is away */
   ck_assert_msg(!strncmp(r, "err -2 ", 7), "expected GML_EDAEMON, got '%s'", r);
@@ -821,7 +836,8 @@ START_TEST(test_reply_timeout_past_lease_wait) {
   const char *r = client_cmd(&b, "alloc %d", 4 << 20);
   double s = (double)(gmli_now_ns() - t0) / 1e9;
   kill(a.pid, SIGCONT);
-  printf("  a lease waiting on a stopped holder, daemon lease-wait 2 s, reply timeout 0.5 s: '%.60s' in %.1f s\n", r, s);
+  printf("  a lease waiting on a stopped holder, daemon lease-wait 2 s, reply timeout 0.5 s: '%.60s' in %.1f s\n", r,
+         s);
   ck_assert_msg(strncmp(r, "err -2 ", 7), "the connection was dropped before the daemon's lease-wait passed: '%s'", r);
   ck_assert_int_eq(stat_num("clients"), 2); /* b still connected, not reconnecting */
   ck_assert_int_eq(client_finish(&a), 0);
@@ -898,7 +914,8 @@ START_TEST(test_pid_quota_ends_with_process) {
   ck_assert_int_eq(client_finish(&a), 0);
   char said[128];
   snprintf(said, sizeof said, "process %d exited: its quota of %d bytes is dropped", pid_a, 10 << 20);
-  ck_assert_msg(log_wait_in(NULL, said, 1, 20000, NULL, 0) == 1, "no line saying process %d's quota was dropped", pid_a);
+  ck_assert_msg(log_wait_in(NULL, said, 1, 20000, NULL, 0) == 1, "no line saying process %d's quota was dropped",
+                pid_a);
   /* a pid that no process has: refused, with why */
   pid_t dead = fork();
   if (dead == 0) _exit(0);
@@ -983,7 +1000,8 @@ START_TEST(test_daemon_restart_keeps_memory) {
   launch_daemon();
   /* both reconnect and hand their 7 + 3 chunks over */
   ck_assert_int_eq(stat_wait("chunks_leased", 10, 4000), 10);
-  printf("  daemon SIGKILLed and restarted: both clients' 10 chunks adopted %.0f ms after the restart began\n", now_ms() - t0);
+  printf("  daemon SIGKILLed and restarted: both clients' 10 chunks adopted %.0f ms after the restart began\n",
+         now_ms() - t0);
   ck_assert_int_eq(stat_num("clients"), 2);
   ck_assert_int_eq(stat_num("chunks_total"), 10); /* no chunk twice, none lost */
   ck_assert_int_eq(stat_num("chunks_free"), 0);
@@ -1078,7 +1096,8 @@ START_TEST(test_over_limit_reason_kept_by_reload) {
   ck_assert_str_eq(strtok((char *)client_cmd(&a, "trim"), " "), "ok");
   ck_assert_int_eq(stat_wait("chunks_total", 4, 20000), 4);
   log_wait_in(NULL, "past its limit", 1, 20000, out, sizeof out);
-  ck_assert_msg(strstr(out, "past its limit (handed over after the restart)"), "after a reload of the same limit: '%s'", out);
+  ck_assert_msg(strstr(out, "past its limit (handed over after the restart)"), "after a reload of the same limit: '%s'",
+                out);
   ck_assert_int_eq(client_finish(&n), 0);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -1110,7 +1129,8 @@ static void fake_daemon_answer(int lfd, char how) {
     env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY, env.hello_reply = &hr;
   } else {
     e.code = how == 'r' ? GML_EDAEMON : GML_EPROTO;
-    e.message = how == 'r' ? "too many connections (max-clients)" : "protocol version 1 not supported (daemon speaks 9)";
+    e.message =
+        how == 'r' ? "too many connections (max-clients)" : "protocol version 1 not supported (daemon speaks 9)";
     env.msg_case = GMLAKE__ENVELOPE__MSG_ERROR, env.error = &e;
   }
   ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
@@ -1179,8 +1199,10 @@ START_TEST(test_idle_lake_gives_back) {
   ck_assert_int_eq(stat_num("chunks_free"), 2);
   ck_assert_int_ge(stat_num("chunks_released_idle"), 18);
   char out[4096];
-  ck_assert_int_eq(sh(out, sizeof out, "grep -c 'to the driver: nothing leased or given back for 1 s (--idle-release)' %s/daemon.log",
-                      tmpdir), 0);
+  ck_assert_int_eq(sh(out, sizeof out,
+                      "grep -c 'to the driver: nothing leased or given back for 1 s (--idle-release)' %s/daemon.log",
+                      tmpdir),
+                   0);
   proc b = client_start();
   client_ready(&b);
   ck_assert_str_eq(client_cmd(&b, "alloc %d", 8 << 20), "ok 0"); /* the lake grows again */

@@ -29,10 +29,10 @@ static int readable(const void *p) {
 }
 
 typedef struct overflow_case {
-  int mode;        /* GML_GUARD_END or GML_GUARD_BOTH */
-  size_t grain;    /* 0: the backend's finest (a page); else whole chunks */
+  int mode;     /* GML_GUARD_END or GML_GUARD_BOTH */
+  size_t grain; /* 0: the backend's finest (a page); else whole chunks */
   size_t size;
-  long at;         /* the byte written, relative to the pointer */
+  long at; /* the byte written, relative to the pointer */
   const char *want[3];
 } overflow_case;
 
@@ -92,7 +92,8 @@ START_TEST(test_guard_overflow_reported) {
 #else
   int asan = 0;
 #endif
-  ck_assert_msg((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) || asan, "child status %#x, stderr:\n%s", status, out);
+  ck_assert_msg((WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) || asan, "child status %#x, stderr:\n%s", status,
+                out);
   for (int i = 0; i < 3; i++) ck_assert_msg(strstr(out, oc->want[i]), "report lacks '%s':\n%s", oc->want[i], out);
 }
 END_TEST
@@ -205,7 +206,9 @@ START_TEST(test_guard_randomized) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t r = (uint32_t)(rng >> 33);
     if (nlive < N && (nlive == 0 || (r & 1))) {
-      size_t size = (r >> 2) % 3 == 0 ? 1 + (r >> 4) % 8192 : (r >> 2) % 3 == 1 ? 4096 + (r >> 4) % MiB : MiB + (r >> 4) % (9 * MiB);
+      size_t size = (r >> 2) % 3 == 0   ? 1 + (r >> 4) % 8192
+                    : (r >> 2) % 3 == 1 ? 4096 + (r >> 4) % MiB
+                                        : MiB + (r >> 4) % (9 * MiB);
       unsigned char *p = galloc(size);
       size_t usable = (size + 511) / 512 * 512;
       ck_assert(!readable(p + usable));
@@ -226,8 +229,8 @@ START_TEST(test_guard_randomized) {
   gml_stats st;
   gmli_alloc_stats(&G, &st);
   printf("guard randomized (%s grain): peak allocated %.1f MiB, peak reserved %.1f MiB, maps %llu, unmaps %llu\n",
-         _i ? "chunk" : "page", st.peak_allocated / (double)MiB, st.peak_reserved / (double)MiB, (unsigned long long)st.maps,
-         (unsigned long long)st.unmaps);
+         _i ? "chunk" : "page", st.peak_allocated / (double)MiB, st.peak_reserved / (double)MiB,
+         (unsigned long long)st.maps, (unsigned long long)st.unmaps);
   for (size_t i = 0; i < nlive; i++) gmli_alloc_free(&G, live[i].p);
   ck_assert_int_eq(gmli_alloc_check(&G), 0);
 }

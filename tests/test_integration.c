@@ -96,7 +96,8 @@ START_TEST(test_bad_environment_with_daemon) {
   snprintf(path, sizeof path, "%s/said", tmpdir);
   setenv("GMLAKE_BACKEND", "gpu", 1);
   ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
-  ck_assert_msg(strstr(said, "GMLAKE_BACKEND=gpu: not a backend; it accepts auto, cuda, host") && !strstr(said, "asked for"),
+  ck_assert_msg(strstr(said, "GMLAKE_BACKEND=gpu: not a backend; it accepts auto, cuda, host") &&
+                    !strstr(said, "asked for"),
                 "%s", said);
   const char *other = strcmp(backend, "host") ? "host" : "cuda"; /* a real backend the daemon does not run */
   setenv("GMLAKE_BACKEND", other, 1);
@@ -113,7 +114,7 @@ START_TEST(test_bad_environment_with_daemon) {
   ck_assert_int_eq(open_saying(path, said, sizeof said), GML_EINVAL);
   ck_assert_msg(strstr(said, "GMLAKE_LIMIT=lots: not a limit"), "%s", said);
   unsetenv("GMLAKE_LIMIT");
-  ck_assert_int_eq(stat_num("clients"), 0); /* none of them connected */
+  ck_assert_int_eq(stat_num("clients"), 0);                  /* none of them connected */
   ck_assert_int_eq(open_saying(path, said, sizeof said), 0); /* and with nothing wrong, it does */
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -207,9 +208,11 @@ START_TEST(test_growable_range) {
   for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gtag %d 4", k), "ok");
   ck_assert_str_eq(client_cmd(&a, "gensure %d", 12 << 20), "ok");
   ck_assert_int_eq(stat_num("chunks_leased"), 6);
-  snprintf(line, sizeof line, "ginfo %s %d %d %d stats 1 %d %d", base + 3, 32 << 20, 12 << 20, 12 << 20, 12 << 20, 20 << 20);
+  snprintf(line, sizeof line, "ginfo %s %d %d %d stats 1 %d %d", base + 3, 32 << 20, 12 << 20, 12 << 20, 12 << 20,
+           20 << 20);
   ck_assert_str_eq(client_cmd(&a, "ginfo"), line);
-  for (int k = 0; k < 3; k++) ck_assert_str_eq(client_cmd(&a, "gread %d", k), k == 0 ? "tag 4000" : k == 1 ? "tag 4001" : "tag 4002");
+  for (int k = 0; k < 3; k++)
+    ck_assert_str_eq(client_cmd(&a, "gread %d", k), k == 0 ? "tag 4000" : k == 1 ? "tag 4001" : "tag 4002");
   /* the daemon knows it from the usage report: gmlakectl stats and clients show it */
   ck_assert_int_eq(stat_poll("growable_mapped", 12 << 20, 40, 25), 12 << 20);
   ck_assert_int_eq(stat_num("growable_unmapped"), 20 << 20);
@@ -224,17 +227,21 @@ START_TEST(test_growable_range) {
   static char mout[32768];
   ck_assert_int_eq(ctl(mout, sizeof mout, "metrics"), 0);
   ck_assert_msg(strstr(mout, "# TYPE gmlake_growable_mapped_bytes gauge\n") &&
-                    strstr(mout, "# TYPE gmlake_growable_unmapped_bytes gauge\n") && !strstr(mout, "gmlake_growable_mapped_total"),
+                    strstr(mout, "# TYPE gmlake_growable_unmapped_bytes gauge\n") &&
+                    !strstr(mout, "gmlake_growable_mapped_total"),
                 "metrics: %s", mout);
   /* the label is the GPU's UUID on cuda, host-N on the host backend (a 32 KiB message is too long for check) */
   const char *gm = strstr(mout, "gmlake_growable_mapped_bytes{device=\"0\",gpu_uuid=\""),
              *gu = strstr(mout, "gmlake_growable_unmapped_bytes{device=\"0\",gpu_uuid=\"");
-  ck_assert_msg(gm && gu && !strncmp(strchr(gm, '}'), "} 12582912\n", 11) && !strncmp(strchr(gu, '}'), "} 20971520\n", 11),
+  ck_assert_msg(gm && gu && !strncmp(strchr(gm, '}'), "} 12582912\n", 11) &&
+                    !strncmp(strchr(gu, '}'), "} 20971520\n", 11),
                 "metrics: %.2000s", gm ? gm : mout);
   ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 30 << 20, 2 << 20), "ok"); /* a chunk at the far end */
   ck_assert_int_eq(stat_num("chunks_leased"), 7);
-  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20), "err -3 growable range: offset 1 / length 2097152 not chunk-aligned (chunks of 2097152)");
-  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 32 << 20, 2 << 20), "err -3 growable range: offset 33554432 / length 2097152 past the end (33554432 bytes)");
+  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 1, 2 << 20),
+                   "err -3 growable range: offset 1 / length 2097152 not chunk-aligned (chunks of 2097152)");
+  ck_assert_str_eq(client_cmd(&a, "gmap %d %d", 32 << 20, 2 << 20),
+                   "err -3 growable range: offset 33554432 / length 2097152 past the end (33554432 bytes)");
   /* shrink to 2 chunks: the other 5 go back to the lake */
   ck_assert_str_eq(client_cmd(&a, "gshrink %d", 4 << 20), "ok");
   ck_assert_int_eq(stat_num("chunks_leased"), 2);
@@ -309,7 +316,8 @@ START_TEST(test_share_attach) {
                    "err -3 gml_share: a key of 200 bytes: a key is 1 to 127 bytes of '!' to '~'");
   ck_assert_str_eq(client_cmd(&c, "share many %d uids:65", 2 << 20),
                    "err -3 gml_share 'many': 65 allow_uids, at most 64 (or allow_any_uid)");
-  ck_assert_str_eq(client_cmd(&c, "share big %d", 6 << 20), "err -3 gml_share: size 6291456: 1 to the range's 4194304 bytes");
+  ck_assert_str_eq(client_cmd(&c, "share big %d", 6 << 20),
+                   "err -3 gml_share: size 6291456: 1 to the range's 4194304 bytes");
   ck_assert_str_eq(client_cmd(&c, "attach"), "err -3 gml_attach: key is NULL or empty");
   /* a published key has no '@': "weights@1001" would read as user 1001's share "weights" */
   ck_assert_str_eq(client_cmd(&c, "share weights@1001 %d", 2 << 20),
@@ -318,17 +326,20 @@ START_TEST(test_share_attach) {
   /* an attach's key too, where the daemon said only "no share" (GML_ENOENT) for a key with a space or of
    * 200 bytes; NAME@UID (another user's share) passes with NAME up to 127 bytes, and the daemon answers */
   ck_assert_str_eq(client_cmd(&c, "attach %s", longkey), "err -3 gml_attach: a key of 200 bytes: a key is 1 to 127 "
-                   "bytes of '!' to '~' (another user's share: NAME@UID)");
-  ck_assert_str_eq(client_cmd(&c, "attach we ights"), "err -3 gml_attach: the key's byte 2 is 0x20: a key is 1 to 127 "
+                                                         "bytes of '!' to '~' (another user's share: NAME@UID)");
+  ck_assert_str_eq(client_cmd(&c, "attach we ights"),
+                   "err -3 gml_attach: the key's byte 2 is 0x20: a key is 1 to 127 "
                    "bytes of '!' to '~' (no space, tab or control) (another user's share: NAME@UID)");
   char named[160];
   snprintf(named, sizeof named, "%.127s@%u", longkey, (unsigned)getuid());
-  ck_assert_msg(!strncmp(client_cmd(&c, "attach %s", named), "err -13 attach: no share ", 25), "%s", client_cmd(&c, "attach %s", named));
+  ck_assert_msg(!strncmp(client_cmd(&c, "attach %s", named), "err -13 attach: no share ", 25), "%s",
+                client_cmd(&c, "attach %s", named));
   ck_assert_int_eq(stat_num("protocol_errors"), 0);
   ck_assert_str_eq(client_cmd(&c, "share many %d uids:64", 2 << 20), "ok"); /* the same connection */
   ck_assert_str_eq(client_cmd(&c, "gdestroy"), "ok");
   ck_assert_str_eq(client_cmd(&a, "share again %d", 2 << 20), "err -3 range already shared as 'weights'");
-  ck_assert_str_eq(client_cmd(&a, "gensure %d", 10 << 20), "err -3 growable range: shared as 'weights': read-only, its chunks are the share's");
+  ck_assert_str_eq(client_cmd(&a, "gensure %d", 10 << 20),
+                   "err -3 growable range: shared as 'weights': read-only, its chunks are the share's");
   ck_assert_str_eq(client_cmd(&a, "gwrite 0"), "fault"); /* the publisher cannot write it either */
   ck_assert_str_eq(client_cmd(&b, "attach weights"), "ok 5242887");
   for (int k = 0; k < 3; k++) {
@@ -386,7 +397,8 @@ END_TEST
  * only: the second's publish found that key taken and its dedup failed). */
 START_TEST(test_dedup_key_whole_hash) {
   start_daemon("--limit 64MiB --prefetch 0");
-  const char *p32 = "0123456789abcdef0123456789abcdef", *p63 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde";
+  const char *p32 = "0123456789abcdef0123456789abcdef",
+             *p63 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde";
   char hashes[4][80];
   snprintf(hashes[0], sizeof hashes[0], "%s-one", p32);
   snprintf(hashes[1], sizeof hashes[1], "%s-two", p32);
@@ -412,9 +424,11 @@ START_TEST(test_dedup_key_whole_hash) {
     ck_assert_msg(strstr(out, key), "no share %s in %s", key, out);
   }
   /* base64url of the 64 bytes: 86 characters, the last two of 'X' and 'Y' differ */
-  ck_assert_msg(strstr(out, "\"key\":\"dedup-b64-MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlWA\""),
+  ck_assert_msg(strstr(out, "\"key\":\"dedup-b64-"
+                            "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlWA\""),
                 "no base64 key of hash 3 in %s", out);
-  ck_assert_msg(strstr(out, "\"key\":\"dedup-b64-MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlWQ\""),
+  ck_assert_msg(strstr(out, "\"key\":\"dedup-b64-"
+                            "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWYwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlWQ\""),
                 "no base64 key of hash 4 in %s", out);
   for (int i = 0; i < 4; i++) ck_assert_int_eq(client_finish(&c[i]), 0);
   ck_assert_int_eq(stat_num("chunks_shared"), 0);
@@ -510,12 +524,14 @@ START_TEST(test_share_other_user) {
     char tab[4096], pub[16] = "";
     ck_assert_int_eq(ctl_as(65534, tab, sizeof tab, "shares"), 0);
     const char *row = strstr(tab, "\nopen ");
-    ck_assert_msg(row && sscanf(row, " %*s %*s %*s %*s %15s", pub) == 1 && !strcmp(pub, "-"), "nobody's shares: %s", tab);
+    ck_assert_msg(row && sscanf(row, " %*s %*s %*s %*s %15s", pub) == 1 && !strcmp(pub, "-"), "nobody's shares: %s",
+                  tab);
   }
   /* keys are per user: a plain name is one's own; another user's share is named NAME@UID */
   const char *plain = client_cmd(&n, "attach open");
   ck_assert_msg(!strncmp(plain, "err -13 ", 8), "a plain key found another user's share");
-  ck_assert_msg(strstr(plain, "no share open of this user (another user's is NAME@UID)"), "%s", plain); /* new-user trial 3 */
+  ck_assert_msg(strstr(plain, "no share open of this user (another user's is NAME@UID)"), "%s",
+                plain); /* new-user trial 3 */
   ck_assert_str_eq(client_cmd(&n, "attach open@0"), "ok 2097152");
   { /* root publishing 'open' again is told who maps it: nobody's process by its uid, not its pid */
     proc c2 = client_start();
@@ -582,8 +598,11 @@ START_TEST(test_share_key_json) {
   char out[4096];
   ck_assert_int_eq(ctl(out, sizeof out, "shares --json"), 0);
   ck_assert_msg(strstr(out, "[{\"key\":\"q\\\"k\\\\\",\"size\":2097152,"), "shares: %s", out);
-  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --json shares | python3 -c 'import json,sys; print(json.load(sys.stdin)[0][\"key\"])'",
-                      bindir, ctl_url), 0);
+  ck_assert_int_eq(sh(out, sizeof out,
+                      "%s/gmlakectl --control %s --json shares | python3 -c 'import json,sys; "
+                      "print(json.load(sys.stdin)[0][\"key\"])'",
+                      bindir, ctl_url),
+                   0);
   ck_assert_str_eq(out, "q\"k\\\n");
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -607,7 +626,8 @@ START_TEST(test_share_outlives_connection) {
     lr.count = 1;
     env.seq = 2, env.msg_case = GMLAKE__ENVELOPE__MSG_LEASE, env.lease = &lr;
     ck_assert_int_eq(send_env(s, &env, NULL, 0), 0);
-    if (gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS) || in->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY) _exit(3);
+    if (gmli_wire_recv(s, &in, fds, &nfds, GML_MAX_LEASE_CHUNKS) || in->msg_case != GMLAKE__ENVELOPE__MSG_LEASE_REPLY)
+      _exit(3);
     uint64_t id = in->lease_reply->chunk_ids[0];
     gmlake__envelope__free_unpacked(in, NULL);
     Gmlake__ShareRequest sr = GMLAKE__SHARE_REQUEST__INIT;
@@ -616,7 +636,9 @@ START_TEST(test_share_outlives_connection) {
     Gmlake__Envelope env2 = GMLAKE__ENVELOPE__INIT;
     env2.seq = 3, env2.msg_case = GMLAKE__ENVELOPE__MSG_SHARE, env2.share = &sr;
     ck_assert_int_eq(send_env(s, &env2, NULL, 0), 0);
-    if (gmli_wire_recv(s, &in, fds + 1, &nfds, GML_MAX_LEASE_CHUNKS - 1) || in->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY) _exit(4);
+    if (gmli_wire_recv(s, &in, fds + 1, &nfds, GML_MAX_LEASE_CHUNKS - 1) ||
+        in->msg_case != GMLAKE__ENVELOPE__MSG_SHARE_REPLY)
+      _exit(4);
     gmlake__envelope__free_unpacked(in, NULL);
     close(s); /* the connection goes; the process (and the chunk's fd) stay */
     if (write(ready[1], "k", 1) != 1) _exit(5);
@@ -734,7 +756,8 @@ START_TEST(test_quota_and_limit) {
    * its cache back: that refusal is not logged again), with the count asked
    * (it said "lease of 0 chunk(s)", twice) */
   char cmd[512];
-  snprintf(cmd, sizeof cmd, "grep -c '\\[warn\\] lease of [1-9][0-9]* chunk(s) refused to client .*quota of 8.00 MiB' %s/daemon.log",
+  snprintf(cmd, sizeof cmd,
+           "grep -c '\\[warn\\] lease of [1-9][0-9]* chunk(s) refused to client .*quota of 8.00 MiB' %s/daemon.log",
            tmpdir);
   ck_assert_int_eq(sh(out, sizeof out, "%s", cmd), 0);
   ck_assert_msg(atoi(out) == 1, "refusal warnings: %s", out);
@@ -810,7 +833,7 @@ START_TEST(test_reclaim_between_clients) {
   fprintf(b.in, "alloc %d\n", 24 << 20);
   fflush(b.in);
   ck_assert_msg(log_wait("asked client", 20000), "A was not asked for its idle cache"); /* B's lease got as far */
-  ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* A picks up the request... */
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");                                      /* A picks up the request... */
   ck_assert_str_eq(client_cmd(&a, "flush"), "ok"); /* ...and gives its idle chunks back */
   char line[256];
   ck_assert_ptr_nonnull(fgets(line, sizeof line, b.out));
@@ -851,7 +874,7 @@ START_TEST(test_optional_headroom_leases) {
   client_first_line(&b);
   uint64_t t0 = gmli_now_ns();
   headroom_sequence(&b);
-  ck_assert_uint_lt(gmli_now_ns() - t0, 500000000ull); /* no reclaim wait (1 s) */
+  ck_assert_uint_lt(gmli_now_ns() - t0, 500000000ull);                      /* no reclaim wait (1 s) */
   ck_assert_str_eq(client_cmd(&b, "stats"), "stats 10485760 10485760 0 1"); /* y + z; 5 chunks: x's 2 restitched */
   ck_assert_int_eq(stat_num("optional_declined"), 1);
   ck_assert_int_eq(stat_num("leases_refused"), 0);
@@ -888,7 +911,7 @@ START_TEST(test_leave_after_failed_send) {
   proc a = client_start();
   client_first_line(&a);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 8 << 20), "ok 0"); /* the lake is full */
-  proc b = client_start(); /* before r: it would inherit r's socket */
+  proc b = client_start();                                       /* before r: it would inherit r's socket */
   client_first_line(&b);
   int r = raw_connect();
   ck_assert_int_ge(r, 0);
@@ -903,7 +926,7 @@ START_TEST(test_leave_after_failed_send) {
   env.usage = &u;
   ck_assert_int_eq(send_env(r, &env, NULL, 0), 0);
   ck_assert_int_eq(raw_round_trip(r, 3), 0); /* its report handled before B asks */
-  shutdown(r, SHUT_RD); /* sends to it fail from now on (EPIPE) */
+  shutdown(r, SHUT_RD);                      /* sends to it fail from now on (EPIPE) */
   ck_assert_int_eq(stat_num("clients"), 3);
   /* waits for the lake, the daemon asks r for its cache (the send fails), then refuses */
   ck_assert_ptr_nonnull(strstr(client_cmd(&b, "alloc %d", 2 << 20), "err"));
@@ -936,7 +959,8 @@ START_TEST(test_metrics_parse) {
            "a = [x.value for x in fams[\"gmlake_allocated_bytes\"].samples][0]\n"
            "assert s[\"leased\"] >= 3 << 20, s\nassert a == 3 << 20, a\n"
            "counters = sorted(n for n, f in fams.items() if f.type == \"counter\")\n"
-           "assert counters == [\"gmlake_chunks_released_idle\", \"gmlake_chunks_remade\", \"gmlake_chunks_scrubbed\", \"gmlake_connections_refused\", "
+           "assert counters == [\"gmlake_chunks_released_idle\", \"gmlake_chunks_remade\", \"gmlake_chunks_scrubbed\", "
+           "\"gmlake_connections_refused\", "
            "\"gmlake_leases\", \"gmlake_leases_refused\", \"gmlake_optional_leases_declined\", "
            "\"gmlake_protocol_errors\"], counters\n"
            "for g in (\"gmlake_shares\", \"gmlake_chunks_shared\", \"gmlake_growable_mapped_bytes\", "
@@ -976,10 +1000,12 @@ START_TEST(test_ctl_json) {
                 "--json metrics: rc %d: %s", rc, out);
   /* --version with --json (before or after it) is a JSON object too (before: the plain line); plain without */
   for (int after = 0; after < 2; after++) {
-    rc = sh(out, sizeof out, "%s/gmlakectl %s --version %s | /usr/bin/python3 -c '"
+    rc = sh(out, sizeof out,
+            "%s/gmlakectl %s --version %s | /usr/bin/python3 -c '"
             "import json, sys\no = json.loads(sys.stdin.read())\n"
             "assert o[\"program\"] == \"gmlakectl\" and o[\"version\"].count(\".\") == 2 and o[\"protocol\"] >= 1, o\n"
-            "print(json.dumps(o))' 2>&1", bindir, after ? "" : "--json", after ? "--json" : "");
+            "print(json.dumps(o))' 2>&1",
+            bindir, after ? "" : "--json", after ? "--json" : "");
     ck_assert_msg(rc == 0, "gmlakectl --json --version: %s", out);
   }
   printf("  gmlakectl --json --version: %s", out);
@@ -989,17 +1015,22 @@ START_TEST(test_ctl_json) {
    * stands (before: `--json --version --bogus` printed the version, exit 0, and `--json --bogus
    * --version` was a usage error), and so is --version with a command, as an argument too many is */
   static const char *const misuse[][2] = {
-      {"--json --version --bogus", "unknown option '--bogus'"}, {"--json --bogus --version", "unknown option '--bogus'"},
-      {"--version --bogus", "unknown option '--bogus'"},        {"--help --bogus", "unknown option '--bogus'"},
-      {"--version stats", "--version takes no command"},       {"stats --json --version", "--version takes no command"},
-      {"--version --client 1", "('--client' given)"},          {"--version --device x", "bad device 'x'"},
+      {"--json --version --bogus", "unknown option '--bogus'"},
+      {"--json --bogus --version", "unknown option '--bogus'"},
+      {"--version --bogus", "unknown option '--bogus'"},
+      {"--help --bogus", "unknown option '--bogus'"},
+      {"--version stats", "--version takes no command"},
+      {"stats --json --version", "--version takes no command"},
+      {"--version --client 1", "('--client' given)"},
+      {"--version --device x", "bad device 'x'"},
   };
   for (size_t i = 0; i < sizeof misuse / sizeof misuse[0]; i++) {
     rc = sh(out, sizeof out, "%s/gmlakectl %s 2>&1", bindir, misuse[i][0]);
     ck_assert_msg(rc == 2 && strstr(out, misuse[i][1]) && !strstr(out, "(protocol "), "gmlakectl %s: rc %d: %s",
                   misuse[i][0], rc, out);
     if (strstr(misuse[i][0], "--json"))
-      ck_assert_msg(!strncmp(out, "{\"error\":", 9) || strstr(out, "\n{\"error\":"), "gmlakectl %s: %s", misuse[i][0], out);
+      ck_assert_msg(!strncmp(out, "{\"error\":", 9) || strstr(out, "\n{\"error\":"), "gmlakectl %s: %s", misuse[i][0],
+                    out);
   }
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -1036,14 +1067,17 @@ START_TEST(test_config_fifo_refused) {
     if (w >= 0) close(w);
   }
   printf("  SIGHUP with a FIFO at the config path: %s", out[0] ? strstr(out, "SIGHUP") : "nothing logged\n");
-  ck_assert_msg(strstr(out, "[error] SIGHUP: config ") && strstr(out, "is not a regular file"), "the reload: '%s'", out);
+  ck_assert_msg(strstr(out, "[error] SIGHUP: config ") && strstr(out, "is not a regular file"), "the reload: '%s'",
+                out);
   ck_assert_msg(served && strstr(stats, "\"limit_bytes\":67108864"), "gmlakectl stats after the SIGHUP: '%s'", stats);
   ck_assert_int_eq(stop_daemon(), 0);
   /* at start: exit 2, said */
-  int rc = sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --config %s --socket %s.sock --control ipc://%s.ctl 2>&1",
-              bindir, conf, conf, conf);
+  int rc = sh(out, sizeof out,
+              "timeout 5 %s/gmlaked --backend host --config %s --socket %s.sock --control ipc://%s.ctl 2>&1", bindir,
+              conf, conf, conf);
   unlink(conf);
-  ck_assert_msg(rc == 2 && strstr(out, "is not a regular file"), "a start with a FIFO for its config: exit %d, '%s'", rc, out);
+  ck_assert_msg(rc == 2 && strstr(out, "is not a regular file"), "a start with a FIFO for its config: exit %d, '%s'",
+                rc, out);
 }
 END_TEST
 
@@ -1080,15 +1114,17 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_msg(log_line(out, sizeof out, "SIGHUP: reloaded")[0], "no reload logged");
   log_line(out, sizeof out, "SIGHUP: limit 8.00 MiB is below");
   printf("  %s", strstr(out, "SIGHUP") ? strstr(out, "SIGHUP") : out);
-  ck_assert_msg(strstr(out, "[warn] SIGHUP: limit 8.00 MiB is below the 24.00 MiB clients hold now (24.00 MiB leased, 0 B "
-                            "parked, 0 B in shares): nothing is taken back from them"),
+  ck_assert_msg(strstr(out,
+                       "[warn] SIGHUP: limit 8.00 MiB is below the 24.00 MiB clients hold now (24.00 MiB leased, 0 B "
+                       "parked, 0 B in shares): nothing is taken back from them"),
                 "no warning of a limit below what clients hold: '%s'", out);
   /* what it says happens */
   ck_assert_int_eq(stat_num("limit_bytes"), 8 << 20);
-  ck_assert_int_eq(stat_num("chunks_free"), 0);    /* released */
-  ck_assert_int_eq(stat_num("chunks_leased"), 12); /* none taken back */
+  ck_assert_int_eq(stat_num("chunks_free"), 0);         /* released */
+  ck_assert_int_eq(stat_num("chunks_leased"), 12);      /* none taken back */
   const char *r = client_cmd(&b, "alloc %d", 10 << 20); /* 5 chunks for b alone pass the limit of 4 */
-  ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "would pass the lake's limit"), "expected GML_ENOMEM, got '%s'", r);
+  ck_assert_msg(!strncmp(r, "err -1 ", 7) && strstr(r, "would pass the lake's limit"), "expected GML_ENOMEM, got '%s'",
+                r);
   r = client_cmd(&b, "alloc %d", 2 << 20); /* from a's idle cache, asked */
   ck_assert_msg(!strncmp(r, "ok ", 3), "a lease within the limit, a's idle cache to give: '%s'", r);
   /* what a gives back beside it (the rest of its idle cache, asked or trimmed) is released: 8 + 1 chunks held, none free */
@@ -1098,15 +1134,18 @@ START_TEST(test_limit_below_held_said) {
   /* ... with the reason it is over (before: "handed over after the restart", with no restart) */
   log_line(out, sizeof out, "past its limit");
   ck_assert_msg(strstr(out, "the lake held past its limit (the limit was set below what it held, by SIGHUP)") &&
-                !strstr(out, "restart"), "chunks released past the limit, said as: '%s'", out);
+                    !strstr(out, "restart"),
+                "chunks released past the limit, said as: '%s'", out);
   /* gmlakectl limit says it as well, in the log and to its caller (stderr, exit 0; before: the log only) */
   ck_assert_int_eq(ctl(out, sizeof out, "limit 6MiB 2>&1"), 0);
-  ck_assert_msg(strstr(out, "gmlakectl: warning: the daemon says: limit 6.00 MiB is below the 18.00 MiB clients hold now") &&
-                strstr(out, "another user's lease is refused") && strstr(out, "limit set to 6291456 bytes"),
-                "gmlakectl limit below what clients hold: '%s'", out);
+  ck_assert_msg(
+      strstr(out, "gmlakectl: warning: the daemon says: limit 6.00 MiB is below the 18.00 MiB clients hold now") &&
+          strstr(out, "another user's lease is refused") && strstr(out, "limit set to 6291456 bytes"),
+      "gmlakectl limit below what clients hold: '%s'", out);
   log_line(out, sizeof out, "limit: limit 6.00 MiB is below");
-  ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 6.00 MiB is below the 18.00 MiB clients hold now (18.00 MiB leased"),
-                "no warning for gmlakectl limit: '%s'", out);
+  ck_assert_msg(
+      strstr(out, "[warn] gmlakectl limit: limit 6.00 MiB is below the 18.00 MiB clients hold now (18.00 MiB leased"),
+      "no warning for gmlakectl limit: '%s'", out);
   ck_assert_int_eq(client_finish(&a), 0);
   ck_assert_int_eq(client_finish(&b), 0);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -1128,15 +1167,17 @@ START_TEST(test_limit_below_held_said) {
   ck_assert_str_eq(client_cmd(&r1, "alloc %d", 4 << 20), "ok 2");
   ck_assert_str_eq(client_cmd(&r1, "free 1"), "ok"); /* root leases 24 MiB, 4 MiB of it idle in r1's cache */
   ck_assert_str_eq(client_cmd(&r1, "flush"), "ok");
-  ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --json limit 8MiB 2>/dev/null | /usr/bin/python3 -c '"
-                      "import json, sys\no = json.load(sys.stdin)\nassert o[\"ok\"] and o[\"limit_bytes\"] == 8 << 20, o\n"
-                      "assert o[\"warning\"].startswith(\"limit 8.00 MiB is below the 24.00 MiB clients hold now\"), o' 2>&1",
-                      bindir, ctl_url),
-                   0);
+  ck_assert_int_eq(
+      sh(out, sizeof out,
+         "%s/gmlakectl --control %s --json limit 8MiB 2>/dev/null | /usr/bin/python3 -c '"
+         "import json, sys\no = json.load(sys.stdin)\nassert o[\"ok\"] and o[\"limit_bytes\"] == 8 << 20, o\n"
+         "assert o[\"warning\"].startswith(\"limit 8.00 MiB is below the 24.00 MiB clients hold now\"), o' 2>&1",
+         bindir, ctl_url),
+      0);
   log_line(out, sizeof out, "limit: limit 8.00 MiB is below");
   ck_assert_msg(strstr(out, "[warn] gmlakectl limit: limit 8.00 MiB is below the 24.00 MiB clients hold now") &&
-                strstr(out, "a lease is served only from chunks that clients of its own user give back") &&
-                strstr(out, "another user's lease is refused until the lake is within its limit"),
+                    strstr(out, "a lease is served only from chunks that clients of its own user give back") &&
+                    strstr(out, "another user's lease is refused until the lake is within its limit"),
                 "the warning does not say what another user's lease gets: '%s'", out);
   ck_assert_int_eq(stat_num("chunks_total"), 12);
   proc n;
@@ -1150,7 +1191,8 @@ START_TEST(test_limit_below_held_said) {
                 "another user's lease on a lake over its limit: '%s'", r);
   /* r1 did give back (released): the refusal says the limit, not "no other client had idle cache" */
   ck_assert_msg(strstr(r, "the lake is over its limit: what other clients give back is released") &&
-                !strstr(r, "no other client had idle cache"), "'%s'", r);
+                    !strstr(r, "no other client had idle cache"),
+                "'%s'", r);
   ck_assert_int_eq(stat_wait("chunks_total", 10, 20000), 10);
   ck_assert_int_eq(stat_num("chunks_free"), 0);
   /* root's second client is served from what r1 gives back (the rest released) */
@@ -1225,7 +1267,8 @@ START_TEST(test_refused_connection_says_why) {
   proc a = client_start();
   client_ready(&a);
   char out[8192];
-  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_MODE=daemon %s/gml-testclient %s </dev/null 2>&1", bindir, sock_path), 1);
+  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_MODE=daemon %s/gml-testclient %s </dev/null 2>&1", bindir, sock_path),
+                   1);
   ck_assert_msg(strstr(out, "too many connections of this user (max-clients-per-uid)"), "%s", out);
   ck_assert_msg(!strstr(out, "no hello reply") && !strstr(out, "gmlakectl"), "%s", out);
   /* again and again in this process: the daemon may close before the hello is
@@ -1283,7 +1326,8 @@ START_TEST(test_ctl_errors) {
   char args[128], want[160];
   snprintf(args, sizeof args, "quota %d 10MiB 2>&1", thread_tid);
   ck_assert_int_eq(ctl(out, sizeof out, args), 1);
-  snprintf(want, sizeof want, "%d is a thread of process %d: a pid quota is set for the process", thread_tid, (int)getpid());
+  snprintf(want, sizeof want, "%d is a thread of process %d: a pid quota is set for the process", thread_tid,
+           (int)getpid());
   ck_assert_msg(strstr(out, want), "quota on a tid: %s", out);
   pthread_mutex_lock(&tid_lock);
   thread_stop = 1;
@@ -1293,8 +1337,9 @@ START_TEST(test_ctl_errors) {
   /* the daemon named twice is an error; --device wins over GMLAKE_CONTROL */
   ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s --device 3 stats 2>&1", bindir, ctl_url), 2);
   ck_assert_msg(strstr(out, "--control and --device name the daemon both"), "%s", out);
-  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_CONTROL=%s XDG_RUNTIME_DIR=%s %s/gmlakectl --device 3 stats 2>&1", ctl_url, tmpdir,
-                      bindir), 1);
+  ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_CONTROL=%s XDG_RUNTIME_DIR=%s %s/gmlakectl --device 3 stats 2>&1",
+                      ctl_url, tmpdir, bindir),
+                   1);
   ck_assert_msg(strstr(out, "gmlake-3.ctl"), "GMLAKE_CONTROL won over --device: %s", out);
   ck_assert_int_eq(sh(out, sizeof out, "GMLAKE_CONTROL=%s %s/gmlakectl stats --json 2>&1", ctl_url, bindir), 0);
   /* an endpoint that is not one says what it is (before: "Invalid argument" for a bare path, "Connection
@@ -1304,15 +1349,16 @@ START_TEST(test_ctl_errors) {
   ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control ipc://%s/none.ctl stats 2>&1", bindir, tmpdir), 1);
   ck_assert_msg(strstr(out, "none.ctl does not exist: is the daemon running"), "no such endpoint: %s", out);
   ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control ipc://%s stats 2>&1", bindir, sock_path), 1);
-  ck_assert_msg(strstr(out, "that is its clients' socket") && !strstr(out, "control connections"), "the clients' socket: %s",
-                out);
+  ck_assert_msg(strstr(out, "that is its clients' socket") && !strstr(out, "control connections"),
+                "the clients' socket: %s", out);
   /* and a client given the control endpoint as its socket (before: "protocol error: " and nothing more) */
   ck_assert_int_eq(sh(out, sizeof out, "%s/gml-testclient %s </dev/null 2>&1", bindir, ctl_url + 6), 1);
-  ck_assert_msg(strstr(out, "no hello reply") && strstr(out, "the control endpoint (gmlake-N.ctl) is gmlakectl's"), "%s", out);
+  ck_assert_msg(strstr(out, "no hello reply") && strstr(out, "the control endpoint (gmlake-N.ctl) is gmlakectl's"),
+                "%s", out);
   /* extra arguments, every command; then watch's interval */
   static const char *const bad[] = {"stats extra", "clients x", "chunks x", "shares x", "trim x", "limit 8MiB x",
-                                    "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0", "watch --interval abc",
-                                    "watch --interval -1", "watch --interval 0.01",
+                                    "quota 1 2MiB x", "metrics x", "watch x", "watch --interval 0",
+                                    "watch --interval abc", "watch --interval -1", "watch --interval 0.01",
                                     /* trim's and watch's options given to another command (they were ignored:
                                      * limit 8MiB --client 1 set the whole lake's limit, exit 0) */
                                     "limit 8MiB --client 1", "stats --client 1", "trim --interval 2",
@@ -1323,12 +1369,15 @@ START_TEST(test_ctl_errors) {
                   "gmlakectl %s: not a usage error: %.300s", bad[i], out);
   }
   ck_assert_msg(strstr(out, "trim takes no --interval (watch --interval S)"), "%s", out);
-  ck_assert_int_eq(sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s watch --interval 0.01 2>&1", bindir, ctl_url), 2);
+  ck_assert_int_eq(
+      sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s watch --interval 0.01 2>&1", bindir, ctl_url), 2);
   ck_assert_msg(strstr(out, "bad interval '0.01'"), "%s", out);
   ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20); /* limit 8MiB x changed nothing */
   /* --json anywhere: every usage error is an error object on stdout too, with the same exit status
    * (they printed nothing there: bogus, an extra argument, a missing one, a bad option value) */
-  static const struct { const char *args, *says; } usage_json[] = {
+  static const struct {
+    const char *args, *says;
+  } usage_json[] = {
       {"--json bogus", "unknown command 'bogus'"},
       {"--json stats extra", "stats takes no arguments"},
       {"--json quota", "quota takes 2 argument(s)"},
@@ -1342,11 +1391,13 @@ START_TEST(test_ctl_errors) {
       {"limit 1MiB --json", "less than one chunk (2.00 MiB)"}, /* was the daemon's bare refusal, exit 1 */
   };
   for (size_t i = 0; i < sizeof usage_json / sizeof usage_json[0]; i++) {
-    int urc = sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, usage_json[i].args);
+    int urc =
+        sh(out, sizeof out, "timeout 2 %s/gmlakectl --control %s %s 2>/dev/null", bindir, ctl_url, usage_json[i].args);
     ck_assert_msg(urc == 2, "gmlakectl %s: exit %d, not 2: %s", usage_json[i].args, urc, out);
     ck_assert_msg(!strncmp(out, "{\"error\":{\"code\":-3,\"message\":\"", 31) && strstr(out, usage_json[i].says) &&
                       strchr(out, '\n') == out + strlen(out) - 1,
-                  "gmlakectl %s: stdout is not one error object saying \"%s\": %s", usage_json[i].args, usage_json[i].says, out);
+                  "gmlakectl %s: stdout is not one error object saying \"%s\": %s", usage_json[i].args,
+                  usage_json[i].says, out);
   }
   /* limit: a percentage is 1-100% and says so (it said only "bad size '101%'"); bytes over the
    * device's memory are refused (1TiB was taken on a host of 23.5 GiB); within both, set */
@@ -1354,7 +1405,8 @@ START_TEST(test_ctl_errors) {
   ck_assert_msg(strstr(out, "bad limit '101%' (a share of the device from 1% to 100%"), "%s", out);
   ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s limit 0.5%% 2>&1", bindir, ctl_url), 2);
   ck_assert_int_eq(sh(out, sizeof out, "%s/gmlakectl --control %s limit 1000TiB 2>&1", bindir, ctl_url), 2);
-  ck_assert_msg(strstr(out, "limit 1000.00 TiB is more than the device's memory (") && strstr(out, "give at most"), "%s", out);
+  ck_assert_msg(strstr(out, "limit 1000.00 TiB is more than the device's memory (") && strstr(out, "give at most"),
+                "%s", out);
   ck_assert_int_eq(stat_num("limit_bytes"), 16 << 20); /* none of them changed it */
   ck_assert_int_eq(ctl(out, sizeof out, "limit 24MiB"), 0);
   ck_assert_int_eq(stat_num("limit_bytes"), 24 << 20);
@@ -1398,27 +1450,32 @@ START_TEST(test_hello_names_gpu) {
   start_daemon("--device 1 --limit 16MiB --prefetch 0");
   proc a = client_start_env("CUDA_VISIBLE_DEVICES=1");
   const char *line = client_first_line(&a);
-  ck_assert_msg(!strncmp(line, "ready ", 6) && strstr(line, " daemon"), "CUDA_VISIBLE_DEVICES=1's device 0: '%s'", line);
+  ck_assert_msg(!strncmp(line, "ready ", 6) && strstr(line, " daemon"), "CUDA_VISIBLE_DEVICES=1's device 0: '%s'",
+                line);
   ck_assert_str_eq(client_cmd(&a, "alloc %d", 2 << 20), "ok 0");
   ck_assert_int_eq(stat_num("clients"), 1);
   ck_assert_int_eq(client_finish(&a), 0);
   char out[4096];
-  ck_assert_int_eq(sh(out, sizeof out, "env -u CUDA_VISIBLE_DEVICES %s/gml-testclient %s </dev/null 2>&1", bindir, sock_path), 1);
-  ck_assert_msg(strstr(out, "this daemon serves host-1 (device 1); the client's device 0 is host-0: set GMLAKE_SOCKET to "
-                            "host-0's daemon or unset it"), "device 0 at device 1's daemon: %s", out);
+  ck_assert_int_eq(
+      sh(out, sizeof out, "env -u CUDA_VISIBLE_DEVICES %s/gml-testclient %s </dev/null 2>&1", bindir, sock_path), 1);
+  ck_assert_msg(strstr(out,
+                       "this daemon serves host-1 (device 1); the client's device 0 is host-0: set GMLAKE_SOCKET to "
+                       "host-0's daemon or unset it"),
+                "device 0 at device 1's daemon: %s", out);
   int s;
   Gmlake__Envelope *r = hello_as("host-5", 2, &s);
   ck_assert_int_eq(r->msg_case, GMLAKE__ENVELOPE__MSG_ERROR);
   ck_assert_int_eq(r->error->code, GML_ENODEV);
-  ck_assert_msg(strstr(r->error->message, "this daemon serves host-1 (device 1); the client's device 2 is host-5"), "%s",
-                r->error->message);
+  ck_assert_msg(strstr(r->error->message, "this daemon serves host-1 (device 1); the client's device 2 is host-5"),
+                "%s", r->error->message);
   ck_assert(closed_by_daemon(s));
   gmlake__envelope__free_unpacked(r, NULL);
   close(s);
   static const char *const served[] = {"", "GPU-6f2b1c3e-8a4d-4e1f-9b2a-0c3d4e5f6a7b"};
   for (size_t i = 0; i < sizeof served / sizeof served[0]; i++) {
     r = hello_as(served[i], 0, &s);
-    ck_assert_msg(r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY, "hello naming '%s': %d", served[i], (int)r->msg_case);
+    ck_assert_msg(r->msg_case == GMLAKE__ENVELOPE__MSG_HELLO_REPLY, "hello naming '%s': %d", served[i],
+                  (int)r->msg_case);
     ck_assert_str_eq(r->hello_reply->gpu_uuid, "host-1");
     ck_assert_int_eq(r->hello_reply->device, 1);
     gmlake__envelope__free_unpacked(r, NULL);
@@ -1440,8 +1497,10 @@ START_TEST(test_shutdown_and_config) {
   ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   ck_assert_int_ne(access(sock_copy, F_OK), 0);
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "printf 'backend = host\\nlimit = lots\\n' > %s/bad.conf; "
-           "%s/gmlaked --config %s/bad.conf 2>&1 | grep -q 'bad value for limit'", tmpdir, bindir, tmpdir);
+  snprintf(cmd, sizeof cmd,
+           "printf 'backend = host\\nlimit = lots\\n' > %s/bad.conf; "
+           "%s/gmlaked --config %s/bad.conf 2>&1 | grep -q 'bad value for limit'",
+           tmpdir, bindir, tmpdir);
   ck_assert_int_eq(system(cmd), 0);
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   ck_assert_int_eq(system(cmd), 0);

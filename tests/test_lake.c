@@ -13,11 +13,11 @@ START_TEST(test_lease_and_ownership) {
   ck_assert_uint_eq(lk.nfree, 1);
   uint64_t id = lake_chunk_id(&lk, idx[0]);
   ck_assert_int_eq(lake_owned_index(&lk, id, 7), (long)idx[0]);
-  ck_assert_int_eq(lake_owned_index(&lk, id, 8), GML_EBADPTR);    /* someone else's */
-  ck_assert_int_eq(lake_owned_index(&lk, 999, 7), GML_EBADPTR);   /* no such chunk */
+  ck_assert_int_eq(lake_owned_index(&lk, id, 8), GML_EBADPTR);  /* someone else's */
+  ck_assert_int_eq(lake_owned_index(&lk, 999, 7), GML_EBADPTR); /* no such chunk */
   ck_assert_int_eq(lake_owned_index(&lk, 0, 7), GML_EBADPTR);
   lake_give_back(&lk, idx[0]);
-  ck_assert_int_eq(lake_owned_index(&lk, id, 7), GML_EBADPTR);    /* not leased any more */
+  ck_assert_int_eq(lake_owned_index(&lk, id, 7), GML_EBADPTR); /* not leased any more */
   /* a destroyed and recreated slot gets a new generation: the old id is stale */
   ck_assert_uint_eq(lake_trim(&lk, 0), 2);
   add_chunks(1);
@@ -43,7 +43,7 @@ START_TEST(test_park_and_quota) {
   ck_assert_uint_eq(lake_quota_for(&lk, 42, 1000), 32); /* pid wins */
   ck_assert_uint_eq(lake_quota_for(&lk, 43, 1000), 64);
   ck_assert_uint_eq(lake_quota_for(&lk, 43, 1001), 0);
-  ck_assert_int_eq(lake_set_quota(&lk, 0, 42, 0), 0);   /* cleared */
+  ck_assert_int_eq(lake_set_quota(&lk, 0, 42, 0), 0); /* cleared */
   ck_assert_uint_eq(lake_quota_for(&lk, 42, 1000), 64);
 }
 END_TEST

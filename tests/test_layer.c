@@ -176,8 +176,9 @@ START_TEST(test_oom_message_and_recovery) {
   void *a = xalloc(6 * MiB, 0), *p = NULL;
   ck_assert_int_eq(gml_alloc(C, 6 * MiB, 0, &p), GML_ENOMEM);
   const char *e = gml_last_error(C);
-  ck_assert_msg(strstr(e, "out of memory") && strstr(e, "tried to allocate 6.00 MiB") && strstr(e, "6.00 MiB allocated") &&
-                    strstr(e, "6.00 MiB reserved") && strstr(e, "limit is 8.00 MiB") && strstr(e, "embedded"),
+  ck_assert_msg(strstr(e, "out of memory") && strstr(e, "tried to allocate 6.00 MiB") &&
+                    strstr(e, "6.00 MiB allocated") && strstr(e, "6.00 MiB reserved") &&
+                    strstr(e, "limit is 8.00 MiB") && strstr(e, "embedded"),
                 "%s", e);
   gml_mem_stats m;
   ck_assert_int_eq(gml_mem_stats_get(C, &m), 0);
@@ -211,7 +212,7 @@ START_TEST(test_private_pool) {
   ck_assert_int_eq(gml_pool_live(C, id, live, 4, &n), 0);
   ck_assert_uint_eq(n, 1);
   ck_assert_ptr_eq(live[0], g);
-  gml_free(C, g); /* stays the pool's */
+  gml_free(C, g);                          /* stays the pool's */
   ck_assert_ptr_eq(xalloc(3 * MiB, 5), g); /* reused inside the pool */
   gml_free(C, g);
   ck_assert_int_eq(gml_pool_end(C, id), 0);
@@ -221,7 +222,8 @@ START_TEST(test_private_pool) {
   ck_assert_int_eq(gml_allocations(C, bi, 8, &n), 0);
   ck_assert_uint_eq(n, 3);
   int pool_free = 0;
-  for (size_t i = 0; i < n; i++) pool_free += bi[i].addr == (uintptr_t)g && bi[i].state == GML_BLOCK_FREE && bi[i].pool.a == 7;
+  for (size_t i = 0; i < n; i++)
+    pool_free += bi[i].addr == (uintptr_t)g && bi[i].state == GML_BLOCK_FREE && bi[i].pool.a == 7;
   ck_assert_int_eq(pool_free, 1);
   ck_assert_int_eq(gml_pool_create(C, id), 0); /* a second use (a graph sharing it) */
   ck_assert_int_eq(gml_pool_use_count(C, id), 2);
@@ -237,7 +239,7 @@ START_TEST(test_private_pool) {
   ck_assert_int_eq(gml_pool_release(C, id), GML_EINVAL);
   gml_free(C, h);
   ck_assert_int_eq(gml_allocations(C, bi, 8, &n), 0);
-  ck_assert_uint_eq(n, 2); /* o and x; g and h went back to the allocator */
+  ck_assert_uint_eq(n, 2);                 /* o and x; g and h went back to the allocator */
   ck_assert_ptr_eq(xalloc(4 * MiB, 5), g); /* the allocator hands g's memory out again */
   gml_free(C, o);
   gml_free(C, x);
@@ -264,7 +266,7 @@ START_TEST(test_trace_ring) {
   ck_assert_int_eq(gml_trace_enable(C, 4), 0);
   void *p = NULL;
   ck_assert_int_eq(gml_alloc_ex(C, 4 * MiB, 3, 11, &p), 0); /* segment_map + alloc */
-  ck_assert_int_eq(gml_free_ex(C, p, 12), 0);              /* free_requested + free_completed */
+  ck_assert_int_eq(gml_free_ex(C, p, 12), 0);               /* free_requested + free_completed */
   gml_trace_entry t[8];
   size_t n;
   ck_assert_int_eq(gml_trace_read(C, t, 8, &n), 0);
@@ -404,15 +406,21 @@ START_TEST(test_ipc_refuses_other_uid) {
   if (sq == 0) { /* the squatter: nobody, serves a memfd of its own under the exporter's name */
     if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) _exit(99);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)pid, (unsigned long long)nonce);
+    int len =
+        snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)pid, (unsigned long long)nonce);
     int ls = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (bind(ls, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) || listen(ls, 1))
+    if (bind(ls, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)) ||
+        listen(ls, 1))
       _exit(3);
     if (write(ready[1], "r", 1) != 1) _exit(4);
     int c = accept(ls, NULL, NULL);
     uint64_t token;
     if (c < 0 || read(c, &token, sizeof token) != sizeof token) _exit(0); /* refused before asking: fine */
-    struct { int32_t status; uint32_t n; uint64_t offset, size, chunk_size; } rep = {0, 1, 0, 4096, 2 * MiB};
+    struct {
+      int32_t status;
+      uint32_t n;
+      uint64_t offset, size, chunk_size;
+    } rep = {0, 1, 0, 4096, 2 * MiB};
     int mfd = memfd_create("squat", 0);
     if (ftruncate(mfd, 2 * MiB) || write(c, &rep, sizeof rep) != sizeof rep) _exit(5);
     char byte = 0, cbuf[CMSG_SPACE(sizeof(int))];
@@ -457,7 +465,8 @@ START_TEST(test_ipc_guard_mode_pointer) {
   ck_assert_int_eq(gml_ipc_open(C, &h, &q, &sz), 0); /* the same process: its own socket answers */
   ck_assert_uint_eq(sz, 1024);
   ck_assert_int_eq(gml_read(C, got, q, sizeof got), 0);
-  ck_assert_msg(!memcmp(got, pat, sizeof got), "the receiver's pointer is not the allocation's (first byte %#x)", (unsigned char)got[0]);
+  ck_assert_msg(!memcmp(got, pat, sizeof got), "the receiver's pointer is not the allocation's (first byte %#x)",
+                (unsigned char)got[0]);
   ck_assert_int_eq(gml_ipc_close(C, q), 0);
   gml_free(g, p);
   gml_close(g);
@@ -474,7 +483,8 @@ static void *fake_exporter(void *arg) {
   (void)arg;
   int c = accept(fake_ls, NULL, NULL);
   uint64_t token;
-  if (c < 0 || read(c, &token, sizeof token) != sizeof token || send(c, fake_reply, sizeof fake_reply, MSG_NOSIGNAL) != sizeof fake_reply)
+  if (c < 0 || read(c, &token, sizeof token) != sizeof token ||
+      send(c, fake_reply, sizeof fake_reply, MSG_NOSIGNAL) != sizeof fake_reply)
     return NULL;
   int mfd = memfd_create("fake", MFD_CLOEXEC);
   char byte = 0, cbuf[CMSG_SPACE(sizeof(int))], b;
@@ -483,7 +493,8 @@ static void *fake_exporter(void *arg) {
   struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
   cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
-  if (!ftruncate(mfd, 2 * MiB)) (void)!sendmsg(c, &m, MSG_NOSIGNAL); /* the client may have refused and closed: no SIGPIPE */
+  if (!ftruncate(mfd, 2 * MiB))
+    (void)!sendmsg(c, &m, MSG_NOSIGNAL); /* the client may have refused and closed: no SIGPIPE */
   close(mfd);
   (void)!read(c, &b, 1);
   close(c);
@@ -495,15 +506,21 @@ START_TEST(test_ipc_reply_out_of_range) {
   const uint64_t bad[][2] = {{1ull << 40, 4096}, {0, 1ull << 50}, {2 * MiB - 512, 4096}, {0, 512}};
   for (int i = 0; i < 4; i++) {
     uint64_t nonce = 0xa77ac3000 + (uint64_t)i;
-    struct { uint32_t magic, version; int32_t pid, device; uint64_t nonce, token, size, chunk_size; } w = {
-        0x4b4c4d47u, 1, getpid(), 0, nonce, 77, 4096, 2 * MiB};
+    struct {
+      uint32_t magic, version;
+      int32_t pid, device;
+      uint64_t nonce, token, size, chunk_size;
+    } w = {0x4b4c4d47u, 1, getpid(), 0, nonce, 77, 4096, 2 * MiB};
     gml_ipc_handle h;
     memset(&h, 0, sizeof h);
     memcpy(h.bytes, &w, sizeof w);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)getpid(), (unsigned long long)nonce);
+    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)getpid(),
+                       (unsigned long long)nonce);
     fake_ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_eq(bind(fake_ls, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)), 0);
+    ck_assert_int_eq(
+        bind(fake_ls, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)),
+        0);
     ck_assert_int_eq(listen(fake_ls, 1), 0);
     fake_reply[0] = 1ull << 32, fake_reply[1] = bad[i][0], fake_reply[2] = bad[i][1], fake_reply[3] = 2 * MiB;
     pthread_t t;
@@ -513,8 +530,8 @@ START_TEST(test_ipc_reply_out_of_range) {
     int rc = gml_ipc_open(C, &h, &q, &sz);
     pthread_join(t, NULL);
     close(fake_ls);
-    ck_assert_msg(rc == GML_EPROTO, "offset %llu size %llu: rc %d, pointer %p, %zu bytes", (unsigned long long)bad[i][0],
-                  (unsigned long long)bad[i][1], rc, q, sz);
+    ck_assert_msg(rc == GML_EPROTO, "offset %llu size %llu: rc %d, pointer %p, %zu bytes",
+                  (unsigned long long)bad[i][0], (unsigned long long)bad[i][1], rc, q, sz);
   }
 }
 END_TEST
@@ -543,10 +560,12 @@ START_TEST(test_ipc_refusals_bounded_in_log) {
   if (m == 0) { /* nobody, connecting again and again */
     if (setgroups(0, NULL) || setgid(65534) || setuid(65534)) _exit(99);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int len = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)pid, (unsigned long long)nonce);
+    int len =
+        snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "gmlake-ipc-%d-%016llx", (int)pid, (unsigned long long)nonce);
     for (int i = 0; i < 300; i++) {
       int s = socket(AF_UNIX, SOCK_STREAM, 0);
-      if (connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len))) _exit(1);
+      if (connect(s, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len)))
+        _exit(1);
       char b;
       (void)!read(s, &b, 1); /* until refused */
       close(s);

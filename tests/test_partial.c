@@ -66,8 +66,9 @@ static lake_stats stats(void) {
 
 static void daemon_up(const char *extra) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "exec %s/gmlaked --backend host --socket %s --control %s --log-level info %s 2>>%s/daemon.log",
-           bindir, sock_path, ctl_url, extra, tmpdir);
+  snprintf(cmd, sizeof cmd,
+           "exec %s/gmlaked --backend host --socket %s --control %s --log-level info %s 2>>%s/daemon.log", bindir,
+           sock_path, ctl_url, extra, tmpdir);
   daemon_pid = fork();
   if (daemon_pid == 0) {
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -116,7 +117,7 @@ static gml_client *open_client(void) {
 
 static struct gml_backend_ops faulty;
 static const struct gml_backend_ops *real;
-static uintptr_t fault_lo, fault_hi; /* maps into [lo, hi) are counted */
+static uintptr_t fault_lo, fault_hi;              /* maps into [lo, hi) are counted */
 static int map_seen, map_fail_at, map_fail_after; /* fail the map_fail_at-th (1-based); and every later one if after */
 static int export_seen, export_fail_at;
 
@@ -332,7 +333,9 @@ static void restart_fails_halfway(int fail_how) {
     ck_assert(same(p, HELD * 2 * MiB)); /* the client's memory is all there */
     /* refused, then connected without a hand-over: it says it keeps all of it outside the lake */
     long long uncounted = -1;
-    for (int i = 0; i < 2000 && (uncounted = num(ctl("clients --json"), "uncounted")) != (long long)(HELD * 2 * MiB); i++) msleep(10);
+    for (int i = 0; i < 2000 && (uncounted = num(ctl("clients --json"), "uncounted")) != (long long)(HELD * 2 * MiB);
+         i++)
+      msleep(10);
     ck_assert_int_eq(uncounted, HELD * 2 * MiB);
     daemon_down(SIGTERM);
     daemon_up("--limit 1GiB --prefetch 0"); /* a daemon that takes them all */

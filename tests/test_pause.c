@@ -150,8 +150,9 @@ START_TEST(test_pause_tag_discard_file_and_frees) {
                 "%s", gml_last_error(c));
   ck_assert_int_ne(access(path, F_OK), 0); /* no file made */
   ck_assert_int_eq(gml_pause(c, GML_PAUSE_DISCARD | GML_PAUSE_FILE, 9), GML_EINVAL);
-  ck_assert_msg(strstr(gml_last_error(c), "gml_pause: GML_PAUSE_DISCARD saves nothing, GML_PAUSE_FILE saves the content"),
-                "%s", gml_last_error(c));
+  ck_assert_msg(
+      strstr(gml_last_error(c), "gml_pause: GML_PAUSE_DISCARD saves nothing, GML_PAUSE_FILE saves the content"), "%s",
+      gml_last_error(c));
   /* an empty path is no file name (was GML_ESYS from open("")) */
   ck_assert_int_eq(gml_pause_file(c, 0, 0, ""), GML_EINVAL);
   ck_assert_msg(strstr(gml_last_error(c), "gml_pause_file: an empty path"), "%s", gml_last_error(c));

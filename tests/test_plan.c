@@ -194,10 +194,8 @@ START_TEST(test_planner_against_lower_bound) {
   for (int c = 0; c < 200; c++) {
     iteration it = {0};
     int training = c % 2 == 0;
-    if (training)
-      make_training(&it, 4 + below(40), 1 + below(3));
-    else
-      make_random(&it, 10 + below(150), 1 + below(3));
+    if (training) make_training(&it, 4 + below(40), 1 + below(3));
+    else make_random(&it, 10 + below(150), 1 + below(3));
     record(&r, &it);
     for (uint32_t i = 0; i < r.n; i++) /* blocks live past the end: freed at some point of the next iteration, or not */
       if (r.a[i].free_at == GML_PLAN_NEVER && below(4)) r.a[i].wrap_free = below(r.events);
@@ -205,10 +203,8 @@ START_TEST(test_planner_against_lower_bound) {
     ck_assert_int_eq(gmli_plan_build(&p, &r), 0);
     check_plan(&p, &r);
     double q = (double)p.range / (double)p.lower_bound;
-    if (training)
-      worst_train = q > worst_train ? q : worst_train, sum_train += q;
-    else
-      worst_random = q > worst_random ? q : worst_random, sum_random += q;
+    if (training) worst_train = q > worst_train ? q : worst_train, sum_train += q;
+    else worst_random = q > worst_random ? q : worst_random, sum_random += q;
     gmli_plan_destroy(&p);
     free(it.e);
   }
@@ -249,10 +245,8 @@ static uint32_t checker_add(checker *ck, const gml_plan_grant *g, uint64_t want)
                       (unsigned long long)g->offset, (unsigned long long)g->size, (unsigned long long)o->offset,
                       (unsigned long long)o->size);
     }
-    if (g->lent)
-      ck->lent++, ck->misses++;
-    else
-      ck->hits++;
+    if (g->lent) ck->lent++, ck->misses++;
+    else ck->hits++;
   } else {
     ck->misses++;
   }
@@ -361,13 +355,11 @@ START_TEST(test_server_departures) {
   uint64_t hits = 0, misses = 0, exact_hits = 0, lent = 0;
   for (int c = 0; c < 3000; c++) {
     iteration it = {0};
-    if (below(2))
-      make_training(&it, 2 + below(12), 1 + below(3));
-    else
-      make_random(&it, 5 + below(40), 1 + below(3));
+    if (below(2)) make_training(&it, 2 + below(12), 1 + below(3));
+    else make_random(&it, 5 + below(40), 1 + below(3));
     live_op *ops = malloc((it.n * 2 + 8) * sizeof *ops);
     runner rn = {0};
-    gmli_plan_keeper_init(&rn.kp, A, 0); /* plan iteration 0, never rebuild */
+    gmli_plan_keeper_init(&rn.kp, A, 0);  /* plan iteration 0, never rebuild */
     rn.kp.srv.granule = c % 2 ? 4096 : 0; /* half the cases lend departing misses the range's free granules */
     uint32_t n = depart(&it, ops, 0);
     run_ops(&rn, ops, n, 0); /* iteration 0: recorded */
@@ -392,7 +384,7 @@ START_TEST(test_server_departures) {
          (unsigned long long)hits, (unsigned long long)exact_hits, (unsigned long long)misses,
          (unsigned long long)lent);
   ck_assert_uint_gt(hits - exact_hits, 0); /* departing iterations are still served where they can be */
-  ck_assert_uint_gt(lent, 1000); /* and their misses lent the range where nothing lives */
+  ck_assert_uint_gt(lent, 1000);           /* and their misses lent the range where nothing lives */
 }
 END_TEST
 
@@ -454,7 +446,7 @@ START_TEST(test_keeper_takes_on_repeat) {
       ck_assert_uint_eq(rn.kp.plan->planned, a.allocs);
   }
   ck_assert_uint_eq(rn.kp.planned_from, 0); /* a's plan, from the 1st (taken when the 2nd repeated it) */
-  ck_assert_uint_eq(rn.kp.switches, 2); /* to b's new plan, back to a's kept one */
+  ck_assert_uint_eq(rn.kp.switches, 2);     /* to b's new plan, back to a's kept one */
   ck_assert_uint_eq(rn.kp.nkept, 2);
   gmli_plan_keeper_destroy(&rn.kp);
   free(rn.ck.b), free(rn.carried);

@@ -25,7 +25,8 @@ static int nblocks, nchunks;
 static void setup(void) {
   memset(&a, 0, sizeof a), memset(&r, 0, sizeof r), memset(chunks, 0, sizeof chunks), memset(blocks, 0, sizeof blocks);
   memset(slot_chunk, 0xff, sizeof slot_chunk), memset(slot_anext, 0xff, sizeof slot_anext);
-  memset(slot_aprev, 0xff, sizeof slot_aprev), memset(slot_use, 0, sizeof slot_use), memset(slot_stream, 0, sizeof slot_stream);
+  memset(slot_aprev, 0xff, sizeof slot_aprev), memset(slot_use, 0, sizeof slot_use),
+      memset(slot_stream, 0, sizeof slot_stream);
   nblocks = nchunks = 0;
   a.cs = CS, a.va_base = BASE, a.va_size = NSLOTS * CS, a.nslots = NSLOTS;
   a.slot_chunk = slot_chunk, a.slot_anext = slot_anext, a.slot_aprev = slot_aprev;

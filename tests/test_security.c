@@ -204,7 +204,8 @@ START_TEST(test_queued_fd_owned) {
   ck_assert_int_eq(stat_num("chunks_total"), 0);
   int others[4];
   for (int i = 0; i < 4; i++) others[i] = raw_connect(); /* they take the lowest free fd numbers */
-  ck_assert_int_eq(stat_wait("clients", 5, 20000), 5); /* once the daemon accepted them (a session each, hello or not) */
+  ck_assert_int_eq(stat_wait("clients", 5, 20000),
+                   5); /* once the daemon accepted them (a session each, hello or not) */
   int got = 0;
   for (;;) {
     int fds[GML_MAX_LEASE_CHUNKS], nfds = 0;
@@ -260,7 +261,7 @@ START_TEST(test_half_closed_client) {
   char out[4096], args[64];
   snprintf(args, sizeof args, "trim --client %d", (int)child);
   ck_assert_int_eq(ctl(out, sizeof out, args), 0);
-  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);      /* closed... */
+  ck_assert_int_eq(stat_wait("clients", 0, 2000), 0);       /* closed... */
   ck_assert_int_eq(stat_wait("chunks_parked", 2, 2000), 2); /* ...its chunks wait for its process */
   ck_assert_int_eq(write(go[1], "x", 1), 1);
   int st;
@@ -327,7 +328,8 @@ START_TEST(test_send_queue_bound) {
   }
   long r = daemon_rss_kib();
   if (r > peak) peak = r;
-  ck_assert_msg(peak - rss0 < 48 * 1024, "daemon grew from %ld to %ld KiB for one client that does not read", rss0, peak);
+  ck_assert_msg(peak - rss0 < 48 * 1024, "daemon grew from %ld to %ld KiB for one client that does not read", rss0,
+                peak);
   ck_assert_msg(refused || closed_by_daemon(s), "the client was not closed");
   close(s);
   ck_assert_int_eq(stat_wait("clients", 0, 20000), 0);
@@ -447,7 +449,8 @@ static double ops_beside(int s, void (*fn)(int ready)) {
   char c[2];
   int got = 0;
   struct pollfd pf = {.fd = p[0], .events = POLLIN};
-  for (ssize_t r; got < 2 && poll(&pf, 1, 20000) == 1 && (r = read(p[0], c + got, (size_t)(2 - got))) > 0;) got += (int)r;
+  for (ssize_t r; got < 2 && poll(&pf, 1, 20000) == 1 && (r = read(p[0], c + got, (size_t)(2 - got))) > 0;)
+    got += (int)r;
   close(p[0]);
   if (got < 2)
     for (int i = 0; i < 2; i++) kill(f[i], SIGKILL), waitpid(f[i], NULL, 0);
@@ -472,11 +475,12 @@ START_TEST(test_read_budget_fairness) {
   ck_assert_int_eq(stat_wait("chunks_free", 2, 20000), 2);
   double alone = ops_per_s(s, 500), spun = ops_beside(s, spin), flooded = ops_beside(s, flood);
   printf("  fairness: %.0f lease+return/s alone, %.0f beside two spinning processes, %.0f beside two flooding clients "
-         "(%.1f%% of that)\n", alone, spun, flooded, 100 * flooded / spun);
+         "(%.1f%% of that)\n",
+         alone, spun, flooded, 100 * flooded / spun);
   ck_assert_double_gt(alone, 0);
   ck_assert_double_gt(spun, 0);
-  ck_assert_msg(flooded >= spun * 0.02, "legitimate client: %.0f ops/s beside two spinning processes, %.0f beside two floods",
-                spun, flooded);
+  ck_assert_msg(flooded >= spun * 0.02,
+                "legitimate client: %.0f ops/s beside two spinning processes, %.0f beside two floods", spun, flooded);
   close(s);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -491,7 +495,8 @@ START_TEST(test_accept_at_fd_limit) {
   start_daemon("--limit 4MiB --prefetch 0");
   int s[80], n = 0;
   for (int i = 0; i < 80; i++) s[n++] = raw_connect(); /* connects succeed into the backlog */
-  ck_assert_msg(log_wait_either("accept paused", "for the daemon's fd limit", 20000), "the daemon did not reach its fd limit");
+  ck_assert_msg(log_wait_either("accept paused", "for the daemon's fd limit", 20000),
+                "the daemon did not reach its fd limit");
   /* the CPU it uses there over a time (the sleep): on a loaded machine longer, never shorter */
   double t0 = daemon_cpu();
   msleep(1000);
@@ -509,7 +514,6 @@ START_TEST(test_accept_at_fd_limit) {
 }
 END_TEST
 
-
 /* ---------- item 7: the control socket ---------- */
 
 /* A stray connect-and-close, or garbage, does not wedge the control socket. */
@@ -521,7 +525,8 @@ START_TEST(test_control_stray_connect) {
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     ck_assert_int_eq(connect(s, (struct sockaddr *)&sa, sizeof sa), 0);
     if (i % 3 == 1) ck_assert_int_eq(send(s, "garbage!garbage!", 16, 0), 16);
-    if (i % 3 == 2) ck_assert_int_eq(send(s, "\0SP\0\0\x30\0\0\x01\xff\xff\xff\xff\xff\xff\xff\xff", 17, 0), 17); /* a huge length */
+    if (i % 3 == 2)
+      ck_assert_int_eq(send(s, "\0SP\0\0\x30\0\0\x01\xff\xff\xff\xff\xff\xff\xff\xff", 17, 0), 17); /* a huge length */
     close(s);
   }
   char out[4096];
@@ -579,7 +584,8 @@ START_TEST(test_control_hides_other_users) {
   ck_assert_int_eq(ctl(out, sizeof out, "clients --json"), 0);
   ck_assert_msg(strstr(out, "root-secret-job") && strstr(out, pid), "root's view: %s", out);
   ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "clients --json") == 0, "clients as nobody: %s", out);
-  ck_assert_msg(!strstr(out, "root-secret-job") && !strstr(out, pid) && !strstr(out, "cgroup\":\"/"), "nobody's view: %s", out);
+  ck_assert_msg(!strstr(out, "root-secret-job") && !strstr(out, pid) && !strstr(out, "cgroup\":\"/"),
+                "nobody's view: %s", out);
   ck_assert_msg(strstr(out, "\"leased_chunks\":1"), "nobody's view keeps the numbers: %s", out);
   ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "clients") == 0 && strstr(out, "(another user)"), "table: %s", out);
   ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "chunks --json") == 0, "chunks as nobody: %s", out);
@@ -590,7 +596,8 @@ START_TEST(test_control_hides_other_users) {
   /* metrics: root's bytes under cgroup "(other users)", not "unknown" (nor under root's cgroup's name) */
   ck_assert_msg(ctl_as(NOBODY, out, sizeof out, "metrics") == 0, "metrics as nobody: %s", out);
   ck_assert_msg(strstr(out, "cgroup=\"(other users)\",kind=\"leased\"} 2097152") && !strstr(out, "cgroup=\"unknown\""),
-                "nobody's metrics: %.400s", strstr(out, "gmlake_cgroup_bytes{") ? strstr(out, "gmlake_cgroup_bytes{") : out);
+                "nobody's metrics: %.400s",
+                strstr(out, "gmlake_cgroup_bytes{") ? strstr(out, "gmlake_cgroup_bytes{") : out);
   close(s);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -602,19 +609,24 @@ END_TEST
 START_TEST(test_second_daemon_refused) {
   start_daemon("--limit 8MiB");
   char out[4096];
-  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/other.sock --control %s 2>&1", bindir,
-                      tmpdir, ctl_url), 0);
+  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/other.sock --control %s 2>&1",
+                      bindir, tmpdir, ctl_url),
+                   0);
   ck_assert_msg(strstr(out, "another daemon already serves"), "second daemon said: %s", out);
   ck_assert_int_ne(access(sock_path, F_OK), 1);
-  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s --control ipc://%s/other.ctl 2>&1",
-                      bindir, sock_path, tmpdir), 0);
+  ck_assert_int_ne(sh(out, sizeof out,
+                      "timeout 5 %s/gmlaked --backend host --socket %s --control ipc://%s/other.ctl 2>&1", bindir,
+                      sock_path, tmpdir),
+                   0);
   ck_assert_msg(strstr(out, "another daemon already serves"), "second daemon said: %s", out);
   ck_assert_int_eq(stat_num("limit_bytes"), 8 << 20); /* the first still answers, on both */
   int s = raw_session("still-there");
   ck_assert_int_ge(s, 0);
   close(s);
-  ck_assert_int_ne(sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/t.sock --control tcp://127.0.0.1:0 2>&1",
-                      bindir, tmpdir), 0);
+  ck_assert_int_ne(sh(out, sizeof out,
+                      "timeout 5 %s/gmlaked --backend host --socket %s/t.sock --control tcp://127.0.0.1:0 2>&1", bindir,
+                      tmpdir),
+                   0);
   ck_assert_msg(strstr(out, "--control-insecure-tcp"), "tcp control said: %s", out);
   ck_assert_int_eq(stop_daemon(), 0);
 }
@@ -629,9 +641,12 @@ START_TEST(test_daemon_bad_inputs) {
   static const struct {
     const char *args, *says;
   } bad[] = {
-      {"--limit nan", "bad value for limit"},          {"--limit inf", "bad value for limit"},
-      {"--prefetch 1e300", "bad value for prefetch"}, {"--preallocate 1e30TiB", "bad value for preallocate"},
-      {"--device abc", "bad value for device"},        {"--config %s", "not a regular file"},
+      {"--limit nan", "bad value for limit"},
+      {"--limit inf", "bad value for limit"},
+      {"--prefetch 1e300", "bad value for prefetch"},
+      {"--preallocate 1e30TiB", "bad value for preallocate"},
+      {"--device abc", "bad value for device"},
+      {"--config %s", "not a regular file"},
       {"--socket %s/file", "is not a socket"},
       {"--limit 1MiB", "at least one chunk, 2097152 bytes"}, /* below one chunk: it said only "bad value" */
   };
@@ -642,8 +657,9 @@ START_TEST(test_daemon_bad_inputs) {
   fclose(f);
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     snprintf(args, sizeof args, bad[i].args, tmpdir);
-    int rc = sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/d.sock --control ipc://%s/d.ctl %s 2>&1",
-                bindir, tmpdir, tmpdir, args);
+    int rc =
+        sh(out, sizeof out, "timeout 5 %s/gmlaked --backend host --socket %s/d.sock --control ipc://%s/d.ctl %s 2>&1",
+           bindir, tmpdir, tmpdir, args);
     ck_assert_msg(rc == 1 || rc == 2, "gmlaked %s: exit %d (%s)", args, rc, out);
     ck_assert_msg(strstr(out, bad[i].says), "gmlaked %s said: %s", args, out);
   }
@@ -660,8 +676,8 @@ END_TEST
 START_TEST(test_ctl_bad_inputs) {
   start_daemon("--limit 8MiB --prefetch 4MiB");
   ck_assert_int_eq(stat_wait("chunks_free", 2, 2000), 2);
-  static const char *const bad[] = {"trim --client abc", "trim --client 12x", "quota uid:abc 2MiB", "quota uid:-1 2MiB",
-                                    "quota 12abc 2MiB",  "--device abc stats"};
+  static const char *const bad[] = {"trim --client abc", "trim --client 12x", "quota uid:abc 2MiB",
+                                    "quota uid:-1 2MiB", "quota 12abc 2MiB",  "--device abc stats"};
   char out[4096];
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     ck_assert_msg(ctl(out, sizeof out, bad[i]) == 2, "gmlakectl %s was not refused", bad[i]);
@@ -730,7 +746,7 @@ START_TEST(test_usage_report_bounded) {
   ck_assert_int_eq(stat_num("uncounted"), 0);
   long long alloc = stat_num("allocated");
   ck_assert_msg(alloc >= (3 << 20), "the lake's allocated sum %lld hides the honest client's 3 MiB", alloc);
-  ck_assert_int_le(stat_num("cached"), 4 * cs); /* the liar's at most its one chunk, the honest one's rest */
+  ck_assert_int_le(stat_num("cached"), 4 * cs);      /* the liar's at most its one chunk, the honest one's rest */
   ck_assert_int_eq(stat_num("idle_cache_bytes"), 0); /* its one chunk is "allocated": nothing of it is idle */
   char out[65536];
   ck_assert_int_eq(ctl(out, sizeof out, "metrics"), 0);
@@ -786,7 +802,8 @@ END_TEST
 static int adopting_session(void);
 START_TEST(test_late_adopting_hellos_log_bounded) {
   start_daemon("--limit 8MiB --adopt-window 1");
-  msleep(1200); /* past the adopt-window (1 s from the daemon's start, before start_daemon returns): a time it defines */
+  msleep(
+      1200); /* past the adopt-window (1 s from the daemon's start, before start_daemon returns): a time it defines */
   int s[20];
   /* each hello's line (or its debug line) is written before its reply, which adopting_session waits for: no
    * more can come after */
@@ -1086,44 +1103,49 @@ START_TEST(test_metrics_http) {
    * 3 MiB with none idle, or 7 MiB) */
   char o[8192];
   for (int i = 0; i < 1000; i++, msleep(20))
-    if (ctl(o, sizeof o, "stats --json") == 0 && json_num(o, "allocated") == 3 << 20 && json_num(o, "idle_cache_bytes") >= 4 << 20) break;
-  int rc = sh(o, sizeof o,
-              "/usr/bin/python3 -c '\n"
-              "import urllib.request\n"
-              "from prometheus_client.parser import text_string_to_metric_families as p\n"
-              "t = urllib.request.urlopen(\"http://127.0.0.1:%d/metrics\", timeout=5).read().decode()\n"
-              "fams = {f.name: f for f in p(t)}\n"
-              "h = fams[\"gmlake_lease_duration_seconds\"]\n"
-              "assert h.type == \"histogram\", h.type\n"
-              "b = [s for s in h.samples if s.name.endswith(\"_bucket\")]\n"
-              "assert [x.value for x in b] == sorted(x.value for x in b), b\n"
-              "cnt = [s.value for s in h.samples if s.name.endswith(\"_count\")][0]\n"
-              "assert cnt >= 1 and b[-1].labels[\"le\"] == \"+Inf\" and b[-1].value == cnt, (cnt, b[-1])\n"
-              "bi = fams[\"gmlake_build_info\"].samples[0]\n"
-              "assert bi.labels[\"version\"].count(\".\") == 2 and bi.value == 1, bi\n"
-              "allsamples = [s for f in fams.values() for s in f.samples]\n"
-              "assert all(s.labels.get(\"gpu_uuid\") == \"host-0\" for s in allsamples)\n"
-              "assert not any(\"pid\" in s.labels for s in allsamples)\n"
-              "v = lambda n: fams[n].samples[0].value\n"
-              "u = {s.labels[\"kind\"]: s.value for s in fams[\"gmlake_user_bytes\"].samples if s.labels[\"uid\"] == \"0\"}\n"
-              "assert u[\"allocated\"] == 3 << 20, u\n"
-              "print(\"idle\", v(\"gmlake_idle_cache_bytes\"), \"fragment\", v(\"gmlake_fragment_bytes\"), \"cached\", v(\"gmlake_cached_bytes\"))\n"
-              "assert v(\"gmlake_idle_cache_bytes\") >= 4 << 20 and v(\"gmlake_idle_cache_bytes\") %% (2 << 20) == 0\n"
-              "assert v(\"gmlake_fragment_bytes\") >= 1 << 20\n"
-              "assert v(\"gmlake_idle_cache_bytes\") + v(\"gmlake_fragment_bytes\") == v(\"gmlake_cached_bytes\")\n"
-              "' 2>&1",
-              port);
+    if (ctl(o, sizeof o, "stats --json") == 0 && json_num(o, "allocated") == 3 << 20 &&
+        json_num(o, "idle_cache_bytes") >= 4 << 20)
+      break;
+  int rc = sh(
+      o, sizeof o,
+      "/usr/bin/python3 -c '\n"
+      "import urllib.request\n"
+      "from prometheus_client.parser import text_string_to_metric_families as p\n"
+      "t = urllib.request.urlopen(\"http://127.0.0.1:%d/metrics\", timeout=5).read().decode()\n"
+      "fams = {f.name: f for f in p(t)}\n"
+      "h = fams[\"gmlake_lease_duration_seconds\"]\n"
+      "assert h.type == \"histogram\", h.type\n"
+      "b = [s for s in h.samples if s.name.endswith(\"_bucket\")]\n"
+      "assert [x.value for x in b] == sorted(x.value for x in b), b\n"
+      "cnt = [s.value for s in h.samples if s.name.endswith(\"_count\")][0]\n"
+      "assert cnt >= 1 and b[-1].labels[\"le\"] == \"+Inf\" and b[-1].value == cnt, (cnt, b[-1])\n"
+      "bi = fams[\"gmlake_build_info\"].samples[0]\n"
+      "assert bi.labels[\"version\"].count(\".\") == 2 and bi.value == 1, bi\n"
+      "allsamples = [s for f in fams.values() for s in f.samples]\n"
+      "assert all(s.labels.get(\"gpu_uuid\") == \"host-0\" for s in allsamples)\n"
+      "assert not any(\"pid\" in s.labels for s in allsamples)\n"
+      "v = lambda n: fams[n].samples[0].value\n"
+      "u = {s.labels[\"kind\"]: s.value for s in fams[\"gmlake_user_bytes\"].samples if s.labels[\"uid\"] == \"0\"}\n"
+      "assert u[\"allocated\"] == 3 << 20, u\n"
+      "print(\"idle\", v(\"gmlake_idle_cache_bytes\"), \"fragment\", v(\"gmlake_fragment_bytes\"), \"cached\", "
+      "v(\"gmlake_cached_bytes\"))\n"
+      "assert v(\"gmlake_idle_cache_bytes\") >= 4 << 20 and v(\"gmlake_idle_cache_bytes\") %% (2 << 20) == 0\n"
+      "assert v(\"gmlake_fragment_bytes\") >= 1 << 20\n"
+      "assert v(\"gmlake_idle_cache_bytes\") + v(\"gmlake_fragment_bytes\") == v(\"gmlake_cached_bytes\")\n"
+      "' 2>&1",
+      port);
   ck_assert_msg(rc == 0, "/metrics: %s", o);
   printf("  /metrics: %s", o);
   ck_assert_int_eq(sh(o, sizeof o, "%s/gmlakectl --control %s stats", bindir, ctl_url), 0);
   ck_assert_msg(strstr(o, "idle ") && strstr(o, "fragmented "), "stats: %s", o);
   /* anything but /metrics: 404 */
-  ck_assert_int_eq(sh(o, sizeof o,
-                      "/usr/bin/python3 -c 'import urllib.request, urllib.error\ntry:\n"
-                      "  urllib.request.urlopen(\"http://127.0.0.1:%d/\", timeout=5)\nexcept urllib.error.HTTPError as e:\n"
-                      "  print(e.code)' 2>&1",
-                      port),
-                   0);
+  ck_assert_int_eq(
+      sh(o, sizeof o,
+         "/usr/bin/python3 -c 'import urllib.request, urllib.error\ntry:\n"
+         "  urllib.request.urlopen(\"http://127.0.0.1:%d/\", timeout=5)\nexcept urllib.error.HTTPError as e:\n"
+         "  print(e.code)' 2>&1",
+         port),
+      0);
   ck_assert_msg(strstr(o, "404"), "GET /: %s", o);
   client_finish(&c);
   ck_assert_int_eq(stop_daemon(), 0);
@@ -1135,8 +1157,8 @@ END_TEST
 /* A TCP connection to 127.0.0.1:port (blocking, 3 s timeouts), or -1. */
 static int tcp_connect(int port) {
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   struct timeval tv = {.tv_sec = 3};
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -1221,11 +1243,13 @@ START_TEST(test_metrics_accept_at_fd_limit) {
   start_daemon(extra);
   int s[60], t[20];
   for (int i = 0; i < 60; i++) s[i] = raw_connect(); /* sessions at the daemon's fd limit */
-  ck_assert_msg(log_wait_either("accept paused", "for the daemon's fd limit", 20000), "the daemon did not reach its fd limit");
+  ck_assert_msg(log_wait_either("accept paused", "for the daemon's fd limit", 20000),
+                "the daemon did not reach its fd limit");
   for (int i = 0; i < 20; i++) t[i] = tcp_connect(port); /* into the metrics listener's backlog */
   int held = -1; /* the flood held: sessions and 20 waiting metrics connections; one more scrape is answered */
   for (int i = 0; i < 200 && held != 200; i++, msleep(100)) held = http_status(port, "GET /metrics HTTP/1.0\r\n\r\n");
-  ck_assert_msg(held == 200 || log_wait("metrics accept: ", 1), "the metrics listener neither served nor paused: %d", held);
+  ck_assert_msg(held == 200 || log_wait("metrics accept: ", 1), "the metrics listener neither served nor paused: %d",
+                held);
   /* the CPU it uses there over a time (the sleep): on a loaded machine longer, never shorter */
   double t0 = daemon_cpu();
   msleep(1000);
@@ -1366,7 +1390,7 @@ END_TEST
 START_TEST(test_adopt_only_lake_chunks) {
   start_daemon("--limit 4MiB --prefetch 0 --socket-mode 0666");
   ck_assert_int_eq(as_uid(NOBODY, adopt_foreign, NULL), 0);
-  ck_assert_int_le(stat_num("chunks_total"), 1); /* the one it leased, nothing adopted */
+  ck_assert_int_le(stat_num("chunks_total"), 1);       /* the one it leased, nothing adopted */
   ck_assert_int_eq(stat_wait("clients", 0, 20000), 0); /* each refused connection closed (not left spinning the loop) */
   ck_assert_int_ge(count_log("of its adoption"), 6);
   /* a real chunk of a dead daemon's (held by a client: made by this uid, not in the new lake) is adopted */
@@ -1779,8 +1803,8 @@ START_TEST(test_log_budget_refusals) {
   log_wait(nob, 20000);
   int allowed = 40 + (int)(10 * (secs + 1.5)) + 1;
   int leases = count_log("refused to client"), ctl_lines = count_log("refused: it changes the lake");
-  printf("  200 refused leases and 200 refused control requests in %.1f s: %d and %d log lines (at most %d each)\n", secs,
-         leases, ctl_lines, allowed);
+  printf("  200 refused leases and 200 refused control requests in %.1f s: %d and %d log lines (at most %d each)\n",
+         secs, leases, ctl_lines, allowed);
   ck_assert_msg(leases <= allowed, "%d lines about refused leases", leases);
   ck_assert_msg(ctl_lines <= allowed, "%d lines about refused control requests", ctl_lines);
   ck_assert_int_ge(ctl_lines, 1); /* logged, naming the user */
@@ -1861,7 +1885,7 @@ START_TEST(test_adopting_fds_bounded) {
   for (int i = 0; i < 16; i++) ck_assert_msg((many[i] = adopting_session()) >= 0, "hand-over %d refused", i);
   ck_assert_int_eq(adopting_session(), -1); /* the 17th of this user at once */
   ck_assert_int_ge(count_log("too many hand-overs of this user at once"), 1);
-  send_usage(many[0], 2, NULL, 0); /* its hand-over is over (it had nothing to hand over) */
+  send_usage(many[0], 2, NULL, 0);                 /* its hand-over is over (it had nothing to hand over) */
   ck_assert_int_eq(raw_round_trip(many[0], 3), 0); /* and that is handled */
   int again = adopting_session();
   ck_assert_int_ge(again, 0);
@@ -1971,9 +1995,10 @@ START_TEST(test_control_pipelined_requests) {
   double ms = (double)(gmli_now_ns() - t0) / 1e6;
   long r = daemon_rss_kib();
   if (r > peak) peak = r;
-  printf("  control pipeline: daemon RSS %ld -> peak %ld KiB; root's stats+limit beside it in %.0f ms\n", rss0, peak, ms);
-  ck_assert_msg(peak - rss0 < 32 * 1024, "daemon grew from %ld to %ld KiB for one control connection that reads nothing",
-                rss0, peak);
+  printf("  control pipeline: daemon RSS %ld -> peak %ld KiB; root's stats+limit beside it in %.0f ms\n", rss0, peak,
+         ms);
+  ck_assert_msg(peak - rss0 < 32 * 1024,
+                "daemon grew from %ld to %ld KiB for one control connection that reads nothing", rss0, peak);
   close(hold[1]);
   int st;
   waitpid(child, &st, 0);
@@ -2118,7 +2143,7 @@ START_TEST(test_queued_fds_bounded) {
       ioctl(hog, FIONREAD, &inq);
     }
     if (n == n0 && inq == inq0) break; /* not read any more */
-    for (int m = -1; m != n;) { /* the daemon may be half-way through its dups: until they stand still */
+    for (int m = -1; m != n;) {        /* the daemon may be half-way through its dups: until they stand still */
       m = n;
       msleep(2);
       n = daemon_fds();
@@ -2138,7 +2163,6 @@ START_TEST(test_queued_fds_bounded) {
   ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST
-
 
 static int call_env(int s, Gmlake__Envelope *env, Gmlake__Envelope__MsgCase want, char *msg, size_t msglen);
 
@@ -2160,14 +2184,15 @@ static int hog_attaches(const int *hogs, int nhogs, const char *key, long limit,
       ar.count = limit - n0 - 2 < 126 ? (uint32_t)(limit - n0 - 2) : 126;
       a.seq = 2000 + (uint64_t)sent++;
       ck_assert_int_eq(send_env(hogs[h], &a, NULL, 0), 0);
-      uint64_t until = gmli_now_ns() + 2000000000ull; /* its reply is in our socket, or in the daemon's queue (2 s: 0.2 s ran out
+      uint64_t until =
+          gmli_now_ns() + 2000000000ull; /* its reply is in our socket, or in the daemon's queue (2 s: 0.2 s ran out
                                                        * on a loaded machine, the budget was not filled and the lease below was served) */
       while (gmli_now_ns() < until && n == n0 && inq == inq0) {
         n = daemon_fds();
         ioctl(hogs[h], FIONREAD, &inq);
       }
       if (n == n0 && inq == inq0) break; /* this one is not served any more: the next hog */
-      for (int m = -1; m != n;) { /* the daemon may be half-way through its dups: until they stand still */
+      for (int m = -1; m != n;) {        /* the daemon may be half-way through its dups: until they stand still */
         m = n;
         msleep(2);
         n = daemon_fds();
@@ -2232,10 +2257,13 @@ START_TEST(test_fd_budget_many_connections) {
   int base = daemon_fds_settled(), peak = base;
   int sent = hog_attaches(hogs, HOGS, "mine", limit, &peak);
   int victim = as_uid(ALICE_UID, lease_one, NULL);
-  printf("  fd limit %ld, %d connections attaching: %d attaches unread; daemon fds %d before them, peak %d; alice's lease "
-         "%s\n", limit, HOGS, sent, base, peak, victim == 0 ? "served" : "failed");
+  printf(
+      "  fd limit %ld, %d connections attaching: %d attaches unread; daemon fds %d before them, peak %d; alice's lease "
+      "%s\n",
+      limit, HOGS, sent, base, peak, victim == 0 ? "served" : "failed");
   ck_assert_msg(victim == 0, "another user's lease failed beside them (%d)", victim);
-  ck_assert_msg(peak - base <= limit / 4, "the daemon held %d fds for clients that do not read (limit %ld)", peak - base, limit);
+  ck_assert_msg(peak - base <= limit / 4, "the daemon held %d fds for clients that do not read (limit %ld)",
+                peak - base, limit);
   /* a lease of theirs is served, but its reply has no room either: its chunks go back unsent */
   long long leased = stat_num("chunks_leased");
   send_lease(hogs[0], 9000, 8, 0);
@@ -2256,11 +2284,12 @@ START_TEST(test_fd_budget_many_connections) {
   for (int i = 0; i < HOGS && !refused; i++) refused = next_error(hogs[i], msg, sizeof msg) == 0;
   ck_assert_msg(refused, "no attach was refused");
   printf("  refused: %s\n", msg);
-  while (lease_refused && !strstr(lease_msg, "chunk(s) refused") && next_error(hogs[0], lease_msg, sizeof lease_msg) == 0) {}
+  while (lease_refused && !strstr(lease_msg, "chunk(s) refused") &&
+         next_error(hogs[0], lease_msg, sizeof lease_msg) == 0) {}
   snprintf(line, sizeof line, "RLIMIT_NOFILE %ld", limit);
   ck_assert_msg(strstr(msg, line), "the refusal does not name the fd limit: %s", msg);
-  ck_assert_msg(!lease_refused || (!strncmp(lease_msg, "lease of ", 9) && strstr(lease_msg, line)), "the lease's refusal: %s",
-                lease_msg);
+  ck_assert_msg(!lease_refused || (!strncmp(lease_msg, "lease of ", 9) && strstr(lease_msg, line)),
+                "the lease's refusal: %s", lease_msg);
   if (!lease_refused) printf("  (hog 0's lease was not read: its unread replies hold its connection)\n");
   ck_assert_int_eq(count_log("device full"), 0);
   /* the connections' share of the table (two fds each): the one past it is refused, naming the limit */
@@ -2518,7 +2547,8 @@ static int log_flooder(void *arg) {
   int s = raw_session("flooder"), cycles = 0, asks = 0, adopts = 0;
   if (s < 0) return 2;
   uint64_t seq = 10, end = gmli_now_ns() + 1000000000ull;
-  while (gmli_now_ns() < end && share_one(s, seq, "k", NULL, 0) == 0 && detach_key(s, seq + 2, "k") == 0) seq += 3, cycles++;
+  while (gmli_now_ns() < end && share_one(s, seq, "k", NULL, 0) == 0 && detach_key(s, seq + 2, "k") == 0)
+    seq += 3, cycles++;
   int c = ctl_raw(1);
   /* ipc frame: type 1, 64-bit BE length 6, backtrace 0x80000001, body {field 5 varint 1} (`limit 1`) */
   static const uint8_t req[15] = {1, 0, 0, 0, 0, 0, 0, 0, 6, 0x80, 0, 0, 1, 0x28, 0x01};
@@ -2559,8 +2589,8 @@ START_TEST(test_log_budget_covers_every_line) {
   int ended = count_log("has no mapper left"), refused = count_log("it changes the lake"),
       adopts = count_log("of its adoption"), shared = count_log("shares 'k'");
   int lines = ended + refused + adopts + shared, allowed = 40 + (int)(10 * (secs + 1.5)) + 1;
-  printf("  in %.1f s: %d log lines (%d shares ended, %d shared, %d control refusals, %d hand-overs; at most %d)\n", secs,
-         lines, ended, shared, refused, adopts, allowed);
+  printf("  in %.1f s: %d log lines (%d shares ended, %d shared, %d control refusals, %d hand-overs; at most %d)\n",
+         secs, lines, ended, shared, refused, adopts, allowed);
   ck_assert_msg(lines <= allowed, "%d lines about one user's requests in %.1f s (at most %d)", lines, secs, allowed);
   char want[64];
   snprintf(want, sizeof want, "uid %d: ", NOBODY);
@@ -2572,7 +2602,8 @@ END_TEST
 int main(void) {
   Suite *su = suite_create("security");
   TCase *tc = tcase_create("hostile");
-  tcase_set_timeout(tc, 120); /* a guard against a hang, not a bound: 60 s ran out beside two busy loops and a make test */
+  tcase_set_timeout(tc,
+                    120); /* a guard against a hang, not a bound: 60 s ran out beside two busy loops and a make test */
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_add_test(tc, test_queued_fd_owned);
   tcase_add_test(tc, test_other_uid_reads_zeros);

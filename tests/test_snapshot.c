@@ -79,23 +79,27 @@ static size_t check_segments(const snap *s) {
     ck_assert_msg(g->addr && g->size && g->addr % a->cs == 0 && g->size % a->cs == 0, "segment %zu: %#lx +%zu", i,
                   (unsigned long)g->addr, g->size);
     ck_assert(gml_contains(C, (void *)g->addr) && gml_contains(C, (void *)(g->addr + g->size - 1)));
-    if (i) ck_assert_uint_lt(s->segs[i - 1].addr + s->segs[i - 1].size, g->addr + (g->large != s->segs[i - 1].large)); /* apart, or another region */
+    if (i)
+      ck_assert_uint_lt(s->segs[i - 1].addr + s->segs[i - 1].size,
+                        g->addr + (g->large != s->segs[i - 1].large)); /* apart, or another region */
     ck_assert_uint_gt(g->nblocks, 0);
     uintptr_t pos = g->addr;
     for (size_t k = 0; k < g->nblocks; k++, b++) {
       ck_assert_uint_lt(b, s->nblocks);
       const gml_alloc_info *x = &s->blocks[b];
-      ck_assert_msg(x->addr == pos && x->size > 0, "segment %zu block %zu at %#lx, expected %#lx", i, k, (unsigned long)x->addr,
-                    (unsigned long)pos);
+      ck_assert_msg(x->addr == pos && x->size > 0, "segment %zu block %zu at %#lx, expected %#lx", i, k,
+                    (unsigned long)x->addr, (unsigned long)pos);
       pos += x->size;
       if (x->state == GML_BLOCK_FREE && !x->pool.a && !x->pool.b) {
         nfree++;
-        if (k) ck_assert_int_ne(s->blocks[b - 1].state == GML_BLOCK_FREE && !s->blocks[b - 1].pool.a, 1); /* gaps are whole */
+        if (k)
+          ck_assert_int_ne(s->blocks[b - 1].state == GML_BLOCK_FREE && !s->blocks[b - 1].pool.a,
+                           1); /* gaps are whole */
       } else {
         nlive++;
       }
     }
-    ck_assert_uint_eq(pos, g->addr + g->size); /* blocks add up to the segment */
+    ck_assert_uint_eq(pos, g->addr + g->size);                          /* blocks add up to the segment */
     for (uintptr_t at = g->addr; at < g->addr + g->size; at += a->cs) { /* each slot shows the chunk it maps */
       uint32_t sl = (uint32_t)((at - a->va_base) / a->cs);
       ck_assert_int_ge(a->slot_chunk[sl], 0);
@@ -114,7 +118,8 @@ static size_t check_segments(const snap *s) {
   ck_assert_uint_eq(nlive, n);
   for (size_t i = 0, k = 0; i < n; i++) {
     while (k < s->nblocks && s->blocks[k].addr < t[i].addr) k++;
-    ck_assert_msg(k < s->nblocks && s->blocks[k].addr == t[i].addr, "allocation %#lx in no segment", (unsigned long)t[i].addr);
+    ck_assert_msg(k < s->nblocks && s->blocks[k].addr == t[i].addr, "allocation %#lx in no segment",
+                  (unsigned long)t[i].addr);
     ck_assert_uint_eq(s->blocks[k].size, t[i].size);
     ck_assert_int_eq(s->blocks[k].state, t[i].state);
   }
@@ -136,8 +141,10 @@ static int covered(uintptr_t lo, uintptr_t hi) {
   return -1;
 }
 
-static void seg_add(uintptr_t lo, uintptr_t hi) { /* undo an unmap: joined to the segments it touches, as memory_viz does */
-  for (size_t i = 0; i < nR; i++) ck_assert_msg(hi <= R[i].lo || R[i].hi <= lo, "re-mapped %#lx overlaps a segment", (unsigned long)lo);
+static void seg_add(uintptr_t lo,
+                    uintptr_t hi) { /* undo an unmap: joined to the segments it touches, as memory_viz does */
+  for (size_t i = 0; i < nR; i++)
+    ck_assert_msg(hi <= R[i].lo || R[i].hi <= lo, "re-mapped %#lx overlaps a segment", (unsigned long)lo);
   for (size_t i = 0; i < nR; i++)
     if (R[i].hi == lo || R[i].lo == hi) {
       lo = lo < R[i].lo ? lo : R[i].lo, hi = hi > R[i].hi ? hi : R[i].hi;
@@ -150,7 +157,8 @@ static void seg_carve(uintptr_t lo, uintptr_t hi) { /* undo a map */
   int i = covered(lo, hi);
   ck_assert_msg(i >= 0, "segment_map %#lx +%lu in no segment", (unsigned long)lo, (unsigned long)(hi - lo));
   for (size_t k = 0; k < nB; k++)
-    ck_assert_msg(B[k].hi <= lo || hi <= B[k].lo, "block %#lx still live in unmapped %#lx", (unsigned long)B[k].lo, (unsigned long)lo);
+    ck_assert_msg(B[k].hi <= lo || hi <= B[k].lo, "block %#lx still live in unmapped %#lx", (unsigned long)B[k].lo,
+                  (unsigned long)lo);
   range r = R[i];
   R[i] = R[--nR];
   if (r.lo < lo) R[nR++] = (range){r.lo, lo};
@@ -168,7 +176,8 @@ static void replay(const snap *s) {
   nR = nB = 0;
   for (size_t i = 0; i < s->nsegs; i++) R[nR++] = (range){s->segs[i].addr, s->segs[i].addr + s->segs[i].size};
   for (size_t i = 0; i < s->nblocks; i++)
-    if (s->blocks[i].state != GML_BLOCK_FREE) B[nB++] = (range){s->blocks[i].addr, s->blocks[i].addr + s->blocks[i].size};
+    if (s->blocks[i].state != GML_BLOCK_FREE)
+      B[nB++] = (range){s->blocks[i].addr, s->blocks[i].addr + s->blocks[i].size};
   size_t maps = 0, unmaps = 0;
   for (size_t i = n; i-- > 0;) {
     gml_trace_entry *e = &t[i];
@@ -195,8 +204,7 @@ static void replay(const snap *s) {
       seg_add(lo, hi);
       unmaps++;
       break;
-    default:
-      break;
+    default: break;
     }
   }
   ck_assert_uint_gt(maps, 0);
@@ -266,8 +274,8 @@ START_TEST(test_segments_small_caps) {
   gml_alloc_info b[1];
   size_t ns = 0, nb = 0;
   ck_assert_int_eq(gml_segments(C, g, 1, &ns, b, 1, &nb, NULL), 0);
-  ck_assert_uint_eq(ns, 2);        /* the small region's, the large region's */
-  ck_assert_uint_eq(nb, 2 + 2);    /* each allocation and the free space after it */
+  ck_assert_uint_eq(ns, 2);     /* the small region's, the large region's */
+  ck_assert_uint_eq(nb, 2 + 2); /* each allocation and the free space after it */
   ck_assert_uint_eq(b[0].addr, (uintptr_t)q);
   ck_assert_uint_eq(g[0].nblocks, 2);
   ck_assert_int_eq(g[0].large, 0);

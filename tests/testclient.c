@@ -185,10 +185,12 @@ int main(int argc, char **argv) {
       if (!rc) gml_growable_info_get(g, &gi);
       if (rc) printf("err %d %s\n", rc, gml_last_error(c));
       else printf("ok %p\n", gi.base);
-    } else if (g && (!strcmp(cmd, "gmap") || !strcmp(cmd, "gunmap") || !strcmp(cmd, "gensure") || !strcmp(cmd, "gshrink"))) {
-      rc = !strcmp(cmd, "gmap") ? gml_growable_map(g, (size_t)a, (size_t)b)
-           : !strcmp(cmd, "gunmap") ? gml_growable_unmap(g, (size_t)a, (size_t)b)
-           : !strcmp(cmd, "gensure") ? gml_growable_ensure(g, (size_t)a) : gml_growable_shrink(g, (size_t)a);
+    } else if (g &&
+               (!strcmp(cmd, "gmap") || !strcmp(cmd, "gunmap") || !strcmp(cmd, "gensure") || !strcmp(cmd, "gshrink"))) {
+      rc = !strcmp(cmd, "gmap")      ? gml_growable_map(g, (size_t)a, (size_t)b)
+           : !strcmp(cmd, "gunmap")  ? gml_growable_unmap(g, (size_t)a, (size_t)b)
+           : !strcmp(cmd, "gensure") ? gml_growable_ensure(g, (size_t)a)
+                                     : gml_growable_shrink(g, (size_t)a);
       if (rc) printf("err %d %s\n", rc, gml_last_error(c));
       else printf("ok\n");
     } else if (g && (!strcmp(cmd, "gtag") || !strcmp(cmd, "gread"))) {

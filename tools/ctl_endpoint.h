@@ -11,6 +11,6 @@
  * /run/gmlake/gmlake-<device>.ctl, then $XDG_RUNTIME_DIR's. 0 with the URL
  * and, in how, what was tried (said if nothing answers there); or GML_EDAEMON
  * with err saying why there is none to dial. */
-int ctl_find_endpoint(const char *device, int device_given, char *url, size_t urllen, char *how, size_t howlen, char *err,
-                      size_t errlen);
+int ctl_find_endpoint(const char *device, int device_given, char *url, size_t urllen, char *how, size_t howlen,
+                      char *err, size_t errlen);
 #endif

@@ -63,7 +63,9 @@ int main(void) {
          "#include <cuda.h>\n#include <stddef.h>\n#include <stdio.h>\n#include <string.h>\n"
          "#define GML_STR2(x) #x\n#define GML_STR(x) GML_STR2(x)\n");
 #define CONSTANT(name, value) constant(#name, (long long)(name));
-#define ENUM(tag, name, list) enum_type(#tag, #name, sizeof(name)); list(CONSTANT)
+#define ENUM(tag, name, list)                                                                                          \
+  enum_type(#tag, #name, sizeof(name));                                                                                \
+  list(CONSTANT)
   GML_CUDA_ENUMS(ENUM)
 #define TYPEDEF(name, type) typedef_is(#name, #type);
   GML_CUDA_TYPEDEFS(TYPEDEF)

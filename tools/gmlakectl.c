@@ -18,6 +18,7 @@
 #include "options.h"
 #include "gmlake.pb-c.h"
 #include "ctl_endpoint.h"
+#include "ctl_tables.h"
 #include "statsview.h"
 #include "util.h"
 #include "wire.h"
@@ -38,7 +39,7 @@ typedef struct ctl {
   const char *url;
   int json, pid;
   double interval;
-  int interval_given;      /* --interval, watch's option (--client, trim's: pid set) */
+  int interval_given; /* --interval, watch's option (--client, trim's: pid set) */
   char **args;
   int nargs;
   Gmlake__CtlReply *reply; /* freed after the command */
@@ -94,7 +95,8 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
     if (rv == NNG_ECONNREFUSED && path && access(path, F_OK) && errno == ENOENT)
       snprintf(hint, sizeof hint, " (%s does not exist: is the daemon running, with this control endpoint?%s)", path,
                c->found_how ? c->found_how : "");
-    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s%s", url, nng_strerror(rv), hint, slots_hint(rv, url));
+    ctl_error(c, GML_EDAEMON, "cannot reach the daemon at %s: %s%s%s", url, nng_strerror(rv), hint,
+              slots_hint(rv, url));
     nng_close(s);
     return NULL;
   }
@@ -126,102 +128,6 @@ static Gmlake__CtlReply *call(const ctl *c, Gmlake__CtlRequest *req) {
   return rep;
 }
 
-/* ---------- human tables ---------- */
-
-static void print_clients(const Gmlake__CtlReply *r) {
-  time_t now = time(NULL);
-  uint64_t uncounted = 0;
-  size_t nuncounted = 0;
-  printf("%-8s %-6s %-16s %12s %12s %12s %12s %8s %12s %12s  %s\n", "PID", "UID", "NAME", "LEASED", "ALLOCATED", "CACHED",
-         "QUOTA", "SINCE", "GROWABLE", "SHARED", "CGROUP / PAUSED (SAVED) / UNCOUNTED");
-  for (size_t i = 0; i < r->n_clients; i++) {
-    const Gmlake__ClientInfo *c = r->clients[i];
-    char a[32], b[32], d[32], q[32], g[32], sh[32];
-    long age = (long)(now - (time_t)c->since);
-    char since[32];
-    if (age < 3600) snprintf(since, sizeof since, "%ldm%02lds", age / 60, age % 60);
-    else snprintf(since, sizeof since, "%ldh%02ldm", age / 3600, age % 3600 / 60);
-    char pz[96] = "";
-    if (c->paused) {
-      char p1[32], p2[32];
-      snprintf(pz, sizeof pz, "  paused %s (saved %s)", gmli_format_bytes(c->paused, p1, 32), gmli_format_bytes(c->paused_saved, p2, 32));
-    }
-    char uc[48] = "";
-    if (c->uncounted) { /* its allocated may exceed its leased by this much */
-      char u1[32];
-      snprintf(uc, sizeof uc, "  uncounted %s", gmli_format_bytes(c->uncounted, u1, 32));
-      uncounted += c->uncounted, nuncounted++;
-    }
-    char pid[16] = "-"; /* 0: another user's process, not named to us */
-    if (c->pid) snprintf(pid, sizeof pid, "%d", c->pid);
-    printf("%-8s %-6u %-16.16s %12s %12s %12s %12s %8s %12s %12s  %s%s%s", pid, c->uid, c->pid ? c->name : "(another user)",
-           gmli_format_bytes(c->leased_bytes, a, 32), gmli_format_bytes(c->allocated, b, 32), gmli_format_bytes(c->cached, d, 32),
-           c->quota_bytes ? gmli_format_bytes(c->quota_bytes, q, 32) : "-", since, gmli_format_bytes(c->growable_mapped, g, 32),
-           gmli_format_bytes(c->shared_bytes, sh, 32), c->cgroup && c->cgroup[0] ? c->cgroup : "-", pz, uc);
-    gmli_print_client_other(c);
-    putchar('\n');
-  }
-  if (!r->n_clients) printf("(no clients)\n");
-  if (uncounted) {
-    char u[32];
-    printf("uncounted: %s on the device held by %zu client(s), not counted by the lake (a restarted daemon took no "
-           "hand-over of it): in no limit or quota, theirs until they exit\n",
-           gmli_format_bytes(uncounted, u, sizeof u), nuncounted);
-  }
-}
-
-static void print_chunks(const Gmlake__CtlReply *r) {
-  /* one character a chunk, 64 a row: '.' free, a letter per client, '#' parked */
-  int pids[52], npids = 0;
-  printf("%zu chunks of %llu MiB ('.' free, '#' parked by a process that left, 'S' shared, 'o' another user's, letters: "
-         "clients)\n", r->n_chunks,
-         (unsigned long long)(r->stats ? r->stats->chunk_size >> 20 : 0));
-  for (size_t i = 0; i < r->n_chunks; i++) {
-    int pid = r->chunks[i]->owner_pid;
-    char ch = '.';
-    if (pid == -2) ch = 'S';
-    else if (pid == -3) ch = 'o';
-    else if (pid < 0) ch = '#';
-    else if (pid > 0) {
-      int k = 0;
-      while (k < npids && pids[k] != pid) k++;
-      if (k == npids && npids < 52) pids[npids++] = pid;
-      ch = k < 26 ? (char)('A' + k) : k < 52 ? (char)('a' + k - 26) : '?';
-    }
-    putchar(ch);
-    if (i % 64 == 63 || i + 1 == r->n_chunks) putchar('\n');
-  }
-  for (int k = 0; k < npids; k++) printf("  %c = pid %d\n", k < 26 ? 'A' + k : 'a' + k - 26, pids[k]);
-}
-
-/* Shares: by hand, for --json too (the descriptor printer leaves repeated fields out: the pids). */
-static void print_shares(const Gmlake__CtlReply *r, int json) {
-  printf(json ? "[" : "%-24s %12s %7s %8s %6s  %-10s %s\n", "KEY", "SIZE", "CHUNKS", "PUB.PID", "UID", "ALLOWS", "MAPPED BY (pids)");
-  for (size_t i = 0; i < r->n_shares; i++) {
-    const Gmlake__ShareInfo *s = r->shares[i];
-    char sz[32], allows[32], pids[256] = "";
-    for (size_t k = 0, o = 0; k < s->n_mapper_pids && o < sizeof pids - 12; k++)
-      o += (size_t)snprintf(pids + o, sizeof pids - o, "%s%d", k ? (json ? "," : " ") : "", s->mapper_pids[k]);
-    if (s->allow_any_uid) snprintf(allows, sizeof allows, "any uid");
-    else if (s->n_allow_uids) snprintf(allows, sizeof allows, "uid +%zu", s->n_allow_uids);
-    else snprintf(allows, sizeof allows, "same uid");
-    char pub[16] = "-"; /* 0: another user's process, not named to us */
-    if (s->publisher_pid) snprintf(pub, sizeof pub, "%d", s->publisher_pid);
-    if (json) { /* a key may hold '"' and '\\' (any printable ASCII): escaped, as every string */
-      printf("%s{\"key\":", i ? "," : "");
-      gmli_print_json_string(stdout, s->key);
-      printf(",\"size\":%llu,\"chunks\":%llu,\"publisher_pid\":%d,\"publisher_uid\":%u,"
-             "\"mapper_pids\":[%s],\"allow_any_uid\":%s,\"since\":%.3f}",
-             (unsigned long long)s->size, (unsigned long long)s->chunks, s->publisher_pid, s->publisher_uid, pids,
-             s->allow_any_uid ? "true" : "false", s->since);
-    } else
-      printf("%-24.24s %12s %7llu %8s %6u  %-10s %s\n", s->key, gmli_format_bytes(s->size, sz, 32),
-             (unsigned long long)s->chunks, pub, s->publisher_uid, allows, pids);
-  }
-  if (json) printf("]\n");
-  else if (!r->n_shares) printf("(no shares)\n");
-}
-
 /* A whole decimal number in [min, max], or exit 2 naming what was wrong
  * (atoi took "abc" as 0: trim --client abc trimmed everything). */
 static long long parse_int_or_die(const ctl *c, const char *what, const char *s, long long min, long long max) {
@@ -240,8 +146,10 @@ static long long parse_int_or_die(const ctl *c, const char *what, const char *s,
  * driver to name: gmlaked takes one, gmlakectl does not. */
 static const char *device_or_die(const ctl *c, const char *s) {
   if (gmli_device_name_ok(s)) return s;
-  ctl_error(c, GML_EINVAL, "bad device '%s' (nvidia-smi's index 0 to %d, or a UUID as nvidia-smi -L prints it, GPU-..., "
-            "or host-N)", s, GML_DEVICE_INDEX_MAX);
+  ctl_error(c, GML_EINVAL,
+            "bad device '%s' (nvidia-smi's index 0 to %d, or a UUID as nvidia-smi -L prints it, GPU-..., "
+            "or host-N)",
+            s, GML_DEVICE_INDEX_MAX);
   exit(2);
 }
 
@@ -278,8 +186,9 @@ static int cmd_stats(ctl *c) {
 
 static int cmd_metrics(ctl *c) {
   if (c->json) { /* a scraper reads text exposition only; the same numbers as JSON are stats --json */
-    ctl_error(c, GML_EINVAL, "metrics prints Prometheus text only; for JSON, use `gmlakectl --json stats` "
-                             "(and `--json clients`)");
+    ctl_error(c, GML_EINVAL,
+              "metrics prints Prometheus text only; for JSON, use `gmlakectl --json stats` "
+              "(and `--json clients`)");
     return 2;
   }
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
@@ -290,20 +199,20 @@ static int cmd_metrics(ctl *c) {
 static int cmd_clients(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CLIENTS)) return 1;
   if (c->json) gmli_print_json_list((ProtobufCMessage *const *)c->reply->clients, c->reply->n_clients), putchar('\n');
-  else print_clients(c->reply);
+  else ctl_print_clients(c->reply);
   return 0;
 }
 
 static int cmd_chunks(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_CHUNKS)) return 1;
   if (c->json) gmli_print_json_list((ProtobufCMessage *const *)c->reply->chunks, c->reply->n_chunks), putchar('\n');
-  else print_chunks(c->reply);
+  else ctl_print_chunks(c->reply);
   return 0;
 }
 
 static int cmd_shares(ctl *c) {
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_SHARES)) return 1;
-  print_shares(c->reply, c->json);
+  ctl_print_shares(c->reply, c->json);
   return 0;
 }
 
@@ -318,9 +227,9 @@ static int cmd_trim(ctl *c) {
     printf("{\"ok\":true,\"command\":\"trim\",\"trimmed_chunks\":%llu", (unsigned long long)c->reply->trimmed_chunks);
     if (c->pid) printf(",\"client_pid\":%d", c->pid);
     printf("}\n");
-  }
-  else printf("released %llu free chunk(s) to the driver%s\n", (unsigned long long)c->reply->trimmed_chunks,
-              c->pid ? "; asked the client for its idle cache" : "");
+  } else
+    printf("released %llu free chunk(s) to the driver%s\n", (unsigned long long)c->reply->trimmed_chunks,
+           c->pid ? "; asked the client for its idle cache" : "");
   return 0;
 }
 
@@ -335,7 +244,8 @@ static int cmd_limit(ctl *c) {
   while (*end == ' ') end++;
   int pct = *end == '%';
   if (pct ? end == a || end[1] || !(num >= 1 && num <= 100) : gmli_parse_size(a, 0, &v)) {
-    ctl_error(c, GML_EINVAL, "bad limit '%s' (a share of the device from 1%% to 100%%, or bytes: 60GiB, 64424509440)", a);
+    ctl_error(c, GML_EINVAL, "bad limit '%s' (a share of the device from 1%% to 100%%, or bytes: 60GiB, 64424509440)",
+              a);
     return 2;
   }
   if (!ask(c, GMLAKE__CTL_REQUEST__REQ_STATS)) return 1;
@@ -349,7 +259,8 @@ static int cmd_limit(ctl *c) {
   }
   if (total && v > total) {
     char s1[32], s2[32];
-    ctl_error(c, GML_EINVAL, "limit %s is more than the device's memory (%s): the lake can never hold it; give at most %s or 100%%",
+    ctl_error(c, GML_EINVAL,
+              "limit %s is more than the device's memory (%s): the lake can never hold it; give at most %s or 100%%",
               gmli_format_bytes(v, s1, sizeof s1), gmli_format_bytes(total, s2, sizeof s2), s2);
     return 2;
   }
@@ -366,7 +277,8 @@ static int cmd_limit(ctl *c) {
   const char *warning = c->reply->message && *c->reply->message ? c->reply->message : NULL; /* taken, and said */
   if (warning) fprintf(stderr, "gmlakectl: warning: the daemon says: %s\n", warning);
   if (c->json) {
-    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,", (unsigned long long)c->reply->stats->limit_bytes);
+    printf("{\"ok\":true,\"command\":\"limit\",\"limit_bytes\":%llu,",
+           (unsigned long long)c->reply->stats->limit_bytes);
     if (warning) {
       printf("\"warning\":");
       gmli_print_json_string(stdout, warning);
@@ -396,7 +308,10 @@ static int cmd_quota(ctl *c) {
   uint32_t key;
   const char *cgroup;
   if (gmli_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
-    ctl_error(c, GML_EINVAL, "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH as /proc/PID/cgroup shows it: no '.', '..', '//' or trailing '/')", c->args[0]);
+    ctl_error(c, GML_EINVAL,
+              "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH as /proc/PID/cgroup shows it: no '.', '..', '//' or "
+              "trailing '/')",
+              c->args[0]);
     return 2;
   }
   if (kind == GML_QUOTA_CGROUP) quota.cgroup = (char *)cgroup; /* protobuf-c's string fields are char * */
@@ -432,14 +347,13 @@ static int cmd_watch(ctl *c) {
       printf("\033[H\033[2J");
       gmli_print_stats(c->reply->stats);
       putchar('\n');
-      print_clients(c->reply);
+      ctl_print_clients(c->reply);
     }
     if (fflush(stdout) != 0) return 1; /* the reader went away (a closed pipe) */
     gmlake__ctl_reply__free_unpacked(c->reply, NULL);
     c->reply = NULL;
     struct timespec pause = {(time_t)c->interval, (long)((c->interval - (double)(time_t)c->interval) * 1e9)};
-    while (nanosleep(&pause, &pause) && errno == EINTR) {
-    }
+    while (nanosleep(&pause, &pause) && errno == EINTR) {}
   }
 }
 
@@ -455,14 +369,16 @@ static const struct command {
     {"clients", "", "connected clients: pid, uid, name, leased, allocated, cached, since", 0, 0, cmd_clients},
     {"chunks", "", "a map of the lake: who holds which chunk", 0, 0, cmd_chunks},
     {"shares", "", "shared read-only memory: key, size, publisher, who may attach, who maps it", 0, 0, cmd_shares},
-    {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", 0, 1, cmd_trim},
+    {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", 0, 1,
+     cmd_trim},
     {"limit", " BYTES|PCT%", "set the lake's limit (PCT of the device)", 1, 1, cmd_limit},
     {"quota", " PID|uid:UID|cgroup:PATH BYTES",
-     "set a quota of a process (all its connections), a user (all its processes) or a cgroup (0 clears it); a lease over it is refused",
+     "set a quota of a process (all its connections), a user (all its processes) or a cgroup (0 clears it); a lease "
+     "over it is refused",
      2, 1, cmd_quota},
     {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", 0, 0, cmd_metrics},
-    {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)", 0,
-     0, cmd_watch},
+    {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)",
+     0, 0, cmd_watch},
 };
 
 static void usage(FILE *f) {
@@ -489,8 +405,9 @@ int main(int argc, char **argv) {
   optind = 1;
   opterr = 0; /* said by ctl_error, as JSON too */
   static const struct option all_opts[] = {
-      {"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'}, {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},          {"client", required_argument, 0, 'p'}, {"interval", required_argument, 0, 'i'},
+      {"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'},
+      {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
+      {"client", required_argument, 0, 'p'},  {"interval", required_argument, 0, 'i'},
       {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
   while (optind < argc) {
     if ((ch = getopt_long(argc, argv, "+:c:d:jhp:i:V", all_opts, NULL)) == -1) {
@@ -507,8 +424,14 @@ int main(int argc, char **argv) {
     case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
     case 'h': help = 1; break;
     case 'V': version = 1; break;
-    case ':': ctl_error(&c, GML_EINVAL, "option '%s' needs an argument", argv[optind - 1]); usage(stderr); return 2;
-    default: ctl_error(&c, GML_EINVAL, "unknown option '%s'", argv[optind - 1]); usage(stderr); return 2;
+    case ':':
+      ctl_error(&c, GML_EINVAL, "option '%s' needs an argument", argv[optind - 1]);
+      usage(stderr);
+      return 2;
+    default:
+      ctl_error(&c, GML_EINVAL, "unknown option '%s'", argv[optind - 1]);
+      usage(stderr);
+      return 2;
     }
   }
   /* --help and --version once the whole line is read: an unknown option is a usage error wherever it
@@ -524,7 +447,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (version) { /* with --json an object, as everything else it prints then */
-    printf(c.json ? "{\"program\":\"gmlakectl\",\"version\":\"%d.%d.%d\",\"protocol\":%d}\n" : "gmlakectl %d.%d.%d (protocol %d)\n",
+    printf(c.json ? "{\"program\":\"gmlakectl\",\"version\":\"%d.%d.%d\",\"protocol\":%d}\n"
+                  : "gmlakectl %d.%d.%d (protocol %d)\n",
            GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION);
     return 0;
   }
@@ -545,22 +469,25 @@ int main(int argc, char **argv) {
   }
   if (how[0]) c.found_how = how;
   if (!strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
-    ctl_error(&c, GML_EINVAL, "bad control endpoint '%s': a URL, e.g. ipc://%s", url, url[0] == '/' ? url : "/run/gmlake/gmlake-0.ctl");
+    ctl_error(&c, GML_EINVAL, "bad control endpoint '%s': a URL, e.g. ipc://%s", url,
+              url[0] == '/' ? url : "/run/gmlake/gmlake-0.ctl");
     return 2;
   }
   c.url = url;
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
     if (strcmp(commands[i].name, cmd)) continue;
     if (c.nargs != commands[i].nargs) { /* an extra argument is a mistake, not something to ignore */
-      if (commands[i].nargs) ctl_error(&c, GML_EINVAL, "%s takes %d argument(s):%s", cmd, commands[i].nargs, commands[i].args_help);
+      if (commands[i].nargs)
+        ctl_error(&c, GML_EINVAL, "%s takes %d argument(s):%s", cmd, commands[i].nargs, commands[i].args_help);
       else ctl_error(&c, GML_EINVAL, "%s takes no arguments ('%s' given)", cmd, args[0]);
       usage(stderr);
       return 2;
     }
     /* --client is trim's, --interval watch's: given to another command they were ignored (`limit 8MiB
      * --client PID` set the whole lake's limit) */
-    const char *stray = c.pid && strcmp(cmd, "trim") ? "--client (trim --client PID)"
-                        : c.interval_given && strcmp(cmd, "watch") ? "--interval (watch --interval S)" : NULL;
+    const char *stray = c.pid && strcmp(cmd, "trim")               ? "--client (trim --client PID)"
+                        : c.interval_given && strcmp(cmd, "watch") ? "--interval (watch --interval S)"
+                                                                   : NULL;
     if (stray) {
       ctl_error(&c, GML_EINVAL, "%s takes no %s", cmd, stray);
       usage(stderr);

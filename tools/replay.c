@@ -33,10 +33,10 @@ typedef struct trace_result {
 
 typedef struct live_slot {
   uint64_t id;
-  void *ptr;     /* NULL: not live */
+  void *ptr; /* NULL: not live */
   uint64_t size;
-  size_t line;   /* the line that allocated it (live) or freed it (not live); 0: an empty slot of the table */
-  size_t event;  /* --plan: the index of its allocation's event */
+  size_t line;  /* the line that allocated it (live) or freed it (not live); 0: an empty slot of the table */
+  size_t event; /* --plan: the index of its allocation's event */
 } live_slot;
 
 /* A trace's ids, any 64-bit number, to their blocks: open addressing, at most
@@ -100,7 +100,8 @@ static int trace_line_ok(const char *line) {
   int nums = line[0] == 'a' ? 3 : line[0] == 'f' ? 1 : 0;
   if (line[0] == '#') return 1;
   if (!nums && line[0] != 's') p = line;
-  for (int i = 0; i < nums; i++) { /* a number of 64 bits: digits only ("-1" read as 2^64 - 1, 2^64 and up as 2^64 - 1) */
+  for (int i = 0; i < nums;
+       i++) { /* a number of 64 bits: digits only ("-1" read as 2^64 - 1, 2^64 and up as 2^64 - 1) */
     p += strspn(p, " \t");
     if (!isdigit((unsigned char)*p)) return 0;
     char *end;
@@ -113,8 +114,8 @@ static int trace_line_ok(const char *line) {
   return p[strspn(p, " \t\r\n")] == 0;
 }
 
-static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps, long plan,
-                      int json) {
+static int replay_one(const char *path, const gml_open_opts *oo, trace_result *res, int check_every, int steps,
+                      long plan, int json) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
     fprintf(stderr, "gmlake-replay: cannot open %s\n", path);
@@ -146,7 +147,7 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   int failed = 0;
   step_sample *samples = NULL;
   size_t nsamples = 0, samples_cap = 0, *marks = NULL, nmarks = 0;
-  replay_event *evs = NULL, ev = {0}; /* --plan: the events, as samples are */
+  replay_event *evs = NULL, ev = {0};            /* --plan: the events, as samples are */
   int collect = steps || plan != REPLAY_NO_PLAN; /* samples and step marks */
   gml_stats st;
   gml_stats_get(c, &st);
@@ -170,10 +171,13 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
     if (!trace_line_ok(line)) {
       char shown[81]; /* printable: the file may be binary */
       size_t n = 0;
-      for (; n < 80 && line[n] && line[n] != '\n' && line[n] != '\r'; n++) shown[n] = isprint((unsigned char)line[n]) ? line[n] : '?';
+      for (; n < 80 && line[n] && line[n] != '\n' && line[n] != '\r'; n++)
+        shown[n] = isprint((unsigned char)line[n]) ? line[n] : '?';
       shown[n] = 0;
-      fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu is \"%s\" (a trace has lines 'a ID SIZE STREAM', 'f ID', "
-              "'s' and '# ...')\n", path, lineno, shown);
+      fprintf(stderr,
+              "gmlake-replay: %s is not a trace: line %zu is \"%s\" (a trace has lines 'a ID SIZE STREAM', 'f ID', "
+              "'s' and '# ...')\n",
+              path, lineno, shown);
       failed = 1;
       break;
     }
@@ -203,13 +207,14 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
     if (line[0] == 'a' && sscanf(line + 1, "%llu %llu %llu", &id, &size, &stream) == 3) {
       live_slot *e = id_slot(&live, id, lineno);
       if (!e) {
-        fprintf(stderr, "gmlake-replay: %s: out of memory for the ids at line %zu (%zu ids)\n", path, lineno, live.used);
+        fprintf(stderr, "gmlake-replay: %s: out of memory for the ids at line %zu (%zu ids)\n", path, lineno,
+                live.used);
         failed = 1;
         break;
       }
       if (e->ptr) {
-        fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu allocates id %llu, live since line %zu\n", path, lineno,
-                id, e->line);
+        fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu allocates id %llu, live since line %zu\n", path,
+                lineno, id, e->line);
         failed = 1;
         break;
       }
@@ -231,8 +236,8 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       rc = gml_alloc(c, size, s, &p);
       uint64_t dt = gmli_now_ns() - t0;
       if (rc) {
-        fprintf(stderr, "gmlake-replay: %s: alloc %llu of %llu bytes failed: %s (%s)\n", path, id, size, gml_strerror(rc),
-                gml_last_error(c));
+        fprintf(stderr, "gmlake-replay: %s: alloc %llu of %llu bytes failed: %s (%s)\n", path, id, size,
+                gml_strerror(rc), gml_last_error(c));
         failed = 1;
         break;
       }
@@ -256,7 +261,8 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
           fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, freed already at line %zu\n", path,
                   lineno, id, e->line);
         else
-          fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, never allocated\n", path, lineno, id);
+          fprintf(stderr, "gmlake-replay: %s is not a trace: line %zu frees id %llu, never allocated\n", path, lineno,
+                  id);
         failed = 1;
         break;
       }
@@ -297,13 +303,15 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
       gml_stats s4;
       gml_stats_get(c, &s4);
       if (evs) evs[nsamples] = ev;
-      samples[nsamples++] = (step_sample){allocated, s4.maps, s4.unmaps, s4.access_calls, s4.syncs, s4.mapped_allocs, s4.headroom_leased, s4.chunks_leased};
+      samples[nsamples++] = (step_sample){allocated, s4.maps,          s4.unmaps,          s4.access_calls,
+                                          s4.syncs,  s4.mapped_allocs, s4.headroom_leased, s4.chunks_leased};
     }
     if ((res->allocs + res->frees) % 10000 == 0 && gmli_env(GML_ENV_REPLAY_PROGRESS)) {
       gml_stats s3;
       gml_stats_get(c, &s3);
-      fprintf(stderr, "  ops %llu maps %llu unmaps %llu reserved %.2f GiB\n", (unsigned long long)(res->allocs + res->frees),
-              (unsigned long long)s3.maps, (unsigned long long)s3.unmaps, s3.reserved / (double)GML_GIB);
+      fprintf(stderr, "  ops %llu maps %llu unmaps %llu reserved %.2f GiB\n",
+              (unsigned long long)(res->allocs + res->frees), (unsigned long long)s3.maps,
+              (unsigned long long)s3.unmaps, s3.reserved / (double)GML_GIB);
     }
     if (check_every && (res->allocs + res->frees) % (uint64_t)check_every == 0) {
       gml_stats s2;
@@ -379,30 +387,36 @@ static int verify_tag(gml_client *c, void *p, uint64_t size, uint64_t id, int wr
 }
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET [--device N]] [--json] [--check N] [--steps]\n"
-          "                     [--plan[=STEP]] [--guard[=end|both]] [--guard-grain BYTES] TRACE...\n"
-          "  Replays allocation traces through libgmlake-client and prints peak allocated,\n"
-          "  peak reserved, fragmentation at peak (beside PyTorch's from the trace header)\n"
-          "  and allocator latency. Embedded unless --daemon is given.\n"
-          "  --device N: the device the client opens (default 0): the daemon's (gmlaked --device N).\n"
-          "  --steps: cut the trace into training steps and print the driver calls\n"
-          "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n"
-          "  --plan[=STEP]: cut it into steps and serve them from a placement planned\n"
-          "  from step STEP (default: the first that repeats, rebuilt when another\n"
-          "  repeats); prints per step max live, the planned range, hits and misses.\n"
-          "  --guard[=end|both]: guard mode (every block's end abuts an inaccessible guard;\n"
-          "  a false report would kill the replay); prints its memory overhead.\n"
-          "  --guard-grain BYTES: guards of that size (a multiple of the chunk, or of the\n"
-          "  host's page: --guard-grain 2MiB shows on the host what cuda's whole-chunk guards cost).\n");
+  fprintf(
+      stderr,
+      "usage: gmlake-replay [--backend auto|host|cuda] [--daemon SOCKET [--device N]] [--json] [--check N] [--steps]\n"
+      "                     [--plan[=STEP]] [--guard[=end|both]] [--guard-grain BYTES] TRACE...\n"
+      "  Replays allocation traces through libgmlake-client and prints peak allocated,\n"
+      "  peak reserved, fragmentation at peak (beside PyTorch's from the trace header)\n"
+      "  and allocator latency. Embedded unless --daemon is given.\n"
+      "  --device N: the device the client opens (default 0): the daemon's (gmlaked --device N).\n"
+      "  --steps: cut the trace into training steps and print the driver calls\n"
+      "  (maps, unmaps, set-access, syncs) each step made, with a modelled cost.\n"
+      "  --plan[=STEP]: cut it into steps and serve them from a placement planned\n"
+      "  from step STEP (default: the first that repeats, rebuilt when another\n"
+      "  repeats); prints per step max live, the planned range, hits and misses.\n"
+      "  --guard[=end|both]: guard mode (every block's end abuts an inaccessible guard;\n"
+      "  a false report would kill the replay); prints its memory overhead.\n"
+      "  --guard-grain BYTES: guards of that size (a multiple of the chunk, or of the\n"
+      "  host's page: --guard-grain 2MiB shows on the host what cuda's whole-chunk guards cost).\n");
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {{"backend", required_argument, 0, 'b'}, {"daemon", required_argument, 0, 'd'},
-                                       {"json", no_argument, 0, 'j'},          {"check", required_argument, 0, 'c'},
-                                       {"help", no_argument, 0, 'h'},          {"steps", no_argument, 0, 's'},
-                                       {"guard", optional_argument, 0, 'g'},   {"guard-grain", required_argument, 0, 'G'},
-                                       {"device", required_argument, 0, 'D'},  {"plan", optional_argument, 0, 'P'},
+  static const struct option opts[] = {{"backend", required_argument, 0, 'b'},
+                                       {"daemon", required_argument, 0, 'd'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"check", required_argument, 0, 'c'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"steps", no_argument, 0, 's'},
+                                       {"guard", optional_argument, 0, 'g'},
+                                       {"guard-grain", required_argument, 0, 'G'},
+                                       {"device", required_argument, 0, 'D'},
+                                       {"plan", optional_argument, 0, 'P'},
                                        {0, 0, 0, 0}};
   gml_open_opts oo = {0};
   oo.backend = "host";
@@ -473,8 +487,8 @@ int main(int argc, char **argv) {
   char grain_desc[64] = "finest guards (host: pages)";
   if (oo.guard_grain) snprintf(grain_desc, sizeof grain_desc, "%zu-byte guards", oo.guard_grain);
   if (!json)
-    printf("%-22s %9s %9s %6s | %9s %6s | %9s %6s | %9s %7s %7s %7s %7s %6s\n", "trace", "peak_alloc", "reserved", "frag",
-           "torch_def", "frag", "torch_exp", "frag", "ops/s", "a_p50", "a_p99", "f_p50", "f_p99", "maps");
+    printf("%-22s %9s %9s %6s | %9s %6s | %9s %6s | %9s %7s %7s %7s %7s %6s\n", "trace", "peak_alloc", "reserved",
+           "frag", "torch_def", "frag", "torch_exp", "frag", "ops/s", "a_p50", "a_p99", "f_p50", "f_p99", "maps");
   for (int i = optind; i < argc; i++) {
     trace_result r;
     if (replay_one(argv[i], &oo, &r, check_every, steps, plan, json)) {
@@ -482,8 +496,11 @@ int main(int argc, char **argv) {
       continue;
     }
     const char *name = strrchr(r.trace, '/') ? strrchr(r.trace, '/') + 1 : r.trace;
-    double fd = r.torch_default_reserved ? 1.0 - (double)r.torch_default_allocated / (double)r.torch_default_reserved : 0;
-    double fe = r.torch_expandable_reserved ? 1.0 - (double)r.torch_expandable_allocated / (double)r.torch_expandable_reserved : 0;
+    double fd =
+        r.torch_default_reserved ? 1.0 - (double)r.torch_default_allocated / (double)r.torch_default_reserved : 0;
+    double fe = r.torch_expandable_reserved
+                    ? 1.0 - (double)r.torch_expandable_allocated / (double)r.torch_expandable_reserved
+                    : 0;
     if (json) {
       printf("{\"trace\":");
       gmli_print_json_string(stdout, name); /* gmlakectl's JSON strings: " \\ and controls escaped */
@@ -497,15 +514,17 @@ int main(int argc, char **argv) {
              r.free_p99, (unsigned long long)r.allocs, (unsigned long long)r.frees, (unsigned long long)r.maps,
              (unsigned long long)r.unmaps, (unsigned long long)r.chunks_leased, r.wall_s, oo.guard > 0 ? oo.guard : 0);
     } else {
-      printf("%-22s %8.2fG %8.2fG %5.1f%% | %8.2fG %5.1f%% | %8.2fG %5.1f%% | %9.0f %6.0fn %6.0fn %6.0fn %6.0fn %6llu\n",
-             name, r.peak_allocated / (double)GML_GIB, r.peak_reserved / (double)GML_GIB, r.frag * 100,
-             r.torch_default_reserved / (double)GML_GIB, fd * 100, r.torch_expandable_reserved / (double)GML_GIB, fe * 100,
-             r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50, r.free_p99, (unsigned long long)r.maps);
+      printf(
+          "%-22s %8.2fG %8.2fG %5.1f%% | %8.2fG %5.1f%% | %8.2fG %5.1f%% | %9.0f %6.0fn %6.0fn %6.0fn %6.0fn %6llu\n",
+          name, r.peak_allocated / (double)GML_GIB, r.peak_reserved / (double)GML_GIB, r.frag * 100,
+          r.torch_default_reserved / (double)GML_GIB, fd * 100, r.torch_expandable_reserved / (double)GML_GIB, fe * 100,
+          r.ops_per_s, r.alloc_p50, r.alloc_p99, r.free_p50, r.free_p99, (unsigned long long)r.maps);
       if (oo.guard > 0) /* what the guards cost: reserved over what the trace asked for */
-        printf("  %s guard (%s, %s): peak reserved %.2f GiB for %.2f GiB allocated: +%.1f%%; %llu chunks leased, %llu maps, "
+        printf("  %s guard (%s, %s): peak reserved %.2f GiB for %.2f GiB allocated: +%.1f%%; %llu chunks leased, %llu "
+               "maps, "
                "%llu unmaps\n",
-               name, oo.guard == GML_GUARD_BOTH ? "both ends" : "end", grain_desc,
-               r.peak_reserved / (double)GML_GIB, r.peak_allocated / (double)GML_GIB,
+               name, oo.guard == GML_GUARD_BOTH ? "both ends" : "end", grain_desc, r.peak_reserved / (double)GML_GIB,
+               r.peak_allocated / (double)GML_GIB,
                r.peak_allocated ? 100.0 * ((double)r.peak_reserved / (double)r.peak_allocated - 1) : 0.0,
                (unsigned long long)r.chunks_leased, (unsigned long long)r.maps, (unsigned long long)r.unmaps);
     }

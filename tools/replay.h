@@ -15,7 +15,7 @@ typedef struct step_sample {
 /* --plan: one event of the trace. */
 typedef struct replay_event {
   uint64_t size, stream; /* an allocation's */
-  size_t alloc_event; /* a free's allocation: the index of its event */
+  size_t alloc_event;    /* a free's allocation: the index of its event */
   int is_alloc;
 } replay_event;
 

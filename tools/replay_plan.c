@@ -18,12 +18,12 @@
 #include <string.h>
 
 typedef struct plan_step_row {
-  size_t allocs, lent; /* lent: misses placed in the range's free granules */
+  size_t allocs, lent;            /* lent: misses placed in the range's free granules */
   uint64_t max_live, range, peak; /* peak: the range plus the pool's live bytes, at its highest in the step */
   uint64_t verdicts[GML_PLAN_VERDICTS];
-  int full; /* every allocation of the step matched the plan and was served from it where planned */
-  int taken; /* a plan was taken from this step (served from the next) */
-  long plan_from; /* the step the serving plan was taken from; -1: none */
+  int full;         /* every allocation of the step matched the plan and was served from it where planned */
+  int taken;        /* a plan was taken from this step (served from the next) */
+  long plan_from;   /* the step the serving plan was taken from; -1: none */
   uint64_t plan_lb; /* at a take: the new plan's lower bound and range */
   uint64_t plan_range;
 } plan_step_row;
@@ -81,8 +81,7 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
       free(grant);
       return rc;
     }
-    if (rc == 1)
-      r->taken = 1, r->plan_lb = kp->plan->lower_bound, r->plan_range = kp->plan->range;
+    if (rc == 1) r->taken = 1, r->plan_lb = kp->plan->lower_bound, r->plan_range = kp->plan->range;
   }
   uint64_t hits = kp->srv.verdicts[GML_PLAN_HIT];
   *visits_per_hit = hits ? kp->srv.tree_visits / hits : 0;
@@ -92,8 +91,9 @@ static int plan_simulate(gml_plan_keeper *kp, const replay_event *ev, const step
 
 static void print_rows_text(const char *name, const plan_step_row *rows, size_t nsteps, long plan_step) {
   printf("%s: plan (%s)\n", name,
-         plan_step < 0 ? "one per pattern: taken when a step repeats an earlier one, picked by a step's first allocations"
-                       : "taken from the step given");
+         plan_step < 0
+             ? "one per pattern: taken when a step repeats an earlier one, picked by a step's first allocations"
+             : "taken from the step given");
   printf("  %4s %6s %9s %9s %9s %7s %6s %6s %6s %6s %6s %5s %5s %s\n", "step", "allocs", "max_live", "range", "peak",
          "pk/live", "hits", "noplan", "shape", "unplan", "occup", "lent", "plan", "");
   for (size_t s = 0; s < nsteps; s++) {
@@ -182,7 +182,8 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
     printf(",\"steps\":%zu,\"steps_with_plan\":%zu,\"steps_from_plan\":%zu,\"plans_taken\":%u,\"hits\":%llu,\"misses\":"
            "%llu,"
            "\"planned_peak\":%llu,\"max_live\":%llu,\"planned_peak_over_max_live\":%.6f,\"worst_from_plan_step\":%.6f,"
-           "\"tree_visits_per_hit\":%llu,\"plans_kept\":%u,\"plan_switches\":%u,\"plans_dropped\":%u,\"plan_seconds\":%.6f,"
+           "\"tree_visits_per_hit\":%llu,\"plans_kept\":%u,\"plan_switches\":%u,\"plans_dropped\":%u,\"plan_seconds\":%"
+           ".6f,"
            "\"plan_seconds_max\":%.6f,\"lent\":%llu,\"lent_bytes\":%llu}\n",
            nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            (unsigned long long)peak, (unsigned long long)live, ratio(peak, live), worst_full,
@@ -193,7 +194,8 @@ int replay_plan(const char *name, const replay_event *ev, const step_sample *v, 
     printf("  %s: %zu steps, %zu with a plan, %zu served from the plan, %u plan(s) taken; %llu hits, %llu misses; "
            "planned peak / max live over the steps with a plan: %.3f / %.3f GiB = %.4f; worst step served from the "
            "plan: %.4f; "
-           "atom tree nodes visited per hit (its check and count, frees, lends): %llu; %u plan(s) kept at the end, %u switch(es), %u dropped; "
+           "atom tree nodes visited per hit (its check and count, frees, lends): %llu; %u plan(s) kept at the end, %u "
+           "switch(es), %u dropped; "
            "planning %.1f ms in all, %.1f ms the longest; %llu misses lent %.3f GiB of the range in all\n",
            name, nsteps, with_plan, full, kp.plans_taken, (unsigned long long)hits, (unsigned long long)misses,
            peak / (double)GML_GIB, live / (double)GML_GIB, ratio(peak, live), worst_full,

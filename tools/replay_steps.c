@@ -20,11 +20,12 @@ static void step_costs(double *c) {
   const char *e = gmli_env(GML_ENV_REPLAY_COST);
   double v[4];
   char extra;
-  if (e && sscanf(e, "%lf,%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &v[3], &extra) == 4)
-    memcpy(c, v, sizeof v);
+  if (e && sscanf(e, "%lf,%lf,%lf,%lf%c", &v[0], &v[1], &v[2], &v[3], &extra) == 4) memcpy(c, v, sizeof v);
   else if (e)
-    fprintf(stderr, "gmlake-replay: GMLAKE_REPLAY_COST=%s: four numbers unmap,map,access,sync were expected; using %g,%g,%g,%g\n",
-            e, c[0], c[1], c[2], c[3]);
+    fprintf(
+        stderr,
+        "gmlake-replay: GMLAKE_REPLAY_COST=%s: four numbers unmap,map,access,sync were expected; using %g,%g,%g,%g\n",
+        e, c[0], c[1], c[2], c[3]);
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -36,7 +37,8 @@ static int cmp_double(const void *x, const void *y) {
  * where live bytes come back down to the floor the trace keeps between
  * steps (its minimum over the middle of the trace, plus 2% of the swing,
  * after rising past 10% of it); the last event ends the last step. */
-size_t replay_step_ends(const step_sample *v, size_t n, const size_t *marks, size_t nmarks, size_t *ends, uint64_t *floor) {
+size_t replay_step_ends(const step_sample *v, size_t n, const size_t *marks, size_t nmarks, size_t *ends,
+                        uint64_t *floor) {
   uint64_t lowest = UINT64_MAX, peak = 0;
   for (size_t i = n / 5; i < n * 9 / 10; i++) lowest = v[i].live < lowest ? v[i].live : lowest;
   for (size_t i = 0; i < n; i++) peak = v[i].live > peak ? v[i].live : peak;
@@ -76,25 +78,28 @@ int print_steps(const char *name, const step_sample *v, size_t n, const size_t *
   uint64_t floor;
   size_t nsteps = replay_step_ends(v, n, marks, nmarks, ends, &floor);
   printf("%s: steps (%s, floor %.2f GiB, cost model us: unmap %.0f map %.0f access %.0f sync %.0f)\n", name,
-         nmarks ? "as marked in the trace" : "cut where live memory returns to the floor", floor / (double)GML_GIB, cost[0],
-         cost[1], cost[2], cost[3]);
-  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %7s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access", "syncs", "model_ms",
-         "mallocs", "headroom", "leased");
+         nmarks ? "as marked in the trace" : "cut where live memory returns to the floor", floor / (double)GML_GIB,
+         cost[0], cost[1], cost[2], cost[3]);
+  printf("  %4s %8s %9s %6s %6s %6s %5s %9s %7s %8s %6s\n", "step", "events", "peak", "maps", "unmaps", "access",
+         "syncs", "model_ms", "mallocs", "headroom", "leased");
   for (size_t s = 0, start = 0; s < nsteps; start = ends[s++]) {
     uint64_t speak = 0;
     for (size_t i = start; i < ends[s]; i++) speak = v[i].live > speak ? v[i].live : speak;
     const step_sample *a = start ? &v[start - 1] : &(step_sample){0}, *b = &v[ends[s] - 1];
     double m = ((b->unmaps - a->unmaps) * cost[0] + (b->maps - a->maps) * cost[1] + (b->access - a->access) * cost[2] +
-                (b->syncs - a->syncs) * cost[3]) / 1000.0;
-    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %7llu %8llu %6llu\n", s, ends[s] - start, speak / (double)GML_GIB,
-           (unsigned long long)(b->maps - a->maps), (unsigned long long)(b->unmaps - a->unmaps),
-           (unsigned long long)(b->access - a->access), (unsigned long long)(b->syncs - a->syncs), m,
-           (unsigned long long)(b->mapping - a->mapping), (unsigned long long)(b->headroom - a->headroom), (unsigned long long)(b->leased - a->leased));
+                (b->syncs - a->syncs) * cost[3]) /
+               1000.0;
+    printf("  %4zu %8zu %8.2fG %6llu %6llu %6llu %5llu %9.2f %7llu %8llu %6llu\n", s, ends[s] - start,
+           speak / (double)GML_GIB, (unsigned long long)(b->maps - a->maps),
+           (unsigned long long)(b->unmaps - a->unmaps), (unsigned long long)(b->access - a->access),
+           (unsigned long long)(b->syncs - a->syncs), m, (unsigned long long)(b->mapping - a->mapping),
+           (unsigned long long)(b->headroom - a->headroom), (unsigned long long)(b->leased - a->leased));
     ms[s] = m;
   }
   if (nsteps > 3) {
     qsort(ms + 2, nsteps - 2, sizeof *ms, cmp_double);
-    double med = (nsteps - 2) % 2 ? ms[2 + (nsteps - 2) / 2] : (ms[2 + (nsteps - 2) / 2 - 1] + ms[2 + (nsteps - 2) / 2]) / 2;
+    double med =
+        (nsteps - 2) % 2 ? ms[2 + (nsteps - 2) / 2] : (ms[2 + (nsteps - 2) / 2 - 1] + ms[2 + (nsteps - 2) / 2]) / 2;
     double sum = 0;
     for (size_t i = 2; i < nsteps; i++) sum += ms[i];
     printf("  %s: %zu steps, modelled driver time per step >= 2: median %.2f ms, mean %.2f ms\n", name, nsteps, med,

@@ -45,7 +45,7 @@ static std::string gml_num(double v) {
   std::snprintf(b, sizeof b, "%g", v);
   return b;
 }
-static std::string gml_ptr(const void* p) {
+static std::string gml_ptr(const void *p) {
   char b[32];
   std::snprintf(b, sizeof b, "%p", p);
   return b;
@@ -63,20 +63,20 @@ constexpr int kMaxDevices = 64;
 
 gml_pool_id to_pool(c10::MempoolId_t id) { return gml_pool_id{id.first, id.second}; }
 
-void local_raw_delete(void* ptr);
+void local_raw_delete(void *ptr);
 
 // A private pool's live set (gml_pool_checkpoint), for cudagraph trees.
 struct Checkpoint : AllocatorState {
   c10::MempoolId_t pool;
-  gml_pool_ckpt* ckpt = nullptr;
+  gml_pool_ckpt *ckpt = nullptr;
   ~Checkpoint() override { gml_pool_checkpoint_free(ckpt); }
 };
 
 class GmlakeAllocator : public CUDAAllocator {
- public:
+public:
   // ---------- what the C library cannot see: devices, streams, stacks ----------
-  gml_client* client(c10::DeviceIndex device) {
-    gml_client* c = gml_device_client(device);
+  gml_client *client(c10::DeviceIndex device) {
+    gml_client *c = gml_device_client(device);
     TORCH_CHECK(c, "gmlake: cannot open the lake of device ", gml_num((long long)device),
                 " (see the gmlake log line above; GMLAKE_MODE/GMLAKE_SOCKET choose daemon or embedded)");
     std::call_once(opened_[device], [&] {
@@ -86,9 +86,9 @@ class GmlakeAllocator : public CUDAAllocator {
     return c;
   }
 
-  gml_client* client_of(const void* ptr, c10::DeviceIndex* dev = nullptr) {
+  gml_client *client_of(const void *ptr, c10::DeviceIndex *dev = nullptr) {
     for (int d = 0; d < kMaxDevices; d++) {
-      gml_client* c = gml_device_client_if_open(d);
+      gml_client *c = gml_device_client_if_open(d);
       if (c && gml_contains(c, ptr)) {
         if (dev) *dev = static_cast<c10::DeviceIndex>(d);
         return c;
@@ -115,10 +115,10 @@ class GmlakeAllocator : public CUDAAllocator {
   void prune_contexts() {
     std::unordered_set<uint64_t> keep;
     for (int d = 0; d < kMaxDevices; d++) {
-      gml_client* c = gml_device_client_if_open(d);
+      gml_client *c = gml_device_client_if_open(d);
       if (!c) continue;
-      for (auto& b : blocks(c)) keep.insert(b.tag);
-      for (auto& t : trace(c)) keep.insert(t.tag);
+      for (auto &b : blocks(c)) keep.insert(b.tag);
+      for (auto &t : trace(c)) keep.insert(t.tag);
     }
     std::lock_guard<std::mutex> g(ctx_mu_);
     for (auto it = contexts_.begin(); it != contexts_.end();)
@@ -132,7 +132,7 @@ class GmlakeAllocator : public CUDAAllocator {
     return it == contexts_.end() ? nullptr : it->second;
   }
 
-  static std::vector<gml_alloc_info> blocks(gml_client* c) {
+  static std::vector<gml_alloc_info> blocks(gml_client *c) {
     size_t n = 0;
     gml_allocations(c, nullptr, 0, &n);
     std::vector<gml_alloc_info> v(n + 64);
@@ -149,7 +149,7 @@ class GmlakeAllocator : public CUDAAllocator {
     std::vector<gml_alloc_info> blocks;
     uint64_t seq = 0;
   };
-  static Segments segments(gml_client* c) {
+  static Segments segments(gml_client *c) {
     Segments s;
     size_t ns = 0, nb = 0;
     for (;;) {
@@ -164,7 +164,7 @@ class GmlakeAllocator : public CUDAAllocator {
     return s;
   }
 
-  static std::vector<gml_trace_entry> trace(gml_client* c) {
+  static std::vector<gml_trace_entry> trace(gml_client *c) {
     std::vector<gml_trace_entry> v(1 << 16);
     size_t n = 0;
     for (;;) {
@@ -176,11 +176,11 @@ class GmlakeAllocator : public CUDAAllocator {
     return v;
   }
 
-  void* malloc_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
-    gml_client* c = client(device);
-    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed;  // see captures_
+  void *malloc_on(size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+    gml_client *c = client(device);
+    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed; // see captures_
     if (captures_.load()) relaxed.emplace(cudaStreamCaptureModeRelaxed);
-    void* p = nullptr;
+    void *p = nullptr;
     int rc = gml_alloc_ex(c, size, reinterpret_cast<gml_stream>(stream), context_for_alloc(), &p);
     if (rc == 0) return p;
     std::string msg = gml_last_error(c);
@@ -196,24 +196,25 @@ class GmlakeAllocator : public CUDAAllocator {
         std::lock_guard<std::mutex> g(mu_);
         obs = observers_;
       }
-      for (auto& o : obs) o(device, m.allocated_bytes.current, m.limit_bytes ? m.limit_bytes : total_b, free_b);
+      for (auto &o : obs) o(device, m.allocated_bytes.current, m.limit_bytes ? m.limit_bytes : total_b, free_b);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. ", msg);
     }
-    TORCH_CHECK(false, "gmlake: allocation of ", gml_num((long long)size), " bytes failed: ", gml_strerror(rc), ": ", msg);
+    TORCH_CHECK(false, "gmlake: allocation of ", gml_num((long long)size), " bytes failed: ", gml_strerror(rc), ": ",
+                msg);
     return nullptr;
   }
 
-  void free_ptr(void* ptr) {
+  void free_ptr(void *ptr) {
     if (!ptr) return;
-    gml_client* c = client_of(ptr);
+    gml_client *c = client_of(ptr);
     TORCH_CHECK(c, "gmlake: free of ", gml_ptr(ptr), ", which no lake client holds");
-    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed;  // see captures_
+    std::optional<c10::cuda::CUDAStreamCaptureModeGuard> relaxed; // see captures_
     if (captures_.load()) relaxed.emplace(cudaStreamCaptureModeRelaxed);
     int rc = gml_free_ex(c, ptr, context_for_free());
     TORCH_CHECK(rc == 0, "gmlake: free of ", gml_ptr(ptr), ": ", gml_last_error(c));
   }
 
-  void apply_fraction(gml_client* c, c10::DeviceIndex device, double fraction) {
+  void apply_fraction(gml_client *c, c10::DeviceIndex device, double fraction) {
     uint64_t free_b = 0, total_b = 0;
     gml_device_memory(c, &free_b, &total_b);
     gml_set_limit(c, fraction >= 1.0 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total_b)));
@@ -223,11 +224,11 @@ class GmlakeAllocator : public CUDAAllocator {
   c10::DataPtr allocate(size_t size) override {
     c10::DeviceIndex device = c10::cuda::current_device();
     if (size == 0) return {nullptr, nullptr, &local_raw_delete, c10::Device(c10::DeviceType::CUDA, device)};
-    void* p = malloc_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+    void *p = malloc_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
     return {p, p, &local_raw_delete, c10::Device(c10::DeviceType::CUDA, device)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &local_raw_delete; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
+  void copy_data(void *dest, const void *src, std::size_t count) const override {
     C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
   }
 
@@ -236,15 +237,15 @@ class GmlakeAllocator : public CUDAAllocator {
   void emptyCache(c10::MempoolId_t mempool_id) override {
     (void)mempool_id; // a pool's free blocks go back once it is released (gml_pool_release)
     for (int d = 0; d < kMaxDevices; d++)
-      if (gml_client* c = gml_device_client_if_open(d)) gml_trim(c, nullptr);
+      if (gml_client *c = gml_device_client_if_open(d)) gml_trim(c, nullptr);
   }
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     gml_mem_stats m;
     DeviceStats s;
-    if (gml_client* c = gml_device_client_if_open(device)) gml_mem_stats_get(c, &m);
+    if (gml_client *c = gml_device_client_if_open(device)) gml_mem_stats_get(c, &m);
     else memset(&m, 0, sizeof m);
-    auto put = [](c10::CachingAllocator::StatArray& a, const gml_stat& g) {
-      c10::CachingAllocator::Stat& x = a[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    auto put = [](c10::CachingAllocator::StatArray &a, const gml_stat &g) {
+      c10::CachingAllocator::Stat &x = a[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
       x.current = g.current, x.peak = g.peak, x.allocated = g.allocated, x.freed = g.freed;
     };
     put(s.allocation, m.allocation);
@@ -265,23 +266,23 @@ class GmlakeAllocator : public CUDAAllocator {
     return s;
   }
   void resetAccumulatedStats(c10::DeviceIndex device) override {
-    if (gml_client* c = gml_device_client_if_open(device)) gml_reset_accumulated(c);
+    if (gml_client *c = gml_device_client_if_open(device)) gml_reset_accumulated(c);
   }
   void resetPeakStats(c10::DeviceIndex device) override {
-    if (gml_client* c = gml_device_client_if_open(device)) gml_reset_peak(c);
+    if (gml_client *c = gml_device_client_if_open(device)) gml_reset_peak(c);
   }
 
   // ---------- CUDAAllocator ----------
-  void* raw_alloc(size_t nbytes) override {
+  void *raw_alloc(size_t nbytes) override {
     if (!nbytes) return nullptr;
     c10::DeviceIndex device = c10::cuda::current_device();
     return malloc_on(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
   }
-  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+  void *raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
     if (!nbytes) return nullptr;
     return malloc_on(nbytes, c10::cuda::current_device(), stream);
   }
-  void raw_delete(void* ptr) override { free_ptr(ptr); }
+  void raw_delete(void *ptr) override { free_ptr(ptr); }
   void init(int device_count) override {
     device_count_ = device_count;
     initialized_ = true;
@@ -295,20 +296,21 @@ class GmlakeAllocator : public CUDAAllocator {
   std::vector<StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex) override { return {}; }
   void enable(bool value) override { enabled_ = value; }
   bool isEnabled() const override { return enabled_; }
-  void cacheInfo(c10::DeviceIndex device, size_t* largestBlock) override {
+  void cacheInfo(c10::DeviceIndex device, size_t *largestBlock) override {
     gml_stats st;
     *largestBlock = 0;
-    if (gml_client* c = gml_device_client_if_open(device))
+    if (gml_client *c = gml_device_client_if_open(device))
       if (gml_stats_get(c, &st) == 0) *largestBlock = st.largest_free;
   }
-  void* getBaseAllocation(void* ptr, size_t* size) override {
-    gml_client* c = client_of(ptr);
-    TORCH_CHECK(c && gml_size_of(c, ptr, nullptr, size) == 0, "gmlake: ", gml_ptr(ptr), " is not the start of a live allocation");
+  void *getBaseAllocation(void *ptr, size_t *size) override {
+    gml_client *c = client_of(ptr);
+    TORCH_CHECK(c && gml_size_of(c, ptr, nullptr, size) == 0, "gmlake: ", gml_ptr(ptr),
+                " is not the start of a live allocation");
     return ptr;
   }
-  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+  void recordStream(const c10::DataPtr &ptr, c10::cuda::CUDAStream stream) override {
     if (!ptr.get() || ptr.get_deleter() != &local_raw_delete) return; // not ours
-    gml_client* c = client_of(ptr.get());
+    gml_client *c = client_of(ptr.get());
     if (c) gml_record_stream(c, ptr.get(), reinterpret_cast<gml_stream>(stream.stream()));
   }
 
@@ -316,20 +318,22 @@ class GmlakeAllocator : public CUDAAllocator {
     SnapshotInfo out;
     bool all = mempool_id.first == 0 && mempool_id.second == 0;
     // unix time in microseconds of a monotonic nanosecond stamp of the C library
-    int64_t mono_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch()).count();
-    int64_t unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::system_clock::now().time_since_epoch()).count();
+    int64_t mono_now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    int64_t unix_now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     out.device_traces.resize(std::max(device_count_, 1));
     for (int d = 0; d < kMaxDevices; d++) {
-      gml_client* c = gml_device_client_if_open(d);
+      gml_client *c = gml_device_client_if_open(d);
       if (!c) continue;
       // segments: where the held chunks are shown (gml_segments, gmlake.h),
       // their blocks covering them: allocations, pending frees, free space
       Segments sg = segments(c);
       size_t k = 0;
-      for (auto& g : sg.segs) {
-        const gml_alloc_info* first = sg.blocks.data() + k;
+      for (auto &g : sg.segs) {
+        const gml_alloc_info *first = sg.blocks.data() + k;
         k += g.nblocks;
         bool mine = all;
         c10::MempoolId_t pool{0, 0};
@@ -340,15 +344,15 @@ class GmlakeAllocator : public CUDAAllocator {
         }
         if (!mine) continue;
         out.segments.emplace_back();
-        SegmentInfo& seg = out.segments.back();
+        SegmentInfo &seg = out.segments.back();
         seg.device = static_cast<c10::DeviceIndex>(d);
         seg.address = g.addr;
         seg.total_size = g.size;
-        seg.stream = nullptr;  // shared by every stream
+        seg.stream = nullptr; // shared by every stream
         seg.is_large = g.large != 0;
         seg.owner_private_pool_id = pool;
         for (size_t i = 0; i < g.nblocks; i++) {
-          const gml_alloc_info& b = first[i];
+          const gml_alloc_info &b = first[i];
           BlockInfo bi;
           bi.size = b.size;
           bi.requested_size = b.requested;
@@ -361,14 +365,14 @@ class GmlakeAllocator : public CUDAAllocator {
         }
       }
       if (!include_traces || d >= static_cast<int>(out.device_traces.size())) continue;
-      for (auto& t : trace(c)) {
-        if (t.seq > sg.seq) break;  // after the segments were read
-        static const TraceEntry::Action kAction[] = {TraceEntry::ALLOC, TraceEntry::FREE_REQUESTED,
+      for (auto &t : trace(c)) {
+        if (t.seq > sg.seq) break; // after the segments were read
+        static const TraceEntry::Action kAction[] = {TraceEntry::ALLOC,          TraceEntry::FREE_REQUESTED,
                                                      TraceEntry::FREE_COMPLETED, TraceEntry::SEGMENT_MAP,
-                                                     TraceEntry::SEGMENT_UNMAP, TraceEntry::OOM};
+                                                     TraceEntry::SEGMENT_UNMAP,  TraceEntry::OOM};
         if (t.action < 0 || t.action > GML_TRACE_OOM) continue;
         TraceEntry te(kAction[t.action], static_cast<c10::DeviceIndex>(d), t.addr, t.size,
-                      reinterpret_cast<void*>(t.stream), {t.pool.a, t.pool.b}, 0, context(t.tag));
+                      reinterpret_cast<void *>(t.stream), {t.pool.a, t.pool.b}, 0, context(t.tag));
         te.time_.t_ = static_cast<time_t>((unix_now - (mono_now - static_cast<int64_t>(t.time_ns))) / 1000);
         out.device_traces[d].push_back(std::move(te));
       }
@@ -385,15 +389,16 @@ class GmlakeAllocator : public CUDAAllocator {
   }
 
   // ---------- private pools (CUDA graphs) ----------
-  static int filter_trampoline(void* ctx, gml_stream s) {
-    return (*static_cast<std::function<bool(cudaStream_t)>*>(ctx))(reinterpret_cast<cudaStream_t>(s)) ? 1 : 0;
+  static int filter_trampoline(void *ctx, gml_stream s) {
+    return (*static_cast<std::function<bool(cudaStream_t)> *>(ctx))(reinterpret_cast<cudaStream_t>(s)) ? 1 : 0;
   }
   void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                            std::function<bool(cudaStream_t)> filter) override {
-    gml_client* c = client(device);
+    gml_client *c = client(device);
     auto f = std::make_unique<std::function<bool(cudaStream_t)>>(std::move(filter));
     int rc = gml_pool_begin(c, to_pool(mempool_id), filter_trampoline, f.get());
-    TORCH_CHECK(rc == 0, "gmlake: beginAllocateToPool: ", rc == GML_EINVAL ? "already allocating to that pool" : gml_strerror(rc));
+    TORCH_CHECK(rc == 0, "gmlake: beginAllocateToPool: ",
+                rc == GML_EINVAL ? "already allocating to that pool" : gml_strerror(rc));
     std::lock_guard<std::mutex> g(mu_);
     filters_[{device, mempool_id}] = std::move(f);
     captures_++;
@@ -419,11 +424,11 @@ class GmlakeAllocator : public CUDAAllocator {
     TORCH_CHECK(gml_pool_create(client(device), to_pool(mempool_id)) == 0, "gmlake: too many private pools");
   }
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
-                                const std::unordered_set<void*>& expected) override {
+                                const std::unordered_set<void *> &expected) override {
     size_t n = 0;
-    gml_client* c = client(device);
+    gml_client *c = client(device);
     gml_pool_live(c, to_pool(mempool_id), nullptr, 0, &n);
-    std::vector<void*> live(n + 64);
+    std::vector<void *> live(n + 64);
     if (gml_pool_live(c, to_pool(mempool_id), live.data(), live.size(), &n) != 0) return expected.empty();
     if (n > live.size() || n != expected.size()) return false;
     for (size_t i = 0; i < n; i++)
@@ -431,7 +436,7 @@ class GmlakeAllocator : public CUDAAllocator {
     return true;
   }
   std::shared_ptr<AllocatorState> getCheckpointState(c10::DeviceIndex device, c10::MempoolId_t id) override {
-    gml_client* c = client(device);
+    gml_client *c = client(device);
     auto s = std::make_shared<Checkpoint>();
     s->pool = id;
     int rc = gml_pool_checkpoint(c, to_pool(id), &s->ckpt);
@@ -448,26 +453,26 @@ class GmlakeAllocator : public CUDAAllocator {
   CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device, std::shared_ptr<AllocatorState> as) override {
     auto s = std::dynamic_pointer_cast<Checkpoint>(as);
     TORCH_CHECK(s && s->ckpt, "gmlake: setCheckpointPoolState: not a checkpoint of the lake's allocator");
-    gml_client* c = client(device);
+    gml_client *c = client(device);
     size_t nk = 0, nf = 0, na = 0;
     gml_pool_checkpoint_blocks(s->ckpt, nullptr, 0, &nk);
     std::vector<gml_alloc_info> blocks(nk);
     gml_pool_checkpoint_blocks(s->ckpt, blocks.data(), blocks.size(), &nk);
     gml_pool_live(c, to_pool(s->pool), nullptr, 0, &nf);
-    std::vector<void*> freed(nf + 64), allocd(nk);
+    std::vector<void *> freed(nf + 64), allocd(nk);
     int rc;
     while ((rc = gml_pool_restore(c, s->ckpt, freed.data(), freed.size(), &nf, allocd.data(), allocd.size(), &na)) ==
                GML_EINVAL &&
            nf > freed.size())
-      freed.resize(nf + 64);  // the pool grew since it was counted
+      freed.resize(nf + 64); // the pool grew since it was counted
     TORCH_CHECK(rc == 0, "gmlake: setCheckpointPoolState: ", gml_strerror(rc), ": ", gml_last_error(c));
-    std::unordered_set<void*> made_live(allocd.begin(), allocd.begin() + static_cast<std::ptrdiff_t>(na));
+    std::unordered_set<void *> made_live(allocd.begin(), allocd.begin() + static_cast<std::ptrdiff_t>(na));
     CheckpointDelta delta;
     delta.ptrs_freed.assign(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(nf));
     c10::Device dev(c10::DeviceType::CUDA, device);
-    for (const gml_alloc_info& b : blocks) {
-      void* p = reinterpret_cast<void*>(b.addr);
-      if (!made_live.count(p)) delta.ptrs_freed.push_back(p);  // live then and now
+    for (const gml_alloc_info &b : blocks) {
+      void *p = reinterpret_cast<void *>(b.addr);
+      if (!made_live.count(p)) delta.ptrs_freed.push_back(p); // live then and now
       delta.dataptrs_allocd.emplace_back(p, p, &local_raw_delete, dev);
     }
     return delta;
@@ -475,12 +480,12 @@ class GmlakeAllocator : public CUDAAllocator {
 
   // ---------- IPC (torch.multiprocessing) ----------
 #ifndef GMLAKE_NO_IPC
-  ShareableHandle shareIpcHandle(void* ptr) override {
-    gml_client* c = client_of(ptr);
+  ShareableHandle shareIpcHandle(void *ptr) override {
+    gml_client *c = client_of(ptr);
     gml_ipc_handle h;
     int rc = c ? gml_ipc_export(c, ptr, &h) : GML_EBADPTR;
     TORCH_CHECK(rc == 0, "gmlake: cannot share ", gml_ptr(ptr), " with another process: ", gml_strerror(rc));
-    return ShareableHandle{0, std::string(reinterpret_cast<const char*>(h.bytes), GML_IPC_HANDLE_SIZE)};
+    return ShareableHandle{0, std::string(reinterpret_cast<const char *>(h.bytes), GML_IPC_HANDLE_SIZE)};
   }
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
     TORCH_CHECK(handle.size() == GML_IPC_HANDLE_SIZE,
@@ -493,29 +498,29 @@ class GmlakeAllocator : public CUDAAllocator {
     memcpy(h.bytes, handle.data(), GML_IPC_HANDLE_SIZE);
     int dev = gml_ipc_device(&h);
     TORCH_CHECK(dev >= 0, "gmlake: not a lake IPC handle (the sending process must run gmlake.enable() too)");
-    gml_client* c = client(static_cast<c10::DeviceIndex>(dev));
-    void* p = nullptr;
+    gml_client *c = client(static_cast<c10::DeviceIndex>(dev));
+    void *p = nullptr;
     size_t size = 0;
     int rc = gml_ipc_open(c, &h, &p, &size);
     TORCH_CHECK(rc == 0, "gmlake: cannot open memory shared by another process: ", gml_last_error(c));
-    std::shared_ptr<void> sp(p, [c](void* q) { gml_ipc_close(c, q); });
+    std::shared_ptr<void> sp(p, [c](void *q) { gml_ipc_close(c, q); });
     ipc_open_[handle] = sp;
     return sp;
   }
-#else  // a fallback build (bench/gpu.sh) when the IPC code does not compile
-  ShareableHandle shareIpcHandle(void*) override { TORCH_CHECK(false, "gmlake: built without IPC"); }
+#else // a fallback build (bench/gpu.sh) when the IPC code does not compile
+  ShareableHandle shareIpcHandle(void *) override { TORCH_CHECK(false, "gmlake: built without IPC"); }
   std::shared_ptr<void> getIpcDevPtr(std::string) override { TORCH_CHECK(false, "gmlake: built without IPC"); }
 #endif
 
   // ---------- history, observers ----------
   bool isHistoryEnabled() override { return history_cap_ != 0; }
-  void recordHistory(bool enabled, CreateContextFn context_recorder, size_t alloc_trace_max_entries,
-                     RecordContext when, bool clearHistory, const std::vector<std::string>&) override {
+  void recordHistory(bool enabled, CreateContextFn context_recorder, size_t alloc_trace_max_entries, RecordContext when,
+                     bool clearHistory, const std::vector<std::string> &) override {
     history_cap_ = enabled ? std::max<size_t>(alloc_trace_max_entries, 1) : 0;
     recorder_ = enabled ? context_recorder : nullptr;
     when_ = enabled ? when : RecordContext::NEVER;
     for (int d = 0; d < kMaxDevices; d++) {
-      gml_client* c = gml_device_client_if_open(d);
+      gml_client *c = gml_device_client_if_open(d);
       if (!c) continue;
       if (enabled && !clearHistory) {
         // keep what was recorded if the ring's size stays (enable resets it otherwise)
@@ -546,15 +551,15 @@ class GmlakeAllocator : public CUDAAllocator {
     // cudaMemcpyPeerAsync (memcpyAsync below), which needs no mapping of the peer
     (void)dev, (void)dev_to_access;
   }
-  cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
-                          cudaStream_t stream, bool p2p_enabled) override {
+  cudaError_t memcpyAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count, cudaStream_t stream,
+                          bool p2p_enabled) override {
     if (dstDevice == srcDevice) return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
     (void)p2p_enabled;
     return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
   }
   std::string name() override { return "gmlake"; }
 
- private:
+private:
   bool initialized_ = false, enabled_ = true;
   int device_count_ = 0;
   std::once_flag opened_[kMaxDevices];
@@ -577,21 +582,21 @@ class GmlakeAllocator : public CUDAAllocator {
 };
 
 // Never destroyed: tensors may be freed by static destructors after ours ran.
-GmlakeAllocator* the_allocator = nullptr;
+GmlakeAllocator *the_allocator = nullptr;
 
-void local_raw_delete(void* ptr) { the_allocator->free_ptr(ptr); }
+void local_raw_delete(void *ptr) { the_allocator->free_ptr(ptr); }
 
 // "" on success, else why not. Errors come back as values: a C++ exception
 // thrown through this module's bindings crashed the process on the H100
 // (torch 2.11) instead of becoming a RuntimeError.
 std::string install() {
   if (the_allocator && get() == the_allocator) return "";
-  auto* keep = new std::shared_ptr<GmlakeAllocator>(std::make_shared<GmlakeAllocator>());
+  auto *keep = new std::shared_ptr<GmlakeAllocator>(std::make_shared<GmlakeAllocator>());
   // torch.cuda.memory.change_current_allocator's own path: refuses once
   // PyTorch's allocator is initialized, then swaps the global atomic
   try {
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(*keep);
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     delete keep;
     return e.what();
   }
@@ -606,18 +611,51 @@ std::string install() {
 // None while the device has no client yet (nothing allocated there): no
 // exception crosses into Python here (Trainer asks memory_allocated() first thing)
 py::object stats(int device) {
-  gml_client* c = gml_device_client_if_open(device);
+  gml_client *c = gml_device_client_if_open(device);
   if (!c) return py::none();
   gml_stats s;
   gml_stats_get(c, &s);
   py::dict d;
 #define F(x) d[#x] = s.x
-  F(allocated); F(reserved); F(cached); F(stitched); F(largest_free); F(peak_allocated); F(peak_reserved);
-  F(alloc_count); F(free_count); F(chunks_leased); F(chunks_returned); F(maps); F(unmaps); F(ooms); F(syncs);
-  F(lease_calls); F(lease_p50_ns); F(lease_p99_ns); F(fragmentation); F(chunk_size); F(access_calls);
-  F(mapped_allocs); F(headroom_leased); F(map_ns); F(malloc_ns); F(version); F(growable_ranges); F(growable_mapped);
-  F(growable_unmapped); F(paused_bytes); F(paused_saved); F(borrows); F(borrow_waits); F(shared_mapped);
-  F(lease_wait_ns); F(import_ns); F(map_call_ns); F(access_ns); F(chunks_streamed);
+  F(allocated);
+  F(reserved);
+  F(cached);
+  F(stitched);
+  F(largest_free);
+  F(peak_allocated);
+  F(peak_reserved);
+  F(alloc_count);
+  F(free_count);
+  F(chunks_leased);
+  F(chunks_returned);
+  F(maps);
+  F(unmaps);
+  F(ooms);
+  F(syncs);
+  F(lease_calls);
+  F(lease_p50_ns);
+  F(lease_p99_ns);
+  F(fragmentation);
+  F(chunk_size);
+  F(access_calls);
+  F(mapped_allocs);
+  F(headroom_leased);
+  F(map_ns);
+  F(malloc_ns);
+  F(version);
+  F(growable_ranges);
+  F(growable_mapped);
+  F(growable_unmapped);
+  F(paused_bytes);
+  F(paused_saved);
+  F(borrows);
+  F(borrow_waits);
+  F(shared_mapped);
+  F(lease_wait_ns);
+  F(import_ns);
+  F(map_call_ns);
+  F(access_ns);
+  F(chunks_streamed);
 #undef F
   d["backend"] = s.backend ? std::string(s.backend) : std::string("?");
   d["mode"] = s.mode == GML_MODE_DAEMON ? "daemon" : s.mode == GML_MODE_EMBEDDED ? "embedded" : "?";
@@ -627,15 +665,15 @@ py::object stats(int device) {
   return d;
 }
 
-}  // namespace
+} // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "GMLake's PyTorch CUDA allocator (use gmlake.enable())";
   m.def("install", &install, "make the lake PyTorch's CUDA allocator (before any CUDA allocation)");
   m.def("installed", [] { return the_allocator && get() == the_allocator; });
   m.def("stats", &stats, py::arg("device"));
-  m.def("trim", [](int device) -> py::object {  // the bytes given back; None: no client (gmlake.trim raises)
-    gml_client* c = gml_device_client_if_open(device);
+  m.def("trim", [](int device) -> py::object { // the bytes given back; None: no client (gmlake.trim raises)
+    gml_client *c = gml_device_client_if_open(device);
     if (!c) return py::none();
     size_t n = 0;
     gml_trim(c, &n);

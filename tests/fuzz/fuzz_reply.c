@@ -23,7 +23,10 @@
 static char dir[64], path[128];
 static int listen_fd = -1;
 
-typedef struct play { const uint8_t *data; size_t size; } play;
+typedef struct play {
+  const uint8_t *data;
+  size_t size;
+} play;
 
 static int chunk_fd(void) {
   int fd = memfd_create("gml-fuzz-chunk", MFD_CLOEXEC);

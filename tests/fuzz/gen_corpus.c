@@ -9,7 +9,10 @@
 
 static const char *root;
 
-typedef struct buf { uint8_t b[1 << 16]; size_t n; } buf;
+typedef struct buf {
+  uint8_t b[1 << 16];
+  size_t n;
+} buf;
 
 static void put(buf *o, const void *p, size_t n) {
   if (o->n + n > sizeof o->b) abort();
@@ -125,15 +128,19 @@ static void sessions(void) {
   const char *t = "fuzz_session";
   uint64_t c8 = 1ull << 32 | 8, c7 = 1ull << 32 | 7, c6 = 1ull << 32 | 6, two[2] = {c8, c7}, three[3] = {c8, c7, c6};
   buf o;
-  o.n = 0, put(&o, "\x00", 1), hello(&o, 1), lease(&o, 2, 2, 0), usage(&o, 3), ret_ids(&o, 4, two, 2), save(t, "lease_return", &o);
-  o.n = 0, put(&o, "\x10", 1), hello(&o, 1), lease(&o, 2, 3, 0), share(&o, 3, "weights", three, 3, 0), attach(&o, 4, "weights", 0, 0, 0),
-  attach(&o, 5, "weights", 0, 0, 3), attach(&o, 6, NULL, 1, 1, 2), detach(&o, 7, "weights"), detach(&o, 8, "weights"), save(t, "share", &o);
-  o.n = 0, put(&o, "\x20", 1), hello(&o, 1), lease(&o, 2, 2, 0), share(&o, 3, "open", two, 2, 1), share(&o, 4, "open", two, 2, 1),
-  ret_ids(&o, 5, two, 1), attach(&o, 6, "nothing", 0, 0, 1), save(t, "share_twice", &o);
-  o.n = 0, put(&o, "\x01", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), usage(&o, 3), lease(&o, 4, 1, 0), adopt(&o, 5, 2),
-  save(t, "adopt", &o);
+  o.n = 0, put(&o, "\x00", 1), hello(&o, 1), lease(&o, 2, 2, 0), usage(&o, 3), ret_ids(&o, 4, two, 2),
+  save(t, "lease_return", &o);
+  o.n = 0, put(&o, "\x10", 1), hello(&o, 1), lease(&o, 2, 3, 0), share(&o, 3, "weights", three, 3, 0),
+  attach(&o, 4, "weights", 0, 0, 0), attach(&o, 5, "weights", 0, 0, 3), attach(&o, 6, NULL, 1, 1, 2),
+  detach(&o, 7, "weights"), detach(&o, 8, "weights"), save(t, "share", &o);
+  o.n = 0, put(&o, "\x20", 1), hello(&o, 1), lease(&o, 2, 2, 0), share(&o, 3, "open", two, 2, 1),
+  share(&o, 4, "open", two, 2, 1), ret_ids(&o, 5, two, 1), attach(&o, 6, "nothing", 0, 0, 1),
+  save(t, "share_twice", &o);
+  o.n = 0, put(&o, "\x01", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), usage(&o, 3), lease(&o, 4, 1, 0),
+  adopt(&o, 5, 2), save(t, "adopt", &o);
   o.n = 0, put(&o, "\x01", 1), hello_adopting(&o, 1), adopt(&o, 2, 3), usage(&o, 3), save(t, "adopt_three", &o);
-  o.n = 0, put(&o, "\x03", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), adopt(&o, 3, 2), usage(&o, 4), save(t, "adopt_refused", &o);
+  o.n = 0, put(&o, "\x03", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), adopt(&o, 3, 2), usage(&o, 4),
+  save(t, "adopt_refused", &o);
   o.n = 0, put(&o, "\x00", 1), hello_adopting(&o, 1), adopt(&o, 2, 1), save(t, "adopt_no_fds", &o);
   o.n = 0, put(&o, "\x01", 1), hello(&o, 1), adopt(&o, 2, 3), save(t, "adopt_no_hello", &o);
 }
@@ -143,7 +150,8 @@ static void frames(void) {
   buf o;
   o.n = 0, put(&o, "\x01", 1), hello(&o, 1), save(t, "hello", &o);
   o.n = 0, put(&o, "\x07", 1), hello(&o, 1), lease(&o, 2, 3, 0), usage(&o, 3), ret(&o, 4, 2), save(t, "session", &o);
-  o.n = 0, put(&o, "\x42", 1), hello(&o, 1), lease(&o, 2, GML_MAX_LEASE_CHUNKS, 1), ret(&o, 3, 4), save(t, "optional", &o);
+  o.n = 0, put(&o, "\x42", 1), hello(&o, 1), lease(&o, 2, GML_MAX_LEASE_CHUNKS, 1), ret(&o, 3, 4),
+  save(t, "optional", &o);
   o.n = 0, put(&o, "\x00", 1), lease(&o, 1, 1, 0), save(t, "before_hello", &o);
   o.n = 0, put(&o, "\x03", 1), hello(&o, 0), save(t, "seq0", &o);
   o.n = 0, put(&o, "\x05\xff\xff\x01\x00", 5), save(t, "oversize", &o);
@@ -231,7 +239,8 @@ static void replies(void) {
   o.n = 0, hello_reply(&o);
   for (uint64_t s = 2; s < 8; s++) lease_reply(&o, s, (int)(s % 3) + 1);
   save(t, "leases", &o);
-  o.n = 0, hello_reply(&o), reclaim(&o), lease_reply(&o, 2, 1), lease_reply(&o, 3, 2), ret_reply(&o, 4, 1), ret_reply(&o, 5, 2);
+  o.n = 0, hello_reply(&o), reclaim(&o), lease_reply(&o, 2, 1), lease_reply(&o, 3, 2), ret_reply(&o, 4, 1),
+  ret_reply(&o, 5, 2);
   save(t, "reclaim_return", &o);
   o.n = 0, hello_reply(&o), lease_reply(&o, 3, 1), save(t, "wrong_seq", &o);
 }
