@@ -29,12 +29,21 @@ MAY_USE = {
 ALLOWED = {}
 
 
-def symbols(path):
-    out = subprocess.run(["nm", "--defined-only", "-g", path], capture_output=True, text=True, check=True).stdout
-    defs = {l.split()[-1] for l in out.splitlines() if len(l.split()) == 3 and l.split()[1] in "TDBRVWC"}
-    out = subprocess.run(["nm", "-u", path], capture_output=True, text=True, check=True).stdout
-    uses = {l.split()[-1] for l in out.splitlines() if l.strip()}
-    return defs, uses
+def symbols(paths):
+    """{path: (defined, used)} for every object, from two nm runs over all of them (not two per object)."""
+    out = {p: (set(), set()) for p in paths}
+    if not paths:
+        return out
+    for flags, which in ((["--defined-only", "-g"], 0), (["-u"], 1)):
+        text = subprocess.run(["nm", "-A"] + flags + list(paths), capture_output=True, text=True, check=True).stdout
+        for line in text.splitlines():
+            path, _, rest = line.partition(":")
+            f = rest.split()
+            if which == 0 and len(f) == 3 and f[1] in "TDBRVWC":
+                out[path][0].add(f[2])
+            elif which == 1 and f:
+                out[path][1].add(f[-1])
+    return out
 
 
 def public_names():
@@ -50,7 +59,7 @@ def names(files):
     for f, (defs, _) in sorted(files.items()):
         folder = f.split("/")[0]
         for s in sorted(defs):
-            if s in public:
+            if s in public or s.startswith("__"):  # the compiler's and sanitizers' own (__odr_asan.X)
                 continue
             if s.startswith("gml_") or (folder in ("client", "common") and not s.startswith("gmli_")):
                 bad += 1
@@ -68,7 +77,7 @@ def names(files):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     objdir = os.path.join(build, "obj")
-    files = {}
+    objects = {}
     for folder in FOLDERS:
         d = os.path.join(objdir, folder)
         if not os.path.isdir(d):
@@ -77,7 +86,9 @@ def main():
             src = f"{folder}/{name[:-2]}.c"
             # an object whose source is gone (a file moved since BUILD was made) is no part of the tree
             if name.endswith(".o") and (folder == "gen" or os.path.exists(src)):
-                files[src] = symbols(os.path.join(d, name))
+                objects[os.path.join(d, name)] = src
+    syms = symbols(sorted(objects))
+    files = {src: syms[path] for path, src in objects.items()}
     owner = {}
     for f, (defs, _) in files.items():
         for s in defs:

@@ -3,6 +3,7 @@
  * against a reference model (no overlap, content kept, accounting adds up). */
 #include "alloc.h"
 #include "options.h"
+#include "rounds.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -373,7 +374,7 @@ START_TEST(test_randomized_against_model) {
                      0);
   }
   src.limit = (400 * MiB) / be->chunk_size; /* 400 MiB: some requests fail, and must fail cleanly */
-  for (int step = 0; step < 30000; step++) {
+  for (int step = 0; step < TEST_ROUNDS(30000); step++) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t r = (uint32_t)(rng >> 33);
     int do_alloc = nlive == 0 || (nlive < N && (r & 1));

@@ -6,6 +6,7 @@
  * (what the cuda backend can do). */
 #include "alloc.h"
 #include "gmlake.h"
+#include "rounds.h"
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -202,7 +203,7 @@ START_TEST(test_guard_randomized) {
   } live[N];
   size_t nlive = 0;
   uint64_t rng = 99 + (uint64_t)_i;
-  for (int step = 0; step < 4000; step++) {
+  for (int step = 0; step < TEST_ROUNDS(4000); step++) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t r = (uint32_t)(rng >> 33);
     if (nlive < N && (nlive == 0 || (r & 1))) {

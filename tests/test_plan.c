@@ -5,6 +5,7 @@
  * streams), thousands of random cases from a fixed seed, each hit checked
  * by an invariant checker that knows every live block. */
 #include "plan.h"
+#include "rounds.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,7 +354,7 @@ static void run_ops(runner *rn, const live_op *ops, uint32_t n, int carry_some) 
 START_TEST(test_server_departures) {
   rng_state = 2029;
   uint64_t hits = 0, misses = 0, exact_hits = 0, lent = 0;
-  for (int c = 0; c < 3000; c++) {
+  for (int c = 0; c < TEST_ROUNDS(3000); c++) {
     iteration it = {0};
     if (below(2)) make_training(&it, 2 + below(12), 1 + below(3));
     else make_random(&it, 5 + below(40), 1 + below(3));
@@ -393,7 +394,7 @@ END_TEST
 START_TEST(test_keeper_rebuilds_under_departures) {
   rng_state = 4242;
   uint64_t taken = 0, hits = 0, lent = 0;
-  for (int c = 0; c < 1000; c++) {
+  for (int c = 0; c < TEST_ROUNDS(1000); c++) {
     iteration pat[3] = {{0}};
     for (int i = 0; i < 3; i++) make_random(&pat[i], 5 + below(30), 1 + below(3));
     uint32_t cap = 0;
