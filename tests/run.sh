@@ -305,7 +305,7 @@ for v in $vars; do
   grep -q "^| \`$v\` |" docs/environment.md || { echo "docs/environment.md's table of environment variables lacks $v" >&2; exit 1; }
 done
 echo "  $(echo "$vars" | wc -l) variables, all in docs/environment.md; getenv only in common/options.c"
-section "man pages and the example config against the programs and the header"
+section "man pages and the example config against the programs, the header and the config keys"
 # every option of gmlaked --help in man gmlaked, and (but config and version: no keys) in the example config
 opts=$("$BUILD/gmlaked" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
 [ "$(echo "$opts" | wc -l)" -ge 20 ] || { echo "could not read the options of gmlaked --help" >&2; exit 1; }
@@ -352,6 +352,8 @@ mib=$(sed -n 's/^#define GML_CUDA_DEFAULT_CHUNK (\([0-9]*\)u << 20)$/\1/p' commo
 [ -n "$mib" ] || { echo "could not read GML_CUDA_DEFAULT_CHUNK from common/backend.h" >&2; exit 1; }
 grep -qF "chunks ($mib\\ MiB by default on the" man/man8/gmlaked.8 || { echo "man gmlaked does not say the cuda default chunk, $mib MiB" >&2; exit 1; }
 echo "  $(echo "$opts" | wc -l) gmlaked options in man gmlaked and the example config (which parses), $(echo "$cmds" | wc -l) gmlakectl commands in man gmlakectl, $(echo "$codes" | wc -l) GML_E* codes in man 3 gmlake"
+# nothing exported, installed or configurable without its manual (tests/man_check.sh: every name missing, at once)
+tests/man_check.sh "$BUILD"
 section "python/gmlake's argument checks: sizes, offsets, devices, tags past what C takes (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_args.py
