@@ -168,7 +168,7 @@ check-fuzz: fuzz
 VERSION := $(shell sed -n 's/^\#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmlake.h | paste -sd.)
 $(BUILD)/gmlake.pc: FORCE
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLicense: Apache-2.0\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@ && echo "gmlake.pc: prefix $(PREFIX), version $(VERSION)"; fi
 FORCE:
 

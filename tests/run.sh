@@ -358,6 +358,8 @@ section "python/gmlake's argument checks: sizes, offsets, devices, tags past wha
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_args.py
 fi
+section "the documentation: links, quoted paths, make targets and gmlakectl commands exist; README short (tests/docs_check.py)"
+python3 tests/docs_check.py "$BUILD"
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"
 section "every C and C++ file follows .clang-format (clang-format 14; \`make format\` applies it)"
