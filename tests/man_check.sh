@@ -14,9 +14,11 @@ lack() { echo "  $1" >> "$missing"; }
 
 funcs=$(sed -n 's/^GML_API [^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' include/gmlake.h)
 [ "$(echo "$funcs" | wc -l)" -ge 40 ] || { echo "could not read the GML_API functions of include/gmlake.h" >&2; exit 1; }
+names=$(mktemp)
+trap 'rm -f "$missing" "$names"' EXIT
+for p in man/man3/*.3; do scripts/man-names.sh "$p" | sed "s|^|$p |"; done > "$names"  # "PAGE NAME" lines
 for f in $funcs; do
-  page=
-  for p in man/man3/*.3; do scripts/man-names.sh "$p" | grep -qx "$f" && { page=$p; break; }; done
+  page=$(awk -v f="$f" '$2 == f { print $1; exit }' "$names")
   if [ -z "$page" ]; then lack "$f (GML_API in include/gmlake.h): named in no man/man3 page's NAME section"; continue; fi
   grep -Eq "^\\.BI? \"[^\"]*[ *]$f\\(" "$page" || lack "$f: no synopsis line in $page (.BI \"... $f(...\")"
 done
