@@ -35,8 +35,10 @@ for o in $ropts; do
   sed 's/\\-/-/g' man/man1/gmlake-replay.1 | grep -Eq -- "^\\.B[IR]* $o( |\\[|\"|$)" || lack "gmlake-replay $o: not in man/man1/gmlake-replay.1"
 done
 
-# the table's rows: {"name", ARG, OPT_TYPE, ...; the file takes all but OPT_CONFIG and OPT_VERSION
-keys=$(sed -n 's/^ *{"\([a-z-]*\)", [^,]*, \(OPT_[A-Z]*\),.*/\1 \2/p' daemon/config.c | grep -v ' OPT_CONFIG$\| OPT_VERSION$' | cut -d' ' -f1)
+# the table's rows: {"name", ARG, OPT_TYPE, ...; the file takes all but OPT_CONFIG, OPT_VERSION and check-config
+# (config.c: "a command, not a setting")
+keys=$(sed -n 's/^ *{"\([a-z-]*\)", [^,]*, \(OPT_[A-Z]*\),.*/\1 \2/p' daemon/config.c | grep -v ' OPT_CONFIG$\| OPT_VERSION$\|^check-config ' |
+  cut -d' ' -f1)
 [ "$(echo "$keys" | wc -l)" -ge 20 ] || { echo "could not read the option table of daemon/config.c" >&2; exit 1; }
 for k in $keys; do
   sed 's/\\-/-/g' man/man5/gmlaked.conf.5 | grep -Eq "^\\.BI? \"?$k( =|\"|$)" || lack "config key $k (daemon/config.c): not in man/man5/gmlaked.conf.5"
