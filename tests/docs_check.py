@@ -8,6 +8,7 @@ In README.md, CHANGELOG.md and docs/*.md:
 - every `make TARGET` quoted in code names a target of the Makefile;
 - every `gmlakectl [options] COMMAND` quoted in code names a command of gmlakectl (its --help, else
   tools/gmlakectl.c's table);
+- every `man [SECTION] NAME` quoted names a page of man/ (or a function a man 3 page's NAME lists);
 - README.md is under 300 lines with `make demo` and `make test` in its first 40 lines.
 Every problem is listed, file and line, and the exit status is 1. No network, a second or so.
 """
@@ -109,9 +110,35 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 MAKE = re.compile(r"(?<![\w-])make((?:\s+(?:-\S+|[A-Z_]+=\S*))*)\s+([a-z][\w-]*)")
 CTL = re.compile(r"(?<![\w-])gmlakectl((?:\s+\S+)*)")
 CTL_VALUE_OPTS = {"--control", "--device"}
+MAN = re.compile(r"^\s*(?:\$\s+)?man\s+(?:-\S+\s+)*(?:([1-8])\s+)?([a-z][\w.-]*)")  # a command: man at the start
+
+
+def man_names():
+    """Every name `man` finds in man/: the pages, and the names in each page's NAME section."""
+    names = {}
+    for page in glob.glob(os.path.join(ROOT, "man", "man*", "*.[1-8]")):
+        sec = page.rsplit(".", 1)[1]
+        names.setdefault(os.path.basename(page).rsplit(".", 1)[0], set()).add(sec)
+        text = open(page, encoding="utf-8").read()
+        m = re.search(r"^\.SH NAME\n(.*?)^\.SH", text, re.M | re.S)
+        if m:
+            for n in re.split(r"[,\s]+", m.group(1).split("\\-")[0].replace("\\-", "-")):
+                if n:
+                    names.setdefault(n, set()).add(sec)
+    return names
+
+
+MAN_NAMES = None
 
 
 def check_code(where, code, targets, cmds):
+    global MAN_NAMES
+    if MAN_NAMES is None:
+        MAN_NAMES = man_names()
+    for m in filter(None, [MAN.match(code)]):
+        sec, name = m.group(1), m.group(2).rstrip(".")
+        if name not in MAN_NAMES or (sec and sec not in MAN_NAMES[name]):
+            bad(where, "`man %s%s`: no such page in man/" % (sec + " " if sec else "", name))
     for m in MAKE.finditer(code):
         if m.group(2) not in targets:
             bad(where, "`make %s`: no such target in the Makefile" % m.group(2))
@@ -190,7 +217,7 @@ def main():
         for p in problems:
             print("  " + p, file=sys.stderr)
         return 1
-    print("  %d files: links, quoted paths, `make` targets and gmlakectl commands exist; README %d lines" % (
+    print("  %d files: links, quoted paths, `make` targets, gmlakectl commands and man pages exist; README %d lines" % (
         len(files), sum(1 for _ in open(os.path.join(ROOT, "README.md"), encoding="utf-8"))))
     return 0
 
