@@ -28,7 +28,8 @@ TOP_FILES = ["README.md", "CHANGELOG.md", "LICENSE", "Makefile"]
 GENERATED = re.compile(r"^(build[\w-]*|\.gpu|\.deb|shared)/")
 # A path component that is a placeholder, not a name: runN, NAME, W, TRACE, ... (upper-case letters that
 # are not part of a file name the tree has, such as README.md).
-PLACEHOLDER = re.compile(r"(^|[\W_])(?!README|LICENSE|CHANGELOG|Makefile)[A-Z][A-Z0-9]*($|[\W_])|[a-z][A-Z]+($|\W)|[<>$%]")
+PLACEHOLDER = re.compile(r"(^|[\W_])(?!README|LICENSE|CHANGELOG|Makefile)[A-Z][A-Z0-9]*($|[\W_])"
+                         r"|[a-z][A-Z]+($|\W)|[<>$%]")
 problems = []
 
 

@@ -13,13 +13,17 @@ trap 'rm -f "$missing"' EXIT
 lack() { echo "  $1" >> "$missing"; }
 
 funcs=$(sed -n 's/^GML_API [^(]*[ *]\([a-z_0-9]*\)(.*/\1/p' include/gmlake.h)
-[ "$(echo "$funcs" | wc -l)" -ge 40 ] || { echo "could not read the GML_API functions of include/gmlake.h" >&2; exit 1; }
+[ "$(echo "$funcs" | wc -l)" -ge 40 ] ||
+  { echo "could not read the GML_API functions of include/gmlake.h" >&2; exit 1; }
 names=$(mktemp)
 trap 'rm -f "$missing" "$names"' EXIT
 for p in man/man3/*.3; do scripts/man-names.sh "$p" | sed "s|^|$p |"; done > "$names"  # "PAGE NAME" lines
 for f in $funcs; do
   page=$(awk -v f="$f" '$2 == f { print $1; exit }' "$names")
-  if [ -z "$page" ]; then lack "$f (GML_API in include/gmlake.h): named in no man/man3 page's NAME section"; continue; fi
+  if [ -z "$page" ]; then
+    lack "$f (GML_API in include/gmlake.h): named in no man/man3 page's NAME section"
+    continue
+  fi
   grep -Eq "^\\.BI? \"[^\"]*[ *]$f\\(" "$page" || lack "$f: no synopsis line in $page (.BI \"... $f(...\")"
 done
 
@@ -32,16 +36,18 @@ done
 ropts=$("$BUILD/gmlake-replay" --help 2>&1 | grep -o -- '--[a-z][a-z-]*' | sort -u)
 [ "$(echo "$ropts" | wc -l)" -ge 8 ] || { echo "could not read the options of gmlake-replay --help" >&2; exit 1; }
 for o in $ropts; do
-  sed 's/\\-/-/g' man/man1/gmlake-replay.1 | grep -Eq -- "^\\.B[IR]* $o( |\\[|\"|$)" || lack "gmlake-replay $o: not in man/man1/gmlake-replay.1"
+  sed 's/\\-/-/g' man/man1/gmlake-replay.1 | grep -Eq -- "^\\.B[IR]* $o( |\\[|\"|$)" ||
+    lack "gmlake-replay $o: not in man/man1/gmlake-replay.1"
 done
 
 # the table's rows: {"name", ARG, OPT_TYPE, ...; the file takes all but OPT_CONFIG, OPT_VERSION and check-config
 # (config.c: "a command, not a setting")
-keys=$(sed -n 's/^ *{"\([a-z-]*\)", [^,]*, \(OPT_[A-Z]*\),.*/\1 \2/p' daemon/config.c | grep -v ' OPT_CONFIG$\| OPT_VERSION$\|^check-config ' |
-  cut -d' ' -f1)
+keys=$(sed -n 's/^ *{"\([a-z-]*\)", [^,]*, \(OPT_[A-Z]*\),.*/\1 \2/p' daemon/config.c |
+  grep -v ' OPT_CONFIG$\| OPT_VERSION$\|^check-config ' | cut -d' ' -f1)
 [ "$(echo "$keys" | wc -l)" -ge 20 ] || { echo "could not read the option table of daemon/config.c" >&2; exit 1; }
 for k in $keys; do
-  sed 's/\\-/-/g' man/man5/gmlaked.conf.5 | grep -Eq "^\\.BI? \"?$k( =|\"|$)" || lack "config key $k (daemon/config.c): not in man/man5/gmlaked.conf.5"
+  sed 's/\\-/-/g' man/man5/gmlaked.conf.5 | grep -Eq "^\\.BI? \"?$k( =|\"|$)" ||
+    lack "config key $k (daemon/config.c): not in man/man5/gmlaked.conf.5"
 done
 
 if [ -s "$missing" ]; then
@@ -49,4 +55,5 @@ if [ -s "$missing" ]; then
   cat "$missing" >&2
   exit 1
 fi
-echo "  manuals: $(echo "$funcs" | wc -l) exported functions (man 3), $(echo "$progs" | wc -l) programs, $(echo "$ropts" | wc -l) gmlake-replay options, $(echo "$keys" | wc -l) config keys (man 5 gmlaked.conf)"
+echo "  manuals: $(echo "$funcs" | wc -l) exported functions (man 3), $(echo "$progs" | wc -l) programs," \
+  "$(echo "$ropts" | wc -l) gmlake-replay options, $(echo "$keys" | wc -l) config keys (man 5 gmlaked.conf)"
