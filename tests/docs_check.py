@@ -9,6 +9,8 @@ In README.md, CHANGELOG.md and docs/*.md:
 - every `gmlakectl [options] COMMAND` quoted in code names a command of gmlakectl (its --help, else
   tools/gmlakectl.c's table);
 - every `man [SECTION] NAME` quoted names a page of man/ (or a function a man 3 page's NAME lists);
+- every gml_/gmli_ name quoted in code (a function, a type, a macro; `gmli_plan_rec_*` a prefix) is one
+  the source has (a rename leaves no stale name behind);
 - README.md is under 300 lines with `make demo` and `make test` in its first 40 lines.
 Every problem is listed, file and line, and the exit status is 1. No network, a second or so.
 """
@@ -130,12 +132,35 @@ def man_names():
 
 
 MAN_NAMES = None
+SOURCE_NAMES = None
+GML_NAME = re.compile(r"\b(gmli?_\w*)(\*|\b)")
+
+
+def source_names():
+    names = set()
+    for pat in ("include/*.h", "client/*.[ch]", "common/*.[ch]", "daemon/*.[ch]", "tools/*.[ch]", "tests/*.[ch]",
+                "python/gmlake/*.py", "python/gmlake/*.cpp"):
+        for f in glob.glob(os.path.join(ROOT, pat)):
+            names.update(re.findall(r"\bgmli?_\w+", open(f, encoding="utf-8", errors="replace").read()))
+    return names
 
 
 def check_code(where, code, targets, cmds):
     global MAN_NAMES
     if MAN_NAMES is None:
         MAN_NAMES = man_names()
+    global SOURCE_NAMES
+    if SOURCE_NAMES is None:
+        SOURCE_NAMES = source_names()
+    for m in GML_NAME.finditer(code):
+        name = m.group(1)
+        if re.search(r"[A-Z]", name):  # gmli_backend_NAME_open: a placeholder
+            continue
+        if m.group(2) == "*" or name.endswith("_"):
+            if not any(n.startswith(name) for n in SOURCE_NAMES):
+                bad(where, "`%s*`: no name of the source begins so" % name)
+        elif name not in SOURCE_NAMES:
+            bad(where, "`%s`: no such name in the source (renamed?)" % name)
     for m in filter(None, [MAN.match(code)]):
         sec, name = m.group(1), m.group(2).rstrip(".")
         if name not in MAN_NAMES or (sec and sec not in MAN_NAMES[name]):
