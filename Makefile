@@ -168,7 +168,7 @@ check-fuzz: fuzz
 VERSION := $(shell sed -n 's/^\#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmlake.h | paste -sd.)
 $(BUILD)/gmlake.pc: FORCE
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLicense: Apache-2.0\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@ && echo "gmlake.pc: prefix $(PREFIX), version $(VERSION)"; fi
 FORCE:
 
@@ -212,16 +212,18 @@ demo: deps all
 install: $(BINS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/gmlake \
-	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/gmlake
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
+	  $(DESTDIR)$(SYSCONFDIR)/gmlake
 	install -m 755 $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(BUILD)/libgmlake-client.so $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so.1
 	ln -sf libgmlake-client.so.1 $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so
 	install -m 644 $(BUILD)/libgmlake-client.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 include/gmlake.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/gmlake.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	install -m 644 man/man1/gmlakectl.1 $(DESTDIR)$(MANDIR)/man1/
-	install -m 644 man/man3/gmlake.3 $(DESTDIR)$(MANDIR)/man3/
-	install -m 644 man/man8/gmlaked.8 $(DESTDIR)$(MANDIR)/man8/
+	for s in 1 3 5 8; do install -m 644 man/man$$s/*.$$s $(DESTDIR)$(MANDIR)/man$$s/; done
+	# `man 3 FUNCTION` for every function a man 3 page names (its NAME section): a .so link to the page
+	for p in man/man3/*.3; do for f in $$(scripts/man-names.sh $$p); do \
+	  [ -e man/man3/$$f.3 ] || echo ".so man3/$${p##*/}" > $(DESTDIR)$(MANDIR)/man3/$$f.3; done; done
 	for u in gmlaked@.service gmlake.target gmlake-instances.service; do \
 	  sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/$$u > $(DESTDIR)/lib/systemd/system/$$u; done
 	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/libexec/gmlake

@@ -1,5 +1,5 @@
 /* alloc_fastpath.c: instructions per gml_alloc/gml_free on the fast path
- * (BENCHMARKS.md, issue 14). One "step" of N allocations of fixed mixed
+ * (bench/results/history.md, issue 14). One "step" of N allocations of fixed mixed
  * sizes freed in a shuffled order, repeated; from step 10 on callgrind
  * counts (every request is then a cached fit). Not built by make:
  *   cc -O2 -Iinclude bench/alloc_fastpath.c build/libgmlake-client.a -o /tmp/fp -pthread -lprotobuf-c -ldl

@@ -5,7 +5,7 @@
 #                [overlap] [cpus]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
-# build:  unpacks carried Debian packages (.deb/, see README) into .gpu/root when the
+# build:  unpacks carried Debian packages (.deb/, see docs/benchmarks.md) into .gpu/root when the
 #         machine lacks the -dev packages, and builds with the carried generated protobuf code
 # vmm:    what cuMemMap / cuMemSetAccess / cuMemUnmap cost here, idle and busy (bench/vmm_cost.c)
 # overlap: whether one thread's imports and another's map + set-access run at once (bench/vmm_overlap.c:

@@ -10,7 +10,7 @@ turn, then step 1 of each, the order rotated every step (ABC, BCA, CAB, ...). Ev
 i has the same shapes (one seed), runs within a second of the others' step i, on the same cores
 (GMLAKE_BENCH_CPUS=auto: the fastest now, chosen once for the round), while the others wait on
 their stdin with the GPU idle. The host's CPU speed drifts by up to 1.9x between runs a minute
-apart (BENCHMARKS.md, session 12) and these steps are bound by Python's kernel launches; taking
+apart (bench/results/history.md, session 12) and these steps are bound by Python's kernel launches; taking
 turns gives every step of a config a neighbour of the default's run under the same conditions,
 so ms/step compares like with like. The rotation starts at a random place each call
 (GMLAKE_BENCH_LOCKSTEP_OFFSET=K: at K), so no config always takes a fresh round's one-off costs.

@@ -61,7 +61,7 @@
 #include "blocks.h"
 
 #define GML_DEFAULT_HEADROOM_PCT 2.0
-#define GML_DEFAULT_BORROW 0 /* off until the GPU measures its time cost (README, cross-stream borrowing) */
+#define GML_DEFAULT_BORROW 0 /* off until the GPU measures its time cost (docs/pytorch.md, cross-stream borrowing) */
 #define GML_DEFAULT_BORROW_RATIO 1.5
 #define GML_DEFAULT_BORROW_MAX 8
 

@@ -1,6 +1,6 @@
 /* policy.c: the allocator's decisions (policy.h lists them), each a plan
  * read off the state it is given, never carried out here. Measured on
- * the recorded traces with gmlake-replay (BENCHMARKS.md, sessions 2-4):
+ * the recorded traces with gmlake-replay (bench/results/history.md, sessions 2-4):
  * best-fit placement plus headroom lets a repeated training step lay out
  * exactly as before and map nothing; placement that chased mapped chunks
  * took chunks other layouts needed and never settled. */

@@ -110,7 +110,7 @@ GML_HIDDEN gml_place_plan gmli_policy_place_next(const gml_allocator *a, const g
  * Always the best fit (smallest, then lowest address) of the stream's own
  * pool and the shared one, whatever its slots map: placement that depends
  * only on sizes and order lays a repeated step out as before, so its slots
- * find their chunks again (BENCHMARKS.md, session 4). */
+ * find their chunks again (bench/results/history.md, session 4). */
 static inline gml_place_plan gmli_policy_place(const gml_allocator *a, const gml_region *r, int pi, size_t rsize,
                                                gml_stream stream) {
   gml_block *b = find_fit(r, pi, gmli_policy_block_size(a, rsize));

@@ -414,7 +414,7 @@ int gmli_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend
   uuid_text(&p->api, p->dev, device, be->uuid);
   be->granularity = gran > (2u << 20) ? gran : (2u << 20);
   /* 6 MiB by default: a chunk costs the same driver time whatever its size
-   * (import ~35-55 us, cuMemSetAccess ~25-35 us, cuMemUnmap ~18 us; BENCHMARKS.md),
+   * (import ~35-55 us, cuMemSetAccess ~25-35 us, cuMemUnmap ~18 us; bench/results/history.md),
    * so the chunk count is what moving memory costs: 40 GiB taken from an idle
    * process in 0.53-0.56 s against 0.75-0.99 s with 4 MiB (run70), steady-state
    * maps a third fewer; reserved/allocated 1.018-1.025 on the three PyTorch

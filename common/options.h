@@ -5,9 +5,9 @@
  * checks. The library reads its GMLAKE_* variables once, at gml_open, into a
  * gml_options that explicit gml_open_opts override and that is passed down
  * to the backend and the allocator; the daemon and the tools read theirs
- * through gmli_env(). README's table of environment variables lists the same
+ * through gmli_env(). docs/environment.md's table of environment variables lists the same
  * names (tests/run.sh checks that too). A new variable is one line here, its
- * use, and its README row. */
+ * use, and its row in docs/environment.md. */
 #ifndef GML_OPTIONS_H
 #define GML_OPTIONS_H
 #include <stdint.h>

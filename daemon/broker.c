@@ -349,7 +349,7 @@ void broker_allocations(broker *b, broker_client *c, uint64_t alloc_count, uint6
 
 void broker_reclaim_sent(broker_client *c) { c->reclaims_sent++; }
 
-/* A usage report is the client's word, bounded by what it can hold (README, Trust model; before: 16
+/* A usage report is the client's word, bounded by what it can hold (docs/operating.md, trust model; before: 16
  * EiB uncounted from anyone, wrapped lake-wide sums, a cache kept outside the lake shown as its own). */
 void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total) {
   uint64_t cap = device_total ? device_total : (uint64_t)1 << 50, held = (uint64_t)c->leased_chunks * b->lk->cs;

@@ -93,7 +93,7 @@ typedef struct broker_client {
   broker_request lease;
 } broker_client;
 
-/* The trust model (DESIGN.md): a chunk goes to another uid only clean. The
+/* The trust model (docs/design.md): a chunk goes to another uid only clean. The
  * broker asks the daemon two things about a free chunk last leased to
  * another uid (both may be NULL: then such a chunk is always released and
  * made anew). */

@@ -1,5 +1,5 @@
 /* trust.c: the daemon's answers to the trust model's questions (broker.h,
- * broker_trust; README "Trust model").
+ * broker_trust; docs/operating.md, "Security and trust model").
  *
  * None, on purpose: a free chunk last leased to another uid is never
  * scrubbed and handed on; it goes to another uid only made anew (released

@@ -138,7 +138,7 @@ GML_API uint32_t gml_version(void);
 /* opts may be NULL. On success *out is a client; on failure a GML_E* code. */
 GML_API int gml_open(const gml_open_opts *opts, gml_client **out);
 /* A library option for the clients opened from now on, by the name of its
- * environment variable (a GMLAKE_* the library reads: README's table), in
+ * environment variable (a GMLAKE_* the library reads: docs/environment.md), in
  * place of the environment's value ("": unset; NULL: the environment's
  * again). How a program configures the library without changing the
  * environment (which its children inherit): the PyTorch layer's

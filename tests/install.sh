@@ -22,6 +22,18 @@ for f in $P/bin/gmlaked $P/bin/gmlakectl $P/lib/libgmlake-client.so.1 $P/lib/lib
   [ -e "$d$f" ] || fail "make install did not create $f"
 done
 echo "  files installed under PREFIX=$P"
+# every manual of man/, and `man 3 FUNCTION` for every function a man 3 page names (a .so link to the page)
+for m in man/man*/*.[0-9]; do
+  [ -e "$d$P/share/$m" ] || fail "make install did not install $m"
+  for f in $(scripts/man-names.sh "$m"); do
+    i="$d$P/share/man/${m#man/}"; i="${i%/*}/$f.${m##*.}"
+    [ -e "$i" ] || fail "make install: no page for $f (named in $m)"
+    [ "$f.${m##*.}" = "${m##*/}" ] || grep -qx ".so ${m#man/}" "$i" || fail "$i is not a link to ${m#man/}"
+  done
+done
+MANPATH="$d$P/share/man" man -w gml_pool_create >/dev/null 2>&1 || ! command -v man >/dev/null ||
+  fail "man -w gml_pool_create finds no page in the installed manuals"
+echo "  manuals installed: $(ls man/man*/*.[0-9] | wc -l) pages, each function of a man 3 page's NAME a link to it"
 grep -qx "prefix=$P" "$d$P/lib/pkgconfig/gmlake.pc" || fail "gmlake.pc ignores PREFIX: $(head -1 "$d$P/lib/pkgconfig/gmlake.pc")"
 grep -q "^ExecStart=$P/bin/gmlaked .*--backend cuda .*--config /etc/gmlake/gmlaked.conf" "$d/lib/systemd/system/gmlaked@.service" \
   || fail "the installed unit does not run $P/bin/gmlaked --backend cuda with the installed config"

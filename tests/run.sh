@@ -294,7 +294,7 @@ section "a memory_viz snapshot built from the C API (ctypes, host backend), repl
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
   GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_snapshot.py
 fi
-section "environment: read only through common/options.c, and every variable of its table in README"
+section "environment: read only through common/options.c, and every variable of its table in docs/environment.md"
 if grep -rn 'getenv *(' client daemon common tools | grep -v '^common/options\.c:'; then
   echo "getenv outside common/options.c (read through gmli_env / gml_options, add the variable to GML_ENV_VARS)" >&2
   exit 1
@@ -302,10 +302,10 @@ fi
 vars=$(sed -n 's/^ *X([A-Z_]*, "\([A-Z_]*\)",.*/\1/p' common/options.h)
 [ "$(echo "$vars" | wc -l)" -ge 10 ] || { echo "could not read GML_ENV_VARS from common/options.h" >&2; exit 1; }
 for v in $vars; do
-  grep -q "^| \`$v\` |" README.md || { echo "README's table of environment variables lacks $v" >&2; exit 1; }
+  grep -q "^| \`$v\` |" docs/environment.md || { echo "docs/environment.md's table of environment variables lacks $v" >&2; exit 1; }
 done
-echo "  $(echo "$vars" | wc -l) variables, all in README; getenv only in common/options.c"
-section "man pages and the example config against the programs and the header"
+echo "  $(echo "$vars" | wc -l) variables, all in docs/environment.md; getenv only in common/options.c"
+section "man pages and the example config against the programs, the header and the config keys"
 # every option of gmlaked --help in man gmlaked, and (but config and version: no keys) in the example config
 opts=$("$BUILD/gmlaked" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p')
 [ "$(echo "$opts" | wc -l)" -ge 20 ] || { echo "could not read the options of gmlaked --help" >&2; exit 1; }
@@ -352,10 +352,14 @@ mib=$(sed -n 's/^#define GML_CUDA_DEFAULT_CHUNK (\([0-9]*\)u << 20)$/\1/p' commo
 [ -n "$mib" ] || { echo "could not read GML_CUDA_DEFAULT_CHUNK from common/backend.h" >&2; exit 1; }
 grep -qF "chunks ($mib\\ MiB by default on the" man/man8/gmlaked.8 || { echo "man gmlaked does not say the cuda default chunk, $mib MiB" >&2; exit 1; }
 echo "  $(echo "$opts" | wc -l) gmlaked options in man gmlaked and the example config (which parses), $(echo "$cmds" | wc -l) gmlakectl commands in man gmlakectl, $(echo "$codes" | wc -l) GML_E* codes in man 3 gmlake"
+# nothing exported, installed or configurable without its manual (tests/man_check.sh: every name missing, at once)
+tests/man_check.sh "$BUILD"
 section "python/gmlake's argument checks: sizes, offsets, devices, tags past what C takes (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_args.py
 fi
+section "the documentation: links, quoted paths, make targets and gmlakectl commands exist; README short (tests/docs_check.py)"
+python3 tests/docs_check.py "$BUILD"
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"
 section "every C and C++ file follows .clang-format (clang-format 14; \`make format\` applies it)"
@@ -368,7 +372,7 @@ echo "  $(echo "$files" | wc -w) files formatted"
 fi
 section "source files of the library, daemon and tools: 600 lines at most each (the architecture's bound)"
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
-[ -z "$long" ] || { echo "over 600 lines (split by concern, see README's layout): $long" >&2; exit 1; }
+[ -z "$long" ] || { echo "over 600 lines (split by concern, see docs/design.md's layout): $long" >&2; exit 1; }
 echo "  largest: $(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | grep -v ' total$' | sort -n | tail -1)"
 section "python/gmlake's pause/resume (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Modelled cost of the driver calls the allocator made, in microseconds,
- * from bench/vmm_cost.c on an idle H100 (BENCHMARKS.md): cuMemUnmap 17.6 per
+ * from bench/vmm_cost.c on an idle H100 (bench/results/history.md): cuMemUnmap 17.6 per
  * chunk; cuMemMap 1.0 plus cuMemSetAccess 27 per newly mapped chunk (whether
  * set one by one or for a whole run), so "map" carries both and a set-access
  * call costs nothing more; a synchronize is a guess. Busy GPUs cost more.
