@@ -46,8 +46,8 @@ CHECK_LIBS ?= $(shell pkg-config --libs check)
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
-CLIENT_SRC += client/records.c client/release.c client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c  # the framework layer's C API
-DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
+CLIENT_SRC += client/records.c client/release.c client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c client/ipc_fds.c client/meminfo.c client/torchconf.c  # the framework layer's C API
+DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/meminfo.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
 CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
 
@@ -94,7 +94,7 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/rep
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_policy.c tests/test_config.c tests/test_wire.c \
                       tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c tests/backends.c \
-                      tests/test_usage.c) $(call obj,daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/config.c common/statsview.c) \
+                      tests/test_usage.c) $(call obj,daemon/lake.c daemon/broker.c daemon/meminfo.c daemon/lakesize.c daemon/config.c common/statsview.c) \
                     $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
@@ -133,11 +133,11 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/pidquota.c daemon/session.c daemon/hello.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/park.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/meminfo.c daemon/park.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
 $(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c daemon/hello.c daemon/pidquota.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/park.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/meminfo.c daemon/park.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)

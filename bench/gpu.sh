@@ -197,9 +197,9 @@ if has shared; then
   PYTHONUNBUFFERED=1 python3 bench/torch_bench.py shared 2>&1 | tee "$OUTDIR/shared.txt"
   grep -E '^SHARED|separate peaks' "$OUTDIR/shared.txt" >> "$SUMMARY"
 fi
-KV_MODES=${KV_MODES:-embedded daemon} KV_REPEATS=${KV_REPEATS:-3}
+KV_MODES=${KV_MODES:-embedded daemon} KV_REPEATS=${KV_REPEATS:-3} KV_ARGS=${KV_ARGS:-}  # KV_ARGS=--diagnose: issue 32's info lines
 if has kvcache && case " $KV_MODES " in *" embedded "*) true;; *) false;; esac; then
-  PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/kv_cache.py --repeats "$KV_REPEATS" 2>&1 | tee "$OUTDIR/kv_cache.txt"
+  PYTHONUNBUFFERED=1 OUT="$OUTDIR" python3 bench/kv_cache.py --repeats "$KV_REPEATS" $KV_ARGS 2>&1 | tee "$OUTDIR/kv_cache.txt"
   sed -n '/^model:/p; /^cache /,$p' "$OUTDIR/kv_cache.txt" | sed 's/^/kvcache embedded: /' >> "$SUMMARY"
 fi
 if has kvcache && case " $KV_MODES " in *" daemon "*) true;; *) false;; esac; then
@@ -207,8 +207,8 @@ if has kvcache && case " $KV_MODES " in *" daemon "*) true;; *) false;; esac; th
   "$BUILD/gmlaked" --backend cuda --socket $d/s --control ipc://$d/c --log-level warn 2>$d/log &
   dp=$!
   for i in $(seq 100); do "$BUILD/gmlakectl" --control ipc://$d/c stats >/dev/null 2>&1 && break; sleep 0.1; done
-  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --repeats "$KV_REPEATS" 2>&1 |
-    tee "$OUTDIR/kv_cache_daemon.txt" | grep -E '^(model|PASS|FAIL|SKIP)' | sed 's/^/kvcache daemon: /' | tee -a "$SUMMARY"
+  PYTHONUNBUFFERED=1 GMLAKE_SOCKET=$d/s GMLAKE_MODE=daemon python3 bench/kv_cache.py --repeats "$KV_REPEATS" $KV_ARGS 2>&1 |
+    tee "$OUTDIR/kv_cache_daemon.txt" | grep -E '^(model|PASS|FAIL|SKIP|info)' | sed 's/^/kvcache daemon: /' | tee -a "$SUMMARY"
   say "kvcache daemon: lake after the run: $("$BUILD/gmlakectl" --control ipc://$d/c stats | grep -E 'chunks ')"
   kill $dp; wait $dp; rm -rf $d
 fi

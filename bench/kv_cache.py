@@ -206,6 +206,53 @@ class GrowableKV:
         self.t = None  # the last reference: the range is unmapped and its chunks go back
 
 
+class TokenMajorKV(GrowableKV):
+    """--diagnose: the growable cache's layout (a row per token holding every layer's K and V) in an
+    ordinary torch.empty tensor per request: what the layout costs without the lake's mapping."""
+    name = "token_major"
+
+    def start(self, batch, max_len):
+        c = self.cfg
+        self.b = batch
+        self.t = torch.empty((max_len, c["n_layer"], 2, batch, c["n_head"], c["n_embd"] // c["n_head"]),
+                             dtype=self.dtype, device=self.device)
+        self.views = [(self.t[:, l, 0], self.t[:, l, 1]) for l in range(c["n_layer"])]
+
+    def ensure(self, n):
+        pass
+
+
+class LayerRangesKV(GrowableKV):
+    """--diagnose: a growable tensor per layer and K/V (max_len, batch, heads, head_dim), each layer's K
+    contiguous as the concatenating cache's is: what the token-major layout costs the attention, at the
+    price of up to a chunk of slack per range."""
+    name = "layer_ranges"
+
+    def start(self, batch, max_len):
+        c = self.cfg
+        self.b = batch
+        shape = (max_len, batch, c["n_head"], c["n_embd"] // c["n_head"])
+        self.ts = [gmlake.growable(shape, self.dtype, device=self.device, client=self.client)
+                   for _ in range(2 * c["n_layer"])]
+        self.views = [(self.ts[2 * l], self.ts[2 * l + 1]) for l in range(c["n_layer"])]
+        self.rows = min(t.mapped_rows() for t in self.ts)
+        self.mapped = sum(t.gmlake.mapped_bytes for t in self.ts)
+
+    def ensure(self, n):
+        if n > self.rows:
+            self.rows = min(t.ensure(n) for t in self.ts)
+            self.mapped = sum(t.gmlake.mapped_bytes for t in self.ts)
+        mapped = self.mapped
+        held = n * self.b * self.row_unit
+        self.peak_mapped = max(self.peak_mapped, mapped)
+        if held >= self.peak_held:
+            self.peak_held, self.mapped_at_peak_held = held, mapped
+
+    def finish(self):
+        self.views = None
+        self.ts = None
+
+
 @torch.no_grad()
 def generate(model, cfg, prompt, new_tokens, cache):
     t = model.transformer
@@ -288,6 +335,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per cache, interleaved (speed: their medians)")
     ap.add_argument("--hf", action="store_true", help="HF's modules in the loop, and HF generate's own caches (slow)")
     ap.add_argument("--no-hf", action="store_true", help=argparse.SUPPRESS)  # the default now
+    ap.add_argument("--diagnose", action="store_true",
+                    help="also time the growable's layout in plain torch memory (token_major) and a growable range "
+                         "per layer and K/V (layer_ranges): info lines, not checks (issue 32: where the time goes)")
     a = ap.parse_args()
     device = torch.device(a.device)
     if device.type == "cuda":
@@ -316,6 +366,9 @@ def main():
     caches = {"dynamic": lambda: DynamicKV(cfg, device, dtype),
               "static": lambda: StaticKV(cfg, device, dtype, max_b, max_len),
               "growable": lambda: GrowableKV(cfg, device, dtype, client)}
+    if a.diagnose:
+        caches["token_major"] = lambda: TokenMajorKV(cfg, device, dtype, client)
+        caches["layer_ranges"] = lambda: LayerRangesKV(cfg, device, dtype, client)
     # warm-up (kernels, the lake's first chunks), then timed passes, caches interleaved
     for name, mk in caches.items():
         generate(model, cfg, ps[0][:, :8], 4, mk())
@@ -327,7 +380,7 @@ def main():
             r["secs"] = min(r["secs"], secs)
             r.setdefault("passes", []).append(secs)
             r["torch_peak"] = max(r["torch_peak"], peak)
-            if isinstance(cache, GrowableKV):
+            if isinstance(cache, GrowableKV) and name == "growable":
                 r["lake_peak"] = max(r.get("lake_peak", 0), cache.peak_mapped)
                 r["mapped_at_peak_held"] = cache.mapped_at_peak_held
                 r["held_at_peak"] = cache.peak_held
@@ -379,6 +432,12 @@ def main():
         ("in place", g["moved"] == 0, "data_ptr changed %d time(s) while growing" % g["moved"]),
         ("returned", lake_left == 0, "lake maps %d bytes after the last request" % lake_left),
     ]
+    for name in ("token_major", "layer_ranges"):  # --diagnose
+        if name in results:
+            r = results[name]
+            print("info: %s: %.0f tokens/s median (%.3fx dynamic's, growable %.3fx of it)" % (
+                name, r["tokens_per_s_median"], r["tokens_per_s_median"] / dyn["tokens_per_s_median"],
+                g["tokens_per_s_median"] / r["tokens_per_s_median"]))
     for name in ("hf_dynamic", "hf_static"):
         if name in results:
             r = results[name]

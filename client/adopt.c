@@ -86,6 +86,7 @@ int gmli_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, s
     said->max_stream = GML_MIN(hr->max_stream, (uint64_t)GML_LEASE_MAX); /* the new daemon may be older */
     said->mono_ns = hr->mono_ns;
     said->lease_wait_ns = (uint64_t)hr->lease_wait_ms * 1000000ull;
+    said->mem_info = hr->mem_info;
   }
   free_msg(r, NULL, 0);
   return rc;

@@ -189,6 +189,9 @@ struct gml_client {
   int64_t clock_skew;     /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
                               * set them apart; 0 and unused when the daemon does not say) */
   int clock_known;
+  double gc_threshold;       /* PyTorch's garbage_collection_threshold (torchconf.c), set before gc_on */
+  int gc_on;                 /* ... set: gml_free_ex collects (atomic) */
+  int daemon_mem_info;       /* HelloReply.mem_info: it answers MemInfoRequest (meminfo.c); atomic */
   int lease_refused;         /* a streamed lease ended with this refusal: the next acquire returns it at once */
   int daemon_gone;           /* set by link.c's reader (atomic) */
   struct gml_link *link;     /* link.c: the reader and keeper threads (daemon mode) */
@@ -272,6 +275,7 @@ typedef struct gml_hello_said {
   int same, no_adopt; /* the daemon we were connected to (it closed our connection); one that takes no hand-over */
   uint64_t instance;  /* HelloReply.instance (0: not said) */
   uint64_t client_id, max_stream, mono_ns, lease_wait_ns;
+  int mem_info; /* HelloReply.mem_info */
 } gml_hello_said;
 int gmli_adopt_hello(gml_client *c, int sock, gml_hello_said *said, char *why, size_t whylen);
 /* Our chunks handed over in Adopt batches of up to GML_MAX_LEASE_CHUNKS: gmli_adopt_add (an fn of
@@ -403,4 +407,10 @@ extern const gml_holder_ops gmli_share_holder;
 /* link.c: one request to the daemon and its reply (fds: up to GML_MAX_LEASE_CHUNKS); takes conn_lock. */
 struct Gmlake__Envelope;
 int gmli_client_call(gml_client *c, struct Gmlake__Envelope *env, struct Gmlake__Envelope **reply, int *fds, int *nfds);
+/* torchconf.c: PyTorch's allocator settings on a framework client (gml_device_client), and its
+ * garbage_collection_threshold carried out after a free (gml_free_ex, c->gc_threshold set). */
+void gmli_torch_conf_apply(gml_client *c);
+/* ipc_fds.c: close the fds gml_ipc_export_fds keeps for ptr's allocation (ptr 0: all of c's). */
+void gmli_ipc_fds_forget(gml_client *c, uintptr_t ptr);
+void gmli_torch_conf_collect(gml_client *c);
 #endif

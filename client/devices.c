@@ -49,7 +49,7 @@ gml_client *gml_device_client(int device) {
       rc = GML_ENODEV;
     }
     if (rc) GML_ERR("cannot open the lake of device %d: %s", device, gml_strerror(rc));
-    else __atomic_store_n(&clients[device], c, __ATOMIC_RELEASE);
+    else gmli_torch_conf_apply(c), __atomic_store_n(&clients[device], c, __ATOMIC_RELEASE);
   }
   c = clients[device];
   pthread_mutex_unlock(&open_lock);

@@ -108,6 +108,7 @@ static int daemon_hello(gml_client *c, const gml_backend_opts *bo, char *backend
   c->daemon_instance = hr->instance;
   c->max_stream = GML_MIN(hr->max_stream, (uint64_t)GML_LEASE_MAX);
   c->lease_wait_ns = (uint64_t)hr->lease_wait_ms * 1000000ull;
+  __atomic_store_n(&c->daemon_mem_info, hr->mem_info, __ATOMIC_RELAXED);
   gmli_daemon_clock(c, hr->mono_ns);
   free_reply(reply, NULL, 0);
   return 0;

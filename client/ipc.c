@@ -244,14 +244,17 @@ int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
   pthread_mutex_lock(&ex.lock);
   int rc = start_listener();
   uint64_t token = 0;
-  if (!rc && getrandom(&token, sizeof token, 0) != sizeof token) token = gmli_now_ns() ^ (uintptr_t)ptr;
-  if (!rc && ex.n == ex.cap) {
+  for (size_t i = 0; !rc && i < ex.n && !token; i++) /* exported before: the same handle (receivers cache by it) */
+    if (ex.v[i].c == c && ex.v[i].ptr == (uintptr_t)ptr) token = ex.v[i].token;
+  int again = token != 0;
+  if (!rc && !again && getrandom(&token, sizeof token, 0) != sizeof token) token = gmli_now_ns() ^ (uintptr_t)ptr;
+  if (!rc && !again && ex.n == ex.cap) {
     size_t cap = ex.cap ? 2 * ex.cap : 64;
     ipc_export *v = realloc(ex.v, cap * sizeof *v);
     if (!v) rc = GML_ENOMEM;
     else ex.v = v, ex.cap = cap;
   }
-  if (!rc) ex.v[ex.n++] = (ipc_export){token, c, (uintptr_t)ptr};
+  if (!rc && !again) ex.v[ex.n++] = (ipc_export){token, c, (uintptr_t)ptr};
   uint64_t nonce = ex.nonce;
   pthread_mutex_unlock(&ex.lock);
   if (rc) gmli_fail(c, rc, "gml_ipc_export: cannot start answering for exports (%s)", gml_strerror(rc));
@@ -266,6 +269,7 @@ int gml_ipc_export(gml_client *c, void *ptr, gml_ipc_handle *out) {
 }
 
 void gmli_ipc_forget(gml_client *c, uintptr_t ptr) {
+  gmli_ipc_fds_forget(c, ptr); /* the fds gml_ipc_export_fds kept for it */
   pthread_mutex_lock(&ex.lock);
   for (size_t i = 0; i < ex.n;)
     if (ex.v[i].c == c && (ex.v[i].ptr == ptr || !ptr)) ex.v[i] = ex.v[--ex.n];

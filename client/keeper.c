@@ -140,6 +140,7 @@ static int reconnect(gml_client *c) {
   __atomic_store_n(&c->client_id, hs.client_id, __ATOMIC_RELEASE);
   __atomic_store_n(&c->max_stream, hs.max_stream, __ATOMIC_RELAXED);
   __atomic_store_n(&c->lease_wait_ns, hs.lease_wait_ns, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->daemon_mem_info, hs.mem_info, __ATOMIC_RELAXED);
   gmli_daemon_clock(c, hs.mono_ns);
   /* not a restart, or a daemon that takes no hand-over (past its window, or
    * over our quota last time): keep using them; released locally only (lease.c) */

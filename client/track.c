@@ -218,6 +218,8 @@ out:
     gmli_client_housekeeping(c, 0);
   }
   pthread_mutex_unlock(&c->track_lock);
+  if (!rc && __atomic_load_n(&c->gc_on, __ATOMIC_RELAXED))
+    gmli_torch_conf_collect(c); /* a framework client's PyTorch setting */
   return rc;
 }
 

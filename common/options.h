@@ -79,6 +79,13 @@
   X(JOURNAL_STREAM, "JOURNAL_STREAM", "DEVICE:INODE", "", "all",                                                       \
     "set by systemd: log lines carry priority prefixes for journald while stderr is the stream it names "              \
     "(st_dev:st_ino); inherited where stderr is elsewhere (a terminal, a file), it is ignored")                        \
+  X(PYTORCH_ALLOC_CONF, "PYTORCH_ALLOC_CONF", "key:value,...", "", "library",                                          \
+    "PyTorch's allocator settings, read for the PyTorch layer's clients (gml_device_client): "                         \
+    "per_process_memory_fraction, garbage_collection_threshold, expandable_segments:True (always so) and "             \
+    "backend:native apply; the pinned_* keys stay PyTorch's (its host allocator); any other key or value is "          \
+    "warned about once, naming it and why it does not apply")                                                          \
+  X(PYTORCH_CUDA_ALLOC_CONF, "PYTORCH_CUDA_ALLOC_CONF", "key:value,...", "", "library",                                \
+    "the older name of PYTORCH_ALLOC_CONF, read where that is unset")                                                  \
   X(CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES", "indices or UUIDs, comma-separated", "", "library, gmlaked",         \
     "read by the CUDA driver: which GPUs a process sees, as ordinals 0, 1, ...; the library names its device "         \
     "by the UUID the driver gives for its ordinal, so it finds that GPU's daemon. The host backend maps "              \

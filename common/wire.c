@@ -185,6 +185,7 @@ const char *gmli_wire_check_request(const Gmlake__Envelope *env, int hello_done)
   case GMLAKE__ENVELOPE__MSG_ATTACH:
     return env->attach->count > GML_MAX_LEASE_CHUNKS ? "attach count out of range" : NULL;
   case GMLAKE__ENVELOPE__MSG_DETACH: return NULL; /* the rest is checked by daemon/shares.c */
+  case GMLAKE__ENVELOPE__MSG_MEM_INFO: return NULL;
   case GMLAKE__ENVELOPE__MSG_ADOPT:
     return env->adopt->n_old_ids < 1 || env->adopt->n_old_ids > GML_MAX_LEASE_CHUNKS ? "adopt count out of range"
                                                                                      : NULL;

@@ -398,6 +398,10 @@ static uint64_t idle_chunks(const broker *b, const broker_client *c, const broke
   return GML_MIN(o->idle / b->lk->cs, o->leased_chunks);
 }
 
+uint64_t gmli_broker_idle_chunks(const broker *b, const broker_client *asker, const broker_client *o, uint64_t now_ns) {
+  return o == asker ? 0 : idle_chunks(b, asker, o, now_ns);
+}
+
 /* The policy for what free chunks cannot serve (broker.h, broker_lease):
  * when idle clients hold whole free chunks enough for all of it, ask them
  * alone, the most idle first, each for its part, and create nothing for the

@@ -90,6 +90,8 @@ typedef struct broker_client {
   uint64_t reclaims_sent;       /* reclaim requests the broker had sent it */
   uint64_t reclaims_answered;   /* ... that its reports say it served */
   Gmlake__UsageReport reported; /* its last usage report as sent (descriptor NULL: none yet), for the clients RPC */
+  uint64_t promise_ns;          /* meminfo.c: when it was last told what it could get (0: never) */
+  uint64_t promise_leased;      /* ... and the chunks it leased then (a lease since settles the promise) */
   broker_request lease;
 } broker_client;
 
@@ -263,6 +265,9 @@ void broker_usage_bound(const broker *b, broker_client *c, uint64_t device_total
 uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n);
 /* The lake took n chunks of c's (lake_adopt): counted as leased to it. */
 void broker_adopted(broker *b, broker_client *c, uint32_t n);
+/* The whole free chunks o would give a lease of asker's as they are (broker_lease's idle clients:
+ * asker's uid, idle for BROKER_IDLE_MS, not asked already); 0 for others (meminfo.c counts them). */
+uint64_t gmli_broker_idle_chunks(const broker *b, const broker_client *asker, const broker_client *o, uint64_t now_ns);
 /* c gave back n chunks it holds (idx[], checked by the caller): into the lake. */
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n);
 /* A BROKER_SERVE decision d for c could not be sent (the daemon's fd budget

@@ -11,6 +11,7 @@
 #include "grant.h"
 #include "hello.h"
 #include "listen.h"
+#include "meminfo.h"
 #include "park.h"
 #include "pidquota.h"
 #include "shares.h"
@@ -116,6 +117,29 @@ static int check_adopt(request *rq) {
 
 static void handle_adopt(request *rq) { adopt_handle(rq->s, rq->env); }
 
+/* What it could get now: decided by meminfo.c (a promise for a moment), the device's free memory bounding
+ * what may still be made. */
+static void handle_mem_info(request *rq) {
+  session *s = rq->s;
+  gmld *d = s->d;
+  uint64_t dev_free = 0, dev_total = 0;
+  if (d->be->ops->mem_info(d->be, &dev_free, &dev_total)) dev_free = 0; /* unknown: only what the lake has made */
+  gmli_mem_answer a;
+  gmli_broker_mem_info(&d->br, &s->bc, gmli_now_ns(), dev_free, &a);
+  if (a.wait_ms) /* a test waits for this line: the asker now waits on another's promise */
+    GML_DEBUG("client %llu (pid %d) asked its free memory: another client's promise holds, ask again in %u ms",
+              (unsigned long long)s->bc.id, (int)s->bc.pid, a.wait_ms);
+  Gmlake__Envelope e = GMLAKE__ENVELOPE__INIT;
+  Gmlake__MemInfoReply r = GMLAKE__MEM_INFO_REPLY__INIT;
+  r.limit_bytes = a.limit_bytes, r.quota_bytes = a.quota_bytes, r.quota_room_bytes = a.quota_room_bytes;
+  r.free_bytes = a.free_bytes, r.wait_ms = a.wait_ms;
+  r.device_total = d->device_total ? d->device_total : dev_total;
+  e.seq = rq->env->seq;
+  e.msg_case = GMLAKE__ENVELOPE__MSG_MEM_INFO_REPLY;
+  e.mem_info_reply = &r;
+  session_send_msg(s, &e, NULL, 0);
+}
+
 /* A new client message: its case in Envelope (proto/gmlake.proto), what it
  * must be on the wire in gmli_wire_check_request (common/wire.c: sizes,
  * ranges, allowed before hello?), a row here with a check against the
@@ -134,6 +158,7 @@ static const struct msg_route {
     {GMLAKE__ENVELOPE__MSG_ATTACH, check_shares, handle_shares},
     {GMLAKE__ENVELOPE__MSG_DETACH, check_shares, handle_shares},
     {GMLAKE__ENVELOPE__MSG_ADOPT, check_adopt, handle_adopt},
+    {GMLAKE__ENVELOPE__MSG_MEM_INFO, NULL, handle_mem_info},
 };
 
 static const struct msg_route *route_of(Gmlake__Envelope__MsgCase kind) {

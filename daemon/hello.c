@@ -86,7 +86,7 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
   r.client_id = s->bc.id;
   r.instance = d->instance;
   r.max_stream = BROKER_MAX_STREAM, r.lease_wait_ms = (uint32_t)(d->br.lease_wait_ns / 1000000u);
-  r.no_adopt = late, r.mono_ns = gmli_now_ns();
+  r.no_adopt = late, r.mono_ns = gmli_now_ns(), r.mem_info = 1;
   env.seq = msg->seq;
   env.msg_case = GMLAKE__ENVELOPE__MSG_HELLO_REPLY;
   env.hello_reply = &r;

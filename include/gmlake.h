@@ -365,6 +365,24 @@ GML_API int gml_reset_accumulated(gml_client *c);
 GML_API int gml_set_limit(gml_client *c, size_t bytes);
 /* Free and total memory of the device, as the backend sees it. */
 GML_API int gml_device_memory(gml_client *c, uint64_t *free_bytes, uint64_t *total_bytes);
+/* Free and total memory as the lake sees it, for this client (what
+ * torch.cuda.mem_get_info answers under gmlake.enable()). *total_bytes: the
+ * most it may hold: the least of the device's memory, the lake's limit, the
+ * tightest daemon quota covering it (process, user or cgroup) and its own
+ * limit (gml_set_limit: PyTorch's memory fraction; embedded: GMLAKE_LIMIT).
+ * *free_bytes: what it could allocate now: its cache's free bytes, plus what
+ * the lake would lease it without waiting on a process that allocates (free
+ * chunks, chunks the limit still lets be made as far as the device has free
+ * memory, the idle cache of its user's idle clients), less the chunks other
+ * clients' leases still wait for, within quota and limits; at most
+ * *total_bytes. Embedded: the cache plus the device's free memory, within
+ * the limit. Daemon mode: an answer holds as a promise for up to 2 s: a
+ * client of another process asking meanwhile waits (up to that long) until
+ * this one has leased (or asks again, or closes), then is told what is left,
+ * so processes that size themselves at once do not both count the same
+ * memory. A daemon too old to answer: the device's free memory and the
+ * cache (as embedded). */
+GML_API int gml_mem_info(gml_client *c, size_t *free_bytes, size_t *total_bytes);
 
 /* The live allocation at ptr is also used on `stream` (besides the stream it
  * was allocated on). When it is freed, an event is recorded on each such
@@ -503,6 +521,21 @@ GML_API int gml_ipc_device(const gml_ipc_handle *h);
  * GML_EPERM: what answers for the exporter runs as another user (the exporter
  * gone, its socket's name taken by another process): nothing is mapped. */
 GML_API int gml_ipc_open(gml_client *c, const gml_ipc_handle *h, void **ptr, size_t *size);
+/* The same allocation as fds of this process's chunks, for a receiver that
+ * takes them itself with pidfd_getfd(2) from this pid: what PyTorch's
+ * expandable segments share (the PyTorch layer's handle carries them, so a
+ * process using PyTorch's own allocator opens a lake tensor). fds[0..) gets
+ * the chunks behind ptr in address order (at most max; *n: how many there
+ * are), *offset is ptr's offset in the first, *chunk_size their size (each
+ * chunk is one). The library keeps the fds open until the allocation is
+ * freed or the client closed (the same ones for every call on ptr): a
+ * receiver must fetch them while the sender keeps the allocation, as
+ * PyTorch's senders do. Under Yama's ptrace_scope 1 the first call lets this
+ * user's processes take them (prctl PR_SET_PTRACER_ANY; said at info level);
+ * with scope 2 or 3, another user, or another PID namespace, pidfd_getfd is
+ * refused and the receiver must use gml_ipc_open. */
+GML_API int gml_ipc_export_fds(gml_client *c, void *ptr, int *fds, size_t max, size_t *n, size_t *offset,
+                               size_t *chunk_size);
 /* Unmap what gml_ipc_open mapped at ptr. */
 GML_API int gml_ipc_close(gml_client *c, void *ptr);
 

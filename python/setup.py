@@ -108,9 +108,10 @@ else:
         packages=["gmlake"],
         ext_modules=[CUDAExtension(
             "gmlake._C", ["gmlake/_C.cpp"],
+            depends=["gmlake/_torch_ipc.h"],
             include_dirs=[inc],
             library_dirs=[lib],
-            libraries=["gmlake-client"],
+            libraries=["gmlake-client", "dl"],  # dl: _torch_ipc.h loads the driver's VMM calls
             extra_link_args=["-Wl,-rpath," + lib],
             extra_compile_args={"cxx": ["-O2"] + os.environ.get("GMLAKE_EXT_DEFINES", "").split()},
         )],

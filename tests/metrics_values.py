@@ -354,7 +354,7 @@ def latency_quantiles(fam, st, cl):
 
 def lat_bounds_us():
     text = open(os.path.join(REPO, "common", "wire.h")).read()
-    m = re.search(r"#define GML_LEASE_LAT_BOUNDS_US \{([0-9, ]+)\}", text)
+    m = re.search(r"#define GML_LEASE_LAT_BOUNDS_US[\s\\]*\{([0-9, ]+)\}", text)  # clang-format may break the line
     if not m:
         fail("could not read GML_LEASE_LAT_BOUNDS_US from common/wire.h")
     return [int(x) for x in m.group(1).split(",")]

@@ -360,6 +360,21 @@ GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonex
 fi
 section "the documentation: links, quoted paths, make targets and gmlakectl commands exist; README short (tests/docs_check.py)"
 python3 tests/docs_check.py "$BUILD"
+section "PyTorch's allocator settings (PYTORCH_ALLOC_CONF) and mem_info as the lake sees it (host backend, embedded, no torch)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only; test_api's test_mem_info_embedded and test_elastic's test_mem_info_* run in both)"; else
+GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python timeout 300 python3 tests/python_torchconf.py
+fi
+section "a lake tensor's IPC handle in PyTorch's expandable-segment format (python/gmlake/_torch_ipc.h; host backend, no torch)"
+cuinc=${CUDA_HOME:-/usr/local/cuda}/include
+if [ ! -f "$cuinc/cuda.h" ] || ! command -v g++ >/dev/null; then
+  not_run "ipc_format" "the header includes cuda.h, and no CUDA toolkit's headers (CUDA_HOME) or no g++ are here"
+else
+  san=; [ "${SAN:-0}" = 1 ] && san="-fsanitize=address,undefined"
+  # shellcheck disable=SC2086
+  g++ -std=c++17 -Wall -Wextra -Werror $san -I"$cuinc" -Iinclude tests/ipc_format.cpp -o "$BUILD/ipc_format" \
+    -L"$BUILD" -lgmlake-client -Wl,-rpath,"$PWD/$BUILD" -ldl
+  GMLAKE_LOG=error "$BUILD/ipc_format"
+fi
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"
 section "every C and C++ file follows .clang-format (clang-format 14; \`make format\` applies it)"

@@ -609,6 +609,36 @@ START_TEST(test_set_option) {
 }
 END_TEST
 
+/* gml_mem_info embedded: total is the limit (not the host's memory), free what
+ * is left of it with the cache counted; a lower limit (PyTorch's memory
+ * fraction) lowers both; the daemon's answer: test_elastic's test_mem_info_*. */
+START_TEST(test_mem_info_embedded) {
+  unset_all();
+  gml_client *c;
+  gml_open_opts host = {.backend = "host", .mode = GML_MODE_EMBEDDED, .limit_bytes = 16 << 20};
+  ck_assert_int_eq(gml_open(&host, &c), 0);
+  size_t fr = 0, to = 0;
+  ck_assert_int_eq(gml_mem_info(c, &fr, &to), 0);
+  ck_assert_uint_eq(to, 16 << 20);
+  ck_assert_uint_eq(fr, 16 << 20);
+  void *p, *q;
+  ck_assert_int_eq(gml_alloc(c, 3 << 20, 0, &p), 0);
+  ck_assert_int_eq(gml_mem_info(c, &fr, &to), 0);
+  ck_assert_uint_eq(fr, 13 << 20);              /* what it holds beyond 3 MiB is its cache: free too */
+  ck_assert_int_eq(gml_alloc(c, fr, 0, &q), 0); /* all it said is free is there */
+  ck_assert_int_eq(gml_mem_info(c, &fr, &to), 0);
+  ck_assert_uint_eq(fr, 0);
+  ck_assert_int_eq(gml_free(c, q), 0);
+  ck_assert_int_eq(gml_set_limit(c, 8 << 20), 0);
+  ck_assert_int_eq(gml_mem_info(c, &fr, &to), 0);
+  ck_assert_uint_eq(to, 8 << 20);
+  ck_assert_uint_le(fr, 8 << 20);
+  ck_assert_int_eq(gml_mem_info(c, NULL, &to), GML_EINVAL);
+  ck_assert_ptr_nonnull(strstr(gml_last_error(c), "gml_mem_info: free_bytes"));
+  ck_assert_int_eq(gml_mem_info(NULL, &fr, &to), GML_EINVAL);
+  gml_close(c);
+}
+END_TEST
 Suite *api_suite(void) {
   Suite *s = suite_create("api");
   TCase *tc = tcase_create("api");
@@ -627,6 +657,7 @@ Suite *api_suite(void) {
   tcase_add_test(tc, test_device_names);
   tcase_add_test(tc, test_torch_default_backend);
   tcase_add_test(tc, test_set_option);
+  tcase_add_test(tc, test_mem_info_embedded);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,6 +1,7 @@
 /* The daemon's lease policy (daemon/broker.c) on a real lake of host chunks:
  * serve, wait, reclaim from whom, refuse, quota, optional leases, refill. */
 #include "broker.h"
+#include "meminfo.h"
 #include "gmlake.h"
 #include "lake_fixture.h"
 #include <check.h>
@@ -1215,6 +1216,63 @@ START_TEST(test_quota_long_cgroup_path) {
 }
 END_TEST
 
+/* What a client could get now (gmli_broker_mem_info): the limit's room, bounded by the device's free
+ * memory; a promise for a moment that makes another asker wait, settled by the told client's lease
+ * or its expiry; others' pending leases taken off; an idle client of the asker's uid counts, of
+ * another uid not; a quota said apart. */
+START_TEST(test_mem_info_answers) {
+  broker_client a, b, o;
+  client(&a, 1, 100, 0);
+  client(&b, 2, 200, 0);
+  gmli_mem_answer m;
+  uint64_t big = 1ull << 40;
+  gmli_broker_mem_info(&br, &a, 10 * MS, big, &m);
+  ck_assert_uint_eq(m.limit_bytes, 10 * cs);
+  ck_assert_uint_eq(m.free_bytes, 10 * cs); /* nothing made yet: all of it may be */
+  ck_assert_uint_eq(m.wait_ms, 0);
+  ck_assert_uint_eq(m.quota_bytes, 0);
+  gmli_broker_mem_info(&br, &b, 11 * MS, big, &m); /* a was told it a moment ago */
+  ck_assert_uint_gt(m.wait_ms, 0);
+  ck_assert_uint_le(m.wait_ms, MEMINFO_PROMISE_MS);
+  ck_assert_uint_eq(b.promise_ns, 0);                                            /* b promised nothing */
+  gmli_broker_mem_info(&br, &b, 10 * MS + MEMINFO_PROMISE_MS * MS + 1, big, &m); /* a's promise ran out */
+  ck_assert_uint_eq(m.wait_ms, 0);
+  /* a asks again, then leases 6: b waits no more, and is told what is left */
+  gmli_broker_mem_info(&br, &a, 5000 * MS, big, &m);
+  gmli_broker_mem_info(&br, &b, 5001 * MS, big, &m);
+  ck_assert_uint_gt(m.wait_ms, 0);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 6, 0, 5002 * MS, &d); /* nothing made yet: it waits for chunks */
+  ck_assert_int_eq(d.verdict, BROKER_WAIT);
+  gmli_broker_mem_info(&br, &b, 5003 * MS, big, &m);
+  ck_assert_uint_eq(m.wait_ms, 0);
+  ck_assert_uint_eq(m.free_bytes, 4 * cs); /* a's pending 6 taken off */
+  add_chunks(6);
+  ck_assert_int_eq(broker_serve_free(&br, &a, &d), 1);
+  ck_assert_uint_eq(d.n, 6);
+  gmli_broker_mem_info(&br, &b, 5004 * MS, big, &m);
+  ck_assert_uint_eq(m.free_bytes, 4 * cs);
+  gmli_broker_mem_info(&br, &b, 5005 * MS, 3 * cs, &m); /* the device has room for 3 new chunks only */
+  ck_assert_uint_eq(m.free_bytes, 3 * cs);
+  /* a goes idle with 5 whole chunks cached: b's uid gets them; another uid's client does not */
+  a.cached = a.idle = 5 * cs, a.allocated = cs, a.active_ns = 5002 * MS;
+  gmli_broker_mem_info(&br, &b, 9000 * MS, big, &m);
+  ck_assert_uint_eq(m.free_bytes, 9 * cs);
+  client(&o, 3, 300, 0);
+  o.uid = 2000;
+  gmli_broker_mem_info(&br, &o, 9001 * MS, big, &m);
+  ck_assert_uint_eq(m.wait_ms, MEMINFO_PROMISE_MS - 1); /* b's answer a moment ago holds */
+  gmli_broker_mem_info(&br, &o, 9000 * MS + MEMINFO_PROMISE_MS * MS, big, &m);
+  ck_assert_uint_eq(m.wait_ms, 0);
+  ck_assert_uint_eq(m.free_bytes, 4 * cs);
+  /* a quota of b's process: said apart, with its room */
+  ck_assert_int_eq(lake_set_quota(&lk, LAKE_QUOTA_PID, 200, 2 * cs), 0);
+  gmli_broker_mem_info(&br, &b, 20000 * MS, big, &m);
+  ck_assert_uint_eq(m.quota_bytes, 2 * cs);
+  ck_assert_uint_eq(m.quota_room_bytes, 2 * cs);
+}
+END_TEST
+
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
@@ -1256,6 +1314,7 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_allocating_client_is_not_idle);
   tcase_add_test(tc, test_idle_client_answers_short);
   tcase_add_test(tc, test_idle_client_stalls);
+  tcase_add_test(tc, test_mem_info_answers);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1257,6 +1257,86 @@ START_TEST(test_reconnect_checks_the_socket) {
 }
 END_TEST
 
+/* Free memory as the lake sees it (gml_mem_info): two processes that start at
+ * once and each allocate 90% of what it says is free both succeed, and
+ * together stay within the lake's limit (the daemon holds an answer as a
+ * promise until its client leased, and the other waits for it). */
+START_TEST(test_mem_info_two_at_once) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start(), b = client_start();
+  client_ready(&a);
+  client_ready(&b);
+  unsigned long long fr = 0, to = 0;
+  const char *r = client_cmd(&a, "meminfo");
+  ck_assert_msg(sscanf(r, "meminfo %llu %llu", &fr, &to) == 2, "A said '%s'", r);
+  ck_assert_uint_eq(to, 64ull << 20); /* the lake's limit, not the host's memory */
+  ck_assert_uint_eq(fr, 64ull << 20);
+  /* both asked at once: each line is written before either reply is read */
+  fprintf(a.in, "takefree 90\n"), fflush(a.in);
+  fprintf(b.in, "takefree 90\n"), fflush(b.in);
+  unsigned long long got[2] = {0, 0}, seen[2] = {0, 0};
+  proc *p[2] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    r = client_first_line(p[i]);
+    ck_assert_msg(sscanf(r, "ok 0 %llu %llu", &got[i], &seen[i]) == 2, "client %c said '%s'", 'A' + i, r);
+  }
+  printf("  mem_info at once: A was told %llu MiB free and took %llu; B %llu and %llu (lake 64 MiB)\n", seen[0] >> 20,
+         got[0] >> 20, seen[1] >> 20, got[1] >> 20);
+  /* the one that asked second was told what the first left: the same chunks were not counted twice */
+  unsigned long long cs = 2 << 20, held0 = (got[0] + cs - 1) / cs * cs, held1 = (got[1] + cs - 1) / cs * cs;
+  ck_assert_msg(seen[1] + held0 <= 64ull << 20 || seen[0] + held1 <= 64ull << 20, "both were told the same memory");
+  ck_assert_uint_le(held0 + held1, 64ull << 20);
+  ck_assert_uint_le(stat_num("chunks_leased") * (2 << 20), 64ll << 20);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
+/* The promise, in a set order: A is told, B asks before A allocates; B's
+ * answer comes once A leased, and leaves A's allocation out. Without the
+ * promise B hears the whole lake free (and the two over-commit). A quota
+ * lowers total and free; an idle client's cache of the same user counts as
+ * free (the lake would ask it back). */
+START_TEST(test_mem_info_promise_and_quota) {
+  start_daemon("--limit 64MiB --prefetch 0 --log-level debug");
+  proc a = client_start_env("GMLAKE_HEADROOM=0"), b = client_start_env("GMLAKE_HEADROOM=0"); /* leases of need only */
+  client_ready(&a);
+  int pb = client_ready(&b);
+  unsigned long long fr = 0, to = 0, fb = 0, tb = 0;
+  ck_assert_int_eq(sscanf(client_cmd(&a, "meminfo"), "meminfo %llu %llu", &fr, &to), 2);
+  fprintf(b.in, "meminfo\n"), fflush(b.in); /* B asks now: held until A leases */
+  ck_assert_msg(log_wait("another client's promise holds", 20000), "B's question was not held for A's promise");
+  ck_assert_str_eq(client_cmd(&a, "alloc %llu", 40ull << 20), "ok 0");
+  const char *r = client_first_line(&b);
+  ck_assert_msg(sscanf(r, "meminfo %llu %llu", &fb, &tb) == 2, "B said '%s'", r);
+  ck_assert_msg(fb == 24ull << 20, "B was told %llu bytes free after A took 40 MiB of 64", fb);
+  /* A frees and goes idle: its cache is B's to get (the lake asks it back) */
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_str_eq(client_cmd(&a, "flush"), "ok");
+  ck_assert_int_eq(stat_wait("cached", 40 << 20, 4000), 40 << 20);
+  long long waited = 0;
+  for (; waited < 20000; waited += 50) { /* A counts as idle once it allocated nothing for a second */
+    ck_assert_int_eq(sscanf(client_cmd(&b, "meminfo"), "meminfo %llu %llu", &fb, &tb), 2);
+    if (fb == 64ull << 20) break;
+    msleep(50);
+  }
+  ck_assert_msg(fb == 64ull << 20, "B was told %llu free with A idle on 40 MiB of cache", fb);
+  char out[4096], args[64];
+  snprintf(args, sizeof args, "quota %d 16MiB", pb);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_int_eq(sscanf(client_cmd(&b, "meminfo"), "meminfo %llu %llu", &fb, &tb), 2);
+  ck_assert_uint_eq(tb, 16ull << 20);
+  ck_assert_uint_eq(fb, 16ull << 20);
+  ck_assert_str_eq(client_cmd(&b, "alloc %d", 6 << 20), "ok 0");
+  ck_assert_int_eq(sscanf(client_cmd(&b, "meminfo"), "meminfo %llu %llu", &fb, &tb), 2);
+  ck_assert_uint_eq(fb, 10ull << 20);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(client_finish(&b), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("elastic");
   TCase *tc = tcase_create("lake");
@@ -1286,6 +1366,8 @@ int main(void) {
   tcase_add_test(tc, test_over_limit_after_restart_said);
   tcase_add_test(tc, test_over_limit_reason_kept_by_reload);
   tcase_add_test(tc, test_idle_lake_gives_back);
+  tcase_add_test(tc, test_mem_info_two_at_once);
+  tcase_add_test(tc, test_mem_info_promise_and_quota);
   suite_add_tcase(s, tc);
   TCase *rc = tcase_create("reconnect"); /* CK_RUN_CASE=reconnect runs it alone */
   tcase_set_timeout(rc, 120);

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -368,6 +369,80 @@ START_TEST(test_ipc_between_processes) {
   int st;
   ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "receiver failed with %d", WEXITSTATUS(st));
+  free(pat);
+}
+END_TEST
+
+/* gml_ipc_export_fds: the chunks behind an allocation as fds of this process,
+ * which another process takes itself with pidfd_getfd (PyTorch's
+ * expandable-segment handles carry them): mapped there in order, the bytes at
+ * offset are the allocation's; the same fds for a second call; the free closes
+ * them (a fetch after it fails). The receiver is a child: under Yama's
+ * ptrace_scope 1 only the export's prctl lets it take its parent's fds. */
+START_TEST(test_ipc_export_fds_pidfd) {
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+  int probe = (int)syscall(SYS_pidfd_open, getpid(), 0);
+  if (probe < 0) {
+    test_skip("test_ipc_export_fds_pidfd", "no pidfd_open in this kernel");
+    return;
+  }
+  close(probe);
+  size_t n = 5 * MiB + 4096;
+  uint32_t *pat = malloc(n);
+  for (size_t i = 0; i < n / 4; i++) pat[i] = (uint32_t)(i * 2654435761u);
+  void *pad = xalloc(3 * MiB, 0), *p = xalloc(n, 0); /* p need not start a chunk */
+  ck_assert_int_eq(gml_write(C, p, pat, n), 0);
+  int fds[8], fds2[8];
+  size_t nf = 0, off = 0, cs = 0, nf2 = 0, off2 = 0;
+  ck_assert_int_eq(gml_ipc_export_fds(C, p, fds, 8, &nf, &off, &cs), 0);
+  ck_assert_uint_eq(cs, 2 * MiB);
+  ck_assert_uint_eq(nf, (off + n + cs - 1) / cs);
+  ck_assert_int_eq(gml_ipc_export_fds(C, p, fds2, 8, &nf2, &off2, &cs), 0);
+  ck_assert_uint_eq(nf2, nf);
+  ck_assert_int_eq(memcmp(fds, fds2, nf * sizeof *fds), 0);
+  ck_assert_int_eq(gml_ipc_export_fds(C, (char *)p + 512, fds, 8, &nf2, &off2, &cs), GML_EBADPTR);
+  int to_child[2], to_parent[2];
+  ck_assert_int_eq(pipe(to_child), 0);
+  ck_assert_int_eq(pipe(to_parent), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char b;
+    int pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+    if (pidfd < 0) _exit(10);
+    char *va = mmap(NULL, nf * cs, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (va == MAP_FAILED) _exit(11);
+    for (size_t i = 0; i < nf; i++) {
+      int fd = (int)syscall(SYS_pidfd_getfd, pidfd, fds[i], 0);
+      if (fd < 0) _exit(12);
+      if (mmap(va + i * cs, cs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) _exit(13);
+      close(fd);
+    }
+    if (memcmp(va + off, pat, n)) _exit(14);
+    uint32_t mark = 0xabcdef01;
+    memcpy(va + off, &mark, 4);
+    if (write(to_parent[1], "w", 1) != 1 || read(to_child[0], &b, 1) != 1) _exit(15);
+    /* freed there: the fds are closed, a new fetch fails (its own mapping still holds the memory) */
+    int again = (int)syscall(SYS_pidfd_getfd, pidfd, fds[0], 0);
+    if (again >= 0) _exit(16); /* nothing opened a file there since the free closed it */
+    _exit(0);
+  }
+  char b;
+  ck_assert_int_eq(read(to_parent[0], &b, 1), 1);
+  uint32_t first = 0;
+  ck_assert_int_eq(gml_read(C, &first, p, 4), 0);
+  ck_assert_uint_eq(first, 0xabcdef01); /* the receiver's write, through the fds it took */
+  gml_free(C, p);
+  ck_assert_int_eq(write(to_child[1], "g", 1), 1);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "receiver failed with %d (12: pidfd_getfd refused)",
+                WEXITSTATUS(st));
+  gml_free(C, pad);
   free(pat);
 }
 END_TEST
@@ -766,6 +841,7 @@ Suite *layer_suite(void) {
   tcase_add_test(tc, test_trace_ring);
   tcase_add_test(tc, test_device_clients);
   tcase_add_test(tc, test_ipc_between_processes);
+  tcase_add_test(tc, test_ipc_export_fds_pidfd);
   tcase_add_test(tc, test_ipc_refuses_other_uid);
   tcase_add_test(tc, test_ipc_guard_mode_pointer);
   tcase_add_test(tc, test_ipc_reply_out_of_range);

@@ -175,6 +175,17 @@ int main(int argc, char **argv) {
       gml_stats_get(c, &st);
       printf("stats %llu %llu %llu %d\n", (unsigned long long)st.allocated, (unsigned long long)st.reserved,
              (unsigned long long)st.cached, st.mode);
+    } else if (!strcmp(cmd, "meminfo") || !strcmp(cmd, "takefree")) {
+      /* meminfo: "meminfo FREE TOTAL"; takefree PCT: allocate PCT% of what gml_mem_info says is free */
+      size_t fr = 0, to = 0;
+      rc = gml_mem_info(c, &fr, &to);
+      int i = 0;
+      while (i < MAXB && blk[i]) i++;
+      size_t want = (size_t)((double)fr * (double)a / 100.0);
+      if (!rc && !strcmp(cmd, "takefree")) rc = i < MAXB ? gml_alloc(c, want, 0, &blk[i]) : GML_ENOMEM;
+      if (rc) printf("err %d %s\n", rc, gml_last_error(c));
+      else if (!strcmp(cmd, "meminfo")) printf("meminfo %zu %zu\n", fr, to);
+      else sz[i] = want, printf("ok %d %zu %zu\n", i, want, fr);
     } else if (!strcmp(cmd, "trim")) {
       size_t r = 0;
       gml_trim(c, &r);

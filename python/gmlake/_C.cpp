@@ -51,6 +51,10 @@ static std::string gml_ptr(const void *p) {
   return b;
 }
 
+#ifndef GMLAKE_NO_IPC
+#include "_torch_ipc.h"
+#endif
+
 namespace {
 
 using namespace c10::cuda::CUDACachingAllocator;
@@ -480,32 +484,70 @@ public:
 
   // ---------- IPC (torch.multiprocessing) ----------
 #ifndef GMLAKE_NO_IPC
+  // A lake tensor goes out in PyTorch's expandable-segment format (_torch_ipc.h), so a process on
+  // PyTorch's own allocator opens it too; the offset is the allocation's in its first chunk.
   ShareableHandle shareIpcHandle(void *ptr) override {
     gml_client *c = client_of(ptr);
-    gml_ipc_handle h;
-    int rc = c ? gml_ipc_export(c, ptr, &h) : GML_EBADPTR;
-    TORCH_CHECK(rc == 0, "gmlake: cannot share ", gml_ptr(ptr), " with another process: ", gml_strerror(rc));
-    return ShareableHandle{0, std::string(reinterpret_cast<const char *>(h.bytes), GML_IPC_HANDLE_SIZE)};
+    TORCH_CHECK(c, "gmlake: cannot share ", gml_ptr(ptr), " with another process: no lake client holds it");
+    size_t off = 0;
+    std::string s = gmlake_ipc::lake_handle(c, ptr, &off);
+    return ShareableHandle{static_cast<ptrdiff_t>(off), s};
   }
+  // Any sender's handle: a lake's (through its socket, else its chunks' fds), PyTorch's expandable
+  // segments' (the fds, pidfd_getfd), PyTorch's default allocator's (cudaIpcOpenMemHandle), or an
+  // older GMLake's 64-byte handle.
   std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
-    TORCH_CHECK(handle.size() == GML_IPC_HANDLE_SIZE,
-                "gmlake: not a lake IPC handle (the sending process must run gmlake.enable() too)");
     std::lock_guard<std::mutex> g(ipc_mu_);
     auto it = ipc_open_.find(handle);
     if (it != ipc_open_.end())
       if (auto sp = it->second.lock()) return sp;
+    std::shared_ptr<void> sp;
     gml_ipc_handle h;
-    memcpy(h.bytes, handle.data(), GML_IPC_HANDLE_SIZE);
+    if (handle.size() == GML_IPC_HANDLE_SIZE) {
+      memcpy(h.bytes, handle.data(), GML_IPC_HANDLE_SIZE);
+      TORCH_CHECK(gml_ipc_device(&h) >= 0, "gmlake: an IPC handle this process cannot read (",
+                  gml_num((long long)handle.size()), " bytes, neither PyTorch's format nor the lake's)");
+      sp = open_lake(h, 0, nullptr);
+    } else if (handle.size() >= 2 && handle[1] == gmlake_ipc::kCudaMalloc) {
+      sp = gmlake_ipc::open_cuda_malloc(handle);
+    } else if (handle.size() >= 2 && handle[1] == gmlake_ipc::kExpandable) {
+      gmlake_ipc::Expandable e = gmlake_ipc::parse_expandable(handle);
+      std::string why;
+      if (e.lake) sp = open_lake(e.h, e.offset, &why);
+      if (!sp) { // PyTorch's own expandable segments, or a lake whose socket is out of reach
+        try {
+          sp = gmlake_ipc::open_fds(e.hd.pid, e.hd.segment_size, e.fds, c10::cuda::current_device());
+        } catch (const c10::Error &err) {
+          std::string msg = err.what_without_backtrace();
+          if (!why.empty()) msg += " (the lake's own way failed first: " + why + ")";
+          TORCH_CHECK(false, msg);
+        }
+      }
+    } else {
+      TORCH_CHECK(false, "gmlake: an IPC handle this process cannot read (", gml_num((long long)handle.size()),
+                  " bytes, type byte ", gml_num((long long)(handle.size() > 1 ? handle[1] : -1)),
+                  "): from a newer PyTorch or another allocator? Both processes need the same PyTorch version");
+    }
+    ipc_open_[handle] = sp;
+    return sp;
+  }
+  // The lake's own way in (gml_ipc_open, through the exporter's socket): the pointer off bytes before
+  // the allocation (where the sender's storage offset counts from). With why, a failure other than a
+  // refusal returns null and says why there (the caller tries the fds); a refusal (another user
+  // answering for the exporter) is never retried another way.
+  std::shared_ptr<void> open_lake(const gml_ipc_handle &h, uint64_t off, std::string *why) {
     int dev = gml_ipc_device(&h);
-    TORCH_CHECK(dev >= 0, "gmlake: not a lake IPC handle (the sending process must run gmlake.enable() too)");
+    TORCH_CHECK(dev >= 0, "gmlake: a lake IPC handle of an unknown version");
     gml_client *c = client(static_cast<c10::DeviceIndex>(dev));
     void *p = nullptr;
     size_t size = 0;
     int rc = gml_ipc_open(c, &h, &p, &size);
+    if (rc != 0 && why && rc != GML_EPERM) {
+      *why = gml_last_error(c);
+      return nullptr;
+    }
     TORCH_CHECK(rc == 0, "gmlake: cannot open memory shared by another process: ", gml_last_error(c));
-    std::shared_ptr<void> sp(p, [c](void *q) { gml_ipc_close(c, q); });
-    ipc_open_[handle] = sp;
-    return sp;
+    return std::shared_ptr<void>(static_cast<char *>(p) - off, [c, p](void *) { gml_ipc_close(c, p); });
   }
 #else // a fallback build (bench/gpu.sh) when the IPC code does not compile
   ShareableHandle shareIpcHandle(void *) override { TORCH_CHECK(false, "gmlake: built without IPC"); }

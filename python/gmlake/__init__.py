@@ -32,7 +32,8 @@ import ctypes
 import os
 
 __all__ = ["enable", "enabled", "open", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
-           "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged"]
+           "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged",
+           "mem_info"]
 
 
 class GMLakeError(RuntimeError):
@@ -168,6 +169,7 @@ def enable(socket=None, mode=None):
             "(call it before anything is allocated on the GPU, e.g. first thing in the script); "
             "torch said: %s" % e)
     _add_stats_keys(torch)
+    _add_mem_get_info(torch)
 
 
 def enabled():
@@ -202,6 +204,55 @@ def _add_stats_keys(torch):
     memory_stats.__doc__ = orig.__doc__
     mem.memory_stats = memory_stats
     torch.cuda.memory_stats = memory_stats
+
+
+def _add_mem_get_info(torch):
+    # torch.cuda.mem_get_info calls cudaMemGetInfo, not the allocator: the device's free memory, which
+    # counts every other process's loading as this one's and a lake's free chunks as used. Under
+    # enable() it answers as the lake sees it for this process (gmlake.mem_info). Callers that bound
+    # the original before enable() (from torch.cuda import mem_get_info), torch.cuda.cudart()
+    # .cudaMemGetInfo, NVML (nvidia-smi, torch.cuda.list_gpu_processes, memory_usage) and C++ code
+    # calling cudaMemGetInfo still see the device's numbers.
+    mem = torch.cuda.memory
+    if getattr(mem.mem_get_info, "_gmlake", False):
+        return
+    orig = mem.mem_get_info
+
+    def mem_get_info(device=None):
+        idx = torch.cuda._utils._get_device_index(device, optional=True)
+        try:
+            return mem_info(idx)
+        except GMLakeError as e:  # the daemon gone (its keeper reconnects): the device's numbers, said once
+            if not getattr(mem_get_info, "_said", False):
+                mem_get_info._said = True
+                import warnings
+                warnings.warn("gmlake: torch.cuda.mem_get_info answers with the device's numbers, not the lake's: %s"
+                              % e)
+            return orig(device)
+
+    mem_get_info._gmlake = True
+    mem_get_info._gmlake_orig = orig
+    mem_get_info.__doc__ = ("As the lake sees it for this process (gmlake.mem_info): (free, total). "
+                            "PyTorch's own, the device's: mem_get_info._gmlake_orig.\n\n" + (orig.__doc__ or ""))
+    mem.mem_get_info = mem_get_info
+    torch.cuda.mem_get_info = mem_get_info
+
+
+def mem_info(device=None):
+    """(free, total) bytes as the lake sees it for this process, what torch.cuda.mem_get_info answers
+    under enable() (gml_mem_info): total is the most it may hold (the least of the device, the lake's
+    limit, its quota, its own limit or memory fraction), free what it could allocate now (its cache's
+    free bytes, the lake's free chunks and what the limit still lets it make, idle clients of its
+    user's idle cache), within its quota and limits. Opens the device's client if none is open."""
+    from . import grow
+    device = _device(device)
+    lib = _load()
+    lib.gml_mem_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    lib.gml_mem_info.restype = ctypes.c_int
+    c = grow.client_for(device)
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    grow._check(lib.gml_mem_info(c, ctypes.byref(free), ctypes.byref(total)), "gmlake.mem_info(device=%d)" % device, c)
+    return free.value, total.value
 
 
 def open(device=0):

@@ -16,7 +16,15 @@ POINTS = [("1 stats", "test_stats"), ("2 snapshot", "test_snapshot"), ("3 record
           ("7 multiprocessing IPC", "test_multiprocessing_ipc"), ("8 memory fraction", "test_memory_fraction"),
           ("HF Trainer memory metrics", "test_hf_trainer"), ("6 compile reduce-overhead", "test_compile_reduce_overhead"),
           ("6 cudagraph trees checkpoint", "test_compile_checkpoint"),
-          ("8 two GPUs in one process", "test_two_devices"), ("8 DDP, one process per GPU", "test_ddp")]
+          ("8 two GPUs in one process", "test_two_devices"), ("8 DDP, one process per GPU", "test_ddp"),
+          ("32 IPC lake->torch spawn", "test_ipc_lake_to_torch_spawn"),
+          ("32 IPC lake->torch forkserver", "test_ipc_lake_to_torch_forkserver"),
+          ("32 IPC torch->lake spawn", "test_ipc_torch_to_lake_spawn"),
+          ("32 IPC torch->lake forkserver", "test_ipc_torch_to_lake_forkserver"),
+          ("32 IPC torch expandable->lake", "test_ipc_torch_expandable_to_lake"),
+          ("32 IPC receiver dies", "test_ipc_receiver_dies"),
+          ("32 IPC lake->lake forkserver", "test_ipc_lake_to_lake_forkserver"),
+          ("32 mem_get_info (2 at once)", "test_mem_get_info")]
 
 
 def main():

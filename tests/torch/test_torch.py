@@ -4,9 +4,11 @@ memory APIs behave as under its native allocator. Skipped without torch or a
 GPU. Run with pytest, or `python3 tests/torch/run.py` (a table per point)."""
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lake  # noqa: E402
@@ -442,3 +444,180 @@ def test_ddp(mode):
     ref = lake.run("torch", DDP, timeout=600)  # the same run on PyTorch's own allocator
     assert r["rc"] == [0, 0] and r["modes"] == [mode, mode], r
     assert r["losses"] == ref["losses"] and r["csum"] == ref["csum"], (r, ref)
+
+
+# issue 32: IPC with processes that never enabled GMLake, in both directions. The sender shares a
+# 16 MiB tensor; the receiver reads it, the sender drops its reference and allocates over the freed
+# memory (torch.multiprocessing keeps the block alive while a receiver holds it), the receiver reads
+# it again. sys.argv: start method, the receiver's mode ("torch": PyTorch's own allocator), and
+# "die": the first receiver exits at once without letting go, and a second one gets a new tensor.
+IPC_INTEROP = """
+    import torch.multiprocessing as mp
+    def child(q, out, die):
+        try:
+            t = q.get()
+            out.put(["first", float(t.sum().item()), gmlake.enabled()])
+            if die:
+                os._exit(9)
+            q.get()
+            out.put(["second", float(t.sum().item()), None])
+        except Exception as e:  # noqa: BLE001
+            out.put(["error", repr(e)[-3000:], gmlake.enabled()])
+    def share(ctx, die):
+        q, out = ctx.SimpleQueue(), ctx.Queue()
+        p = ctx.Process(target=child, args=(q, out, die)); p.start()
+        try:
+            t = torch.arange(1 << 22, dtype=torch.float32, device="cuda")
+            want = float(t.sum().item())
+            q.put(t)
+            first = out.get(timeout=180)
+            del t
+            junk = [torch.full((1 << 22,), 7.0, device="cuda") for _ in range(4)]  # reuse of what was freed
+            torch.cuda.synchronize()
+            second = None
+            if not die and first[0] != "error":
+                q.put("go")
+                second = out.get(timeout=180)
+            p.join(60)
+            return dict(want=want, first=first, second=second, rc=p.exitcode)
+        finally:
+            if p.is_alive():
+                p.kill()
+    if __name__ == "__main__":
+        ctx = mp.get_context(sys.argv[1])
+        os.environ["GMLAKE_TEST_MODE"] = sys.argv[2]   # what the children run
+        die = len(sys.argv) > 3 and sys.argv[3] == "die"
+        r = share(ctx, die)
+        if die:
+            r["after"] = share(ctx, False)   # the sender goes on sharing after a receiver died holding one
+        result(sender=gmlake.enabled(), **r)
+"""
+
+
+def _ptrace_scope():
+    try:
+        return int(open("/proc/sys/kernel/yama/ptrace_scope").read())
+    except (OSError, ValueError):
+        return -1
+
+
+def _ipc_check(r, what, rc=0):
+    """Both reads equal the sender's sum; an error the kernel's ptrace rules cause is a skip (PyTorch's own
+    receiver meets the same refusal), naming it."""
+    for got in (r["first"], r["second"]):
+        if got and got[0] == "error":
+            if "pidfd_getfd" in got[1] and "ptrace_scope" in got[1] and _ptrace_scope() >= 1:
+                lake.skip("%s: the kernel refused pidfd_getfd (ptrace_scope %d): %s" % (what, _ptrace_scope(), got[1][:300]))
+            raise AssertionError("%s: the receiver failed: %s" % (what, got[1]))
+    assert r["first"][1] == r["want"], (what, r)
+    if r["second"] is not None:
+        assert r["second"][1] == r["want"], (what, "the sender's reuse reached the receiver's tensor", r)
+    assert r["rc"] == rc, (what, r)
+
+
+def _ipc(mode, method, sender_lake, env=None, die=False):
+    """sender_lake: the parent runs on the lake (mode) and the child on PyTorch's own allocator; else the
+    reverse. The receiver's and sender's allocators are checked as they ran."""
+    e = dict(env or {})
+    if sender_lake:
+        r = lake.run(mode, IPC_INTEROP, args=(method, "torch") + (("die",) if die else ()), env=e)
+        assert r["sender"] and r["first"][2] is False, r
+    else:
+        if mode == "daemon":
+            e["GMLAKE_SOCKET"] = lake.shared_daemon().sock
+        r = lake.run("torch", IPC_INTEROP, args=(method, mode), env=e)
+        assert not r["sender"] and (r["first"][2] is True or r["first"][0] == "error"), r
+    what = "%s %s -> %s (%s)" % (method, "lake" if sender_lake else "PyTorch", "PyTorch" if sender_lake else "lake", mode)
+    _ipc_check(r, what, 9 if die else 0)
+    if die:
+        _ipc_check(r["after"], what + ", after a receiver died")
+    return r
+
+
+def test_ipc_lake_to_torch_spawn(mode):
+    _ipc(mode, "spawn", True)
+
+
+def test_ipc_lake_to_torch_forkserver(mode):
+    _ipc(mode, "forkserver", True)
+
+
+def test_ipc_torch_to_lake_spawn(mode):
+    _ipc(mode, "spawn", False)  # PyTorch's default allocator: a cudaIpcMemHandle
+
+
+def test_ipc_torch_to_lake_forkserver(mode):
+    _ipc(mode, "forkserver", False)
+
+
+def test_ipc_torch_expandable_to_lake(mode):
+    _ipc(mode, "spawn", False, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+
+
+def test_ipc_receiver_dies(mode):
+    _ipc(mode, "spawn", True, die=True)
+
+
+def test_ipc_lake_to_lake_forkserver(mode):
+    r = lake.run(mode, IPC_INTEROP, args=("forkserver", mode))
+    assert r["sender"] and r["first"][2] is True, r
+    _ipc_check(r, "forkserver lake -> lake (%s)" % mode)
+
+
+# issue 32: torch.cuda.mem_get_info as the lake sees it. Embedded: total is the device's, or the
+# memory fraction's share; 90% of free can be taken. Daemon: two processes start at once on a lake of
+# 4 GiB, each takes 90% of what mem_get_info says is free, both succeed, and while both hold it the
+# lake's leased chunks stay within its limit.
+MEMINFO = """
+    import time
+    free, total = torch.cuda.mem_get_info()
+    dev_total = torch.cuda.get_device_properties(0).total_memory
+    frac = float(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "-" else None
+    if frac:
+        torch.cuda.set_per_process_memory_fraction(frac)
+        free, total = torch.cuda.mem_get_info()
+    x = torch.empty(int(free * 0.9), dtype=torch.uint8, device="cuda")
+    x.fill_(1)
+    torch.cuda.synchronize()
+    d = sys.argv[2] if len(sys.argv) > 2 else None
+    if d:  # hold it until the test has looked at the lake
+        open(os.path.join(d, "held-%d" % os.getpid()), "w").close()
+        t0 = time.time()
+        while not os.path.exists(os.path.join(d, "done")) and time.time() - t0 < 300:
+            time.sleep(0.05)
+    result(free=free, total=total, dev_total=dev_total, took=x.numel(), orig=torch.cuda.mem_get_info._gmlake_orig()[1])
+"""
+
+
+def test_mem_get_info(mode):
+    if mode == "embedded":
+        r = lake.run(mode, MEMINFO)
+        assert r["total"] == r["orig"] and 0 < r["free"] <= r["total"], r  # the device's (cudaMemGetInfo's) total
+        r = lake.run(mode, MEMINFO, args=("0.25",))
+        assert abs(r["total"] - 0.25 * r["orig"]) <= 1 << 20 and r["free"] <= r["total"], r
+        return
+    import concurrent.futures
+    import tempfile
+    limit = 4 << 30
+    d = lake.Daemon("--limit", "4GiB", "--prefetch", "0")
+    hold = tempfile.mkdtemp(prefix="gmlake-meminfo-")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            futs = [ex.submit(lake.run, mode, MEMINFO, d, None, 300, ("-", hold)) for _ in range(2)]
+            t0 = time.time()
+            while len([f for f in os.listdir(hold) if f.startswith("held-")]) < 2 and time.time() - t0 < 300:
+                if any(f.done() for f in futs):
+                    break  # one failed: its exception below
+                time.sleep(0.05)
+            s = d.ctlstats()
+            open(os.path.join(hold, "done"), "w").close()
+            rs = [f.result() for f in futs]
+        leased = s["chunks_leased"] * s["chunk_size"]
+        print("  mem_get_info at once on a 4 GiB lake: told %s free, took %s; the lake leased %d MiB" % (
+            [r["free"] >> 20 for r in rs], [r["took"] >> 20 for r in rs], leased >> 20))
+        for r in rs:
+            assert r["total"] == limit and r["orig"] > limit, r  # the lake's limit; PyTorch's own: the device's
+        assert sum(r["took"] for r in rs) <= limit and leased <= limit, (rs, s)
+    finally:
+        d.stop()
+        shutil.rmtree(hold, ignore_errors=True)
