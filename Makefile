@@ -50,6 +50,7 @@ CLIENT_SRC += client/records.c client/release.c client/track.c client/streams.c 
 DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/meminfo.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
 CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
+CLIENT_SRC += client/copy.c client/staging.c client/paths.c  # the copy engine (gml_copy*); paths.c: multi-path policy
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -59,7 +60,7 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC) common/statsview.c)
 LIBS := -lprotobuf-c -ldl
 BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
-TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan
+TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan $(BUILD)/test_copy
 
 .PHONY: all borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
@@ -117,6 +118,10 @@ $(BUILD)/test_security: $(call obj,tests/test_security.c tests/harness.c) $(BUIL
 # The planner, server and keeper alone: plan.c has no allocator in it.
 $(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c client/plan_keep.c)
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS)
+
+# The copy engine over a backend whose copies run only when waited for (tests/test_copy.c).
+$(BUILD)/test_copy: $(call obj,tests/test_copy.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c tests/backends.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)

@@ -2,7 +2,7 @@
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
 #                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
-#                [overlap] [cpus]
+#                [overlap] [cpus] [copy]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see docs/benchmarks.md) into .gpu/root when the
@@ -48,6 +48,11 @@
 # elastic: bench/elastic.py: the idle hog (A caches 40 GiB and idles, B gets 40 GiB of a 60 GiB
 #         lake within a second; 3 runs, where B's time went) and a training paused/resumed between
 #         steps (same losses); PASS/FAIL. ELASTIC_ARGS: more arguments (e.g. --hog-only --hog-runs 5)
+# copy:   bench/copy_bench.py (issue 30): host<->GPU GB/s of a plain pinned cudaMemcpyAsync (baseline),
+#         torch's pageable copy, the copy engine from pinned and from pageable memory, 256 MiB-8 GiB,
+#         content checked; each GPU's link alone; nvidia-smi topo -m; pause/resume of 40 GiB in 256 MiB
+#         tensors (pageable, pinned); first, make cuda-header-check where a cuda.h is. PASS/FAIL lines
+#         (COPY_ARGS: more arguments, e.g. --no-pause)
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -141,7 +146,7 @@ need_ext() { # gmlake._C against the installed torch, once per call (every stage
     say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
   fi
 }
-case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*)
+case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*|*" copy "*)
   need_ext;; esac
 
 torch_table() { # workload ('' = all), then the environment it runs with
@@ -216,6 +221,17 @@ if has lake; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/lake_bench.py --backend cuda --torch \
     --unit 1536MiB --seconds 8 --build "$BUILD" 2>&1 | tee "$OUTDIR/lake_bench.txt" | grep -E '^lake bench' | tee -a "$SUMMARY"
 fi
+if has copy; then
+  # the driver entry points and layouts the engine added (cuMemcpyAsync, cuMemcpyBatchAsync_v2, CUmemcpyAttributes...)
+  if [ -f "${CUDA_INC:-/usr/local/cuda/include}/cuda.h" ]; then
+    if make BUILD="$BUILD" cuda-header-check CUDA_INC="${CUDA_INC:-/usr/local/cuda/include}" > "$OUTDIR/cuda_header_check.txt" 2>&1; then
+      say "copy: cuda-header-check: PASS"
+    else say "copy: cuda-header-check: FAIL"; tail -20 "$OUTDIR/cuda_header_check.txt" | tee -a "$SUMMARY"; fi
+  else say "copy: cuda-header-check: no cuda.h at ${CUDA_INC:-/usr/local/cuda/include} (not run)"; fi
+  PYTHONUNBUFFERED=1 GMLAKE_MODE=embedded GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/copy_bench.py ${COPY_ARGS:-} 2>&1 |
+    tee "$OUTDIR/copy.txt" | grep -E '^copy' | tee -a "$SUMMARY"
+fi
+
 if has elastic; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/elastic.py --build "$BUILD" ${ELASTIC_ARGS:-} 2>&1 |
     tee "$OUTDIR/elastic.txt" | grep -E '^elastic' | tee -a "$SUMMARY"

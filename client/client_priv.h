@@ -189,16 +189,19 @@ struct gml_client {
   int64_t clock_skew;     /* our CLOCK_MONOTONIC minus the daemon's, from its hello reply (a time namespace may
                               * set them apart; 0 and unused when the daemon does not say) */
   int clock_known;
-  double gc_threshold;       /* PyTorch's garbage_collection_threshold (torchconf.c), set before gc_on */
-  int gc_on;                 /* ... set: gml_free_ex collects (atomic) */
-  int daemon_mem_info;       /* HelloReply.mem_info: it answers MemInfoRequest (meminfo.c); atomic */
-  int lease_refused;         /* a streamed lease ended with this refusal: the next acquire returns it at once */
-  int daemon_gone;           /* set by link.c's reader (atomic) */
-  struct gml_link *link;     /* link.c: the reader and keeper threads (daemon mode) */
-  uint64_t reclaims_served;  /* reclaim requests the keeper served (the usage report says so) */
-  uint64_t uncounted_chunks; /* chunks we hold with GML_ID_UNCOUNTED (atomic; the usage report says so) */
-  struct gml_pause *pause;   /* pause.c: what is paused (NULL: nothing); under alloc.lock */
-  uint64_t reclaim_pending;  /* bytes the daemon asked back; served outside the allocator lock */
+  double gc_threshold;        /* PyTorch's garbage_collection_threshold (torchconf.c), set before gc_on */
+  int gc_on;                  /* ... set: gml_free_ex collects (atomic) */
+  int daemon_mem_info;        /* HelloReply.mem_info: it answers MemInfoRequest (meminfo.c); atomic */
+  int lease_refused;          /* a streamed lease ended with this refusal: the next acquire returns it at once */
+  int daemon_gone;            /* set by link.c's reader (atomic) */
+  struct gml_link *link;      /* link.c: the reader and keeper threads (daemon mode) */
+  uint64_t reclaims_served;   /* reclaim requests the keeper served (the usage report says so) */
+  uint64_t uncounted_chunks;  /* chunks we hold with GML_ID_UNCOUNTED (atomic; the usage report says so) */
+  struct gml_pause *pause;    /* pause.c: what is paused (NULL: nothing); under alloc.lock */
+  struct gmli_copier *copier; /* copy.c: the copy engine, made at the first copy (atomic) */
+  void *pause_kept;           /* pause.c: GMLAKE_PAUSE_HOST=pinned's page-locked memory, kept for the next pause */
+  size_t pause_kept_size;
+  uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
   uint64_t last_usage
       [GML_USAGE_KEYS]; /* the numbers of the last usage report (gmli_client_report_changed skips an unchanged one) */

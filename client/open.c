@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #endif
 #include "client_priv.h"
+#include "copy.h"
 #include "discover.h"
 #include "gmlake.h"
 #include "log.h"
@@ -174,8 +175,9 @@ fail:
 
 int gml_close(gml_client *c) {
   if (!c) return GML_EINVAL;
-  gmli_link_quiesce(c);  /* no reclaim runs in the allocator from here on */
-  gmli_pause_destroy(c); /* paused content is dropped */
+  gmli_link_quiesce(c);   /* no reclaim runs in the allocator from here on */
+  gmli_pause_destroy(c);  /* paused content is dropped */
+  gmli_copier_destroy(c); /* the copy engine's staging pool and threads */
   gmli_ipc_client_gone(c);
   gmli_track_destroy(c);         /* pending frees and pools' blocks go back first */
   gmli_grow_destroy_all(c);      /* ranges the caller left: their chunks go back first */

@@ -13,23 +13,33 @@
  * is freed becomes a free block at resume (gmli_alloc_free marks it); only a
  * second pause is refused until resume. Growable ranges are not paused.
  * Everything runs under the allocator's lock, after a device synchronize
- * (the streams' work on the content is done before it is copied). */
+ * (the streams' work on the content is done before it is copied).
+ *
+ * The content moves through the copy engine (copy.c), all blocks in one call
+ * each way, never block by block: to pageable memory (GMLAKE_PAUSE_HOST=pageable,
+ * the default: nothing to page-lock, the engine's staging pool and threads
+ * carry it) or to page-locked memory that is kept after resume for the next
+ * pause (=pinned: page-locking 40 GiB costs seconds, once). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "alloc_internal.h"
 #include "client_priv.h"
+#include "copy.h"
 #include "log.h"
+#include "options.h"
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PAUSE_BOUNCE (64u << 20) /* copy buffer between the device and a file */
+#define PAUSE_BOUNCE (64u << 20)                           /* copy buffer between the device and a file */
+enum { HOST_BACKEND = 1, HOST_MAPPED = 2, HOST_KEPT = 3 }; /* host_alloc, mmap, host_alloc kept for the next pause */
 
 typedef struct paused_block {
   gml_block *b; /* NULL once resumed */
@@ -44,6 +54,7 @@ struct gml_pause {
   size_t n;
   void *host; /* saved content (host memory), or the bounce buffer (file) */
   size_t host_size;
+  int host_kind;  /* HOST_*: how host was taken, so how it goes */
   int fd;         /* GML_PAUSE_FILE: the file, -1 otherwise */
   int dirfd;      /* its directory, as it was at pause: removed there, whatever the cwd is then */
   char path[256]; /* as given (messages); base: its last component */
@@ -58,7 +69,10 @@ static int fail(gml_client *c, int rc, const char *fmt, const char *arg) {
 }
 
 static void pause_free(gml_client *c, struct gml_pause *p) {
-  if (p->host) c->be->ops->host_free(c->be, p->host);
+  if (p->host && p->host_kind == HOST_MAPPED) munmap(p->host, p->host_size);
+  else if (p->host && p->host_kind == HOST_KEPT && !c->pause_kept)
+    c->pause_kept = p->host, c->pause_kept_size = p->host_size;
+  else if (p->host) c->be->ops->host_free(c->be, p->host);
   if (p->fd >= 0) {
     /* the file made at pause, if it is still there under its name (not a relative path resolved
      * against a later cwd: that removed another file of the same name and left this one) */
@@ -73,28 +87,54 @@ static void pause_free(gml_client *c, struct gml_pause *p) {
   free(p);
 }
 
-/* Copy one block between the device and its saved place (to_host: save). */
-static int copy_block(gml_client *c, struct gml_pause *p, paused_block *pb, int to_host) {
-  gml_backend *be = c->be;
-  if (p->fd < 0) {
-    char *h = (char *)p->host + pb->off;
-    return to_host ? be->ops->read(be, pb->addr, h, pb->size) : be->ops->write(be, pb->addr, h, pb->size);
-  }
+/* Copy one block between the device and the file, through the bounce buffer (to_host: save). */
+static int copy_block_file(gml_client *c, struct gml_pause *p, paused_block *pb, int to_host) {
   for (size_t done = 0; done < pb->size;) {
     size_t n = GML_MIN(pb->size - done, p->host_size);
     off_t at = (off_t)(pb->off + done);
     int rc = 0;
     if (to_host) {
-      rc = be->ops->read(be, pb->addr + done, p->host, n);
+      rc = gml_copy(c, p->host, (void *)(pb->addr + done), n, GML_COPY_D2H);
       if (!rc && pwrite(p->fd, p->host, n, at) != (ssize_t)n) rc = GML_ESYS;
     } else {
       if (pread(p->fd, p->host, n, at) != (ssize_t)n) rc = GML_ESYS;
-      if (!rc) rc = be->ops->write(be, pb->addr + done, p->host, n);
+      if (!rc) rc = gml_copy(c, (void *)(pb->addr + done), p->host, n, GML_COPY_H2D);
     }
     if (rc) return rc;
     done += n;
   }
   return 0;
+}
+
+/* The content of blocks v[from, to) (those with want set: not freed while paused) between the device and
+ * its saved place, in one call to the copy engine (to_host: save). */
+static int copy_blocks(gml_client *c, struct gml_pause *p, size_t from, size_t to, const char *want, int to_host) {
+  if (p->fd >= 0) {
+    for (size_t i = from; i < to; i++) {
+      int rc = want && !want[i] ? 0 : copy_block_file(c, p, &p->v[i], to_host);
+      if (rc) return rc;
+    }
+    return 0;
+  }
+  gml_copy_desc *d = calloc(to - from + 1, sizeof *d);
+  if (!d) return GML_ENOMEM;
+  size_t n = 0;
+  uint64_t bytes = 0, t0 = gmli_now_ns();
+  for (size_t i = from; i < to; i++) {
+    if (want && !want[i]) continue;
+    paused_block *pb = &p->v[i];
+    char *h = (char *)p->host + pb->off;
+    d[n++] = to_host ? (gml_copy_desc){h, (void *)pb->addr, pb->size, GML_COPY_D2H}
+                     : (gml_copy_desc){(void *)pb->addr, h, pb->size, GML_COPY_H2D};
+    bytes += pb->size;
+  }
+  int rc = n ? gmli_copy_many(c, d, n, 0, 1, to_host ? "pause" : "resume") : 0;
+  free(d);
+  double s = (gmli_now_ns() - t0) / 1e9;
+  if (!rc && n)
+    GML_INFO("%s: %zu block(s), %.2f GB copied in %.3f s (%.1f GB/s, %s host memory)", to_host ? "pause" : "resume", n,
+             bytes / 1e9, s, s > 0 ? bytes / 1e9 / s : 0.0, p->host_kind == HOST_MAPPED ? "pageable" : "page-locked");
+  return rc;
 }
 
 /* The live blocks to pause (tag 0: all), their sizes summed. a->lock held. */
@@ -135,7 +175,31 @@ static int save_storage(gml_client *c, struct gml_pause *p, size_t total, const 
     p->host_size = GML_MIN(total, (size_t)PAUSE_BOUNCE);
   } else {
     p->host_size = total;
+    const char *how = gmli_env(GML_ENV_PAUSE_HOST);
+    if (how && strcmp(how, "pinned") && strcmp(how, "pageable"))
+      GML_WARN("GMLAKE_PAUSE_HOST=%s ignored: pageable or pinned was expected; pageable", how);
+    if (how && !strcmp(how, "pinned")) {
+      p->host_kind = HOST_KEPT;
+      if (c->pause_kept && c->pause_kept_size >= total) { /* the last pause's, page-locked already */
+        p->host = c->pause_kept, p->host_size = c->pause_kept_size;
+        c->pause_kept = NULL;
+        return 0;
+      }
+      if (c->pause_kept) c->be->ops->host_free(c->be, c->pause_kept), c->pause_kept = NULL;
+    } else {
+      /* pageable: the engine stages it; huge pages, where the kernel has them, make its first touch cheap */
+      void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m != MAP_FAILED) {
+        madvise(m, total, MADV_HUGEPAGE);
+        p->host = m, p->host_kind = HOST_MAPPED;
+        return 0;
+      }
+      char what[32];
+      return fail(c, GML_ENOMEM, "pause: no host memory for %s of content",
+                  gmli_format_bytes(total, what, sizeof what));
+    }
   }
+  if (!p->host_kind) p->host_kind = HOST_BACKEND;
   int rc = c->be->ops->host_alloc(c->be, p->host_size, &p->host);
   if (rc) {
     p->host = NULL;
@@ -188,7 +252,7 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   int rc = a->be->ops->synchronize(a->be); /* the streams are done with the content */
   if (!rc) rc = collect(a, p, &total);
   if (!rc) rc = save_storage(c, p, total, path);
-  for (size_t i = 0; !rc && p->host && i < p->n; i++) rc = copy_block(c, p, &p->v[i], 1);
+  if (!rc && p->host) rc = copy_blocks(c, p, 0, p->n, NULL, 1);
   if (rc) {
     pthread_mutex_unlock(&a->lock);
     pause_free(c, p);
@@ -239,7 +303,13 @@ int gml_resume(gml_client *c) {
     pthread_mutex_unlock(&a->lock);
     return gmli_fail(c, GML_EINVAL, "gml_resume: not paused (gml_pause first)");
   }
+  char *mapped = p->saved ? calloc(p->n ? p->n : 1, 1) : NULL; /* blocks mapped here: their content goes back */
+  if (p->saved && !mapped) {
+    pthread_mutex_unlock(&a->lock);
+    return gmli_fail(c, GML_ENOMEM, "gml_resume: no memory");
+  }
   a->tick++;
+  uint64_t t0 = gmli_now_ns();
   for (size_t i = 0; i < p->n && !rc; i++) {
     gml_block *b = p->v[i].b;
     if (!b) continue;
@@ -269,10 +339,18 @@ int gml_resume(gml_client *c) {
     if (b->stitched) a->stitched += b->usable;
     if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
     if (reserved_bytes(a) > a->peak_reserved) a->peak_reserved = reserved_bytes(a);
-    if (p->saved && (rc = copy_block(c, p, &p->v[i], 0)))
-      snprintf(c->last_error, sizeof c->last_error, "resume: restoring content failed (%s)", gml_strerror(rc));
+    if (mapped) mapped[i] = 1;
     p->v[i].b = NULL;
   }
+  /* every block mapped, then their content in one go (also where a later block found no memory) */
+  uint64_t t1 = gmli_now_ns();
+  int crc = mapped ? copy_blocks(c, p, 0, p->n, mapped, 0) : 0;
+  free(mapped);
+  if (crc && !rc) {
+    rc = crc;
+    snprintf(c->last_error, sizeof c->last_error, "resume: restoring content failed (%s)", gml_strerror(rc));
+  }
+  GML_INFO("resume: blocks mapped in %.3f s, content back in %.3f s", (t1 - t0) / 1e9, (gmli_now_ns() - t1) / 1e9);
   if (!rc) c->pause = NULL;
   pthread_mutex_unlock(&a->lock);
   if (rc) { /* what is resumed stays so; gml_resume again takes the rest */
@@ -301,9 +379,10 @@ void gmli_pause_stats(gml_client *c, gml_stats *st) {
 }
 
 void gmli_pause_destroy(gml_client *c) {
-  if (!c->pause) return;
-  pause_free(c, c->pause);
+  if (c->pause) pause_free(c, c->pause);
   c->pause = NULL;
+  if (c->pause_kept) c->be->ops->host_free(c->be, c->pause_kept); /* GMLAKE_PAUSE_HOST=pinned's, kept */
+  c->pause_kept = NULL;
 }
 
 const gml_holder_ops gmli_pause_holder = {.usage = gmli_pause_stats};

@@ -14,7 +14,8 @@
  * _uuid for a process's ordinal) and nothing else outside it. */
 #define BACKEND_TABLE(X)                                                                                               \
   X(cuda, "no usable GPU", "90%", GML_BACKEND_DEVICE_MEMORY | GML_BACKEND_DRIVER_STREAMS)                              \
-  X(host, "", "50%", GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE)
+  X(host, "", "50%",                                                                                                   \
+    GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE | GML_BACKEND_COPY_BATCH)
 
 #define BACKEND_DECLARE(n, skipped, limit, caps)                                                                       \
   int gmli_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);  \
@@ -76,7 +77,7 @@ static int backend_open_auto(int device, const gml_backend_opts *opts, gml_backe
     char m[256] = "";
     rc = backends[i].open(device, opts, out, m, sizeof m);
     if (rc == 0) {
-      (*out)->caps = backends[i].caps;
+      (*out)->caps |= backends[i].caps;
       if (why[0]) snprintf(msg, msglen, "backend auto: picked %s (%s)", backends[i].name, why);
       else snprintf(msg, msglen, "backend auto: picked %s (device %d)", backends[i].name, device);
       return 0;
@@ -137,7 +138,7 @@ int gmli_backend_open(const char *name, int device, const gml_backend_opts *opts
     rc = backend_open_auto(device, opts, out, msg, msglen);
   } else if ((e = gmli_backend_find(name))) {
     rc = e->open(device, opts, out, msg, msglen);
-    if (rc == 0) (*out)->caps = e->caps;
+    if (rc == 0) (*out)->caps |= e->caps; /* and what the backend found at open (GML_BACKEND_COPY_BATCH) */
   } else {
     snprintf(msg, msglen, "unknown backend '%s' (%s)", name, gmli_backend_names());
     return GML_EINVAL;

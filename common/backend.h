@@ -68,6 +68,22 @@ struct gml_backend_ops {
    * content): page-locked on cuda (cuMemAllocHost), plain on host. */
   int (*host_alloc)(gml_backend *be, size_t size, void **p);
   void (*host_free)(gml_backend *be, void *p);
+  /* The transfer engine's (client/copy.c). copy_async: n bytes from src to
+   * dst, enqueued on stream after its work; either may be host memory or
+   * device memory this process maps (cuda: cuMemcpyAsync under unified
+   * addressing; a pageable host side makes it synchronous, which is why the
+   * engine stages those). Host: memcpy, done at return. */
+  int (*copy_async)(gml_backend *be, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream);
+  /* count copies in one driver call, their sources read in stream order:
+   * only where be->caps has GML_BACKEND_COPY_BATCH (cuda:
+   * cuMemcpyBatchAsync_v2, CUDA >= 13; never on the legacy stream 0). */
+  int (*copy_batch)(gml_backend *be, uintptr_t *dst, uintptr_t *src, size_t *n, size_t count, uintptr_t stream);
+  /* 1 when [p, p + n) is page-locked host memory (a copy from or to it runs
+   * at the link's speed), 0 when not (pageable, or not host memory). Host:
+   * what host_alloc gave. */
+  int (*host_pinned)(gml_backend *be, const void *p, size_t n);
+  /* Wait on the host until event is done (cuEventSynchronize). */
+  int (*event_wait)(gml_backend *be, uintptr_t event);
 };
 
 #define GML_ACCESS_READ_ONLY 1 /* set_access flag */
@@ -94,6 +110,10 @@ enum {
   /* resolve names a device without loading a driver, so a daemon's
    * --check-config can check --device. */
   GML_BACKEND_RESOLVES_OFFLINE = 1u << 4,
+  /* ops->copy_batch works: many copies in one driver call. Set by the
+   * backend at open where its driver has the call (cuda: CUDA >= 13), kept
+   * beside its entry's. */
+  GML_BACKEND_COPY_BATCH = 1u << 5,
 };
 
 struct gml_backend {

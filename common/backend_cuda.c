@@ -40,6 +40,7 @@ typedef struct cuda_priv {
    * argument, seen on the H100), so sharing it on (gml_ipc_export) or
    * handing it to a restarted daemon hands out a dup. */
   gml_fdkeep kept;
+  gml_pfn_cuMemcpyBatchAsync_v2 batch; /* NULL: the driver has none (before CUDA 13) */
 } cuda_priv;
 
 #define PRIV(be) ((cuda_priv *)(be)->priv)
@@ -243,6 +244,44 @@ static void cuda_host_free(gml_backend *be, void *ptr) {
   p->api.cuMemFreeHost(ptr);
 }
 
+static int cuda_copy_async(gml_backend *be, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  CU_CALL(p, cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)stream));
+  return 0;
+}
+
+/* One attribute for all: sources read in stream order (after the stream's
+ * earlier work), which is what every copy of the engine asks. */
+static int cuda_copy_batch(gml_backend *be, uintptr_t *dst, uintptr_t *src, size_t *n, size_t count, uintptr_t stream) {
+  cuda_priv *p = PRIV(be);
+  if (!p->batch || !stream) return GML_EINVAL; /* the legacy stream 0 is refused by the driver */
+  cu_bind(p);
+  CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
+  size_t first = 0;
+  CUresult r = p->batch((CUdeviceptr *)dst, (CUdeviceptr *)src, n, count, &attr, &first, 1, (CUstream)stream);
+  return r == CUDA_SUCCESS ? 0 : cu_fail(p, "cuMemcpyBatchAsync_v2", r);
+}
+
+/* Page-locked (cuMemAllocHost, cuMemHostRegister): the driver knows it as
+ * host memory; pageable memory is unknown to it (an error, not a type). */
+static int cuda_host_pinned(gml_backend *be, const void *ptr, size_t n) {
+  cuda_priv *p = PRIV(be);
+  cu_bind(p);
+  unsigned int t[2] = {0, 0};
+  uintptr_t at[2] = {(uintptr_t)ptr, (uintptr_t)ptr + (n ? n - 1 : 0)};
+  for (int i = 0; i < 2; i++)
+    if (p->api.cuPointerGetAttribute(&t[i], CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)at[i]) != CUDA_SUCCESS)
+      return 0;
+  return t[0] == CU_MEMORYTYPE_HOST && t[1] == CU_MEMORYTYPE_HOST;
+}
+
+static int cuda_event_wait(gml_backend *be, uintptr_t event) {
+  cuda_priv *p = PRIV(be);
+  CU_CALL(p, cuEventSynchronize((CUevent)event));
+  return 0;
+}
+
 static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
@@ -283,6 +322,10 @@ static const struct gml_backend_ops cuda_ops = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .stream_wait_event = cuda_stream_wait_event,
+    .copy_async = cuda_copy_async,
+    .copy_batch = cuda_copy_batch,
+    .host_pinned = cuda_host_pinned,
+    .event_wait = cuda_event_wait,
     .protect = NULL, /* a guard is a whole chunk left unmapped */
 };
 
@@ -422,6 +465,8 @@ int gmli_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend
   be->chunk_size = gmli_round_up(GML_CUDA_DEFAULT_CHUNK, be->granularity);
   be->ops = &cuda_ops;
   be->priv = p;
+  p->batch = (gml_pfn_cuMemcpyBatchAsync_v2)dlsym(p->lib, "cuMemcpyBatchAsync_v2");
+  if (p->batch) be->caps |= GML_BACKEND_COPY_BATCH;
   gmli_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
   snprintf(msg, msglen, "cuda backend: device %d (%s), chunks of %zu bytes", device, be->uuid, be->chunk_size);
   *out = be;

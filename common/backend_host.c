@@ -13,6 +13,7 @@
 #include "options.h"
 #include "util.h"
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,15 +187,74 @@ static int host_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_
 }
 static void host_destroy(gml_backend *be) { free(be); }
 
+/* What host_alloc gave and is not freed yet: the host backend's "page-locked"
+ * memory, so that the copy engine takes the same decisions here as on cuda
+ * (straight copies from it, staging for other memory). The process's, as
+ * pinned memory is (the tests' backends over this one have their own priv). */
+typedef struct host_range {
+  uintptr_t start;
+  size_t size;
+} host_range;
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+static host_range *pinned;
+static size_t npinned, cap_pinned;
+
 static int host_host_alloc(gml_backend *be, size_t size, void **p) {
   (void)be;
   *p = malloc(size ? size : 1);
-  return *p ? 0 : GML_ENOMEM;
+  if (!*p) return GML_ENOMEM;
+  pthread_mutex_lock(&pinned_lock);
+  if (npinned == cap_pinned) {
+    host_range *n = realloc(pinned, (cap_pinned * 2 + 16) * sizeof *n);
+    if (!n) {
+      pthread_mutex_unlock(&pinned_lock);
+      free(*p);
+      return GML_ENOMEM;
+    }
+    pinned = n, cap_pinned = cap_pinned * 2 + 16;
+  }
+  pinned[npinned++] = (host_range){(uintptr_t)*p, size ? size : 1};
+  pthread_mutex_unlock(&pinned_lock);
+  return 0;
 }
 
 static void host_host_free(gml_backend *be, void *p) {
   (void)be;
+  pthread_mutex_lock(&pinned_lock);
+  for (size_t i = 0; i < npinned; i++)
+    if (pinned[i].start == (uintptr_t)p) {
+      pinned[i] = pinned[--npinned];
+      break;
+    }
+  if (!npinned) free(pinned), pinned = NULL, cap_pinned = 0;
+  pthread_mutex_unlock(&pinned_lock);
   free(p);
+}
+
+static int host_host_pinned(gml_backend *be, const void *p, size_t n) {
+  (void)be;
+  uintptr_t a = (uintptr_t)p;
+  int in = 0;
+  pthread_mutex_lock(&pinned_lock);
+  for (size_t i = 0; i < npinned && !in; i++) in = a >= pinned[i].start && a + n <= pinned[i].start + pinned[i].size;
+  pthread_mutex_unlock(&pinned_lock);
+  return in;
+}
+
+static int host_copy_async(gml_backend *be, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream) {
+  (void)be, (void)stream;
+  memmove((void *)dst, (const void *)src, n);
+  return 0;
+}
+
+static int host_copy_batch(gml_backend *be, uintptr_t *dst, uintptr_t *src, size_t *n, size_t count, uintptr_t stream) {
+  for (size_t i = 0; i < count; i++) host_copy_async(be, dst[i], src[i], n[i], stream);
+  return 0;
+}
+
+static int host_event_wait(gml_backend *be, uintptr_t event) {
+  (void)be, (void)event;
+  return 0; /* done at once */
 }
 
 static const struct gml_backend_ops host_ops = {
@@ -221,6 +281,10 @@ static const struct gml_backend_ops host_ops = {
     .host_free = host_host_free,
     .stream_wait_event = host_stream_wait_event,
     .protect = host_protect,
+    .copy_async = host_copy_async,
+    .copy_batch = host_copy_batch,
+    .host_pinned = host_host_pinned,
+    .event_wait = host_event_wait,
 };
 
 /* Which host device this process's ordinal `device` is: as CUDA maps a

@@ -49,6 +49,9 @@
 #define GML_CUDA_ALLOCATION_TYPE_VALUES(X) X(CU_MEM_ALLOCATION_TYPE_PINNED, 0x1)
 #define GML_CUDA_GRANULARITY_FLAG_VALUES(X) X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, 0x1)
 #define GML_CUDA_CAPTURE_STATUS_VALUES(X) X(CU_STREAM_CAPTURE_STATUS_NONE, 0) X(CU_STREAM_CAPTURE_STATUS_ACTIVE, 1)
+#define GML_CUDA_POINTER_ATTRIBUTE_VALUES(X) X(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 2)
+#define GML_CUDA_MEMORYTYPE_VALUES(X) X(CU_MEMORYTYPE_HOST, 0x1) X(CU_MEMORYTYPE_DEVICE, 0x2)
+#define GML_CUDA_MEMCPY_SRC_ACCESS_ORDER_VALUES(X) X(CU_MEMCPY_SRC_ACCESS_ORDER_STREAM, 0x1)
 
 /* (enum tag, typedef name, list): the tags are cuda.h's. */
 #define GML_CUDA_ENUMS(X)                                                                                              \
@@ -60,7 +63,10 @@
   X(CUmemLocationType_enum, CUmemLocationType, GML_CUDA_LOCATION_TYPE_VALUES)                                          \
   X(CUmemAllocationType_enum, CUmemAllocationType, GML_CUDA_ALLOCATION_TYPE_VALUES)                                    \
   X(CUmemAllocationGranularity_flags_enum, CUmemAllocationGranularity_flags, GML_CUDA_GRANULARITY_FLAG_VALUES)         \
-  X(CUstreamCaptureStatus_enum, CUstreamCaptureStatus, GML_CUDA_CAPTURE_STATUS_VALUES)
+  X(CUstreamCaptureStatus_enum, CUstreamCaptureStatus, GML_CUDA_CAPTURE_STATUS_VALUES)                                 \
+  X(CUpointer_attribute_enum, CUpointer_attribute, GML_CUDA_POINTER_ATTRIBUTE_VALUES)                                  \
+  X(CUmemorytype_enum, CUmemorytype, GML_CUDA_MEMORYTYPE_VALUES)                                                       \
+  X(CUmemcpySrcAccessOrder_enum, CUmemcpySrcAccessOrder, GML_CUDA_MEMCPY_SRC_ACCESS_ORDER_VALUES)
 
 #define GML_CUDA_DECLARE_TYPEDEF(name, type) typedef type name;
 GML_CUDA_TYPEDEFS(GML_CUDA_DECLARE_TYPEDEF)
@@ -99,9 +105,17 @@ typedef struct CUmemAccessDesc_st {
   CUmemAccess_flags flags;
 } CUmemAccessDesc;
 
+/* What one copy of a batch (cuMemcpyBatchAsync, CUDA >= 12.8) may assume. */
+typedef struct CUmemcpyAttributes_st {
+  CUmemcpySrcAccessOrder srcAccessOrder;
+  CUmemLocation srcLocHint;
+  CUmemLocation dstLocHint;
+  unsigned int flags;
+} CUmemcpyAttributes;
+
 /* Every member of the structs above, (struct, member): the check compares
  * each one's offset and size, and each struct's size and alignment. */
-#define GML_CUDA_STRUCTS(X) X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUuuid)
+#define GML_CUDA_STRUCTS(X) X(CUmemLocation) X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUuuid) X(CUmemcpyAttributes)
 #define GML_CUDA_FIELDS(X)                                                                                             \
   X(CUmemLocation, type)                                                                                               \
   X(CUmemLocation, id)                                                                                                 \
@@ -118,7 +132,11 @@ typedef struct CUmemAccessDesc_st {
   X(CUmemAllocationProp, allocFlags.reserved)                                                                          \
   X(CUmemAccessDesc, location)                                                                                         \
   X(CUmemAccessDesc, flags)                                                                                            \
-  X(CUuuid, bytes)
+  X(CUuuid, bytes)                                                                                                     \
+  X(CUmemcpyAttributes, srcAccessOrder)                                                                                \
+  X(CUmemcpyAttributes, srcLocHint)                                                                                    \
+  X(CUmemcpyAttributes, dstLocHint)                                                                                    \
+  X(CUmemcpyAttributes, flags)
 
 /* The driver entry points backend_cuda.c loads, by the symbol it dlsyms: the
  * versioned name (_v2) where cuda.h maps the API name to one, as a program
@@ -159,10 +177,22 @@ typedef struct CUmemAccessDesc_st {
   X(cuEventQuery, (CUevent))                                                                                           \
   X(cuEventDestroy_v2, (CUevent))                                                                                      \
   X(cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                                              \
-  X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))
+  X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                                          \
+  X(cuMemcpyAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                                       \
+  X(cuEventSynchronize, (CUevent))                                                                                     \
+  X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))
+
+/* Entry points used where the driver has them and done without where it does
+ * not (dlsym'd one by one, a NULL pointer when absent): cuMemcpyBatchAsync as
+ * CUDA 13 declares it (CUDA 12.8's had a failIdx before the stream, under the
+ * unversioned name: not used, those drivers take the one-by-one copies). */
+#define GML_CUDA_OPTIONAL_FUNCS(X)                                                                                     \
+  X(cuMemcpyBatchAsync_v2,                                                                                             \
+    (CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *, size_t *, size_t, CUstream))
 
 /* gml_pfn_cuMemCreate and so on: the pointer type each dlsym result is cast to. */
 #define GML_CUDA_DECLARE_PFN(name, params) typedef CUresult(*gml_pfn_##name) params;
 GML_CUDA_FUNCS(GML_CUDA_DECLARE_PFN)
+GML_CUDA_OPTIONAL_FUNCS(GML_CUDA_DECLARE_PFN)
 #undef GML_CUDA_DECLARE_PFN
 #endif

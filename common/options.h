@@ -61,6 +61,14 @@
     "blocks then join its own and are split as usual: client/policy.c, borrow_slow)")                                  \
   X(BORROW_MAX, "GMLAKE_BORROW_MAX", "0-64", "8", "library",                                                           \
     "the most borrows waiting on another stream's event at once")                                                      \
+  X(COPY_STAGING, "GMLAKE_COPY_STAGING", "bytes", "256MiB", "library",                                                 \
+    "the copy engine's (gml_copy) page-locked staging pool, taken at the first copy that needs it and kept: "          \
+    "pageable host memory is copied through it in four slots, pipelined; 0: no staging (the driver's own)")            \
+  X(COPY_THREADS, "GMLAKE_COPY_THREADS", "0-64", "8 (at most the cores)", "library",                                   \
+    "threads that copy between pageable memory and the staging pool (beside the calling one); 0: the caller alone")    \
+  X(PAUSE_HOST, "GMLAKE_PAUSE_HOST", "pageable, pinned", "pageable", "library",                                        \
+    "where gml_pause saves content: pageable memory through the copy engine's staging (nothing to page-lock), "        \
+    "or page-locked memory kept after resume for the next pause (page-locking costs the first pause)")                 \
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                             \
     "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "              \
     "without a daemon (leases fail with GML_EDAEMON)")                                                                 \

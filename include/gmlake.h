@@ -262,6 +262,49 @@ GML_API int gml_pause(gml_client *c, unsigned flags, uint32_t tag);
  * may be 0; GML_PAUSE_DISCARD is GML_EINVAL); a NULL path is gml_pause. */
 GML_API int gml_pause_file(gml_client *c, unsigned flags, uint32_t tag, const char *path);
 GML_API int gml_resume(gml_client *c);
+/* The copy engine: host<->device and device<->device copies at the link's
+ * speed, from any host memory. Stream-ordered like cudaMemcpyAsync: the copy
+ * runs after the stream's earlier work. A page-locked host side (cuMemAllocHost,
+ * cuMemHostRegister, or the host backend's host memory) is copied straight; a
+ * pageable one goes through the client's staging pool (GMLAKE_COPY_STAGING,
+ * page-locked once, at the first copy that needs it, kept until gml_close),
+ * in slots that the engine's threads (GMLAKE_COPY_THREADS) fill or empty
+ * while the link moves the slot before: a pageable source is read before
+ * gml_copy_async returns, a pageable destination is written when it returns
+ * (as the driver does for pageable memory, at its own, slower, speed).
+ * A copy that fails returns the error with gml_last_error naming the offset
+ * reached: the destination's bytes from there are not written (those before
+ * may be), never reported done. kind: GML_COPY_H2D, _D2H or _D2D; n 0 is a
+ * no-op; a NULL pointer or another kind is GML_EINVAL. */
+enum gml_copy_kind { GML_COPY_H2D = 1, GML_COPY_D2H = 2, GML_COPY_D2D = 3 };
+GML_API int gml_copy_async(gml_client *c, void *dst, const void *src, size_t n, int kind, gml_stream stream);
+/* gml_copy_async on the default stream, returning once the copy is done. */
+GML_API int gml_copy(gml_client *c, void *dst, const void *src, size_t n, int kind);
+/* Many copies as one: those with nothing to stage go to the driver in one
+ * call where it has one (cuMemcpyBatchAsync, CUDA >= 13, on a stream other
+ * than the legacy 0), else one by one; small pageable ones are packed into a
+ * staging slot and moved together. Like the driver's batch, the copies of one
+ * call are in no order among themselves (overlapping ones are undefined). */
+typedef struct gml_copy_desc {
+  void *dst;
+  const void *src;
+  size_t size;
+  int kind; /* GML_COPY_* */
+} gml_copy_desc;
+GML_API int gml_copy_batch_async(gml_client *c, const gml_copy_desc *v, size_t count, gml_stream stream);
+/* What the engine has and has done (since gml_open). */
+typedef struct gml_copy_info {
+  uint64_t staging_bytes;  /* the staging pool (0: not taken yet, or GMLAKE_COPY_STAGING=0) */
+  uint32_t slots;          /* it is cut into */
+  uint32_t threads;        /* copying beside the caller */
+  int batch;               /* 1: the driver batches copies (GML_BACKEND_COPY_BATCH) */
+  uint64_t bytes_direct;   /* copied straight (device or page-locked host side) */
+  uint64_t bytes_staged;   /* copied through the staging pool */
+  uint64_t driver_copies;  /* copies handed to the driver one by one */
+  uint64_t driver_batches; /* driver calls that carried several copies */
+  uint64_t batched_copies; /* copies they carried */
+} gml_copy_info;
+GML_API int gml_copy_info_get(gml_client *c, gml_copy_info *out);
 /* Shared read-only memory (daemon mode only: GML_EDAEMON when embedded).
  * A whole growable range is the unit: gml_share publishes its chunks under
  * a key, gml_attach maps a share into a new range in another process,

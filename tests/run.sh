@@ -51,6 +51,8 @@ section "unit tests ($BUILD)"
 run_check "$BUILD/test_unit"
 section "placement planned from a recorded iteration: planner, server, keeper ($BUILD)"
 run_check "$BUILD/test_plan"
+section "the copy engine: staging pipeline, packing, batches and their fallback, a copy failing half way ($BUILD)"
+run_check "$BUILD/test_copy"
 section "multi-process integration tests ($BUILD)"
 run_check "$BUILD/test_integration"
 section "the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
@@ -389,9 +391,11 @@ section "source files of the library, daemon and tools: 600 lines at most each (
 long=$(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | awk '$2 != "total" && $1 > 600')
 [ -z "$long" ] || { echo "over 600 lines (split by concern, see docs/design.md's layout): $long" >&2; exit 1; }
 echo "  largest: $(wc -l client/*.[ch] daemon/*.[ch] common/*.[ch] tools/*.[ch] | grep -v ' total$' | sort -n | tail -1)"
-section "python/gmlake's pause/resume (host backend, embedded, no torch)"
+section "python/gmlake's pause/resume and copy (host backend, embedded, no torch)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_pause.py  # tests/torch/ must not hide torch
+# gmlake.copy through the engine, 40 MiB with 8 MiB of staging: pipelined over the slots
+GMLAKE_COPY_STAGING=8MiB GMLAKE_LIB="$BUILD/libgmlake-client.so" PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_copy.py
 fi
 section "the lake bench: 3 processes with staggered peaks on one daemon (host backend, small units)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else

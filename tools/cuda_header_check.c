@@ -75,9 +75,11 @@ int main(void) {
   GML_CUDA_FIELDS(FIELD)
 #define PROTOTYPE(name, params) prototype(#name, #params);
   GML_CUDA_FUNCS(PROTOTYPE)
+  GML_CUDA_OPTIONAL_FUNCS(PROTOTYPE)
   printf("static const struct { const char *api, *symbol, *resolved; } symbols[] = {\n");
 #define SYMBOL_ROW(name, params) symbol_row(#name);
   GML_CUDA_FUNCS(SYMBOL_ROW)
+  GML_CUDA_OPTIONAL_FUNCS(SYMBOL_ROW)
   printf("};\n"
          "int main(void) {\n"
          "  int bad = 0;\n"

@@ -33,7 +33,7 @@ import os
 
 __all__ = ["enable", "enabled", "open", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
            "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged",
-           "mem_info"]
+           "mem_info", "copy", "copy_", "copy_info"]
 
 
 class GMLakeError(RuntimeError):
@@ -373,3 +373,4 @@ def dump_blocks(path, device=None):
 from .grow import GrowableRange, growable  # noqa: E402 (needs _load and GMLakeError above)
 from .pause import pause, resume, paused, set_tag, tagged  # noqa: E402,F401 (torch-free: gml_pause/gml_resume)
 from .share import attach, dedup, share  # noqa: E402
+from .transfer import copy, copy_, copy_info, COPY_H2D, COPY_D2H, COPY_D2D  # noqa: E402,F401 (gml_copy*)

@@ -1,0 +1,65 @@
+/* copy.h: the copy engine's insides (the API is gmlake.h's gml_copy*).
+ * staging.c: the page-locked staging pool, cut into slots, and the threads
+ * that copy between pageable memory and it. copy.c: the copies themselves,
+ * direct, staged (pipelined over the slots), packed and batched. */
+#ifndef GML_COPY_H
+#define GML_COPY_H
+#include "backend.h"
+#include "gmlake.h"
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GMLI_STAGING_SLOTS 4
+#define GMLI_COPY_THREADS_MAX 64
+
+typedef struct gmli_memcpy_job {
+  char *dst;
+  const char *src;
+  size_t n, part;
+  size_t next, parts, finished; /* parts handed out, in all, done */
+} gmli_memcpy_job;
+
+/* One per client, made at its first copy (gmli_copier_get), gone at gml_close. */
+typedef struct gmli_copier {
+  gml_backend *be;
+  pthread_mutex_t lock; /* one copy at a time uses the slots and the threads */
+  /* the staging pool: size bytes of host_alloc (page-locked on cuda), slots of slot_size */
+  char *base;
+  size_t size, slot_size;
+  int staging_failed;               /* host_alloc refused it: pageable copies go to the driver as they are */
+  uintptr_t ev[GMLI_STAGING_SLOTS]; /* the last copy from or into each slot, where has_ev */
+  int next_slot;                    /* the slot to use next: taken in turn, the oldest first */
+  int has_ev[GMLI_STAGING_SLOTS];
+  /* the copying threads */
+  int nthreads;
+  pthread_t threads[GMLI_COPY_THREADS_MAX];
+  pthread_mutex_t wlock;
+  pthread_cond_t work, done;
+  gmli_memcpy_job job;
+  int stop;
+  gml_copy_info info; /* counters, under lock */
+} gmli_copier;
+
+struct gml_client;
+/* The client's engine, made at first use (NULL: no memory for it). */
+gmli_copier *gmli_copier_get(struct gml_client *c);
+/* Waits for the copies still using slots, stops the threads, frees the pool. */
+void gmli_copier_destroy(struct gml_client *c);
+
+/* staging.c, under k->lock: the pool taken at first use (0; GML_ENOMEM where host_alloc
+ * refused it, then never asked again), a slot free for reuse (its last copy waited for), and
+ * memcpy split across the threads. */
+int gmli_staging_ready(gmli_copier *k);
+int gmli_staging_slot_wait(gmli_copier *k, int slot);
+int gmli_staging_slot_mark(gmli_copier *k, int slot, uintptr_t stream);
+void gmli_par_memcpy(gmli_copier *k, void *dst, const void *src, size_t n);
+int gmli_staging_init(gmli_copier *k, gml_backend *be);
+void gmli_staging_destroy(gmli_copier *k);
+
+/* copy.c: what pause/resume and the API share. Copies v[0..count) (validated
+ * kinds) on stream; sync: return once all are done. c->last_error says what
+ * failed. */
+int gmli_copy_many(struct gml_client *c, const gml_copy_desc *v, size_t count, uintptr_t stream, int sync,
+                   const char *fn);
+#endif
