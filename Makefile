@@ -51,6 +51,7 @@ DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon
 CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
 CLIENT_SRC += client/copy.c client/staging.c client/paths.c  # the copy engine (gml_copy*); paths.c: multi-path policy
+CLIENT_SRC += client/swap.c client/swap_use.c  # the swap plan of a recorded iteration (no allocator in swap.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -60,7 +61,7 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC) common/statsview.c)
 LIBS := -lprotobuf-c -ldl
 BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
-TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan $(BUILD)/test_copy
+TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan $(BUILD)/test_copy $(BUILD)/test_swap
 
 .PHONY: all borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
@@ -121,6 +122,8 @@ $(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c client/plan_keep.
 
 # The copy engine over a backend whose copies run only when waited for (tests/test_copy.c).
 $(BUILD)/test_copy: $(call obj,tests/test_copy.c) $(BUILD)/libgmlake-client.a
+# The swap planner (swap.c has no client in it), and its setting and numbers on a host client.
+$(BUILD)/test_swap: $(call obj,tests/test_swap.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c tests/backends.c) $(BUILD)/libgmlake-client.a

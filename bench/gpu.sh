@@ -2,7 +2,7 @@
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
 #                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
-#                [overlap] [cpus] [copy]
+#                [overlap] [cpus] [copy] [swap]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see docs/benchmarks.md) into .gpu/root when the
@@ -53,6 +53,10 @@
 #         content checked; each GPU's link alone; nvidia-smi topo -m; pause/resume of 40 GiB in 256 MiB
 #         tensors (pageable, pinned); first, make cuda-header-check where a cuda.h is. PASS/FAIL lines
 #         (COPY_ARGS: more arguments, e.g. --no-pause)
+# swap:   issue 29 item 3: tests/python_swap.py (the hooks on the CPU), then bench/swap.py: ViT-B/16 without
+#         activation checkpointing under a memory fraction of SWAP_CAP_GIB (24) GiB: the largest batch with
+#         expandable_segments, GMLake and GMLake + swap, checkpointing at swap's batch, losses against no swap,
+#         swap's cost at a batch that fits; a table and PASS/FAIL lines (SWAP_ARGS: more arguments)
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -146,7 +150,7 @@ need_ext() { # gmlake._C against the installed torch, once per call (every stage
     say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
   fi
 }
-case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*|*" copy "*)
+case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*|*" copy "*|*" swap "*)
   need_ext;; esac
 
 torch_table() { # workload ('' = all), then the environment it runs with
@@ -235,6 +239,13 @@ fi
 if has elastic; then
   PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/elastic.py --build "$BUILD" ${ELASTIC_ARGS:-} 2>&1 |
     tee "$OUTDIR/elastic.txt" | grep -E '^elastic' | tee -a "$SUMMARY"
+fi
+
+if has swap; then
+  GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_LOG=error PYTHONPATH=python python3 tests/python_swap.py > "$OUTDIR/python_swap.txt" 2>&1
+  say "swap: tests/python_swap.py: $(tail -1 "$OUTDIR/python_swap.txt")"
+  PYTHONUNBUFFERED=1 GMLAKE_LIB="$BUILD/libgmlake-client.so" timeout 900 python3 bench/swap.py --cap-gib "${SWAP_CAP_GIB:-24}" ${SWAP_ARGS:-} 2>&1 |
+    tee "$OUTDIR/swap.txt" | grep -E '^(PASS|FAIL) swap|^swap (bench|at)' | tee -a "$SUMMARY"
 fi
 
 if case " $STAGES " in *" guard "*) true;; *) false;; esac; then

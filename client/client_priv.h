@@ -201,6 +201,9 @@ struct gml_client {
   struct gmli_copier *copier; /* copy.c: the copy engine, made at the first copy (atomic) */
   void *pause_kept;           /* pause.c: GMLAKE_PAUSE_HOST=pinned's page-locked memory, kept for the next pause */
   size_t pause_kept_size;
+  /* swapping, as the framework layer carried it out (gml_swap_note, swap_use.c; atomic): bytes copied to host and
+   * back, the copies' time, host memory held for it now */
+  uint64_t swap_out, swap_in, swap_ns, swap_host;
   uint64_t reclaim_pending; /* bytes the daemon asked back; served outside the allocator lock */
   uint64_t last_report_ns;
   uint64_t last_usage

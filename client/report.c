@@ -20,6 +20,8 @@ static void usage_fill(gml_client *c, Gmlake__UsageReport *u) {
   u->reclaims_served = __atomic_load_n(&c->reclaims_served, __ATOMIC_RELAXED);
   u->uncounted = __atomic_load_n(&c->uncounted_chunks, __ATOMIC_RELAXED) * c->be->chunk_size;
   u->paused_saved = st.paused_saved;
+  u->swapped = __atomic_load_n(&c->swap_out, __ATOMIC_RELAXED);
+  u->swap_host = __atomic_load_n(&c->swap_host, __ATOMIC_RELAXED);
   u->growable_mapped = st.growable_mapped;
   u->growable_unmapped = st.growable_unmapped;
   u->allocated = st.allocated;

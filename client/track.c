@@ -261,6 +261,10 @@ int gml_stats_get(gml_client *c, gml_stats *out) {
   gmli_alloc_stats(&c->alloc, out);
   gmli_grow_stats(c, out);
   gmli_pause_stats(c, out);
+  out->swap_out_bytes = __atomic_load_n(&c->swap_out, __ATOMIC_RELAXED);
+  out->swap_in_bytes = __atomic_load_n(&c->swap_in, __ATOMIC_RELAXED);
+  out->swap_copy_ns = __atomic_load_n(&c->swap_ns, __ATOMIC_RELAXED);
+  out->swap_host_bytes = __atomic_load_n(&c->swap_host, __ATOMIC_RELAXED);
   out->version = GML_VERSION;
   out->mode = c->mode;
   return 0;

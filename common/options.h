@@ -69,6 +69,10 @@
   X(PAUSE_HOST, "GMLAKE_PAUSE_HOST", "pageable, pinned", "pageable", "library",                                        \
     "where gml_pause saves content: pageable memory through the copy engine's staging (nothing to page-lock), "        \
     "or page-locked memory kept after resume for the next pause (page-locking costs the first pause)")                 \
+  X(SWAP, "GMLAKE_SWAP", "0, 1, bytes, N%", "0", "library",                                                            \
+    "1: the PyTorch layer moves tensors saved for backward to host memory and back where a recorded iteration "        \
+    "would not fit the process's limit (torch's memory fraction, GMLAKE_LIMIT), planned by the library "               \
+    "(gml_swap_plan_build); bytes or N% of the device: that cap instead. gmlake.enable(swap=...) sets it")             \
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                             \
     "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "              \
     "without a daemon (leases fail with GML_EDAEMON)")                                                                 \

@@ -126,6 +126,11 @@ typedef struct gml_stats {
   uint64_t map_call_ns;     /* the backend's map calls */
   uint64_t access_ns;       /* the backend's set-access calls */
   uint64_t chunks_streamed; /* chunks that came by streamed leases (one request, many replies) */
+  /* Swapping (GMLAKE_SWAP), as the framework layer reported it (gml_swap_note): */
+  uint64_t swap_out_bytes;  /* bytes of saved tensors copied to host memory */
+  uint64_t swap_in_bytes;   /* bytes copied back */
+  uint64_t swap_copy_ns;    /* the copies' time on the device's copy streams */
+  uint64_t swap_host_bytes; /* host memory held for it now (a pinned pool kept across iterations) */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
@@ -581,6 +586,85 @@ GML_API int gml_ipc_export_fds(gml_client *c, void *ptr, int *fds, size_t max, s
                                size_t *chunk_size);
 /* Unmap what gml_ipc_open mapped at ptr. */
 GML_API int gml_ipc_close(gml_client *c, void *ptr);
+
+/* Swapping (AutoSwap, issue 29): which tensors saved for backward go to host
+ * memory, and when, so that an iteration's peak fits a cap. The framework
+ * layer records one iteration as events (each save and each read of a saved
+ * tensor, in the order they happened) with, per event, its time on the
+ * device and the most bytes allocated since the event before; this plans;
+ * the layer carries the plan out in later iterations (python/gmlake/swap.py).
+ * A moved tensor's copy out starts when it is saved (a copy stream); its
+ * memory counts as gone from the event after the one by whose time the copy
+ * is done (gone_at), and as back from the event that starts its copy back
+ * (in_at), which is the latest that lets the copy land before the tensor is
+ * read, given the bandwidths and the copies queued ahead of it (each
+ * direction one queue). Chosen: the fewest bytes that fit the cap. A greedy
+ * pass by AutoSwap's priorities (the event that needs the most relief first;
+ * a tensor that covers it without overshooting, the largest, the longest
+ * idle) gives a first plan and redundant moves are dropped; an exact search
+ * (branch and bound: a plan moves at least the largest excess of one event)
+ * then proves it the fewest or finds fewer, within max_nodes. */
+#define GML_SWAP_NEVER UINT32_MAX /* used_at of a tensor backward never reads */
+#define GML_SWAP_DEFAULT_BPS 20e9 /* bandwidth assumed when none is given: pinned PCIe, conservative */
+typedef struct gml_swap_tensor {
+  uint64_t id;       /* the caller's name for it: its moves carry it */
+  uint64_t bytes;    /* device memory it frees when moved */
+  uint32_t saved_at; /* the event that saved it (forward) */
+  uint32_t used_at;  /* the first event that reads it back (backward), > saved_at; GML_SWAP_NEVER: none */
+} gml_swap_tensor;
+typedef struct gml_swap_input {
+  uint32_t nevents;
+  const uint64_t *time_ns; /* per event: device time from the iteration's start, non-decreasing */
+  const uint64_t *live;    /* per event: the most bytes allocated from the event before to this one */
+  uint32_t ntensors;
+  const gml_swap_tensor *tensors;
+  uint64_t cap;           /* the most bytes that may be allocated at once */
+  double out_bps, in_bps; /* copy bandwidth device to host and back, bytes/s (0: GML_SWAP_DEFAULT_BPS) */
+  int64_t max_nodes;      /* the exact search's budget (0: about 0.3 s; < 0: the greedy plan) */
+} gml_swap_input;
+typedef struct gml_swap_move {
+  uint64_t id;
+  uint64_t bytes;
+  uint32_t tensor;  /* its index in the input */
+  uint32_t out_at;  /* copy it out at this event (its save) */
+  uint32_t gone_at; /* its memory is counted gone after this event */
+  uint32_t in_at;   /* start copying it back at this event (< used_at) */
+  uint32_t used_at;
+  uint64_t out_ns, in_ns; /* each copy's modelled time */
+  uint64_t late_ns;       /* how long after used_at's time its copy back lands by the model (0: hidden) */
+} gml_swap_move;
+typedef struct gml_swap_plan {
+  int feasible; /* peak_after <= cap (else the moves lower the peak as far as they can) */
+  int optimal;  /* the search finished: no plan that fits moves fewer bytes */
+  uint64_t cap, peak_before, peak_after;
+  uint32_t peak_event;  /* where peak_before is */
+  uint64_t bytes_moved; /* the moves' bytes (each goes out and comes back) */
+  uint64_t late_ns;     /* the moves' late_ns summed: copy time the model cannot hide */
+  uint64_t nodes;       /* search nodes visited */
+  uint32_t nmoves;
+  gml_swap_move *moves; /* by out_at */
+} gml_swap_plan;
+/* Plans in into *out (gml_swap_plan_free frees it): 0, GML_EINVAL (in
+ * inconsistent: an event past nevents, used_at not after saved_at, times
+ * going back; gml_last_error is not set, there is no client), GML_ENOMEM.
+ * A job that fits moves nothing. */
+GML_API int gml_swap_plan_build(const gml_swap_input *in, gml_swap_plan **out);
+GML_API void gml_swap_plan_free(gml_swap_plan *p);
+/* Whether swapping is on (GMLAKE_SWAP, or gml_set_option's value for it):
+ * 1 on, 0 off, GML_EINVAL for a value that is neither. *cap_bytes: the
+ * allocated bytes a plan must fit: GMLAKE_SWAP's size or share of the device
+ * where it gives one, else c's limit (gml_set_limit: torch's memory fraction;
+ * GMLAKE_LIMIT), else the device's memory; less 3% for what the allocator
+ * holds beyond its allocations. The daemon's quota and lake limit are not
+ * known to a client: give GMLAKE_SWAP the bytes where they are the cap. c may
+ * be NULL (whether it is on; *cap_bytes then only a size GMLAKE_SWAP gives). */
+GML_API int gml_swap_target(gml_client *c, uint64_t *cap_bytes);
+/* What the framework layer copied since its last note: bytes to host and
+ * back, the copies' time on the device, and the host memory it holds for
+ * swapping now; into
+ * gml_stats (swap_*) and the usage report (`gmlakectl clients`: swapped,
+ * swap_host). */
+GML_API int gml_swap_note(gml_client *c, uint64_t out_bytes, uint64_t in_bytes, uint64_t copy_ns, uint64_t host_bytes);
 
 /* One client per device for a process's framework layer, opened on first use
  * (daemon of that device if one runs, else embedded); NULL on failure (the

@@ -53,6 +53,8 @@ section "placement planned from a recorded iteration: planner, server, keeper ($
 run_check "$BUILD/test_plan"
 section "the copy engine: staging pipeline, packing, batches and their fallback, a copy failing half way ($BUILD)"
 run_check "$BUILD/test_copy"
+section "swapping planned from a recorded iteration: the planner against an exhaustive search ($BUILD)"
+run_check "$BUILD/test_swap"
 section "multi-process integration tests ($BUILD)"
 run_check "$BUILD/test_integration"
 section "the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
@@ -376,6 +378,10 @@ else
   g++ -std=c++17 -Wall -Wextra -Werror $san -I"$cuinc" -Iinclude tests/ipc_format.cpp -o "$BUILD/ipc_format" \
     -L"$BUILD" -lgmlake-client -Wl,-rpath,"$PWD/$BUILD" -ldl
   GMLAKE_LOG=error "$BUILD/ipc_format"
+section "python/gmlake's swapping on the CPU: record, plan, follow, depart; bit-identical to no swapping (torch, a stand-in for torch.cuda)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+  py=python3; $py -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3; }
+  GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python $py tests/python_swap.py
 fi
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"

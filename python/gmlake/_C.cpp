@@ -698,6 +698,10 @@ py::object stats(int device) {
   F(map_call_ns);
   F(access_ns);
   F(chunks_streamed);
+  F(swap_out_bytes);
+  F(swap_in_bytes);
+  F(swap_copy_ns);
+  F(swap_host_bytes);
 #undef F
   d["backend"] = s.backend ? std::string(s.backend) : std::string("?");
   d["mode"] = s.mode == GML_MODE_DAEMON ? "daemon" : s.mode == GML_MODE_EMBEDDED ? "embedded" : "?";

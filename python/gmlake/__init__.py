@@ -55,7 +55,9 @@ class _Stats(ctypes.Structure):
         ("paused_bytes", ctypes.c_uint64), ("paused_saved", ctypes.c_uint64),
         ("borrows", ctypes.c_uint64), ("borrow_waits", ctypes.c_uint64), ("shared_mapped", ctypes.c_uint64),
         ("lease_wait_ns", ctypes.c_uint64), ("import_ns", ctypes.c_uint64), ("map_call_ns", ctypes.c_uint64),
-        ("access_ns", ctypes.c_uint64), ("chunks_streamed", ctypes.c_uint64)]
+        ("access_ns", ctypes.c_uint64), ("chunks_streamed", ctypes.c_uint64),
+        ("swap_out_bytes", ctypes.c_uint64), ("swap_in_bytes", ctypes.c_uint64), ("swap_copy_ns", ctypes.c_uint64),
+        ("swap_host_bytes", ctypes.c_uint64)]
 
 
 class _BlockInfo(ctypes.Structure):
@@ -148,11 +150,13 @@ def _set_option(name, value):
         raise GMLakeError("gml_set_option(%s): %s" % (name, lib.gml_strerror(rc).decode()))
 
 
-def enable(socket=None, mode=None):
+def enable(socket=None, mode=None, swap=None):
     """Make GMLake PyTorch's CUDA allocator. Call before the first CUDA allocation.
 
     socket: the daemon's socket (default: $GMLAKE_SOCKET, else the device's default path).
     mode: None (daemon if one runs, else embedded), "daemon" or "embedded".
+    swap: None (as GMLAKE_SWAP says: off unless set), True/False, or a cap ("40GiB", "50%", bytes): tensors saved
+    for backward go to host memory and back where an iteration would not fit the cap (gmlake/swap.py).
     """
     torch = _torch("gmlake.enable()")
     if mode and mode not in ("daemon", "embedded"):
@@ -161,6 +165,8 @@ def enable(socket=None, mode=None):
         _set_option("GMLAKE_SOCKET", socket)
     if mode:
         _set_option("GMLAKE_MODE", mode)
+    if swap is not None:
+        _set_option("GMLAKE_SWAP", "1" if swap is True else "0" if swap is False else swap)
     C = _ext("gmlake.enable()")
     e = C.install()
     if e:
@@ -170,6 +176,9 @@ def enable(socket=None, mode=None):
             "torch said: %s" % e)
     _add_stats_keys(torch)
     _add_mem_get_info(torch)
+    from . import swap as _swap
+    if _swap.target()[0]:  # GMLAKE_SWAP (or swap=) on; a bad value raises GMLakeError
+        _swap.install()
 
 
 def enabled():
