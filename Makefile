@@ -52,6 +52,7 @@ CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/
 CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
 CLIENT_SRC += client/copy.c client/staging.c client/paths.c  # the copy engine (gml_copy*); paths.c: multi-path policy
 CLIENT_SRC += client/swap.c client/swap_use.c  # the swap plan of a recorded iteration (no allocator in swap.c)
+CLIENT_SRC += client/planned.c  # ... served by the allocator
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(BUILD)/obj/gen/gmlake.pb-c.o
@@ -61,7 +62,8 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC) common/statsview.c)
 LIBS := -lprotobuf-c -ldl
 BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libgmlake-client.so \
         $(BUILD)/libgmlake-client.a $(BUILD)/gmlake.pc
-TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan $(BUILD)/test_copy $(BUILD)/test_swap
+TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan $(BUILD)/test_copy $(BUILD)/test_swap \
+         $(BUILD)/test_planned
 
 .PHONY: all borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
 all: $(BINS) $(TESTS)
@@ -91,7 +93,7 @@ $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/ctl_tables.c common/statsview.c client/discover.c) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
-$(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c common/statsview.c) $(BUILD)/libgmlake-client.a
+$(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c tools/replay_planned.c common/statsview.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_policy.c tests/test_config.c tests/test_wire.c \
@@ -124,6 +126,8 @@ $(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c client/plan_keep.
 $(BUILD)/test_copy: $(call obj,tests/test_copy.c) $(BUILD)/libgmlake-client.a
 # The swap planner (swap.c has no client in it), and its setting and numbers on a host client.
 $(BUILD)/test_swap: $(call obj,tests/test_swap.c) $(BUILD)/libgmlake-client.a
+# ... and served by the allocator (client/planned.c), with its invariant checker after every operation.
+$(BUILD)/test_planned: $(call obj,tests/test_planned.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
 $(BUILD)/gml-testclient: $(call obj,tests/testclient.c tests/backends.c) $(BUILD)/libgmlake-client.a

@@ -2,7 +2,7 @@
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
 #                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
-#                [overlap] [cpus] [copy] [swap]
+#                [overlap] [cpus] [copy] [swap] [plan[:w]]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see docs/benchmarks.md) into .gpu/root when the
@@ -57,6 +57,11 @@
 #         activation checkpointing under a memory fraction of SWAP_CAP_GIB (24) GiB: the largest batch with
 #         expandable_segments, GMLake and GMLake + swap, checkpointing at swap's batch, losses against no swap,
 #         swap's cost at a batch that fits; a table and PASS/FAIL lines (SWAP_ARGS: more arguments)
+# plan[:W]: planned placement (issue 29) on W (default: vit_train gpt2_ckpt llama_lora): default /
+#         gmlake_embedded / gmlake_embedded+GMLAKE_PLAN=1, with every step's shapes the same (static,
+#         GMLAKE_BENCH_FIXED=1) and the workload's own (dynamic padding), each as torch_bench's table
+#         (peaks again from step PLAN_STEADY_AT, 10) and as bench/lockstep.py's comparison; PASS/FAIL lines
+#         of bench/plan_check.py (PLAN_STEPS 30, PLAN_REPEATS 1, PLAN_LOCKSTEP_REPEATS 2)
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -150,7 +155,7 @@ need_ext() { # gmlake._C against the installed torch, once per call (every stage
     say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
   fi
 }
-case " $STAGES " in *" torch"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*|*" copy "*|*" swap "*)
+case " $STAGES " in *" torch"*|*" plan"*|*" accept:"*|*" guardcost:"*|*" trace:"*|*" lockstep:"*|*" shared "*|*" kvcache "*|*" lake "*|*" elastic "*|*" borrow "*|*" shareweights "*|*" ext "*|*" uuid "*|*" copy "*|*" swap "*)
   need_ext;; esac
 
 torch_table() { # workload ('' = all), then the environment it runs with
@@ -178,6 +183,21 @@ for st in $STAGES; do
     env GMLAKE_BENCH_STEPS=${GMLAKE_BENCH_STEPS:-$s} GMLAKE_BENCH_REPEATS=${GMLAKE_BENCH_REPEATS:-3} PYTHONUNBUFFERED=1 \
       OUT="$OUTDIR" BENCH_JSON="lockstep_$w.json" python3 bench/lockstep.py "$w" 2>&1 | tee "$OUTDIR/lockstep_$w.txt" | grep -v '^{'
     sed -n '/^config /,$p' "$OUTDIR/lockstep_$w.txt" | sed "s/^/lockstep $w: /" >> "$SUMMARY";;
+  plan|plan:*) # planned placement: static and dynamic shapes, table and lockstep, then the verdicts
+    ws=${st#plan}; ws=${ws#:}; [ -n "$ws" ] || ws="vit_train gpt2_ckpt llama_lora"
+    for w in $ws; do
+      accept_steps "$w" > /dev/null || { echo "plan: unknown workload $w"; exit 2; }
+      for shape in static dynamic; do
+        fixed=0; [ $shape = static ] && fixed=1
+        common=(GMLAKE_BENCH_FIXED=$fixed GMLAKE_BENCH_STEPS=${PLAN_STEPS:-30} PYTHONUNBUFFERED=1 OUT="$OUTDIR"
+                GMLAKE_BENCH_CONFIGS=default,gmlake_embedded,gmlake_embedded+GMLAKE_PLAN=1)
+        env "${common[@]}" GMLAKE_BENCH_REPEATS=${PLAN_REPEATS:-1} GMLAKE_BENCH_RESET_PEAK_AT=${PLAN_STEADY_AT:-10} \
+          BENCH_JSON="plan_${w}_$shape.json" python3 bench/torch_bench.py table "$w" > "$OUTDIR/plan_${w}_$shape.txt" 2>&1
+        env "${common[@]}" GMLAKE_BENCH_REPEATS=${PLAN_LOCKSTEP_REPEATS:-2} BENCH_JSON="plan_lockstep_${w}_$shape.json" \
+          python3 bench/lockstep.py "$w" > "$OUTDIR/plan_lockstep_${w}_$shape.txt" 2>&1
+      done
+      python3 bench/plan_check.py "$OUTDIR" "$w" | tee -a "$SUMMARY"
+    done;;
   accept:*) # issue 4's speed table for one workload, sized to fit one 10-minute call:
     # runs long enough to leave the first-time shapes behind, default / embedded / daemon interleaved
     w=${st#accept:}

@@ -39,6 +39,14 @@ def run_one(workload, config, steps=None):
     if config == "trace":  # PyTorch default, recording every allocation (see write_trace)
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=8_000_000)
     rng = random.Random(1234)
+    if os.environ.get("GMLAKE_BENCH_FIXED") == "1":  # every step the same shapes (the middle of each choice)
+        class Fixed(random.Random):
+            def choice(self, seq):
+                return seq[len(seq) // 2]
+
+            def randrange(self, start, stop=None, step=1):
+                return start + ((stop - start) // step // 2) * step
+        rng = Fixed(1234)
     torch.manual_seed(1234)
     dev = "cuda"
     total_mem = torch.cuda.mem_get_info()[1]
@@ -137,7 +145,12 @@ def run_one(workload, config, steps=None):
     # the CPU's speed beside each step (these steps are bound by Python's kernel launches, and one
     # process's CPU runs up to ~15% slower than the next one's here): a fixed pure-Python loop, timed
     probe = []
+    # GMLAKE_BENCH_RESET_PEAK_AT=K: the peaks again from step K on (after warm-up and a plan taken:
+    # peak_*_steady; torch.cuda.reset_peak_memory_stats, which every config's allocator serves)
+    reset_at = int(os.environ.get("GMLAKE_BENCH_RESET_PEAK_AT", "-1"))
     for i in range(n):
+        if i == reset_at:
+            torch.cuda.reset_peak_memory_stats()
         step_us.append(time.time_ns() // 1000)
         s0 = gm.stats() if gm and i else None
         prof = None
@@ -190,6 +203,12 @@ def run_one(workload, config, steps=None):
     else:
         st = torch.cuda.memory_stats()
         res.update(peak_allocated=st["allocated_bytes.all.peak"], peak_reserved=st["reserved_bytes.all.peak"])
+    if 0 <= reset_at < n:
+        res["peak_allocated_steady"] = torch.cuda.max_memory_allocated()
+        res["peak_reserved_steady"] = torch.cuda.max_memory_reserved()
+        res["steady_from"] = reset_at
+    if config.startswith("gmlake"):
+        res["plan"] = {k: v for k, v in gmlake.stats().items() if k.startswith("plan")}
     res["allocs"] = torch.cuda.memory_stats().get("allocation.all.allocated")  # allocations in the run
     res["threads"] = thread_cpu()
     res["frag"] = round(1 - res["peak_allocated"] / res["peak_reserved"], 4)

@@ -11,6 +11,7 @@
 #include "alloc_internal.h"
 #include "guard.h"
 #include "log.h"
+#include "planned.h"
 #include "policy.h"
 #include "util.h"
 #include <execinfo.h>
@@ -115,7 +116,8 @@ static gml_block *place_slow(gml_allocator *a, gml_region *r, int pi, size_t rsi
       if (gmli_borrows_pending(a) < p.max_pending && !gmli_order_after_slow(a, stream, p.lender))
         moved = gmli_take_ordered_slow(a, r, pi, stream);
       break;
-    case GML_PLACE_FIT: break;
+    case GML_PLACE_FIT:
+    case GML_PLACE_AT: /* planned.c's, never here */ break;
     }
     p = gmli_policy_place_next(a, r, pi, rsize, stream, &p, moved);
   }
@@ -126,20 +128,15 @@ int gmli_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **p
   return gmli_alloc_malloc_ex(a, size, stream, 0, ptr);
 }
 
-int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr) {
-  if (!size || size > (a->va_size >> 1)) return malloc_bad_size_slow(a, size);
-  size_t rsize = gmli_round_up(size, GML_ALIGN), bsize = gmli_policy_block_size(a, rsize);
-  pthread_mutex_lock(&a->lock);
-  a->tick++;
+/* A request the plan did not serve (g: what the keeper said of it; NULL: planned placement off), a->lock held. */
+static int malloc_locked(gml_allocator *a, size_t size, size_t rsize, gml_stream stream, int flags,
+                         const gml_plan_grant *g, void **ptr) {
+  size_t bsize = gmli_policy_block_size(a, rsize);
   gml_region *r = region_for(a, bsize);
   int pi = pool_index(a, r, stream, 1);
   gml_place_plan plan = gmli_policy_place(a, r, pi, rsize, stream);
   gml_block *b = plan.kind == GML_PLACE_FIT ? plan.block : place_slow(a, r, pi, rsize, stream, plan);
-  if (!b) {
-    int rc = malloc_no_fit_slow(a, r, size);
-    pthread_mutex_unlock(&a->lock);
-    return rc;
-  }
+  if (!b) return malloc_no_fit_slow(a, r, size);
   gmli_pool_del(r, b);
   /* Claim the slots first, so that stitching cannot take their chunks;
    * whole-slot guards are not claimed. */
@@ -153,17 +150,12 @@ int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int f
   rc = need ? malloc_map_slow(a, r, b, size, first, last, need, stream, &stole) : 0;
   a->no_grow = 0;
   if (rc) {
-    pthread_mutex_unlock(&a->lock);
     GML_DEBUG("%s", a->last_error);
     return rc;
   }
   b->ptr = a->guard ? gmli_policy_guard_ptr(a, b->addr, rsize) : b->addr;
   b->usable = rsize;
-  if (a->guard && (rc = gmli_guards_set(a, b, 1))) {
-    rc = malloc_guard_failed_slow(a, r, b, size, first, last, rc);
-    pthread_mutex_unlock(&a->lock);
-    return rc;
-  }
+  if (a->guard && (rc = gmli_guards_set(a, b, 1))) return malloc_guard_failed_slow(a, r, b, size, first, last, rc);
   if (b->size - bsize >= GML_ALIGN) {
     gml_block *rest = gmli_block_split(a, b, bsize);
     if (rest) gmli_pool_add(r, b->pool, rest);
@@ -179,11 +171,8 @@ int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int f
   b->stream = stream;
   b->stitched = (uint8_t)stole;
   b->pause_tag = a->tag;
-  if (gmli_ptrmap_put(&a->live, b->ptr, b)) {
-    rc = malloc_untracked_slow(a, r, b, first, last);
-    pthread_mutex_unlock(&a->lock);
-    return rc;
-  }
+  if (gmli_ptrmap_put(&a->live, b->ptr, b)) return malloc_untracked_slow(a, r, b, first, last);
+  if (g) b->grant = *g;
   b->req = size;
   b->seq = ++a->alloc_count;
   b->alloc_ns = 0;
@@ -193,8 +182,23 @@ int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int f
   if (a->allocated > a->peak_allocated) a->peak_allocated = a->allocated;
   if (reserved_bytes(a) > a->peak_reserved) a->peak_reserved = reserved_bytes(a);
   *ptr = (void *)b->ptr;
-  pthread_mutex_unlock(&a->lock);
   return 0;
+}
+
+int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr) {
+  if (!size || size > (a->va_size >> 1)) return malloc_bad_size_slow(a, size);
+  size_t rsize = gmli_round_up(size, GML_ALIGN);
+  pthread_mutex_lock(&a->lock);
+  a->tick++;
+  gml_plan_grant g;
+  uint64_t hash_before = 0;
+  int rc = a->plan ? gmli_planned_malloc(a, size, rsize, stream, flags & GML_ALLOC_NO_GROW, ptr, &g, &hash_before) : 1;
+  if (rc == 1) {
+    rc = malloc_locked(a, size, rsize, stream, flags, a->plan ? &g : NULL, ptr);
+    if (rc && a->plan) gmli_planned_unserved(a, &g, hash_before); /* never served: not recorded either */
+  }
+  pthread_mutex_unlock(&a->lock);
+  return rc;
 }
 
 int gmli_alloc_free(gml_allocator *a, void *ptr) {
@@ -211,6 +215,12 @@ int gmli_alloc_free(gml_allocator *a, void *ptr) {
     pthread_mutex_unlock(&a->lock);
     return 0;
   }
+  if (b->planned == GMLI_BLOCK_PLANNED) { /* served in a planned range (planned.c) */
+    gmli_planned_free(a, b, 1);
+    pthread_mutex_unlock(&a->lock);
+    return 0;
+  }
+  if (a->plan) gmli_planned_note_free(a, b);
   gml_region *r = &a->regions[b->region];
   uint32_t first, last;
   block_slots(a, b, &first, &last);
@@ -339,6 +349,7 @@ void gmli_alloc_stats(gml_allocator *a, gml_stats *st) {
   st->fragmentation = st->reserved ? 1.0 - (double)st->allocated / (double)st->reserved : 0.0;
   st->chunk_size = a->cs;
   st->backend = a->be->name;
+  gmli_planned_stats(a, st);
   pthread_mutex_unlock(&a->lock);
 }
 
@@ -399,7 +410,20 @@ int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, siz
     return rc;
   }
   a->guard_bt = cfg->guard_bt;
+  if (cfg->plan && !a->guard &&
+      (rc = gmli_planned_init(a, cfg->plan_at))) { /* guard mode: every block its own grains */
+    gmli_alloc_destroy(a);
+    return rc;
+  }
   return 0;
+}
+
+int gmli_alloc_step(gml_allocator *a) {
+  if (!a->plan) return 0;
+  pthread_mutex_lock(&a->lock);
+  int rc = gmli_planned_step(a);
+  pthread_mutex_unlock(&a->lock);
+  return rc;
 }
 
 void gmli_alloc_set_borrow(gml_allocator *a, int on, double ratio, int max_waits) {
@@ -421,6 +445,7 @@ void gmli_alloc_destroy(gml_allocator *a) {
     for (size_t i = 0; i < a->chunks_used; i++)
       if (a->chunks[i].list != GML_CL_DEAD) a->src.release(a->src.ctx, 1, &a->chunks[i].phys, &a->chunks[i].id);
   }
+  gmli_planned_destroy(a);
   for (int i = 0; i < 2; i++) gmli_region_free_blocks(a, &a->regions[i]);
   if (a->va_base) a->be->ops->va_free(a->be, a->va_base, a->va_size);
   for (int i = 0; i < a->fence_n; i++) a->be->ops->event_destroy(a->be, a->fence_ev[i]);

@@ -77,9 +77,14 @@ typedef struct gml_alloc_config {
   double borrow_ratio; /* a stream waits for another for a block of at most this times the request */
   int borrow_max;      /* the most borrows waiting on a lender's event at once */
   int stream_map;      /* map a large lease's chunks as they come (src.acquire_stream), GMLAKE_STREAM_MAP */
+  int plan;            /* planned placement (planned.h), GMLAKE_PLAN; not in guard mode */
+  int64_t plan_at;     /* < 0: plan whenever an iteration repeats; else plan iteration plan_at only */
 } gml_alloc_config;
 #define GML_ALLOC_CONFIG_DEFAULT                                                                                       \
-  { GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0 }
+  {                                                                                                                    \
+    GML_DEFAULT_HEADROOM_PCT, 0, 0, 0, 0, GML_DEFAULT_BORROW, GML_DEFAULT_BORROW_RATIO, GML_DEFAULT_BORROW_MAX, 0, 0,  \
+        -1                                                                                                             \
+  }
 
 /* cfg NULL: GML_ALLOC_CONFIG_DEFAULT. */
 int gmli_alloc_init(gml_allocator *a, gml_backend *be, gml_chunk_source src, size_t va_size,
@@ -92,6 +97,8 @@ int gmli_alloc_malloc(gml_allocator *a, size_t size, gml_stream stream, void **p
 #define GML_ALLOC_NO_GROW 1
 int gmli_alloc_malloc_ex(gml_allocator *a, size_t size, gml_stream stream, int flags, void **ptr);
 int gmli_alloc_free(gml_allocator *a, void *ptr);
+/* An iteration ends (gml_step): planned placement's mark; nothing when it is off. 0 or GML_ENOMEM. */
+int gmli_alloc_step(gml_allocator *a);
 /* Size of a live block (0 if ptr is not one). */
 size_t gmli_alloc_size_of(gml_allocator *a, void *ptr);
 void gmli_alloc_stats(gml_allocator *a, gml_stats *st);

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #endif
 #include "alloc_internal.h"
+#include "planned.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -32,6 +33,9 @@ int gmli_alloc_check(gml_allocator *a) {
         nfree++;
         CHECK(!(b->next && b->next->is_free && b->next->pool == b->pool),
               "adjacent free blocks of one pool not merged");
+      } else if (b->planned == GMLI_BLOCK_RANGE) { /* address space for the plan: its blocks claim its slots */
+        CHECK(a->plan && gmli_ptrmap_take(&a->live, b->ptr, 0) != b,
+              "planned range %#lx: in the pointer map, or no plan", (unsigned long)b->addr);
       } else if (b->paused == GML_PAUSED_FREED) { /* out of the pointer map, no slots: free at resume */
       } else if (b->paused) {                     /* in the pointer map, no slots, not allocated */
         live++;
@@ -60,6 +64,8 @@ int gmli_alloc_check(gml_allocator *a) {
     for (int pi = 0; pi <= GML_MAX_STREAMS; pi++) pooled += r->pools[pi].count;
     CHECK(pooled == nfree, "region %d: %zu free blocks but %zu in pools", i, nfree, pooled);
   }
+  /* blocks served in planned ranges: in the pointer map, in no region's list (none overlapping another) */
+  if (!bad && use && gmli_planned_check(a, use, &allocated, &live)) bad = 1;
   CHECK(allocated == a->allocated, "allocated %llu but blocks sum to %llu", (unsigned long long)a->allocated,
         (unsigned long long)allocated);
   CHECK(live == a->live.count, "pointer map holds %zu, %llu live blocks", a->live.count, (unsigned long long)live);

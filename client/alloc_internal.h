@@ -12,6 +12,8 @@
  *                  fences and harvest: carries chunk plans out (slots.h)
  *   alloc.c        the entry points: fast path, slow paths (carries
  *                  placement plans out), init, stats
+ *   planned.c      planned placement (planned.h): serving the plan keeper's
+ *                  hits at their offset in a planned range
  *   alloc_check.c  the invariant checker
  *   guard.c        guard mode's setting and fault report, gml_block_of */
 #ifndef GML_ALLOC_INTERNAL_H

@@ -12,6 +12,7 @@
 #define GML_BLOCKS_H
 #include "backend.h"
 #include "gmlake.h"
+#include "plan.h"
 #include "util.h"
 #include <pthread.h>
 #include <stddef.h>
@@ -171,7 +172,8 @@ typedef struct gml_allocator {
   int seg_log;
   uintptr_t *seg_ev;
   size_t seg_ev_n, seg_ev_cap;
-  uint64_t seg_ev_lost; /* no memory to record them: snapshots may not replay */
+  uint64_t seg_ev_lost;      /* no memory to record them: snapshots may not replay */
+  struct gmli_planned *plan; /* planned placement (planned.h); NULL: off (GMLAKE_PLAN) */
   char last_error[256];
 } gml_allocator;
 
@@ -197,7 +199,13 @@ struct gml_block {
   size_t req, usable;     /* live: bytes asked for; bytes from ptr it may use */
   uint64_t seq, alloc_ns; /* live: allocation number; when (guard mode only) */
   void **bt;              /* live, guard mode with backtraces: where it was allocated */
+  uint8_t planned;        /* GMLI_BLOCK_*: an ordinary block, one served in a planned range, a planned range */
+  gml_plan_grant grant;   /* live, planned placement on: what the plan keeper said of it (planned.h) */
 };
+/* gml_block.planned: a planned range is a block of the large region held for the plan (its slots claimed
+ * by the blocks served in it, not by it); a block served in one is in the pointer map, never in a
+ * region's list (planned.h). */
+enum { GMLI_BLOCK_ORDINARY = 0, GMLI_BLOCK_PLANNED = 1, GMLI_BLOCK_RANGE = 2 };
 enum { GML_PAUSED_NO = 0, GML_PAUSED = 1, GML_PAUSED_FREED = 2 /* freed while paused: becomes free at resume */ };
 
 /* ---------- layout ---------- */

@@ -20,6 +20,7 @@
 #endif
 #include "alloc_internal.h"
 #include "guard.h"
+#include "planned.h"
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -206,6 +207,13 @@ static int block_of_locked(gml_allocator *a, uintptr_t addr, gml_block_info *bi,
   if (!gmli_alloc_owns(a, addr)) return GML_EBADPTR;
   for (const gml_block *b = a->regions[addr >= a->regions[1].base].first; b && addr >= b->addr; b = b->next) {
     if (addr >= b->addr + b->size) continue;
+    if (b->planned == GMLI_BLOCK_RANGE) { /* a planned range: the block served in it there, if any */
+      const gml_block *pb = gmli_planned_block_at(a, addr);
+      if (!pb) break;
+      fill_info(a, pb, addr, -1, bi);
+      *out = pb;
+      return 0;
+    }
     if (!b->is_free) {
       fill_info(a, b, addr, -1, bi);
       *out = b;
@@ -248,10 +256,16 @@ int gmli_alloc_block_list(gml_allocator *a, gml_block_info *out, size_t max) {
   size_t n = 0;
   for (int i = 0; i < 2; i++)
     for (const gml_block *b = a->regions[i].first; b; b = b->next) {
-      if (b->is_free) continue;
+      if (b->is_free || b->planned == GMLI_BLOCK_RANGE) continue;
       if (n < max) fill_info(a, b, b->ptr, GML_AT_INSIDE, &out[n]);
       n++;
     }
+  for (size_t i = 0; a->plan && i < a->live.cap; i++) { /* blocks served in planned ranges: in no region's list */
+    const gml_block *b = a->live.vals[i];
+    if (!a->live.keys[i] || !b || b->planned != GMLI_BLOCK_PLANNED) continue;
+    if (n < max) fill_info(a, b, b->ptr, GML_AT_INSIDE, &out[n]);
+    n++;
+  }
   pthread_mutex_unlock(&a->lock);
   return n > INT32_MAX ? INT32_MAX : (int)n;
 }

@@ -28,6 +28,7 @@
 #include "copy.h"
 #include "log.h"
 #include "options.h"
+#include "planned.h"
 #include "util.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -285,6 +286,10 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
 
 /* A block freed while paused becomes an ordinary free block. a->lock held. */
 static void free_paused(gml_allocator *a, gml_block *b) {
+  if (b->planned == GMLI_BLOCK_PLANNED) { /* served in a planned range: no region's block (planned.c) */
+    gmli_planned_free(a, b, 0);
+    return;
+  }
   gml_region *r = &a->regions[b->region];
   b->paused = GML_PAUSED_NO;
   b->is_free = 1;

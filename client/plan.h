@@ -243,6 +243,12 @@ void gmli_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g);
  * sequence), a plan is built from the remembered one, whose wrap frees the
  * iteration after it gave, kept, and served from the next iteration. */
 int gmli_plan_keeper_step(gml_plan_keeper *kp);
+/* Takes back the allocation gmli_plan_keeper_alloc just served and recorded
+ * (g; hash_before: kp->cur.hash before that call), as if it had not come:
+ * the allocator found it could not serve the request after all (a request
+ * that must not lease, GML_ALLOC_NO_GROW, asked again later; out of memory).
+ * Only the latest allocation, with nothing recorded since. */
+void gmli_plan_keeper_undo(gml_plan_keeper *kp, const gml_plan_grant *g, uint64_t hash_before);
 
 /* Grows *v (elements of elem bytes, *cap of them) to hold need, doubling from 64: 0 or -ENOMEM
  * (plan.c; plan_keep.c uses it too). */

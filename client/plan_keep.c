@@ -121,7 +121,11 @@ enum gml_plan_verdict gmli_plan_serve_alloc(gml_plan_server *s, uint64_t size, u
   else if (k >= p->n) v = GML_PLAN_MISS_SHAPE;
   else if (plan_round(p->align, size) != p->size[k] || stream != p->stream[k]) v = GML_PLAN_MISS_SHAPE;
   else if (p->offset[k] == GML_PLAN_NONE) v = GML_PLAN_MISS_UNPLANNED;
+#ifdef GMLI_PLAN_BROKEN /* built with it, a slot something lives in is handed out: tests/test_planned.c must fail */
+  else if (0 && (s->live[k] || tree_max(s, 1, 0, s->tree_leaves, p->atom[2 * k], p->atom[2 * k + 1]) > 0))
+#else
   else if (s->live[k] || tree_max(s, 1, 0, s->tree_leaves, p->atom[2 * k], p->atom[2 * k + 1]) > 0)
+#endif
     v = GML_PLAN_MISS_OCCUPIED;
   s->verdicts[v]++;
   if (v == GML_PLAN_HIT) {
@@ -245,6 +249,13 @@ int gmli_plan_keeper_alloc(gml_plan_keeper *kp, uint64_t size, uint64_t stream, 
     return -ENOMEM;
   }
   return v;
+}
+
+void gmli_plan_keeper_undo(gml_plan_keeper *kp, const gml_plan_grant *g, uint64_t hash_before) {
+  gmli_plan_serve_free(&kp->srv, g);
+  if (kp->srv.next) kp->srv.next--;
+  if (g->rec_iter == kp->iteration && g->rec_k != GML_PLAN_NEVER && g->rec_k + 1 == kp->cur.n)
+    kp->cur.n--, kp->cur.events--, kp->cur.hash = hash_before;
 }
 
 void gmli_plan_keeper_free(gml_plan_keeper *kp, const gml_plan_grant *g) {

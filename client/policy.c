@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #endif
 #include "policy.h"
+#include "planned.h"
 #include "util.h"
 
 /* ---------- what a window needs (the mechanism asks too) ---------- */
@@ -120,6 +121,25 @@ gml_place_plan gmli_policy_place_next(const gml_allocator *a, const gml_region *
     return plan_borrow(a, r, pi, rsize, stream, b);
   default: return fit(b);
   }
+}
+
+/* ---------- planned placement ---------- */
+
+/* A hit (or a lent chunk run) within the range held goes at its offset, no
+ * search; with several streams, only where every slot it touches was last
+ * freed on this stream or before the fence (the range's per-slot record): the
+ * keeper's lifetimes say nothing of streams, and a slot another block still
+ * holds keeps its chunk, so the chunk's own readiness (slot_claim) does not
+ * cover bytes freed inside it. */
+gml_place_plan gmli_policy_place_at(const gml_allocator *a, const gmli_range *rg, int verdict, const gml_plan_grant *g,
+                                    size_t rsize, gml_stream stream) {
+  gml_place_plan no = {.kind = GML_PLACE_FIT, .block = NULL};
+  if (!rg || (verdict != GML_PLAN_HIT && !g->lent) || g->offset + rsize > rg->size) return no;
+  uintptr_t at = rg->base + g->offset;
+  if (a->nstreams_seen > 1)
+    for (uint32_t s = slot_of(a, at), last = slot_of(a, at + rsize - 1), s0 = slot_of(a, rg->base); s <= last; s++)
+      if (rg->free_stream[s - s0] != stream && rg->free_tick[s - s0] >= a->safe_tick) return no;
+  return (gml_place_plan){.kind = GML_PLACE_AT, .at = at};
 }
 
 /* ---------- leases ---------- */

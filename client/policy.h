@@ -12,6 +12,8 @@
  *                                         keep it cheap), or first a step
  *                                         that changes the pools (harvest,
  *                                         take ordered, borrow)
+ *              gmli_policy_place_at       planned placement: serve at the
+ *                                         plan's offset (GML_PLACE_AT) or not
  *              gmli_policy_block_size,     guard mode: how large a block, and
  *              gmli_policy_guard_ptr       where its pointer goes
  *   leasing    gmli_policy_lease           a gml_lease_plan: how many chunks
@@ -27,12 +29,12 @@
  * mapped again; new mappings get their access set in runs; a fence is
  * armed every 256 frees.
  *
- * Plugging in a new policy (a placement planned from a recorded iteration,
- * say): a new way to serve a request is a new gml_place_kind, with the
- * fields it needs in gml_place_plan, and its case in alloc.c's place_slow,
- * the one place that carries placement plans out (serving from a
- * precomputed offset: a kind such as GML_PLACE_AT with the offset in the
- * plan, carried out as "split the free block holding it there, then FIT");
+ * Plugging in a new policy: a new way to serve a request is a new
+ * gml_place_kind, with the fields it needs in gml_place_plan, and its case
+ * in alloc.c's place_slow, the one place that carries the stitching
+ * allocator's placement plans out (the planned placement's GML_PLACE_AT,
+ * from gmli_policy_place_at, is carried out by planned.c, in a range the
+ * best-fit search never sees);
  * the policy that chooses it is a function of the same shape as
  * gmli_policy_place_next, reached from gmli_policy_place_slow before the
  * best-fit sequence, reading only what it is given const, with its state
@@ -60,6 +62,8 @@ typedef enum gml_place_kind {
   GML_PLACE_TAKE_ORDERED, /* the free blocks `stream` is ordered after (borrowing's waits) join its pool */
   GML_PLACE_BORROW,       /* if fewer than max_pending borrows wait on a lender: `stream` waits
                            * for stream index `lender`'s work so far, then TAKE_ORDERED */
+  GML_PLACE_AT,           /* planned placement: serve the request at address `at` of the planned range
+                           * (planned.c carries it out; a FIT with no block there: the stitching allocator's) */
 } gml_place_kind;
 
 typedef struct gml_place_plan {
@@ -68,6 +72,7 @@ typedef struct gml_place_plan {
   gml_block *block; /* FIT: the block; any other kind: what serves if the step moves nothing */
   int lender;       /* BORROW: the index in streams_seen of the stream waited for */
   int max_pending;  /* BORROW: borrow only while fewer waits than this are pending */
+  uintptr_t at;     /* AT: the address */
 } gml_place_plan;
 
 /* Placement is on every malloc's fast path, so it is here, inline (one
@@ -117,6 +122,14 @@ static inline gml_place_plan gmli_policy_place(const gml_allocator *a, const gml
   if (b && a->nstreams_seen < 2) return (gml_place_plan){.kind = GML_PLACE_FIT, .block = b};
   return gmli_policy_place_slow(a, r, pi, rsize, stream, b);
 }
+
+/* Planned placement (planned.h): where the plan keeper's answer (verdict, grant g) puts a request of
+ * rsize bytes on `stream`, the plan served in range rg (NULL: none held): GML_PLACE_AT rg's base plus
+ * the planned (or lent) offset; else a GML_PLACE_FIT with no block, the stitching allocator's (a miss,
+ * an offset past the range held, or bytes last freed on another stream that no fence has passed). */
+struct gmli_range;
+GML_HIDDEN gml_place_plan gmli_policy_place_at(const gml_allocator *a, const struct gmli_range *rg, int verdict,
+                                               const gml_plan_grant *g, size_t rsize, gml_stream stream);
 
 /* Would a block at [addr, addr + rsize) on `stream` need a driver call or a wait? */
 GML_HIDDEN int gmli_window_needs_calls(const gml_allocator *a, uintptr_t addr, size_t rsize, gml_stream stream);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "options.h"
 #include "util.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,5 +131,13 @@ void gmli_alloc_config_from_options(const gml_options *opt, gml_alloc_config *cf
     long v = strtol(e, &end, 10);
     if (!*end && v >= 0 && v <= GML_BORROW_MAX_CAP) cfg->borrow_max = (int)v;
     else GML_WARN("GMLAKE_BORROW_MAX=%s: 0 to %d was expected; using %d", e, GML_BORROW_MAX_CAP, cfg->borrow_max);
+  }
+  /* planned placement (issue 29): GMLAKE_PLAN=0|1|at:N */
+  if ((e = opt->plan) && *e) {
+    long long v;
+    if (!strcmp(e, "1") || !strcmp(e, "0")) cfg->plan = *e == '1';
+    else if (sscanf(e, "at:%lld", &v) == 1 && v >= 0 && v < INT32_MAX && strspn(e + 3, "0123456789") == strlen(e + 3))
+      cfg->plan = 1, cfg->plan_at = v;
+    else GML_WARN("GMLAKE_PLAN=%s: 0, 1 or at:N (an iteration number) was expected; planned placement off", e);
   }
 }

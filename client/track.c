@@ -225,6 +225,12 @@ out:
 
 int gml_free(gml_client *c, void *ptr) { return gml_free_ex(c, ptr, 0); }
 
+int gml_step(gml_client *c) {
+  if (!c) return GML_EINVAL;
+  int rc = gmli_alloc_step(&c->alloc);
+  return rc ? gmli_fail(c, rc, "gml_step: no memory to record or plan the iteration (served as without a plan)") : 0;
+}
+
 int gml_trim(gml_client *c, size_t *released_bytes) {
   if (!c) return GML_EINVAL;
   pthread_mutex_lock(&c->track_lock);

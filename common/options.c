@@ -78,4 +78,5 @@ void gmli_options_from_env(gml_options *o) {
   o->borrow = gmli_env(GML_ENV_BORROW);
   o->borrow_ratio = gmli_env(GML_ENV_BORROW_RATIO);
   o->borrow_max = gmli_env(GML_ENV_BORROW_MAX);
+  o->plan = gmli_env(GML_ENV_PLAN);
 }

@@ -73,6 +73,11 @@
     "1: the PyTorch layer moves tensors saved for backward to host memory and back where a recorded iteration "        \
     "would not fit the process's limit (torch's memory fraction, GMLAKE_LIMIT), planned by the library "               \
     "(gml_swap_plan_build); bytes or N% of the device: that cap instead. gmlake.enable(swap=...) sets it")             \
+  X(PLAN, "GMLAKE_PLAN", "0, 1, at:N", "0", "library",                                                                 \
+    "planned placement: 1 records each iteration between gml_step marks (the PyTorch layer marks every "               \
+    "optimizer step) and, once one repeats, serves iterations that follow it at offsets planned in one range "         \
+    "(no search, no driver call), the rest as without a plan; at:N plans iteration N only; 0: off (not in guard "      \
+    "mode)")                                                                                                           \
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                             \
     "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "              \
     "without a daemon (leases fail with GML_EDAEMON)")                                                                 \
@@ -148,6 +153,7 @@ typedef struct gml_options {
   const char *headroom;   /* GMLAKE_HEADROOM */
   const char *guard, *guard_grain, *guard_backtrace; /* GMLAKE_GUARD, _GRAIN, _BACKTRACE */
   const char *borrow, *borrow_ratio, *borrow_max;    /* GMLAKE_BORROW, _RATIO, _MAX */
+  const char *plan;                                  /* GMLAKE_PLAN */
 } gml_options;
 
 void gmli_options_from_env(gml_options *o);

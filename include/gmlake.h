@@ -131,6 +131,12 @@ typedef struct gml_stats {
   uint64_t swap_in_bytes;   /* bytes copied back */
   uint64_t swap_copy_ns;    /* the copies' time on the device's copy streams */
   uint64_t swap_host_bytes; /* host memory held for it now (a pinned pool kept across iterations) */
+  /* Planned placement (GMLAKE_PLAN, gml_step): */
+  uint64_t plan_steps;  /* iterations marked (gml_step) */
+  uint64_t plan_hits;   /* allocations served at their planned offset (or lent a free part of the range) */
+  uint64_t plan_misses; /* allocations a plan existed for that the stitching allocator served (departures) */
+  uint64_t plans_taken; /* plans built: the first, and one per new pattern that repeated */
+  uint64_t plan_range;  /* bytes of address space held for planned ranges (chunks are counted in reserved) */
 } gml_stats;
 
 /* What a GML_E* code means ("out of memory"), and its name ("GML_ENOMEM");
@@ -151,6 +157,16 @@ GML_API int gml_open(const gml_open_opts *opts, gml_client **out);
  * while a gml_open runs. GML_EINVAL: not an option of the library. */
 GML_API int gml_set_option(const char *name, const char *value);
 GML_API int gml_close(gml_client *c);
+/* An iteration (a training step) ends here. With planned placement on
+ * (GMLAKE_PLAN=1) the library records each iteration's allocations between
+ * two marks (size, stream, order of allocations and frees); once one repeats
+ * an earlier one it plans it (every allocation an offset in one range, blocks
+ * whose lifetimes do not overlap sharing memory) and serves later iterations
+ * that follow it from the plan: an index lookup, no search, no driver call.
+ * What departs from it is served as without a plan. Off: does nothing. 0, or
+ * GML_ENOMEM (no memory to record or plan: allocations are served as before).
+ * The PyTorch layer calls it after every optimizer step (gmlake.step()). */
+GML_API int gml_step(gml_client *c);
 
 GML_API int gml_alloc(gml_client *c, size_t size, gml_stream stream, void **ptr);
 GML_API int gml_free(gml_client *c, void *ptr);

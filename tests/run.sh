@@ -55,6 +55,8 @@ section "the copy engine: staging pipeline, packing, batches and their fallback,
 run_check "$BUILD/test_copy"
 section "swapping planned from a recorded iteration: the planner against an exhaustive search ($BUILD)"
 run_check "$BUILD/test_swap"
+section "placement planned from a recorded iteration, served by the allocator: repeats, randomized departures ($BUILD)"
+run_check "$BUILD/test_planned"
 section "multi-process integration tests ($BUILD)"
 run_check "$BUILD/test_integration"
 section "the elastic lake: reclaim, pause/resume, daemon restart, quotas ($BUILD)"
@@ -82,6 +84,28 @@ echo "  not a trace (junk, empty, a bad line 4): refused, exit 1, file and line 
 "$BUILD/gmlake-replay" --json --plan tests/traces/vit_train.trace.gz > "$d/plan.json"
 grep -q '"steps_from_plan":[1-9]' "$d/plan.json" ||
   { cat "$d/plan.json" >&2; echo "gmlake-replay --plan served no step of vit_train from its plan" >&2; exit 1; }
+# ... and through the allocator (GMLAKE_PLAN, gml_step at each step's end, the invariant checker every 2000
+# events): a step served whole after one served whole maps and unmaps nothing; in the first run of such steps
+# (the free chunks the plan does not map given back at its start) it holds at most 1% over its max live (the
+# plan's range plus the stitched blocks that live past their step, in whole chunks); after a departure the
+# departing steps' chunks stay (given back, the next departure would map them again)
+"$BUILD/gmlake-replay" --json --check 2000 --plan tests/traces/vit_train.trace.gz > "$d/planned.json"
+python3 - "$d/planned.json" <<'PY' || { cat "$d/planned.json" >&2; echo "gmlake-replay --plan through the allocator" >&2; exit 1; }
+import json, sys
+d = [json.loads(l) for l in open(sys.argv[1]) if '"planned_steps"' in l][0]
+rows, whole, first_run = d["planned_steps"], 0, None
+for prev, r in zip(rows, rows[1:]):
+    if r["misses"] or prev["misses"] or not r["hits"] or not prev["hits"]:
+        first_run = False if first_run else first_run
+        continue
+    whole += 1
+    first_run = first_run is not False
+    assert r["maps"] == 0 and r["unmaps"] == 0, r
+    assert not first_run or r["reserved"] <= 1.01 * r["max_live"], r
+assert whole >= 3 and d["plans_taken"] >= 1, (whole, d)
+print("  --plan through the allocator: vit_train's %d steps served whole after one: no map, no unmap, reserved "
+      "<= 1.01 x max live; %d hits, %d misses" % (whole, d["plan_hits"], d["planned_misses"]))
+PY
 if "$BUILD/gmlake-replay" --plan=1000 tests/traces/vit_train.trace.gz > "$d/out" 2> "$d/err"; then
   echo "gmlake-replay --plan=1000 took a step vit_train does not have" >&2; exit 1
 fi
@@ -378,10 +402,15 @@ else
   g++ -std=c++17 -Wall -Wextra -Werror $san -I"$cuinc" -Iinclude tests/ipc_format.cpp -o "$BUILD/ipc_format" \
     -L"$BUILD" -lgmlake-client -Wl,-rpath,"$PWD/$BUILD" -ldl
   GMLAKE_LOG=error "$BUILD/ipc_format"
+fi
 section "python/gmlake's swapping on the CPU: record, plan, follow, depart; bit-identical to no swapping (torch, a stand-in for torch.cuda)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
   py=python3; $py -c 'import torch' 2>/dev/null || { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null && py=/usr/bin/python3; }
   GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python $py tests/python_swap.py
+fi
+section "python/gmlake's gmlake.step() and planned placement (host backend, embedded, no torch)"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonexistent GMLAKE_LOG=error PYTHONSAFEPATH=1 PYTHONPATH=python python3 tests/python_plan.py
 fi
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"

@@ -351,6 +351,8 @@ static int replay_one(const char *path, const gml_open_opts *oo, trace_result *r
   const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
   if (steps && !failed) failed = print_steps(name, samples, nsamples, marks, nmarks);
   if (plan != REPLAY_NO_PLAN && !failed) failed = replay_plan(name, evs, samples, nsamples, marks, nmarks, plan, json);
+  if (plan != REPLAY_NO_PLAN && !failed)
+    failed = replay_planned(name, evs, samples, nsamples, marks, nmarks, plan, json, oo, check_every);
   free(samples), free(evs);
   free(marks);
   for (size_t i = 0; i < live.cap; i++)

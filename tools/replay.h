@@ -34,4 +34,10 @@ int print_steps(const char *name, const step_sample *v, size_t n, const size_t *
 int replay_plan(const char *name, const replay_event *ev, const step_sample *v, size_t n, const size_t *marks,
                 size_t nmarks, long plan_step, int json);
 
+/* replay_planned.c: the same steps replayed through the allocator with planned placement on (a client of
+ * oo's, gml_step at each step's end; with check_every, its invariants checked every that many events). */
+struct gml_open_opts;
+int replay_planned(const char *name, const replay_event *ev, const step_sample *v, size_t n, const size_t *marks,
+                   size_t nmarks, long plan_step, int json, const struct gml_open_opts *oo, int check_every);
+
 #endif

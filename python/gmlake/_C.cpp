@@ -702,6 +702,11 @@ py::object stats(int device) {
   F(swap_in_bytes);
   F(swap_copy_ns);
   F(swap_host_bytes);
+  F(plan_steps);
+  F(plan_hits);
+  F(plan_misses);
+  F(plans_taken);
+  F(plan_range);
 #undef F
   d["backend"] = s.backend ? std::string(s.backend) : std::string("?");
   d["mode"] = s.mode == GML_MODE_DAEMON ? "daemon" : s.mode == GML_MODE_EMBEDDED ? "embedded" : "?";

@@ -18,6 +18,10 @@ memory only as far as asked, growing in place (gmlake/grow.py); gmlake.block_of(
 names the allocation an address falls in (guard mode).
 gmlake.share(model, key) / gmlake.attach(model, key) / gmlake.dedup(model) keep
 one read-only copy of the same weights for many processes (gmlake/share.py).
+gmlake.enable(plan=True) turns planned placement on (GMLAKE_PLAN): every
+optimizer step marks an iteration's end (a process-wide step hook), and once
+an iteration repeats, later ones that follow it are served at planned
+offsets; gmlake.step() marks an iteration where no optimizer steps.
 
 Install: pip install --no-build-isolation ./python (builds the extension
 against the installed torch; python/setup.py says where it looks for
@@ -33,7 +37,7 @@ import os
 
 __all__ = ["enable", "enabled", "open", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
            "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged",
-           "mem_info", "copy", "copy_", "copy_info"]
+           "mem_info", "copy", "copy_", "copy_info", "step"]
 
 
 class GMLakeError(RuntimeError):
@@ -57,7 +61,9 @@ class _Stats(ctypes.Structure):
         ("lease_wait_ns", ctypes.c_uint64), ("import_ns", ctypes.c_uint64), ("map_call_ns", ctypes.c_uint64),
         ("access_ns", ctypes.c_uint64), ("chunks_streamed", ctypes.c_uint64),
         ("swap_out_bytes", ctypes.c_uint64), ("swap_in_bytes", ctypes.c_uint64), ("swap_copy_ns", ctypes.c_uint64),
-        ("swap_host_bytes", ctypes.c_uint64)]
+        ("swap_host_bytes", ctypes.c_uint64),
+        ("plan_steps", ctypes.c_uint64), ("plan_hits", ctypes.c_uint64), ("plan_misses", ctypes.c_uint64),
+        ("plans_taken", ctypes.c_uint64), ("plan_range", ctypes.c_uint64)]
 
 
 class _BlockInfo(ctypes.Structure):
@@ -150,23 +156,39 @@ def _set_option(name, value):
         raise GMLakeError("gml_set_option(%s): %s" % (name, lib.gml_strerror(rc).decode()))
 
 
-def enable(socket=None, mode=None, swap=None):
+def _plan_value(plan):
+    """GMLAKE_PLAN's value for enable(plan=...): True "1", False "0", "at:N" as it is."""
+    if plan is True or plan is False:
+        return "1" if plan else "0"
+    if isinstance(plan, str) and (plan in ("0", "1") or (plan.startswith("at:") and plan[3:].isdigit())):
+        return plan
+    raise ValueError("plan must be True, False or 'at:N' (N: an iteration number), got %r" % (plan,))
+
+
+def enable(socket=None, mode=None, swap=None, plan=None):
     """Make GMLake PyTorch's CUDA allocator. Call before the first CUDA allocation.
 
     socket: the daemon's socket (default: $GMLAKE_SOCKET, else the device's default path).
     mode: None (daemon if one runs, else embedded), "daemon" or "embedded".
     swap: None (as GMLAKE_SWAP says: off unless set), True/False, or a cap ("40GiB", "50%", bytes): tensors saved
     for backward go to host memory and back where an iteration would not fit the cap (gmlake/swap.py).
+    plan: planned placement (GMLAKE_PLAN; None: as the environment says, off by default): True plans
+      an iteration once it repeats (one plan per repeating pattern) and serves later iterations that
+      follow it at their planned offsets; "at:N" plans iteration N only. Iterations end at
+      every optimizer step (a process-wide hook, installed here) or at gmlake.step().
     """
     torch = _torch("gmlake.enable()")
     if mode and mode not in ("daemon", "embedded"):
         raise ValueError("mode must be 'daemon' or 'embedded'")
+    plan_value = None if plan is None else _plan_value(plan)
     if socket:
         _set_option("GMLAKE_SOCKET", socket)
     if mode:
         _set_option("GMLAKE_MODE", mode)
     if swap is not None:
         _set_option("GMLAKE_SWAP", "1" if swap is True else "0" if swap is False else swap)
+    if plan_value is not None:
+        _set_option("GMLAKE_PLAN", plan_value)
     C = _ext("gmlake.enable()")
     e = C.install()
     if e:
@@ -179,6 +201,48 @@ def enable(socket=None, mode=None, swap=None):
     from . import swap as _swap
     if _swap.target()[0]:  # GMLAKE_SWAP (or swap=) on; a bad value raises GMLakeError
         _swap.install()
+    _add_step_hook(torch)
+
+
+_step_hook = None
+
+
+def _add_step_hook(torch):
+    # every optimizer's step ends an iteration (torch.optim's global post hook: no change to the training
+    # loop); gml_step does nothing where planned placement is off, so the hook is always there
+    global _step_hook
+    if _step_hook is None and hasattr(torch.optim.optimizer, "register_optimizer_step_post_hook"):
+        _step_hook = torch.optim.optimizer.register_optimizer_step_post_hook(lambda opt, args, kwargs: step())
+
+
+def step(device=None):
+    """An iteration ends here (gml_step): with planned placement on, the library records each iteration's
+    allocations between two marks and serves repeating ones from a plan. enable() marks every optimizer
+    step by itself; call this in loops without an optimizer (inference, custom updates). device: the
+    device whose client marks it (default: every device with a client open). Nothing happens where
+    planned placement is off or no client is open."""
+    lib = _load()
+    if not hasattr(lib, "_gml_step_typed"):
+        lib.gml_step.argtypes = [ctypes.c_void_p]
+        lib.gml_step.restype = ctypes.c_int
+        lib.gml_strerror.restype = ctypes.c_char_p
+        lib._gml_step_typed = True
+    if device is None:
+        n = 1
+        try:
+            import torch
+            n = max(torch.cuda.device_count(), 1) if torch.cuda.is_available() else 1
+        except ImportError:
+            pass
+        devices = range(n)
+    else:
+        devices = [_device(device)]
+    for d in devices:
+        c = lib.gml_device_client_if_open(int(d))
+        if c:
+            rc = lib.gml_step(c)
+            if rc:
+                raise GMLakeError("gmlake.step(device=%d): %s" % (d, lib.gml_strerror(rc).decode()))
 
 
 def enabled():

@@ -24,7 +24,8 @@ POINTS = [("1 stats", "test_stats"), ("2 snapshot", "test_snapshot"), ("3 record
           ("32 IPC torch expandable->lake", "test_ipc_torch_expandable_to_lake"),
           ("32 IPC receiver dies", "test_ipc_receiver_dies"),
           ("32 IPC lake->lake forkserver", "test_ipc_lake_to_lake_forkserver"),
-          ("32 mem_get_info (2 at once)", "test_mem_get_info")]
+          ("32 mem_get_info (2 at once)", "test_mem_get_info"),
+          ("29 planned placement (GMLAKE_PLAN)", "test_plan_training")]
 
 
 def main():

@@ -182,6 +182,32 @@ def test_empty_cache(mode):
     assert r["returned"] > 0
 
 
+# issue 29: planned placement (GMLAKE_PLAN=1), iterations marked by the optimizer step hook
+def test_plan_training(mode):
+    code = """
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        x = torch.randn(256, 1024, device="cuda")
+        losses, maps = [], []
+        for i in range(12):
+            loss = m(x).square().mean()
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            losses.append(loss.item()); maps.append(gmlake.stats()["maps"])
+        st = gmlake.stats()
+        del loss
+        result(losses=losses, maps=maps, steps=st["plan_steps"], taken=st["plans_taken"], hits=st["plan_hits"],
+               misses=st["plan_misses"], allocated=torch.cuda.memory_allocated(), gm_allocated=gmlake.stats()["allocated"])
+    """
+    r = lake.run(mode, code, env={"GMLAKE_PLAN": "1"})
+    off = lake.run(mode, code, env={"GMLAKE_PLAN": "0"})
+    assert r["steps"] == 12 and off["steps"] == 0, (r, off)  # every optimizer step marked, nothing when off
+    assert r["taken"] >= 1 and r["hits"] > 0, r
+    assert r["maps"][-1] == r["maps"][6], r  # served from the plan: no map in the last steps
+    assert r["losses"] == off["losses"], (r["losses"], off["losses"])  # placement changes no result
+    assert r["allocated"] == off["allocated"], (r, off)  # memory_stats count the same live tensors
+
+
 # 6. CUDA graphs
 def test_cuda_graph(mode):
     r = lake.run(mode, """
