@@ -47,7 +47,7 @@ GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
 COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/records.c client/release.c client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c client/ipc_fds.c client/meminfo.c client/torchconf.c  # the framework layer's C API
-DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/meminfo.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c
+DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/meminfo.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c daemon/quotas.c
 CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
 CLIENT_SRC += client/copy.c client/staging.c client/paths.c  # the copy engine (gml_copy*); paths.c: multi-path policy
@@ -65,8 +65,12 @@ BINS := $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(BUILD)/libg
 TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BUILD)/test_security $(BUILD)/gml-testclient $(BUILD)/test_plan $(BUILD)/test_copy $(BUILD)/test_swap \
          $(BUILD)/test_planned
 
+# slurm/gmlake_spank.c: the Slurm SPANK plugin, built where libslurm-dev's spank.h is (scripts/deps.sh installs it).
+SPANK_H ?= $(wildcard /usr/include/slurm/spank.h)
+SLURM_PLUGIN := $(if $(SPANK_H),$(BUILD)/gmlake_spank.so)
+
 .PHONY: all borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
-all: $(BINS) $(TESTS)
+all: $(BINS) $(TESTS) $(SLURM_PLUGIN)
 
 $(GEN): proto/gmlake.proto
 	@mkdir -p $(BUILD)/gen
@@ -98,7 +102,7 @@ $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/rep
 
 $(BUILD)/test_unit: $(call obj,tests/test_unit.c tests/test_alloc.c tests/test_lake.c tests/test_broker.c tests/test_policy.c tests/test_config.c tests/test_wire.c \
                       tests/test_growable.c tests/test_api.c tests/test_pause.c tests/test_guard.c tests/test_borrow.c tests/test_layer.c tests/test_partial.c tests/test_snapshot.c tests/backends.c \
-                      tests/test_usage.c) $(call obj,daemon/lake.c daemon/broker.c daemon/meminfo.c daemon/lakesize.c daemon/config.c common/statsview.c) \
+                      tests/test_usage.c) $(call obj,daemon/lake.c daemon/broker.c daemon/quotas.c daemon/meminfo.c daemon/lakesize.c daemon/config.c common/statsview.c) \
                     $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 
@@ -138,6 +142,16 @@ borrow-model: $(BUILD)/borrow-model
 $(BUILD)/borrow-model: $(call obj,bench/borrow_model.c tests/backends.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lz $(LIBS)
 
+# Loaded by slurmd and slurmstepd, which are not sanitized: never built with SAN (the san build's Slurm test
+# covers the daemon, gmlakectl and the clients under ASan). Its own symbols visible (Slurm dlsym's them),
+# common/util.c's hidden.
+$(BUILD)/gmlake_spank.so: slurm/gmlake_spank.c common/util.c common/util.h include/gmlake.h
+	@mkdir -p $(BUILD)/obj/slurm
+	$(CC) $(CFLAGS_BASE) -O2 -Iinclude -Icommon -c common/util.c -o $(BUILD)/obj/slurm/util.o
+	$(CC) $(CFLAGS_BASE) -O2 -fvisibility=default -Iinclude -Icommon -DGMLAKE_BINDIR='"$(PREFIX)/bin"' \
+	  -c slurm/gmlake_spank.c -o $(BUILD)/obj/slurm/gmlake_spank.o
+	$(CC) -shared -o $@ $(BUILD)/obj/slurm/gmlake_spank.o $(BUILD)/obj/slurm/util.o -pthread
+
 # Fuzz targets (tests/fuzz/): built with clang and libFuzzer into build-fuzz/.
 FUZZ_TARGETS := fuzz_frame fuzz_control fuzz_reply fuzz_session
 FUZZ_CC ?= clang
@@ -145,11 +159,11 @@ $(BUILD)/fuzz_frame: $(call obj,tests/fuzz/fuzz_frame.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LIBS)
 
 $(BUILD)/fuzz_control: $(call obj,tests/fuzz/fuzz_control.c daemon/control.c daemon/pidquota.c daemon/session.c daemon/hello.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/meminfo.c daemon/park.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/quotas.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/ctlsock.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/meminfo.c daemon/park.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
 $(BUILD)/fuzz_session: $(call obj,tests/fuzz/fuzz_session.c daemon/session.c daemon/hello.c daemon/pidquota.c daemon/shares.c daemon/lake.c daemon/adopt.c \
-                          daemon/broker.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/meminfo.c daemon/park.c) $(COMMON_OBJ)
+                          daemon/broker.c daemon/quotas.c daemon/lakesize.c daemon/grant.c daemon/conn.c daemon/listen.c daemon/fdbudget.c daemon/dispatch.c daemon/meminfo.c daemon/park.c) $(COMMON_OBJ)
 	$(CC) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) -luv $(LIBS)
 
 $(BUILD)/fuzz_reply: $(call obj,tests/fuzz/fuzz_reply.c) $(CLIENT_OBJ) $(COMMON_OBJ)
@@ -221,7 +235,7 @@ demo: deps all
 
 # Binaries, library, header, gmlake.pc, man pages, the unit and a default
 # config (an existing /etc/gmlake/gmlaked.conf is kept), then ldconfig.
-install: $(BINS)
+install: $(BINS) $(SLURM_PLUGIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/gmlake \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
@@ -248,6 +262,9 @@ install: $(BINS)
 	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf ] || install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf
 	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/
+	if [ -n "$(SLURM_PLUGIN)" ]; then install -d $(DESTDIR)$(PREFIX)/lib/gmlake && \
+	  install -m 755 $(SLURM_PLUGIN) $(DESTDIR)$(PREFIX)/lib/gmlake/gmlake_spank.so && \
+	  sed 's|/usr/local|$(PREFIX)|g' slurm/plugstack.conf.example > $(DESTDIR)$(PREFIX)/share/gmlake/plugstack.conf.example; fi
 	if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 clean:

@@ -2,7 +2,7 @@
 # GPU run, in one call on the lent machine (or any CUDA machine):
 #   bench/gpu.sh [build] [vmm] [stall] [test] [lease] [replay] [torch[:w]]... [trace:w]... [accept:w]... [shared]
 #                [kvcache] [shareweights] [guard] [guardcost:w]... [borrow] [torchtest] [lake] [elastic] [ext]
-#                [overlap] [cpus] [copy] [swap] [plan[:w]]
+#                [overlap] [cpus] [copy] [swap] [plan[:w]] [cluster]
 #                (default: build vmm test lease replay torch shared)
 # ext:    builds gmlake._C against the installed torch (done by itself for every stage that needs it)
 # build:  unpacks carried Debian packages (.deb/, see docs/benchmarks.md) into .gpu/root when the
@@ -43,6 +43,9 @@
 #         idle, a training, bursty inference; units of 1536 MiB, a multiple of the 6 MiB chunk) on
 #         one daemon limited to 1.05x the most they allocate together: lake peak against max total
 #         allocated; PASS/FAIL
+# cluster: issue 31's acceptance (two GPUs, root): two processes each given one GPU by CUDA_VISIBLE_DEVICES, each
+#         in a cgroup with a named quota on its GPU's lake (as the Slurm plugin sets it): each reaches its own
+#         GPU's lake, its quota holds and is named when refused, metrics carry the name (bench/gpu_cluster.sh)
 # cpus:   the host's CPU topology (lscpu, NUMA, the GPU's affinity) and each core's speed at
 #         torch_bench's CPU probe (bench/cpu_cores.py): which cores GMLAKE_BENCH_CPUS should pin
 # elastic: bench/elastic.py: the idle hog (A caches 40 GiB and idles, B gets 40 GiB of a 60 GiB
@@ -300,6 +303,12 @@ if has uuid; then # issue 27: GPUs named by UUID (bench/gpu_uuid.sh; two GPUs or
   nvidia-smi topo -m 2>&1 | head -5 | tee -a "$SUMMARY"
   timeout 300 bench/gpu_uuid.sh "$BUILD" > "$OUTDIR/gpu_uuid.txt" 2>&1
   grep -E '^(PASS|FAIL|SKIP|gpu_uuid:)' "$OUTDIR/gpu_uuid.txt" | tee -a "$SUMMARY"
+fi
+
+if has cluster; then # issue 31: two job-like processes, one GPU each (CUDA_VISIBLE_DEVICES), a named quota per GPU on
+  # each one's cgroup (bench/gpu_cluster.sh; two GPUs or more, root)
+  timeout 300 bench/gpu_cluster.sh "$BUILD" > "$OUTDIR/gpu_cluster.txt" 2>&1
+  grep -E '^(PASS|FAIL|SKIP|cluster:)' "$OUTDIR/gpu_cluster.txt" | tee -a "$SUMMARY"
 fi
 
 if has unpriv; then # issue 27: the cuda daemon as the unit runs it (an unprivileged user, no capability)

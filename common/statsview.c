@@ -407,6 +407,44 @@ static void print_cgroup_metrics(FILE *o, const Gmlake__CtlReply *r, const label
   }
 }
 
+/* Named quotas (a job's, a pod's): a label the quota's setter chose, as many as quotas were named. */
+static void print_group_metrics(FILE *o, const Gmlake__CtlReply *r, const labels *l) {
+  int head = 0;
+  for (size_t i = 0; i < r->n_quotas; i++) {
+    const Gmlake__QuotaInfo *q = r->quotas[i];
+    if (!q->group || !*q->group) continue;
+    if (!head++)
+      fprintf(
+          o,
+          "# HELP gmlake_quota_bytes A named quota (a job's, a pod's): its bytes, what its clients hold, their peak.\n"
+          "# TYPE gmlake_quota_bytes gauge\n");
+    const uint64_t v[3] = {q->bytes, q->held_bytes, q->peak_bytes};
+    for (int j = 0; j < 3; j++) {
+      fprintf(o, "gmlake_quota_bytes{");
+      print_labels(o, l);
+      fprintf(o, ",group=\"");
+      print_escaped(o, q->group, 0);
+      fprintf(o, "\",kind=\"%s\"} %llu\n", j == 0 ? "quota" : j == 1 ? "held" : "peak", (unsigned long long)v[j]);
+    }
+  }
+}
+
+void gmli_print_quotas(const Gmlake__CtlReply *r, int json) {
+  char b[32], h[32], p[32];
+  if (json) {
+    gmli_print_json_list((ProtobufCMessage *const *)r->quotas, r->n_quotas);
+    putchar('\n');
+    return;
+  }
+  printf("%-24s %10s %10s %10s  %s\n", "NAME", "QUOTA", "HELD", "PEAK", "HOLDER");
+  for (size_t i = 0; i < r->n_quotas; i++) {
+    const Gmlake__QuotaInfo *q = r->quotas[i];
+    printf("%-24s %10s %10s %10s  %s\n", q->group && *q->group ? q->group : "-",
+           gmli_format_bytes(q->bytes, b, sizeof b), gmli_format_bytes(q->held_bytes, h, sizeof h),
+           gmli_format_bytes(q->peak_bytes, p, sizeof p), q->holder);
+  }
+}
+
 static void print_labels(FILE *o, const labels *l) {
   fprintf(o, "device=\"%d\",gpu_uuid=\"", l->dev);
   print_escaped(o, l->uuid, 0);
@@ -548,6 +586,7 @@ void gmli_print_metrics(FILE *o, const Gmlake__CtlReply *r) {
     if (!has_row && is_number(f)) metric_by_rule(o, m, f, &l);
   }
   print_cgroup_metrics(o, r, &l);
+  print_group_metrics(o, r, &l);
   print_latency_histogram(o, r->stats, &l);
   print_per_user(o, r, &l);
   print_user_reported(o, r, &l);

@@ -19,6 +19,8 @@ void gmli_print_stats(const Gmlake__LakeStats *s);
  * a `clients` request), into o: `gmlakectl metrics` and the daemon's HTTP
  * /metrics (daemon/metrics.c) print the same. */
 void gmli_print_metrics(FILE *o, const Gmlake__CtlReply *r);
+/* `gmlakectl quotas`: one row a quota (name, bytes, held, peak, holder); json: a JSON array of QuotaInfo. */
+void gmli_print_quotas(const Gmlake__CtlReply *r, int json);
 /* `gmlakectl clients`: a client's reported numbers that no column shows (a
  * field added to UsageReport), each as "  name size", at its row's end. */
 void gmli_print_client_other(const Gmlake__ClientInfo *c);

@@ -140,11 +140,33 @@ static int cgroup_path_canonical(const char *p) {
   return 1;
 }
 
+int gmli_quota_group_ok(const char *name) {
+  size_t n = strlen(name);
+  if (!n || n >= GML_QUOTA_GROUP_MAX) return 0;
+  for (const char *c = name; *c; c++)
+    if (!isalnum((unsigned char)*c) && !strchr("._-", *c)) return 0;
+  return 1;
+}
+
+/* "/PATH" (v2), or "CONTROLLER:/PATH" for a v1 hierarchy ("freezer", "name=systemd": as /proc/PID/cgroup lists it). */
+static int cgroup_holder_ok(const char *s) {
+  if (*s == '/') return cgroup_path_canonical(s);
+  const char *colon = strchr(s, ':');
+  if (!colon || colon == s || colon - s > 64) return 0;
+  for (const char *c = s; c < colon; c++)
+    if (!isalnum((unsigned char)*c) && !strchr("_=", *c)) return 0;
+  return cgroup_path_canonical(colon + 1);
+}
+
 int gmli_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup) {
   *key = 0, *cgroup = NULL;
   if (!strncmp(s, "cgroup:", 7)) {
     *kind = GML_QUOTA_CGROUP, *cgroup = s + 7;
-    return cgroup_path_canonical(s + 7) ? 0 : GML_EINVAL;
+    return cgroup_holder_ok(s + 7) ? 0 : GML_EINVAL;
+  }
+  if (!strncmp(s, "group:", 6)) { /* a named quota, whatever it binds */
+    *kind = GML_QUOTA_GROUP, *cgroup = s + 6;
+    return gmli_quota_group_ok(s + 6) ? 0 : GML_EINVAL;
   }
   *kind = strncmp(s, "uid:", 4) ? GML_QUOTA_PID : GML_QUOTA_UID;
   const char *p = *kind == GML_QUOTA_UID ? s + 4 : s;

@@ -27,11 +27,18 @@ const char *gmli_format_bytes(uint64_t v, char *buf, size_t len);
 void gmli_raise_fd_limit(void);
 /* Who a quota binds, as gmlakectl's `quota` and gmlaked's `quota` option
  * write it: "PID", "uid:UID" or "cgroup:/PATH" (the path as /proc/PID/cgroup
- * gives it, below GML_QUOTA_CGROUP_MAX bytes). Sets *kind, *key (the pid or
- * uid) and *cgroup (into s; cgroup only). Returns 0 or GML_EINVAL. */
-enum { GML_QUOTA_PID = 0, GML_QUOTA_UID = 1, GML_QUOTA_CGROUP = 2 };
+ * gives it, below GML_QUOTA_CGROUP_MAX bytes), or "cgroup:CONTROLLER:/PATH" on
+ * a cgroup v1 hierarchy ("cgroup:freezer:/slurm/uid_0/job_7", as the line of
+ * /proc/PID/cgroup that lists CONTROLLER gives it); or "group:NAME", a named
+ * quota whatever it binds (gmlakectl only: to change or remove it). Sets
+ * *kind, *key (the pid or uid) and *cgroup (into s: the cgroup, or the
+ * group's name). Returns 0 or GML_EINVAL. */
+enum { GML_QUOTA_PID = 0, GML_QUOTA_UID = 1, GML_QUOTA_CGROUP = 2, GML_QUOTA_GROUP = 3 };
 #define GML_QUOTA_CGROUP_MAX 4096 /* PATH_MAX: any cgroup path (a Kubernetes pod's is 150-200 bytes; 128 stored none) */
+#define GML_QUOTA_GROUP_MAX 64    /* a quota's name (a job's, a pod's), its NUL included */
 int gmli_parse_quota_holder(const char *s, int *kind, uint32_t *key, const char **cgroup);
+/* 1 when name may name a quota: 1-63 of letters, digits, '.', '_', '-' (a Prometheus label value as it is). */
+int gmli_quota_group_ok(const char *name);
 /* What to tell a user whom a Unix socket refused (connect's EACCES): "only
  * its owner (root) and group gmlake may use it; `id` lists this login's
  * groups" (a member added since logs in again). 0, or -1 when the socket

@@ -89,6 +89,7 @@ static int serve(broker *b, broker_client *c, broker_decision *d) {
   d->n = n;
   d->since_ns = c->lease.since_ns;
   c->leased_chunks += d->n;
+  gmli_broker_note_peaks(b, c);
   c->lease.count -= n;
   if (c->lease.streamed && c->lease.count) {
     d->left = c->lease.count;
@@ -221,52 +222,6 @@ void broker_park(broker *b, broker_client *c) { list_push(&b->parked, c); }
 void broker_unpark(broker *b, broker_client *c) { list_drop(&b->parked, c); }
 void broker_publish(broker *b, broker_client *c) { list_push(&b->published, c); }
 void broker_unpublish(broker *b, broker_client *c) { list_drop(&b->published, c); }
-
-/* Does quota q cover client o? */
-static int covers(const lake_quota *q, const broker_client *o) {
-  switch (q->by_uid) {
-  case LAKE_QUOTA_PID: return q->key == (uint32_t)o->pid;
-  case LAKE_QUOTA_UID: return q->key == (uint32_t)o->uid;
-  case LAKE_QUOTA_CGROUP: { /* the cgroup and those below it: a process that may make cgroups (a delegated
-                              * subtree: a container, a user's own systemd manager) moving into a child stays in */
-    size_t n = strlen(q->cgroup);
-    return o->cgroup[0] && n && !strncmp(q->cgroup, o->cgroup, n) &&
-           (!o->cgroup[n] || o->cgroup[n] == '/' || q->cgroup[n - 1] == '/');
-  }
-  }
-  return 0;
-}
-
-/* Chunks q covers: every connection, parked chunk and published share. */
-static uint64_t held_under(const broker *b, const lake_quota *q) {
-  uint64_t held = 0;
-  const broker_client *lists[3] = {b->clients, b->parked, b->published};
-  for (int l = 0; l < 3; l++)
-    for (const broker_client *o = lists[l]; o; o = o->next)
-      if (covers(q, o)) held += o->leased_chunks;
-  return held;
-}
-
-uint64_t broker_quota_room(const broker *b, const broker_client *c, uint64_t *quota, char *holder_name,
-                           size_t holder_len) {
-  uint64_t room = UINT64_MAX;
-  if (quota) *quota = 0;
-  for (size_t i = 0; i < b->lk->nquotas; i++) {
-    const lake_quota *q = &b->lk->quotas[i];
-    if (!covers(q, c)) continue;
-    uint64_t held = held_under(b, q);
-    uint64_t max = q->bytes / b->lk->cs, r = max > held ? max - held : 0;
-    if (r < room || (quota && !*quota)) {
-      room = GML_MIN(room, r);
-      if (quota) *quota = q->bytes;
-      if (holder_name) {
-        if (q->by_uid == LAKE_QUOTA_CGROUP) snprintf(holder_name, holder_len, "cgroup %s", q->cgroup);
-        else snprintf(holder_name, holder_len, "%s %u", q->by_uid == LAKE_QUOTA_UID ? "uid" : "pid", q->key);
-      }
-    }
-  }
-  return room;
-}
 
 static int ask_idle(broker *b, broker_client *c, uint64_t now_ns, broker_decision *d);
 
@@ -551,23 +506,9 @@ size_t broker_reclaim_targets(const broker *b, const broker_client *asker, broke
   return n;
 }
 
-uint32_t broker_adopt_room(const broker *b, const broker_client *c, uint32_t n) {
-  uint64_t limit = b->lk->limit_bytes / b->lk->cs;
-  uint64_t bound = 2 * limit + BROKER_MAX_LEASE;
-  uint64_t held = b->lk->total + b->lk->creating;
-  if (held >= bound) return 0;
-  /* one user hands over at most the limit: all users together cannot have
-   * held more than it before the restart, and one that hands over more (fds
-   * it kept of chunks it returned) does not take the room of the others */
-  const lake_quota user = {.by_uid = LAKE_QUOTA_UID, .key = (uint32_t)c->uid}; /* counted as a uid quota counts */
-  uint64_t uid_held = held_under(b, &user);
-  uint64_t room = GML_MIN(bound - held, uid_held >= limit ? 0 : limit - uid_held);
-  return (uint32_t)GML_MIN((uint64_t)n, room);
-}
-
 void broker_adopted(broker *b, broker_client *c, uint32_t n) {
-  (void)b;
   c->leased_chunks += n;
+  gmli_broker_note_peaks(b, c);
 }
 
 void broker_returned(broker *b, broker_client *c, const uint32_t *idx, size_t n) {

@@ -68,9 +68,10 @@ typedef struct broker_client {
   pid_t pid;
   uid_t uid;
   char name[64];
-  char cgroup[GML_QUOTA_CGROUP_MAX]; /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
-  double since;                      /* unix time of connect */
-  int closing;                       /* going away: nothing is served to it or asked of it */
+  char cgroup[GML_QUOTA_CGROUP_MAX];    /* its process's cgroup (v2 path from /proc/PID/cgroup), "" if unknown */
+  char cgroup_v1[GML_QUOTA_CGROUP_MAX]; /* ... its v1 hierarchies' lines, "CONTROLLERS:PATH\n" each ("" none) */
+  double since;                         /* unix time of connect */
+  int closing;                          /* going away: nothing is served to it or asked of it */
   uint64_t leased_chunks;
   uint64_t allocated, cached, stitched, largest_free; /* its last usage report, bytes */
   uint64_t paused, paused_saved;                      /* ... paused blocks (gml_pause) and their saved content, bytes */
@@ -189,6 +190,11 @@ uint32_t broker_trim_over_limit(broker *b);
  * broker_unpublish. */
 void broker_publish(broker *b, broker_client *c);
 void broker_unpublish(broker *b, broker_client *c);
+
+/* Chunks the clients that quota i binds hold now (every connection, parked chunk and published share). */
+uint64_t gmli_broker_quota_held(const broker *b, size_t i);
+/* quotas.c: c holds more (a lease served, a hand-over taken): the named quotas that bind it keep their peak. */
+void gmli_broker_note_peaks(broker *b, const broker_client *c);
 
 /* Quotas count per process (all its connections, parked chunks and published shares), per
  * user (all its processes) and per cgroup: every quota that covers c binds.

@@ -243,8 +243,8 @@ static int set_value(gmld_config *c, const config_option *o, const char *val) {
     while (sep > val && isspace((unsigned char)sep[-1])) sep--;
     if (sep == val || (size_t)(sep - val) >= sizeof holder) return -1;
     snprintf(holder, sizeof holder, "%.*s", (int)(sep - val), val);
-    if (gmli_parse_quota_holder(holder, &q.kind, &q.key, &cg) || gmli_parse_size(bytes, 0, &q.bytes) ||
-        c->nquotas >= GMLD_MAX_CONFIG_QUOTAS)
+    if (gmli_parse_quota_holder(holder, &q.kind, &q.key, &cg) || q.kind == GML_QUOTA_GROUP ||
+        gmli_parse_size(bytes, 0, &q.bytes) || c->nquotas >= GMLD_MAX_CONFIG_QUOTAS)
       return -1;
     if (cg) snprintf(q.cgroup, sizeof q.cgroup, "%s", cg);
     c->quotas[c->nquotas++] = q;

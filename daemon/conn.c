@@ -280,6 +280,49 @@ void conn_process_cgroup(pid_t pid, char *out, size_t len) {
   fclose(f);
 }
 
+/* Its cgroup v1 lines ("CONTROLLERS:PATH\n" each, the hierarchy's number left out), as many as fit in len. */
+void gmli_conn_process_cgroup_v1(pid_t pid, char *out, size_t len) {
+  char path[64], line[GML_QUOTA_CGROUP_MAX + 128];
+  size_t n = 0;
+  out[0] = 0;
+  snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    char *ctrl = strchr(line, ':');
+    if (!ctrl || ctrl[1] == ':') continue; /* v2's "0::PATH" (or a line of none) */
+    ctrl++;
+    line[strcspn(line, "\n")] = 0;
+    for (char *p = ctrl; *p; p++) /* shown and used as a label: printable only */
+      if ((unsigned char)*p < 32 || (unsigned char)*p > 126 || *p == '"' || *p == '\\') *p = '?';
+    size_t k = strlen(ctrl);
+    if (n + k + 2 > len) continue;
+    memcpy(out + n, ctrl, k);
+    out[n + k] = '\n';
+    out[n += k + 1] = 0;
+  }
+  fclose(f);
+}
+
+/* Where the v1 hierarchy of controller (as /proc/PID/cgroup names it: "freezer", "name=systemd") is mounted. */
+static int cgroup1_mount(const char *controller, char *out, size_t len) {
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (!f) return 0;
+  char line[4096];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) { /* ... - cgroup SOURCE SUPER_OPTIONS (rw,freezer) */
+    char mnt[1024], opts[1024], *dash = strstr(line, " - ");
+    if (!dash || strncmp(dash + 3, "cgroup ", 7) || sscanf(dash + 3, "%*s %*s %1023s", opts) != 1 ||
+        sscanf(line, "%*s %*s %*s %*s %1023s", mnt) != 1 || strlen(mnt) >= len)
+      continue;
+    for (char *tok = strtok(opts, ","); tok && !found; tok = strtok(NULL, ","))
+      if (!strcmp(tok, controller)) found = 1;
+    if (found) snprintf(out, len, "%s", mnt);
+  }
+  fclose(f);
+  return found;
+}
+
 /* Where the cgroup2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host):
  * 0 when nothing is (cgroup v1 only). */
 static int cgroup2_mount(char *out, size_t len) {
@@ -302,7 +345,16 @@ static int cgroup2_mount(char *out, size_t len) {
 int conn_cgroup_check(const char *path, char *why, size_t len) {
   char mnt[1024], full[1024 + GML_QUOTA_CGROUP_MAX];
   struct stat st;
-  if (!cgroup2_mount(mnt, sizeof mnt)) {
+  if (path[0] != '/') { /* CONTROLLER:/PATH, a v1 hierarchy's */
+    char controller[72];
+    const char *colon = strchr(path, ':');
+    snprintf(controller, sizeof controller, "%.*s", colon ? (int)GML_MIN((size_t)(colon - path), 71) : 0, path);
+    if (!colon || !cgroup1_mount(controller, mnt, sizeof mnt)) {
+      snprintf(why, len, "this host mounts no cgroup v1 hierarchy of %.70s", controller);
+      return GML_EINVAL;
+    }
+    path = colon + 1;
+  } else if (!cgroup2_mount(mnt, sizeof mnt)) {
     snprintf(why, len,
              "this host mounts no cgroup v2 hierarchy (cgroup v1 only), so no client's cgroup can be told: "
              "give uid: or PID quotas");

@@ -77,7 +77,10 @@ int conn_process_gone(int pidfd, pid_t pid);
 /* Its cgroup: the v2 (unified) path of /proc/PID/cgroup ("" when none or
  * unreadable), printable characters only. */
 /* Can a cgroup quota of PATH bind here? 0; GML_EINVAL with why (for the operator) when this host
- * mounts no cgroup2 hierarchy (v1 only: no client's cgroup can be told) or PATH is no cgroup in it. */
+ * mounts no cgroup2 hierarchy (v1 only: no client's cgroup can be told) or PATH is no cgroup in it;
+ * "CONTROLLER:/PATH": the same of the v1 hierarchy that has CONTROLLER. */
 int conn_cgroup_check(const char *path, char *why, size_t len);
 void conn_process_cgroup(pid_t pid, char *out, size_t len);
+/* Its cgroup v1 lines, "CONTROLLERS:PATH\n" each ("freezer:/slurm/uid_0/job_7/step_0"), as many as fit in len. */
+void gmli_conn_process_cgroup_v1(pid_t pid, char *out, size_t len);
 #endif

@@ -9,7 +9,9 @@
  *   trim     release free chunks to the driver; with a pid, ask that client for its idle cache
  *   limit    set the lake limit (free chunks over it are released at once; below what clients hold,
  *            a warning in the reply's message, code 0)
- *   quota    set/clear a quota of a process (all its connections), a user or a cgroup */
+ *   quota    set/clear a quota of a process (all its connections), a user or a cgroup; with a name (a job's, a
+ *            pod's) its peak is kept and the reply says it (QuotaInfo), and the name alone changes or removes it
+ *   quotas   every quota: holder, name, bytes, what its clients hold, its peak */
 #include "control.h"
 #include "daemon.h"
 #include "grant.h"
@@ -82,7 +84,7 @@ typedef struct ctl_call {
   const Gmlake__CtlRequest *req;
   Gmlake__CtlReply *rep;
   Gmlake__LakeStats stats;
-  void *to_free[2];
+  void *to_free[3];
   int may_change; /* the peer may send requests that change the lake */
   long viewer;    /* the peer's uid when it may see only its own user's processes (-1: all) */
 } ctl_call;
@@ -98,6 +100,8 @@ static void fail(ctl_call *k, int code, const char *message) {
 }
 
 static void ctl_stats(ctl_call *k) { with_stats(k); }
+
+static void reply_quotas(ctl_call *k, long only);
 
 static void ctl_clients(ctl_call *k) {
   const broker *b = &k->d->br;
@@ -137,6 +141,49 @@ static void ctl_clients(ctl_call *k) {
   }
   k->rep->n_clients = i;
   k->rep->clients = cp;
+  reply_quotas(k, -1); /* the metrics' gmlake_quota_bytes of named quotas (a job's, a pod's) */
+  with_stats(k);
+}
+
+/* The reply's quotas: the one at index `only`, or every one (only -1), as they are now (to_free[2] holds
+ * them). A reader other than root and the daemon's user sees another's pid and cgroup quotas nameless. */
+static void reply_quotas(ctl_call *k, long only) {
+  const lake *lk = &k->d->lk;
+  size_t n = only >= 0 ? 1 : lk->nquotas, hl = GML_QUOTA_CGROUP_MAX + 16;
+  struct qi {
+    Gmlake__QuotaInfo info;
+    char holder[GML_QUOTA_CGROUP_MAX + 16], group[GML_QUOTA_GROUP_MAX];
+  } * qi;
+  char *mem = k->to_free[2] =
+      calloc(1, n * (sizeof *qi + sizeof(Gmlake__QuotaInfo *)) + 1); /* one block, freed after */
+  if (!mem) {
+    fail(k, GML_ENOMEM, NULL);
+    return;
+  }
+  qi = (struct qi *)mem;
+  Gmlake__QuotaInfo **list = (Gmlake__QuotaInfo **)(mem + n * sizeof *qi);
+  for (size_t j = 0; j < n; j++) {
+    size_t i = only >= 0 ? (size_t)only : j;
+    const lake_quota *q = &lk->quotas[i];
+    gmlake__quota_info__init(&qi[j].info);
+    int own = k->viewer < 0 || (q->by_uid == LAKE_QUOTA_UID && q->key == (uint32_t)k->viewer);
+    if (!own) snprintf(qi[j].holder, hl, "(hidden)");
+    else if (q->by_uid == LAKE_QUOTA_CGROUP) snprintf(qi[j].holder, hl, "cgroup:%s", q->cgroup);
+    else snprintf(qi[j].holder, hl, q->by_uid == LAKE_QUOTA_UID ? "uid:%u" : "%u", q->key);
+    snprintf(qi[j].group, sizeof qi[j].group, "%s", q->group);
+    qi[j].info.holder = qi[j].holder;
+    qi[j].info.group = qi[j].group;
+    qi[j].info.bytes = q->bytes;
+    qi[j].info.held_bytes = gmli_broker_quota_held(&k->d->br, i) * lk->cs;
+    qi[j].info.peak_bytes = GML_MAX(q->peak_chunks * lk->cs, qi[j].info.held_bytes);
+    list[j] = &qi[j].info;
+  }
+  k->rep->n_quotas = n;
+  k->rep->quotas = list;
+}
+
+static void ctl_quotas(ctl_call *k) {
+  reply_quotas(k, -1);
   with_stats(k);
 }
 
@@ -235,35 +282,80 @@ static void ctl_set_limit(ctl_call *k) {
   with_stats(k);
 }
 
+/* A named quota's change (the name alone in the request): its bytes, or removed (bytes 0); the reply says it (a
+ * removed one as it was), with its peak (what a job's end reports). */
+static void set_named_quota(ctl_call *k, const Gmlake__QuotaRequest *q) {
+  lake *lk = &k->d->lk;
+  long i = gmli_lake_quota_named(lk, q->group);
+  if (i < 0) {
+    fail(k, GML_ENOENT, "no quota of that name");
+    return;
+  }
+  lake_quota *lq = &lk->quotas[i];
+  if (q->bytes) lq->bytes = q->bytes;
+  reply_quotas(k, i); /* changed: as it is now; removed: as it was */
+  with_stats(k);
+  char p[32];
+  GML_INFO("quota %s %s (peak %s)", GML_LOG_ESC(q->group), q->bytes ? "changed" : "removed",
+           gmli_format_bytes(lq->peak_chunks * lk->cs, p, sizeof p));
+  if (q->bytes) return;
+  if (lq->by_uid == LAKE_QUOTA_PID) pidquota_unwatch(k->d, (pid_t)lq->key);
+  gmli_lake_remove_quota(lk, (size_t)i);
+}
+
 static void ctl_set_quota(ctl_call *k) {
   const Gmlake__QuotaRequest *q = k->req->set_quota;
-  if (q && q->cgroup && q->cgroup[0]) {
+  const char *group = q && q->group ? q->group : "";
+  if (group[0] && !gmli_quota_group_ok(group)) {
+    fail(k, GML_EINVAL, "bad quota name: 1-63 of letters, digits, '.', '_' and '-'");
+    return;
+  }
+  if (q && group[0] && !(q->cgroup && q->cgroup[0]) && !q->by_uid && !q->pid) {
+    set_named_quota(k, q);
+    return;
+  }
+  lake *lk = &k->d->lk;
+  int kind = !q ? -1 : q->cgroup && q->cgroup[0] ? LAKE_QUOTA_CGROUP : q->by_uid ? LAKE_QUOTA_UID : LAKE_QUOTA_PID;
+  const char *cg = kind == LAKE_QUOTA_CGROUP ? q->cgroup : "";
+  uint32_t key = kind == LAKE_QUOTA_UID ? q->uid : kind == LAKE_QUOTA_PID ? (uint32_t)q->pid : 0;
+  long was = kind < 0 || strlen(cg) >= GML_QUOTA_CGROUP_MAX ? -1 : gmli_lake_quota_of(lk, kind, key, cg);
+  if (was >= 0 && q && !q->bytes) reply_quotas(k, was); /* cleared: as it was, with its peak */
+  if (kind == LAKE_QUOTA_CGROUP) {
     static char why[700]; /* the reply is packed after this returns */
     if (q->bytes && strlen(q->cgroup) < GML_QUOTA_CGROUP_MAX && conn_cgroup_check(q->cgroup, why, sizeof why))
       fail(k, GML_EINVAL, why); /* before: taken, and bound nothing */
-    else if (lake_set_quota_cgroup(&k->d->lk, q->cgroup, q->bytes)) fail(k, GML_EINVAL, "bad cgroup quota");
+    else if (lake_set_quota_cgroup(lk, q->cgroup, q->bytes)) fail(k, GML_EINVAL, "bad cgroup quota");
     else GML_INFO("quota of cgroup %s set to %llu bytes", GML_LOG_ESC(q->cgroup), (unsigned long long)q->bytes);
-    return;
-  }
-  if (q && !q->by_uid && q->bytes) {
-    int rc = pidquota_watch(k->d, (pid_t)q->pid);
-    if (rc) {
-      static char why[160]; /* the reply is packed after this returns */
-      fail(k,
-           rc == GML_ENOENT   ? GML_ENOENT
-           : rc == GML_ENOMEM ? GML_ENOMEM
-                              : GML_ESYS,
-           pidquota_why((pid_t)q->pid, rc, why, sizeof why));
+  } else {
+    if (q && !q->by_uid && q->bytes) {
+      int rc = pidquota_watch(k->d, (pid_t)q->pid);
+      if (rc) {
+        static char why[160]; /* the reply is packed after this returns */
+        fail(k,
+             rc == GML_ENOENT   ? GML_ENOENT
+             : rc == GML_ENOMEM ? GML_ENOMEM
+                                : GML_ESYS,
+             pidquota_why((pid_t)q->pid, rc, why, sizeof why));
+        return;
+      }
+    }
+    if (!q || lake_set_quota(lk, q->by_uid, q->by_uid ? q->uid : (uint32_t)q->pid, q->bytes)) {
+      fail(k, GML_EINVAL, "bad quota");
       return;
     }
+    if (!q->by_uid && !q->bytes) pidquota_unwatch(k->d, (pid_t)q->pid);
+    GML_INFO("quota of %s %u set to %llu bytes", q->by_uid ? "uid" : "pid", q->by_uid ? q->uid : (unsigned)q->pid,
+             (unsigned long long)q->bytes);
   }
-  if (!q || lake_set_quota(&k->d->lk, q->by_uid, q->by_uid ? q->uid : (uint32_t)q->pid, q->bytes)) {
-    fail(k, GML_EINVAL, "bad quota");
-    return;
+  long now = k->rep->code || !q->bytes ? -1 : gmli_lake_quota_of(lk, kind, key, cg);
+  if (now < 0) return;
+  if (group[0]) {
+    gmli_lake_name_quota(lk, (size_t)now, group, gmli_broker_quota_held(&k->d->br, (size_t)now));
+    if (kind == LAKE_QUOTA_CGROUP) GML_INFO("quota of cgroup %s is named %s", GML_LOG_ESC(cg), GML_LOG_ESC(group));
+    else GML_INFO("quota of %s %u is named %s", kind == LAKE_QUOTA_UID ? "uid" : "pid", key, GML_LOG_ESC(group));
   }
-  if (!q->by_uid && !q->bytes) pidquota_unwatch(k->d, (pid_t)q->pid);
-  GML_INFO("quota of %s %u set to %llu bytes", q->by_uid ? "uid" : "pid", q->by_uid ? q->uid : (unsigned)q->pid,
-           (unsigned long long)q->bytes);
+  reply_quotas(k, now);
+  with_stats(k);
 }
 
 /* A new control request: a case in CtlRequest (proto/gmlake.proto), a
@@ -282,6 +374,7 @@ static const struct ctl_route {
     {GMLAKE__CTL_REQUEST__REQ_TRIM, "trim", 1, ctl_trim},
     {GMLAKE__CTL_REQUEST__REQ_SET_LIMIT_BYTES, "limit", 1, ctl_set_limit},
     {GMLAKE__CTL_REQUEST__REQ_SET_QUOTA, "quota", 1, ctl_set_quota},
+    {GMLAKE__CTL_REQUEST__REQ_QUOTAS, "quotas", 0, ctl_quotas},
 };
 
 static void handle_request(ctl_call *k) {
@@ -326,7 +419,7 @@ int control_handle_as(gmld *d, int may_change, long viewer, const uint8_t *req_b
   size_t n = gmlake__ctl_reply__get_packed_size(&rep);
   uint8_t *out = malloc(n ? n : 1);
   if (out) gmlake__ctl_reply__pack(&rep, out);
-  free(k.to_free[0]), free(k.to_free[1]);
+  free(k.to_free[0]), free(k.to_free[1]), free(k.to_free[2]);
   shares_free_info(rep.shares, rep.n_shares);
   if (req) gmlake__ctl_request__free_unpacked(req, NULL);
   if (!out) return GML_ENOMEM;

@@ -4,8 +4,10 @@
  * The parts, each using only those above it (no include or call cycle; the
  * files a part uses in brackets):
  *   lake.c      chunks, owners, the limit, quotas                     no I/O
+ *   quotas.c    which clients a quota binds (pid, uid, cgroup v2/v1), no I/O
+ *               the room it leaves, named quotas' peaks                (lake)
  *   broker.c    every lease decision: serve, wait, reclaim from whom,  no I/O
- *               refuse, optional leases declined, quotas, refill       (lake)
+ *               refuse, optional leases declined, quotas, refill       (lake, quotas)
  *   lakesize.c  how big the lake is: chunks to order, trim, the limit  (broker)
  *   creator.c   a worker pool that makes N chunks and hands them back  (backend only)
  *   config.c    settings: one option table for the file, flags, --help
@@ -28,7 +30,8 @@
  *   shares.c    shared read-only memory: shares, their mappers         (lake, session, grant)
  *   park.c      the end of a session: chunks back, or parked until its
  *               process exits                          (lake, broker, adopt, shares, grant)
- *   control.c   the control RPC, handlers in a table                   (broker, session, grant, shares, pidquota)
+ *   control.c   the control RPC, handlers in a table                   (broker, quotas, session, grant, shares,
+ *                                                                       pidquota)
  *   dispatch.c  the client protocol: requests by table to the handlers
  *               above, the transport's hooks installed at start        (grant, hello, adopt, shares, park,
  *                                                                       listen, pidquota)

@@ -66,6 +66,7 @@ void hello_handle(session *s, const Gmlake__Envelope *msg) {
              (unsigned long long)s->bc.id, (int)s->bc.pid, (unsigned)s->bc.uid,
              (double)(gmli_now_ns() - d->start_ns) / 1e9, d->cfg.adopt_window_s);
   conn_process_cgroup(s->bc.pid, s->bc.cgroup, sizeof s->bc.cgroup);
+  gmli_conn_process_cgroup_v1(s->bc.pid, s->bc.cgroup_v1, sizeof s->bc.cgroup_v1);
   if (s->peer_gone || conn_process_gone(s->pidfd, s->bc.pid)) { /* after the cgroup read: it was that process's */
     /* its pid and cgroup are what pid and cgroup quotas bind: a process that connected, handed the socket on
      * and exited left a connection in no cgroup (before: a lease past its cgroup's quota) */

@@ -263,3 +263,31 @@ int lake_set_quota_cgroup(lake *lk, const char *cgroup, uint64_t bytes) {
   if (!cgroup || !*cgroup || strlen(cgroup) >= sizeof lk->quotas[0].cgroup) return GML_EINVAL;
   return set_quota(lk, LAKE_QUOTA_CGROUP, 0, cgroup, bytes);
 }
+
+long gmli_lake_quota_named(const lake *lk, const char *group) {
+  if (!group || !*group) return -1;
+  for (size_t i = 0; i < lk->nquotas; i++)
+    if (!strcmp(lk->quotas[i].group, group)) return (long)i;
+  return -1;
+}
+
+long gmli_lake_quota_of(const lake *lk, int by_uid, uint32_t key, const char *cgroup) {
+  for (size_t i = 0; i < lk->nquotas; i++) {
+    const lake_quota *q = &lk->quotas[i];
+    if (q->by_uid == by_uid && q->key == key && !strcmp(q->cgroup, cgroup)) return (long)i;
+  }
+  return -1;
+}
+
+void gmli_lake_name_quota(lake *lk, size_t i, const char *group, uint64_t held) {
+  lake_quota *q = &lk->quotas[i];
+  if (!strcmp(q->group, group)) return;
+  long other = gmli_lake_quota_named(lk, group);
+  if (other >= 0) lk->quotas[other].group[0] = '\0';
+  snprintf(q->group, sizeof q->group, "%s", group);
+  q->peak_chunks = held;
+}
+
+void gmli_lake_remove_quota(lake *lk, size_t i) {
+  if (i < lk->nquotas) lk->quotas[i] = lk->quotas[--lk->nquotas];
+}

@@ -30,8 +30,10 @@ enum { LAKE_QUOTA_PID = 0, LAKE_QUOTA_UID = 1, LAKE_QUOTA_CGROUP = 2 };
 typedef struct lake_quota {
   int by_uid;                        /* LAKE_QUOTA_*: 0 pid, 1 uid, 2 cgroup */
   uint32_t key;                      /* pid or uid */
-  char cgroup[GML_QUOTA_CGROUP_MAX]; /* LAKE_QUOTA_CGROUP: the cgroup's path */
+  char cgroup[GML_QUOTA_CGROUP_MAX]; /* LAKE_QUOTA_CGROUP: the cgroup's path, "/PATH" (v2) or "CONTROLLER:/PATH" (v1) */
   uint64_t bytes;
+  char group[GML_QUOTA_GROUP_MAX]; /* its name ("" none): a job's, a pod's (metrics, gmlakectl quotas) */
+  uint64_t peak_chunks;            /* named: the most its clients held at once since it was set (broker.c keeps it) */
 } lake_quota;
 
 typedef struct lake {
@@ -97,4 +99,13 @@ uint64_t lake_quota_for(const lake *lk, pid_t pid, uid_t uid);
 int lake_set_quota(lake *lk, int by_uid, uint32_t key, uint64_t bytes);
 /* A quota for the processes of one cgroup (path as /proc/PID/cgroup gives it). */
 int lake_set_quota_cgroup(lake *lk, const char *cgroup, uint64_t bytes);
+/* Index of the quota named group, or -1. */
+long gmli_lake_quota_named(const lake *lk, const char *group);
+/* Index of the quota of that holder (by_uid: LAKE_QUOTA_*; cgroup "" but for a cgroup's), or -1. */
+long gmli_lake_quota_of(const lake *lk, int by_uid, uint32_t key, const char *cgroup);
+/* Name the quota at index i group (a quota has at most one name, a name at most one quota: another quota of
+ * that name loses it). Its peak is kept when it had that name, else it starts at what its clients hold (held). */
+void gmli_lake_name_quota(lake *lk, size_t i, const char *group, uint64_t held);
+/* Remove the quota at index i. */
+void gmli_lake_remove_quota(lake *lk, size_t i);
 #endif

@@ -21,6 +21,11 @@ for f in $P/bin/gmlaked $P/bin/gmlakectl $P/lib/libgmlake-client.so.1 $P/lib/lib
          /etc/gmlake/gmlaked.conf /lib/systemd/system/gmlaked@.service; do
   [ -e "$d$f" ] || fail "make install did not create $f"
 done
+if [ -e "$BUILD/gmlake_spank.so" ]; then # the Slurm plugin, where libslurm-dev was there to build it
+  [ -e "$d$P/lib/gmlake/gmlake_spank.so" ] || fail "make install did not install the Slurm plugin"
+  grep -q "^optional $P/lib/gmlake/gmlake_spank.so .*ctl=$P/bin/gmlakectl" "$d$P/share/gmlake/plugstack.conf.example" ||
+    fail "share/gmlake/plugstack.conf.example does not name PREFIX's plugin and gmlakectl"
+fi
 echo "  files installed under PREFIX=$P"
 # every manual of man/, and `man 3 FUNCTION` for every function a man 3 page names (a .so link to the page)
 for m in man/man*/*.[0-9]; do

@@ -218,7 +218,7 @@ def activity(lake):
     n3.paused = 3 * MIB
     # C: a quota of 4 MiB; 2 MiB served, 4 MiB more refused (leases_refused)
     c = Client(lake)
-    lake.ctl("quota", str(c.pid), "4MiB")
+    lake.ctl("quota", str(c.pid), "4MiB", "--group", "metrics-c")  # named: gmlake_quota_bytes
     c.cmd("alloc %d" % (2 * MIB), "ok 0")
     c.cmd("alloc %d" % (4 * MIB), "err")
     # a protocol error: a frame longer than any (its length prefix all ones)
@@ -453,6 +453,24 @@ def cgroup_bytes(fam, st, cl):
         expect("%s%s" % (fam.name, dict(k)), v[k], x, "(clients --json of that cgroup summed, bytes)")
 
 
+QUOTAS = []  # gmlakectl --json quotas, read with the metrics (main)
+
+
+def quota_bytes(fam, st, cl):
+    """Each named quota's bytes, held and peak, as gmlakectl --json quotas says them."""
+    v = values(fam)
+    want = {}
+    for q in QUOTAS:
+        if q.get("group"):
+            for kind, field in (("quota", "bytes"), ("held", "held_bytes"), ("peak", "peak_bytes")):
+                want[frozenset({("group", q["group"]), ("kind", kind)})] = q.get(field, 0)
+    if set(v) != set(want) or not want:
+        errors.append("%s: series %s, not %s" % (fam.name, sorted(map(str, map(dict, v))), sorted(map(str, map(dict, want)))))
+        return
+    for k, x in want.items():
+        expect("%s%s" % (fam.name, dict(k)), v[k], x, "(quotas --json, bytes)")
+
+
 def usage_report_fields():
     """The fields of UsageReport in proto/gmlake.proto: what a client reports."""
     proto = open(os.path.join(REPO, "proto", "gmlake.proto")).read()
@@ -504,6 +522,7 @@ FAMILIES = {
     "gmlake_chunks_remade": ("counter", scalar("chunks_remade", "chunks")),
     "gmlake_chunks_released_idle": ("counter", scalar("chunks_released_idle", "chunks")),
     "gmlake_cgroup_bytes": ("gauge", cgroup_bytes),
+    "gmlake_quota_bytes": ("gauge", quota_bytes),
     "gmlake_lease_duration_seconds": ("histogram", latency_histogram),
     "gmlake_user_bytes": ("gauge", user_bytes),
     "gmlake_user_clients": ("gauge", user_clients),
@@ -565,6 +584,7 @@ def main():
     try:
         clients = activity(lake)
         st, cl, text = quiescent(lake, clients)
+        QUOTAS[:] = json.loads(lake.ctl("--json", "quotas"))
         fams = check(st, cl, text)
         done = True
         if os.environ.get("METRICS_VALUES_SHOW"):

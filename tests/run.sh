@@ -489,6 +489,11 @@ section "what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG)
 tests/logging.sh "$BUILD"
 section "how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
+section "Kubernetes: deploy/k8s validated offline against python3-kubernetes' models; the DaemonSet runs the unit's ExecStart; gmlake-quota against a daemon ($BUILD)"
+if /usr/bin/python3 -c 'import kubernetes, yaml' 2>/dev/null; then /usr/bin/python3 tests/k8s.py "$BUILD"
+else skip "tests/k8s.py" "no python3-kubernetes or python3-yaml for /usr/bin/python3 (scripts/deps.sh installs them)"; fi
+section "Slurm: the SPANK plugin on a single-node Slurm started here, jobs' quotas on their GPUs' lakes ($BUILD)"
+tests/slurm.sh "$BUILD"
 section "make install, the installed unit, gmlake.pc, man pages ($BUILD)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: the same Makefile rules; the C example would need the sanitizer runtime)"; else
 tests/install.sh "$BUILD"

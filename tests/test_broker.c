@@ -1273,6 +1273,86 @@ START_TEST(test_mem_info_answers) {
 }
 END_TEST
 
+/* A cgroup v1 quota ("freezer:/slurm/uid_0/job_7", as Slurm's proctrack/cgroup tracks a job on a v1 host) binds the
+ * clients whose freezer line is that cgroup or below it, not a sibling whose name it prefixes nor another
+ * hierarchy's line; a named quota keeps its peak as chunks come and go, and a refusal names it. */
+START_TEST(test_quota_cgroup_v1_named_peak) {
+  broker_client a, b, sib, other;
+  client(&a, 1, 42, 0);
+  client(&b, 2, 43, 0);
+  client(&sib, 3, 44, 0);
+  client(&other, 4, 45, 0);
+  snprintf(a.cgroup_v1, sizeof a.cgroup_v1, "cpu,cpuacct:/\nfreezer:/slurm/uid_0/job_7/step_0\nname=systemd:/\n");
+  snprintf(b.cgroup_v1, sizeof b.cgroup_v1, "freezer:/slurm/uid_0/job_7/step_batch\n");
+  snprintf(sib.cgroup_v1, sizeof sib.cgroup_v1, "freezer:/slurm/uid_0/job_70/step_0\n");
+  snprintf(other.cgroup_v1, sizeof other.cgroup_v1, "cpu,cpuacct:/slurm/uid_0/job_7\nfreezer:/\n");
+  snprintf(a.cgroup, sizeof a.cgroup, "/"); /* a hybrid host's v2 line says nothing of the job */
+  add_chunks(10);
+  ck_assert_int_eq(lake_set_quota_cgroup(&lk, "freezer:/slurm/uid_0/job_7", 3 * cs), 0);
+  long i = gmli_lake_quota_of(&lk, LAKE_QUOTA_CGROUP, 0, "freezer:/slurm/uid_0/job_7");
+  ck_assert_int_ge(i, 0);
+  gmli_lake_name_quota(&lk, (size_t)i, "slurm-job-7", 0);
+  ck_assert_int_eq(gmli_lake_quota_named(&lk, "slurm-job-7"), i);
+  broker_decision d;
+  broker_lease(&br, &a, 1, 2, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(lk.quotas[i].peak_chunks, 2);
+  broker_returned(&br, &a, d.idx, 1); /* 1 held, the peak stays */
+  ck_assert_uint_eq(gmli_broker_quota_held(&br, (size_t)i), 1);
+  broker_lease(&br, &b, 2, 5, 0, 0, &d); /* b is in the job too: 2 more, the quota's room */
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 2);
+  ck_assert_uint_eq(lk.quotas[i].peak_chunks, 3);
+  broker_lease(&br, &a, 3, 1, 0, 0, &d);
+  ck_assert_int_eq(d.verdict, BROKER_REFUSE);
+  ck_assert_int_eq(d.code, GML_EQUOTA);
+  ck_assert_msg(strstr(d.why, "slurm-job-7 of cgroup freezer:/slurm/uid_0/job_7"), "why: %s", d.why);
+  broker_lease(&br, &sib, 4, 3, 0, 0, &d); /* job_70 is not below job_7 */
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 3);
+  broker_lease(&br, &other, 5, 2, 0, 0, &d); /* job_7 in another hierarchy than the quota's */
+  ck_assert_int_eq(d.verdict, BROKER_SERVE);
+  ck_assert_uint_eq(d.n, 2);
+  ck_assert_uint_eq(lk.quotas[i].peak_chunks, 3);
+  /* named again the same: the peak kept; another quota taking the name: it moves, the first is nameless */
+  gmli_lake_name_quota(&lk, (size_t)i, "slurm-job-7", 0);
+  ck_assert_uint_eq(lk.quotas[i].peak_chunks, 3);
+  ck_assert_int_eq(lake_set_quota(&lk, 1, 1000, 8 * cs), 0);
+  long u = gmli_lake_quota_of(&lk, LAKE_QUOTA_UID, 1000, "");
+  gmli_lake_name_quota(&lk, (size_t)u, "slurm-job-7", 0);
+  ck_assert_int_eq(gmli_lake_quota_named(&lk, "slurm-job-7"), u);
+  ck_assert_str_eq(lk.quotas[i].group, "");
+  gmli_lake_remove_quota(&lk, (size_t)u);
+  ck_assert_int_eq(gmli_lake_quota_named(&lk, "slurm-job-7"), -1);
+}
+END_TEST
+
+/* Holders as gmlakectl quota and the config take them: a v1 hierarchy's cgroup, a named quota. */
+START_TEST(test_quota_holders_parse) {
+  int kind;
+  uint32_t key;
+  const char *cg;
+  ck_assert_int_eq(gmli_parse_quota_holder("cgroup:freezer:/slurm/uid_0/job_7", &kind, &key, &cg), 0);
+  ck_assert_int_eq(kind, GML_QUOTA_CGROUP);
+  ck_assert_str_eq(cg, "freezer:/slurm/uid_0/job_7");
+  ck_assert_int_eq(gmli_parse_quota_holder("cgroup:name=systemd:/user.slice", &kind, &key, &cg), 0);
+  ck_assert_int_eq(gmli_parse_quota_holder("group:slurm-job-7", &kind, &key, &cg), 0);
+  ck_assert_int_eq(kind, GML_QUOTA_GROUP);
+  ck_assert_str_eq(cg, "slurm-job-7");
+  const char *bad[] = {"cgroup:freezer:slurm",
+                       "cgroup::/x",
+                       "cgroup:free zer:/x",
+                       "cgroup:freezer:/x/../y",
+                       "group:",
+                       "group:a b",
+                       "group:job/7",
+                       "group:0123456789012345678901234567890123456789012345678901234567890123"};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+    ck_assert_msg(gmli_parse_quota_holder(bad[k], &kind, &key, &cg) == GML_EINVAL, "%s taken", bad[k]);
+  ck_assert(gmli_quota_group_ok("k8s-ml.trainer_0"));
+}
+END_TEST
+
 Suite *broker_suite(void) {
   Suite *s = suite_create("broker");
   TCase *tc = tcase_create("broker");
@@ -1296,6 +1376,8 @@ Suite *broker_suite(void) {
   tcase_add_test(tc, test_lease_wait_zero_waits_for_creation);
   tcase_add_test(tc, test_idle_release);
   tcase_add_test(tc, test_quota_long_cgroup_path);
+  tcase_add_test(tc, test_quota_cgroup_v1_named_peak);
+  tcase_add_test(tc, test_quota_holders_parse);
   tcase_add_test(tc, test_optional_leases);
   tcase_add_test(tc, test_closing_client_is_not_served);
   tcase_add_test(tc, test_refill);

@@ -929,6 +929,43 @@ START_TEST(test_pid_quota_ends_with_process) {
 }
 END_TEST
 
+/* A named quota over the control RPC (a job's, as the Slurm plugin and the Kubernetes controller set it):
+ * the set line names the lake and the quota, `quotas` lists it with what is held and its peak, a refusal
+ * names it, group:NAME changes it and clears it (printing the peak); an unknown name or a bad one is refused. */
+START_TEST(test_named_quota_rpc) {
+  start_daemon("--limit 64MiB --prefetch 0");
+  proc a = client_start();
+  int pid_a = client_ready(&a);
+  char args[320], out[8192];
+  ck_assert_int_ne(ctl(out, sizeof out, "quota group:no-such-job 0 2>&1"), 0);
+  ck_assert_msg(strstr(out, "no quota of that name"), "%s", out);
+  snprintf(args, sizeof args, "quota %d 8MiB --group 'job/1' 2>&1", pid_a);
+  ck_assert_int_ne(ctl(out, sizeof out, args), 0);
+  ck_assert_msg(strstr(out, "bad quota holder") || strstr(out, "bad quota name"), "%s", out);
+  ck_assert_int_ne(ctl(out, sizeof out, "trim --group job-1 2>&1"), 0); /* --group is quota's */
+  snprintf(args, sizeof args, "quota %d 8MiB --group job-1", pid_a);
+  ck_assert_int_eq(ctl(out, sizeof out, args), 0);
+  ck_assert_msg(strstr(out, " on host-0: quota 8.00 MiB, held 0 B, peak 0 B"), "%s", out);
+  ck_assert_str_eq(client_cmd(&a, "alloc %d", 6 << 20), "ok 0");
+  ck_assert_str_eq(client_cmd(&a, "free 0"), "ok");
+  ck_assert_msg(!strncmp(client_cmd(&a, "trim"), "ok", 2), "trim"); /* its chunks back: held 0, the peak stays */
+  ck_assert_int_eq(ctl(out, sizeof out, "--json quotas"), 0);
+  ck_assert_msg(strstr(out, "\"group\":\"job-1\"") && json_num(out, "peak_bytes") == 6 << 20, "%s", out);
+  const char *r = client_cmd(&a, "alloc %d", 10 << 20);
+  ck_assert_msg(!strncmp(r, "err", 3) && strstr(r, "(job-1 of pid "), "over the quota: %s", r);
+  ck_assert_int_eq(ctl(out, sizeof out, "quota group:job-1 16MiB"), 0);
+  ck_assert_msg(strstr(out, "quota 16.00 MiB"), "%s", out);
+  r = client_cmd(&a, "alloc %d", 10 << 20); /* the new bytes bind */
+  ck_assert_msg(!strncmp(r, "ok", 2), "under the new 16 MiB: %s", r);
+  ck_assert_int_eq(ctl(out, sizeof out, "quota group:job-1 0"), 0);
+  ck_assert_msg(strstr(out, "cleared on host-0: quota 16.00 MiB") && strstr(out, "peak 10.00 MiB"), "%s", out);
+  ck_assert_int_eq(ctl(out, sizeof out, "quotas"), 0);
+  ck_assert_msg(!strstr(out, "job-1"), "%s", out);
+  ck_assert_int_eq(client_finish(&a), 0);
+  ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 START_TEST(test_process_quota_over_connections) {
   start_daemon("--limit 64MiB --prefetch 0");
   proc a = client_start();
@@ -1345,6 +1382,7 @@ int main(void) {
   tcase_add_test(tc, test_idle_client_gives_back);
   tcase_add_test(tc, test_idle_client_numbers_current);
   tcase_add_test(tc, test_pid_quota_ends_with_process);
+  tcase_add_test(tc, test_named_quota_rpc);
   tcase_add_test(tc, test_quota_counts_shares);
   tcase_add_test(tc, test_daemon_restart_keeps_shares);
   tcase_add_test(tc, test_restart_new_share_same_key);

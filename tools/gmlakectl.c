@@ -44,6 +44,7 @@ typedef struct ctl {
   int nargs;
   Gmlake__CtlReply *reply; /* freed after the command */
   const char *found_how;   /* how url was found when no --control named it: said when nothing is there */
+  const char *group;       /* --group NAME: quota's name for the quota it sets */
 } ctl;
 
 /* An error: its text on stderr; with --json also {"error":{"code":..,"message":..}}
@@ -307,26 +308,45 @@ static int cmd_quota(ctl *c) {
   int kind;
   uint32_t key;
   const char *cgroup;
-  if (gmli_parse_quota_holder(c->args[0], &kind, &key, &cgroup)) {
+  if (gmli_parse_quota_holder(c->args[0], &kind, &key, &cgroup) || (kind == GML_QUOTA_GROUP && c->group)) {
     ctl_error(c, GML_EINVAL,
-              "bad quota holder '%s' (PID, uid:UID or cgroup:/PATH as /proc/PID/cgroup shows it: no '.', '..', '//' or "
-              "trailing '/')",
+              "bad quota holder '%s' (PID, uid:UID, cgroup:/PATH or cgroup:CONTROLLER:/PATH as /proc/PID/cgroup "
+              "shows it: no '.', '..', '//' or trailing '/'; or group:NAME, a named quota, without --group)",
               c->args[0]);
     return 2;
   }
   if (kind == GML_QUOTA_CGROUP) quota.cgroup = (char *)cgroup; /* protobuf-c's string fields are char * */
+  else if (kind == GML_QUOTA_GROUP) quota.group = (char *)cgroup;
   else if (kind == GML_QUOTA_UID) quota.by_uid = 1, quota.uid = key;
   else quota.pid = (int)key;
+  if (c->group) quota.group = (char *)c->group;
   quota.bytes = v;
   req.req_case = GMLAKE__CTL_REQUEST__REQ_SET_QUOTA;
   req.set_quota = &quota;
   if (!(c->reply = call(c, &req))) return 1;
+  const Gmlake__QuotaInfo *q = c->reply->n_quotas ? c->reply->quotas[0] : NULL; /* named, or cleared: as it was */
+  const char *uuid = c->reply->stats && c->reply->stats->gpu_uuid ? c->reply->stats->gpu_uuid : "";
+  char b[32], h[32], p[32]; /* one line, for scripts too (the Slurm plugin reports it) */
   if (c->json) {
     printf("{\"ok\":true,\"command\":\"quota\",\"holder\":");
     gmli_print_json_string(stdout, c->args[0]);
-    printf(",\"bytes\":%llu,\"cleared\":%s}\n", (unsigned long long)v, v ? "false" : "true");
-  } else if (!v) printf("quota of %s cleared\n", c->args[0]);
-  else printf("quota of %s set to %llu bytes\n", c->args[0], (unsigned long long)v);
+    printf(",\"bytes\":%llu,\"cleared\":%s,\"gpu_uuid\":", (unsigned long long)v, v ? "false" : "true");
+    gmli_print_json_string(stdout, uuid);
+    printf(",\"quota\":%s", q ? "" : "null");
+    if (q) gmli_print_json(&q->base);
+    return printf("}\n") < 0;
+  }
+  printf(v ? "quota of %s set to %llu bytes" : "quota of %s cleared", c->args[0], (unsigned long long)v);
+  if (q && q->group && *q->group)
+    printf(" on %s: quota %s, held %s, peak %s", uuid, gmli_format_bytes(q->bytes, b, sizeof b),
+           gmli_format_bytes(q->held_bytes, h, sizeof h), gmli_format_bytes(q->peak_bytes, p, sizeof p));
+  putchar('\n');
+  return 0;
+}
+
+static int cmd_quotas(ctl *c) {
+  if (!ask(c, GMLAKE__CTL_REQUEST__REQ_QUOTAS)) return 1;
+  gmli_print_quotas(c->reply, c->json);
   return 0;
 }
 
@@ -372,10 +392,12 @@ static const struct command {
     {"trim", " [--client PID]", "release free chunks to the driver; ask that client for its idle cache", 0, 1,
      cmd_trim},
     {"limit", " BYTES|PCT%", "set the lake's limit (PCT of the device)", 1, 1, cmd_limit},
-    {"quota", " PID|uid:UID|cgroup:PATH BYTES",
+    {"quota", " PID|uid:UID|cgroup:PATH|group:NAME BYTES [--group NAME]",
      "set a quota of a process (all its connections), a user (all its processes) or a cgroup (0 clears it); a lease "
-     "over it is refused",
+     "over it is "
+     "refused; --group names it (a job: its peak is kept, metrics carry the name), group:NAME changes or clears it",
      2, 1, cmd_quota},
+    {"quotas", "", "every quota: its name, bytes, what its clients hold and their peak, holder", 0, 0, cmd_quotas},
     {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", 0, 0, cmd_metrics},
     {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)",
      0, 0, cmd_watch},
@@ -404,13 +426,17 @@ int main(int argc, char **argv) {
   /* options may come before or after the command */
   optind = 1;
   opterr = 0; /* said by ctl_error, as JSON too */
-  static const struct option all_opts[] = {
-      {"control", required_argument, 0, 'c'}, {"device", required_argument, 0, 'd'},
-      {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-      {"client", required_argument, 0, 'p'},  {"interval", required_argument, 0, 'i'},
-      {"version", no_argument, 0, 'V'},       {0, 0, 0, 0}};
+  static const struct option all_opts[] = {{"control", required_argument, 0, 'c'},
+                                           {"device", required_argument, 0, 'd'},
+                                           {"json", no_argument, 0, 'j'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {"client", required_argument, 0, 'p'},
+                                           {"interval", required_argument, 0, 'i'},
+                                           {"version", no_argument, 0, 'V'},
+                                           {"group", required_argument, 0, 'g'},
+                                           {0, 0, 0, 0}};
   while (optind < argc) {
-    if ((ch = getopt_long(argc, argv, "+:c:d:jhp:i:V", all_opts, NULL)) == -1) {
+    if ((ch = getopt_long(argc, argv, "+:c:d:jhp:i:Vg:", all_opts, NULL)) == -1) {
       if (!cmd) cmd = argv[optind];
       else if (c.nargs++ < 4) args[c.nargs - 1] = argv[optind]; /* counted past 4: too many is an error */
       optind++;
@@ -422,6 +448,7 @@ int main(int argc, char **argv) {
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
+    case 'g': c.group = optarg; break;
     case 'h': help = 1; break;
     case 'V': version = 1; break;
     case ':':
@@ -487,6 +514,7 @@ int main(int argc, char **argv) {
      * --client PID` set the whole lake's limit) */
     const char *stray = c.pid && strcmp(cmd, "trim")               ? "--client (trim --client PID)"
                         : c.interval_given && strcmp(cmd, "watch") ? "--interval (watch --interval S)"
+                        : c.group && strcmp(cmd, "quota")          ? "--group (quota HOLDER BYTES --group NAME)"
                                                                    : NULL;
     if (stray) {
       ctl_error(&c, GML_EINVAL, "%s takes no %s", cmd, stray);
