@@ -211,8 +211,14 @@ def _add_step_hook(torch):
     # every optimizer's step ends an iteration (torch.optim's global post hook: no change to the training
     # loop); gml_step does nothing where planned placement is off, so the hook is always there
     global _step_hook
-    if _step_hook is None and hasattr(torch.optim.optimizer, "register_optimizer_step_post_hook"):
-        _step_hook = torch.optim.optimizer.register_optimizer_step_post_hook(lambda opt, args, kwargs: step())
+    if _step_hook is not None:
+        return
+    try:  # a submodule: torch.optim does not always bind it as an attribute (torch 2.11 does not)
+        import importlib
+        reg = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
+    except (ImportError, AttributeError):  # torch before 2.0: no global hook; gmlake.step() marks iterations
+        return
+    _step_hook = reg(lambda opt, args, kwargs: step())
 
 
 def step(device=None):

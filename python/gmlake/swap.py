@@ -465,7 +465,11 @@ def install(cuda=None):
         hooks = torch.autograd.graph.saved_tensors_hooks(sw.pack, sw.unpack)
         hooks.__enter__()
         _state.update(swapper=sw, hooks=hooks, thread=threading.get_ident())
-        reg = getattr(getattr(torch.optim, "optimizer", None), "register_optimizer_step_post_hook", None)
+        try:  # a submodule torch.optim does not always bind as an attribute (torch 2.11 does not)
+            import importlib
+            reg = getattr(importlib.import_module("torch.optim.optimizer"), "register_optimizer_step_post_hook", None)
+        except ImportError:
+            reg = None
         if reg is not None:
             ref = weakref.ref(sw)
 
