@@ -21,29 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The driver entry points we use (cuda_driver.h), by their exported names. */
-typedef struct cuda_api {
-#define DECLARE_FN(name, params) gml_pfn_##name name;
-  GML_CUDA_FUNCS(DECLARE_FN)
-#undef DECLARE_FN
-} cuda_api;
-
-typedef struct cuda_priv {
-  void *lib;
-  cuda_api api;
-  CUdevice dev;
-  CUcontext ctx;
-  CUmemAllocationProp prop;
-  CUmemAccessDesc access;
-  /* The fd each imported chunk came with, kept (fdkeep.h): an imported
-   * handle cannot be exported again (cuMemExportToShareableHandle: invalid
-   * argument, seen on the H100), so sharing it on (gml_ipc_export) or
-   * handing it to a restarted daemon hands out a dup. */
-  gml_fdkeep kept;
-  gml_pfn_cuMemcpyBatchAsync_v2 batch; /* NULL: the driver has none (before CUDA 13) */
-} cuda_priv;
-
-#define PRIV(be) ((cuda_priv *)(be)->priv)
+#include "backend_cuda.h"
 
 static const char *api_errstr(const cuda_api *a, CUresult r) {
   const char *s = NULL;
@@ -60,7 +38,7 @@ static inline void cu_bind(cuda_priv *p) {
   if (p->api.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != p->ctx) p->api.cuCtxSetCurrent(p->ctx);
 }
 
-static int cu_fail(cuda_priv *p, const char *what, CUresult r) {
+int gmli_cuda_fail(cuda_priv *p, const char *what, CUresult r) {
   GML_ERR("cuda %s: %s (%d)", what, cu_errstr(p, r), (int)r);
   return r == CUDA_ERROR_OUT_OF_MEMORY ? GML_ENOMEM : GML_EBACKEND;
 }
@@ -68,7 +46,7 @@ static int cu_fail(cuda_priv *p, const char *what, CUresult r) {
 #define CU_CALL(p, call)                                                                                               \
   do {                                                                                                                 \
     CUresult r_ = (p)->api.call;                                                                                       \
-    if (r_ != CUDA_SUCCESS) return cu_fail((p), #call, r_);                                                            \
+    if (r_ != CUDA_SUCCESS) return gmli_cuda_fail((p), #call, r_);                                                     \
   } while (0)
 
 static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
@@ -82,7 +60,7 @@ static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
   CUresult r = p->api.cuMemExportToShareableHandle(&efd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) {
     p->api.cuMemRelease(h);
-    return cu_fail(p, "cuMemExportToShareableHandle", r);
+    return gmli_cuda_fail(p, "cuMemExportToShareableHandle", r);
   }
   *fd = efd;
   return 0;
@@ -96,7 +74,7 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
       p->api.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) {
     close(fd);
-    return cu_fail(p, "cuMemImportFromShareableHandle", r);
+    return gmli_cuda_fail(p, "cuMemImportFromShareableHandle", r);
   }
   if (gmli_fdkeep_put(&p->kept, (uint64_t)h, fd)) close(fd); /* not kept: this chunk cannot be shared on */
   *phys = (gml_phys)h;
@@ -124,7 +102,7 @@ static void cuda_chunk_release(gml_backend *be, gml_phys phys) {
   gmli_fdkeep_drop(&p->kept, (uint64_t)phys);
   cu_bind(p);
   CUresult r = p->api.cuMemRelease((CUmemGenericAllocationHandle)phys);
-  if (r != CUDA_SUCCESS) cu_fail(p, "cuMemRelease", r);
+  if (r != CUDA_SUCCESS) gmli_cuda_fail(p, "cuMemRelease", r);
 }
 
 static int cuda_va_reserve(gml_backend *be, size_t size, uintptr_t *va) {
@@ -144,7 +122,7 @@ static void cuda_va_free(gml_backend *be, uintptr_t va, size_t size) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
   CUresult r = p->api.cuMemAddressFree((CUdeviceptr)va, size);
-  if (r != CUDA_SUCCESS) cu_fail(p, "cuMemAddressFree", r);
+  if (r != CUDA_SUCCESS) gmli_cuda_fail(p, "cuMemAddressFree", r);
 }
 
 static int cuda_map(gml_backend *be, uintptr_t va, gml_phys phys) {
@@ -178,7 +156,7 @@ static int cuda_event_record(gml_backend *be, uintptr_t stream, uintptr_t *event
   CUresult r = p->api.cuEventRecord(ev, (CUstream)stream);
   if (r != CUDA_SUCCESS) {
     p->api.cuEventDestroy_v2(ev);
-    return cu_fail(p, "cuEventRecord", r);
+    return gmli_cuda_fail(p, "cuEventRecord", r);
   }
   *event = (uintptr_t)ev;
   return 0;
@@ -189,7 +167,7 @@ static int cuda_event_done(gml_backend *be, uintptr_t event) {
   CUresult r = p->api.cuEventQuery((CUevent)event);
   if (r == CUDA_SUCCESS) return 1;
   if (r == CUDA_ERROR_NOT_READY) return 0;
-  return cu_fail(p, "cuEventQuery", r);
+  return gmli_cuda_fail(p, "cuEventQuery", r);
 }
 
 static void cuda_event_destroy(gml_backend *be, uintptr_t event) {
@@ -260,7 +238,7 @@ static int cuda_copy_batch(gml_backend *be, uintptr_t *dst, uintptr_t *src, size
   CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
   size_t first = 0;
   CUresult r = p->batch((CUdeviceptr *)dst, (CUdeviceptr *)src, n, count, &attr, &first, 1, (CUstream)stream);
-  return r == CUDA_SUCCESS ? 0 : cu_fail(p, "cuMemcpyBatchAsync_v2", r);
+  return r == CUDA_SUCCESS ? 0 : gmli_cuda_fail(p, "cuMemcpyBatchAsync_v2", r);
 }
 
 /* Page-locked (cuMemAllocHost, cuMemHostRegister): the driver knows it as
@@ -295,6 +273,11 @@ static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_
 static void cuda_destroy(gml_backend *be) {
   cuda_priv *p = PRIV(be);
   gmli_fdkeep_destroy(&p->kept);
+  for (int i = 0; i < GML_CUDA_PEERS_MAX; i++) {
+    CUdevice d;
+    if (p->peer_ctx[i] && p->api.cuDeviceGet(&d, i) == CUDA_SUCCESS) p->api.cuDevicePrimaryCtxRelease_v2(d);
+  }
+  pthread_mutex_destroy(&p->peer_lock);
   if (p->ctx) p->api.cuDevicePrimaryCtxRelease_v2(p->dev);
   /* libcuda stays loaded: unloading a driver library mid-process is unsafe. */
   free(p);
@@ -327,6 +310,14 @@ static const struct gml_backend_ops cuda_ops = {
     .host_pinned = cuda_host_pinned,
     .event_wait = cuda_event_wait,
     .protect = NULL, /* a guard is a whole chunk left unmapped */
+    .peer_count = gmli_cuda_peer_count,
+    .peer_access = gmli_cuda_peer_access,
+    .peer_alloc = gmli_cuda_peer_alloc,
+    .peer_free = gmli_cuda_peer_free,
+    .peer_stream = gmli_cuda_peer_stream,
+    .peer_stream_destroy = gmli_cuda_peer_stream_destroy,
+    .peer_copy_async = gmli_cuda_peer_copy_async,
+    .peer_event_record = gmli_cuda_peer_event_record,
 };
 
 /* libcuda (GMLAKE_LIBCUDA) loaded, every entry point we use found, cuInit
@@ -467,6 +458,7 @@ int gmli_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend
   be->priv = p;
   p->batch = (gml_pfn_cuMemcpyBatchAsync_v2)dlsym(p->lib, "cuMemcpyBatchAsync_v2");
   if (p->batch) be->caps |= GML_BACKEND_COPY_BATCH;
+  pthread_mutex_init(&p->peer_lock, NULL);
   gmli_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
   snprintf(msg, msglen, "cuda backend: device %d (%s), chunks of %zu bytes", device, be->uuid, be->chunk_size);
   *out = be;
