@@ -122,6 +122,7 @@ $(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c client/plan_keep.
 
 # The copy engine over a backend whose copies run only when waited for (tests/test_copy.c).
 $(BUILD)/test_copy: $(call obj,tests/test_copy.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 # The swap planner (swap.c has no client in it), and its setting and numbers on a host client.
 $(BUILD)/test_swap: $(call obj,tests/test_swap.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
