@@ -38,7 +38,7 @@ static inline void cu_bind(cuda_priv *p) {
   if (p->api.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != p->ctx) p->api.cuCtxSetCurrent(p->ctx);
 }
 
-int gmli_cuda_fail(cuda_priv *p, const char *what, CUresult r) {
+static int cu_fail(cuda_priv *p, const char *what, CUresult r) {
   GML_ERR("cuda %s: %s (%d)", what, cu_errstr(p, r), (int)r);
   return r == CUDA_ERROR_OUT_OF_MEMORY ? GML_ENOMEM : GML_EBACKEND;
 }
@@ -46,7 +46,7 @@ int gmli_cuda_fail(cuda_priv *p, const char *what, CUresult r) {
 #define CU_CALL(p, call)                                                                                               \
   do {                                                                                                                 \
     CUresult r_ = (p)->api.call;                                                                                       \
-    if (r_ != CUDA_SUCCESS) return gmli_cuda_fail((p), #call, r_);                                                     \
+    if (r_ != CUDA_SUCCESS) return cu_fail((p), #call, r_);                                                            \
   } while (0)
 
 static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
@@ -60,7 +60,7 @@ static int cuda_chunk_create(gml_backend *be, gml_phys *phys, int *fd) {
   CUresult r = p->api.cuMemExportToShareableHandle(&efd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
   if (r != CUDA_SUCCESS) {
     p->api.cuMemRelease(h);
-    return gmli_cuda_fail(p, "cuMemExportToShareableHandle", r);
+    return cu_fail(p, "cuMemExportToShareableHandle", r);
   }
   *fd = efd;
   return 0;
@@ -74,7 +74,7 @@ static int cuda_chunk_import(gml_backend *be, int fd, gml_phys *phys) {
       p->api.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (r != CUDA_SUCCESS) {
     close(fd);
-    return gmli_cuda_fail(p, "cuMemImportFromShareableHandle", r);
+    return cu_fail(p, "cuMemImportFromShareableHandle", r);
   }
   if (gmli_fdkeep_put(&p->kept, (uint64_t)h, fd)) close(fd); /* not kept: this chunk cannot be shared on */
   *phys = (gml_phys)h;
@@ -102,7 +102,7 @@ static void cuda_chunk_release(gml_backend *be, gml_phys phys) {
   gmli_fdkeep_drop(&p->kept, (uint64_t)phys);
   cu_bind(p);
   CUresult r = p->api.cuMemRelease((CUmemGenericAllocationHandle)phys);
-  if (r != CUDA_SUCCESS) gmli_cuda_fail(p, "cuMemRelease", r);
+  if (r != CUDA_SUCCESS) cu_fail(p, "cuMemRelease", r);
 }
 
 static int cuda_va_reserve(gml_backend *be, size_t size, uintptr_t *va) {
@@ -122,7 +122,7 @@ static void cuda_va_free(gml_backend *be, uintptr_t va, size_t size) {
   cuda_priv *p = PRIV(be);
   cu_bind(p);
   CUresult r = p->api.cuMemAddressFree((CUdeviceptr)va, size);
-  if (r != CUDA_SUCCESS) gmli_cuda_fail(p, "cuMemAddressFree", r);
+  if (r != CUDA_SUCCESS) cu_fail(p, "cuMemAddressFree", r);
 }
 
 static int cuda_map(gml_backend *be, uintptr_t va, gml_phys phys) {
@@ -156,7 +156,7 @@ static int cuda_event_record(gml_backend *be, uintptr_t stream, uintptr_t *event
   CUresult r = p->api.cuEventRecord(ev, (CUstream)stream);
   if (r != CUDA_SUCCESS) {
     p->api.cuEventDestroy_v2(ev);
-    return gmli_cuda_fail(p, "cuEventRecord", r);
+    return cu_fail(p, "cuEventRecord", r);
   }
   *event = (uintptr_t)ev;
   return 0;
@@ -167,7 +167,7 @@ static int cuda_event_done(gml_backend *be, uintptr_t event) {
   CUresult r = p->api.cuEventQuery((CUevent)event);
   if (r == CUDA_SUCCESS) return 1;
   if (r == CUDA_ERROR_NOT_READY) return 0;
-  return gmli_cuda_fail(p, "cuEventQuery", r);
+  return cu_fail(p, "cuEventQuery", r);
 }
 
 static void cuda_event_destroy(gml_backend *be, uintptr_t event) {
@@ -238,7 +238,7 @@ static int cuda_copy_batch(gml_backend *be, uintptr_t *dst, uintptr_t *src, size
   CUmemcpyAttributes attr = {.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM};
   size_t first = 0;
   CUresult r = p->batch((CUdeviceptr *)dst, (CUdeviceptr *)src, n, count, &attr, &first, 1, (CUstream)stream);
-  return r == CUDA_SUCCESS ? 0 : gmli_cuda_fail(p, "cuMemcpyBatchAsync_v2", r);
+  return r == CUDA_SUCCESS ? 0 : cu_fail(p, "cuMemcpyBatchAsync_v2", r);
 }
 
 /* Page-locked (cuMemAllocHost, cuMemHostRegister): the driver knows it as

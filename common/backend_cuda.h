@@ -35,9 +35,6 @@ typedef struct cuda_priv {
 
 #define PRIV(be) ((cuda_priv *)(be)->priv)
 
-/* Logs what failed; GML_ENOMEM for the driver's out of memory, else GML_EBACKEND. */
-int gmli_cuda_fail(cuda_priv *p, const char *what, CUresult r);
-
 /* backend_cuda_peer.c: backend.h's peer_* operations. */
 int gmli_cuda_peer_count(gml_backend *be);
 int gmli_cuda_peer_access(gml_backend *be, int peer);

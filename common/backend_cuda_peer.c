@@ -3,7 +3,17 @@
  * (client/mpath.c). */
 #include "backend_cuda.h"
 #include "gmlake.h"
+#include "log.h"
 #include "util.h"
+
+/* What failed, logged (backend_cuda.c's cu_fail; this file's own, so the two files do not call each
+ * other): GML_ENOMEM for the driver's out of memory, else GML_EBACKEND. */
+static int peer_fail(cuda_priv *p, const char *what, CUresult r) {
+  const char *s = NULL;
+  if (!p->api.cuGetErrorString || p->api.cuGetErrorString(r, &s) != CUDA_SUCCESS || !s) s = "unknown CUDA error";
+  GML_ERR("cuda %s: %s (%d)", what, s, (int)r);
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? GML_ENOMEM : GML_EBACKEND;
+}
 
 /* A peer's calls run under its primary context, and the caller's context is
  * current again after each: PyTorch reads its current device from it. */
@@ -24,7 +34,7 @@ static int peer_bind(gml_backend *be, int peer, CUcontext *prev) {
   if (r == CUDA_SUCCESS && !p->peer_ctx[peer]) r = p->api.cuDevicePrimaryCtxRetain(&p->peer_ctx[peer], d);
   pthread_mutex_unlock(&p->peer_lock);
   if (r == CUDA_SUCCESS) r = p->api.cuCtxSetCurrent(p->peer_ctx[peer]);
-  return r == CUDA_SUCCESS ? 0 : gmli_cuda_fail(p, "a peer's context", r);
+  return r == CUDA_SUCCESS ? 0 : peer_fail(p, "a peer's context", r);
 }
 static void peer_unbind(cuda_priv *p, CUcontext prev) {
   if (prev) p->api.cuCtxSetCurrent(prev);
@@ -69,7 +79,7 @@ int gmli_cuda_peer_alloc(gml_backend *be, int peer, size_t size, uintptr_t *va) 
     p->api.cuMemRelease(h); /* the mapping holds it */
   }
   peer_unbind(p, prev);
-  if (r != CUDA_SUCCESS) return gmli_cuda_fail(p, what, r);
+  if (r != CUDA_SUCCESS) return peer_fail(p, what, r);
   *va = (uintptr_t)d;
   return 0;
 }
@@ -91,7 +101,7 @@ int gmli_cuda_peer_stream(gml_backend *be, int peer, uintptr_t *stream) {
   CUstream s;
   CUresult r = p->api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
   peer_unbind(p, prev);
-  if (r != CUDA_SUCCESS) return gmli_cuda_fail(p, "cuStreamCreate on a peer", r);
+  if (r != CUDA_SUCCESS) return peer_fail(p, "cuStreamCreate on a peer", r);
   *stream = (uintptr_t)s;
   return 0;
 }
@@ -111,7 +121,7 @@ int gmli_cuda_peer_copy_async(gml_backend *be, int peer, uintptr_t dst, uintptr_
   if (rc) return rc;
   CUresult r = p->api.cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, (CUstream)stream);
   peer_unbind(p, prev);
-  return r == CUDA_SUCCESS ? 0 : gmli_cuda_fail(p, "cuMemcpyAsync on a peer's stream", r);
+  return r == CUDA_SUCCESS ? 0 : peer_fail(p, "cuMemcpyAsync on a peer's stream", r);
 }
 
 int gmli_cuda_peer_event_record(gml_backend *be, int peer, uintptr_t stream, uintptr_t *event) {
@@ -124,7 +134,7 @@ int gmli_cuda_peer_event_record(gml_backend *be, int peer, uintptr_t stream, uin
   if (r == CUDA_SUCCESS && (r = p->api.cuEventRecord(ev, (CUstream)stream)) != CUDA_SUCCESS)
     p->api.cuEventDestroy_v2(ev);
   peer_unbind(p, prev);
-  if (r != CUDA_SUCCESS) return gmli_cuda_fail(p, "cuEventRecord on a peer's stream", r);
+  if (r != CUDA_SUCCESS) return peer_fail(p, "cuEventRecord on a peer's stream", r);
   *event = (uintptr_t)ev;
   return 0;
 }
