@@ -668,8 +668,7 @@ START_TEST(test_mpath_split) {
     ck_assert(info.paths[1].h2d_gbps == 25 && info.paths[0].d2h_gbps == 50 && info.h2d_gbps > 99.9);
     ck_assert(info.paths[0].h2d_share > 0.49 && info.paths[0].h2d_share < 0.51);
     uint64_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-      total += 3 * sizes[i]; /* H2D, D2H twice */
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += 3 * sizes[i]; /* H2D, D2H twice */
     ck_assert_uint_eq(info.bytes_split, total);
     ck_assert_uint_eq(info.paths[0].bytes + info.paths[1].bytes + info.paths[2].bytes, total);
     ck_assert(info.paths[1].bytes > total / 5 && info.paths[2].bytes > total / 5 && info.paths[0].bytes > total / 3);
