@@ -126,15 +126,21 @@ static int split(gmli_copier *k, const int *set, const double *share, int count,
   for (int j = 1; j < count; j++) rest -= len[order[j]] = (size_t)(n * share[order[j]]) / RANGE_ALIGN * RANGE_ALIGN;
   len[order[0]] = rest;
   uintptr_t ev0;
-  int rc = be->ops->event_record(be, stream, &ev0), bad[GMLI_PATHS_MAX] = {0};
+  int rc = be->ops->event_record(be, stream, &ev0);
   *at = 0;
   if (rc) return snprintf(why, whylen, "the caller's stream (an event on it)"), rc;
-  for (int j = 0; j < count; j++) { /* the peers' streams after the caller's earlier work */
+  int bad = 0;
+  for (int j = 0; j < count && !bad; j++) { /* the peers' streams after the caller's earlier work */
     gmli_peer_path *pp = peer_of(k, set[order[j]]);
-    if (pp && (be->ops->stream_wait_event(be, pp->link, ev0) || be->ops->stream_wait_event(be, pp->hop, ev0)))
-      bad[j] = 1;
+    bad = pp && (be->ops->stream_wait_event(be, pp->link, ev0) || be->ops->stream_wait_event(be, pp->hop, ev0));
   }
   be->ops->event_destroy(be, ev0);
+  if (bad && !probe) { /* the caller's stream cannot be waited for (being captured into a graph): one path */
+    if ((rc = be->ops->copy_async(be, dst, src, n, stream))) snprintf(why, whylen, "GPU %d's own link", be->device);
+    else k->info.driver_copies++, k->info.paths[0].bytes += n;
+    return rc;
+  }
+  if (bad) return snprintf(why, whylen, "a peer's stream (waiting for the caller's)"), GML_EBACKEND;
   size_t off = 0;
   for (int j = 0; j < count && !rc; off += len[order[j]], j++) {
     int path = set[order[j]];
@@ -147,7 +153,7 @@ static int split(gmli_copier *k, const int *set, const double *share, int count,
       else if (!probe) k->info.driver_copies++, k->info.paths[0].bytes += l;
       continue;
     }
-    int prc = bad[j] ? GML_EBACKEND : peer_run(k, pp, dst, src, off, l, h2d, &done);
+    int prc = peer_run(k, pp, dst, src, off, l, h2d, &done);
     if (!prc && !(prc = join(k, pp, stream))) {
       if (!probe) k->info.paths[path].bytes += l;
       continue;

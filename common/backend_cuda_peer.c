@@ -37,7 +37,7 @@ static int peer_bind(gml_backend *be, int peer, CUcontext *prev) {
   return r == CUDA_SUCCESS ? 0 : peer_fail(p, "a peer's context", r);
 }
 static void peer_unbind(cuda_priv *p, CUcontext prev) {
-  if (prev) p->api.cuCtxSetCurrent(prev);
+  p->api.cuCtxSetCurrent(prev); /* none too: a thread without one must not find the peer's */
 }
 
 int gmli_cuda_peer_access(gml_backend *be, int peer) {

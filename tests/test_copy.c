@@ -488,7 +488,8 @@ static struct {
   mstaging stg[8];
   int nstg;
   int reverse, ndev, no_access;
-  size_t slot;                                /* the staging's slot size (the engine's) */
+  int refuse_waits; /* a peer's stream cannot wait for the caller's (a stream being captured) */
+  size_t slot;      /* the staging's slot size (the engine's) */
   size_t own_copies, peer_copies, overwrites; /* copy_async calls, peer_copy_async calls */
   size_t fail_own_at, fail_peer_at;           /* the Nth of each fails (0: none) */
 } ms;
@@ -556,6 +557,7 @@ static int m_event_wait(gml_backend *be, uintptr_t ev) {
 }
 static int m_stream_wait_event(gml_backend *be, uintptr_t stream, uintptr_t ev) {
   (void)be;
+  if (ms.refuse_waits && stream >> 40) return GML_EBACKEND; /* a peer's stream (the host's numbers) */
   ms_push(stream, (mop){.is_wait = 1, .ev = ev});
   return 0;
 }
@@ -725,6 +727,16 @@ START_TEST(test_mpath_path_fails) {
   void *d;
   ck_assert_int_eq(gml_alloc(c, n, 0, &d), 0);
   fill(h, n, 11);
+  /* the peers' streams refusing to wait for the caller's (cuda: a stream being captured): one path, no
+   * path dropped */
+  ms.refuse_waits = 1;
+  size_t pc = ms.peer_copies;
+  memset(back, 0, n);
+  ck_assert_int_eq(gml_copy(c, d, h, n, GML_COPY_H2D), 0);
+  ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), 0);
+  ck_assert_uint_eq(first_diff(back, n, 11), n);
+  ck_assert_uint_eq(ms.peer_copies, pc);
+  ms.refuse_waits = 0;
   ms.fail_peer_at = 7; /* peer GPU 1's 4th slice, first hop */
   ck_assert_int_eq(gml_copy(c, d, h, n, GML_COPY_H2D), 0);
   ms.fail_peer_at = 0;
