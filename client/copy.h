@@ -33,10 +33,11 @@ typedef struct gmli_peer_path {
   int next; /* the slot to use next, the oldest */
 } gmli_peer_path;
 typedef struct gmli_mpath {
-  int probed;       /* the paths and the plans below are known */
-  size_t min_bytes; /* a page-locked copy this large or more is split (64 MiB; tests lower it) */
-  size_t slot_size; /* of the peers' staging (16 MiB) */
-  int npeers;       /* path i > 0 is peer[i - 1] */
+  int probed;         /* the paths and the plans below are known */
+  size_t min_bytes;   /* a page-locked copy this large or more is split (64 MiB; tests lower it) */
+  size_t slot_size;   /* of the peers' staging (16 MiB) */
+  size_t probe_bytes; /* a timed probe's copy (256 MiB) */
+  int npeers;         /* path i > 0 is peer[i - 1] */
   gmli_peer_path peer[GMLI_PATHS_MAX - 1];
   gmli_path_plan plan[2]; /* H2D, D2H */
   /* the probe's measure: NULL: copies timed (GML_BACKEND_COPY_TIMING), else a model of independent links */

@@ -194,7 +194,7 @@ typedef struct probe {
   size_t n;
 } probe;
 
-/* GB/s of a split copy of PROBE_BYTES, the best of two after a warm-up; -1 where a path failed. */
+/* GB/s of a split copy of probe_bytes, the best of two after a warm-up; -1 where a path failed. */
 static double measure_timed(const int *set, const double *share, int count, void *ctx) {
   probe *pr = ctx;
   gml_backend *be = pr->k->be;
@@ -258,7 +258,7 @@ static void probe_paths(gmli_copier *k) {
     GML_INFO("copy engine: no peer GPU with P2P access to GPU %d: copies take its own link alone", be->device);
     return;
   }
-  probe pr = {.k = k, .n = PROBE_BYTES};
+  probe pr = {.k = k, .n = mp->probe_bytes};
   void *host = NULL;
   int timed = !mp->measure && (be->caps & GML_BACKEND_COPY_TIMING);
   if (timed && (be->ops->host_alloc(be, pr.n, &host) || be->ops->peer_alloc(be, be->device, pr.n, &pr.dev) ||
@@ -308,7 +308,7 @@ static int paths_auto(void) {
 int gmli_mpath_wanted(gmli_copier *k, const gml_copy_desc *d) {
   gml_backend *be = k->be;
   gmli_mpath *mp = &k->mp;
-  if (!mp->min_bytes) mp->min_bytes = MIN_DEFAULT, mp->slot_size = SLOT_DEFAULT;
+  if (!mp->min_bytes) mp->min_bytes = MIN_DEFAULT, mp->slot_size = SLOT_DEFAULT, mp->probe_bytes = PROBE_BYTES;
   if (d->kind == GML_COPY_D2D || d->size < mp->min_bytes || !(be->caps & GML_BACKEND_PEER_COPY)) return 0;
   if (!be->ops->host_pinned(be, d->kind == GML_COPY_H2D ? d->src : d->dst, d->size)) return 0;
   if (!mp->probed) {

@@ -610,7 +610,7 @@ static gml_client *open_streams(int ndev, size_t min, size_t slot) {
   ms.ops.peer_count = m_peer_count, ms.ops.peer_access = m_peer_access, ms.ops.peer_alloc = m_peer_alloc;
   c->be->ops = &ms.ops;
   gmli_copier *k = gmli_copier_get(c);
-  k->mp.min_bytes = min, k->mp.slot_size = slot;
+  k->mp.min_bytes = min, k->mp.slot_size = slot, k->mp.probe_bytes = 4 * MIB;
   return c;
 }
 static void close_streams(gml_client *c) {
@@ -782,16 +782,18 @@ END_TEST
 
 /* One path: GMLAKE_COPY_PATHS=1; no peer with P2P access; peers behind the own link's switch (no gain);
  * copies too small, pageable or device to device. The host backend's own probe (no model given): its
- * links modelled independent, 1 GB/s each, both kept. */
+ * links modelled independent, 1 GB/s each, both kept. The timed probe (a backend whose copies take the
+ * link's time) on the host's memmove: every path measured. */
 START_TEST(test_mpath_single_path) {
   size_t n = 8 * MIB;
-  for (int mode = 0; mode < 4; mode++) {
+  for (int mode = 0; mode < 5; mode++) {
     topo shared = {.alone = {50, 50}, .sw = {0, 0}, .sw_cap = {52}};
     ck_assert_int_eq(gml_set_option("GMLAKE_COPY_PATHS", mode == 0 ? "1" : NULL), 0);
     gml_client *c = open_streams(2, MIB, MIB);
     gmli_copier *k = gmli_copier_get(c);
     if (mode == 1) ms.no_access = 2;
     if (mode == 2) k->mp.measure = model, k->mp.measure_ctx = &shared;
+    if (mode == 4) c->be->caps |= GML_BACKEND_COPY_TIMING; /* cuda's probe: copies timed (memmove here) */
     char *h = pinned_alloc(c, n), *back = pinned_alloc(c, n), *pg = malloc(n);
     void *d;
     ck_assert_int_eq(gml_alloc(c, n, 0, &d), 0);
@@ -808,6 +810,10 @@ START_TEST(test_mpath_single_path) {
       ck_assert_uint_eq(info.npaths, mode == 0 ? 0 : mode == 1 ? 1 : 2);
       ck_assert_uint_eq(info.paths_used, mode == 0 ? 0 : 1);
       if (mode == 2) ck_assert(info.paths[1].h2d_gbps == 50 && !info.paths[1].used && info.h2d_gbps == 50);
+    } else if (mode == 4) { /* whatever the timings chose: both measured, the bytes intact */
+      ck_assert_uint_eq(info.npaths, 2);
+      ck_assert(info.paths[0].h2d_gbps > 0 && info.paths[1].h2d_gbps > 0 && info.paths[1].d2h_gbps > 0);
+      ck_assert(info.h2d_gbps > 0 && info.d2h_gbps > 0 && info.paths_used >= 1);
     } else {
       ck_assert_uint_eq(info.paths_used, 2);
       ck_assert(info.paths[0].h2d_gbps == 1 && info.paths[1].d2h_gbps == 1 && info.h2d_gbps == 2);
