@@ -44,13 +44,13 @@ LDFLAGS := $(LDSAN) -pthread $(EXTRA_LDFLAGS)
 CHECK_LIBS ?= $(shell pkg-config --libs check)
 
 GEN := $(BUILD)/gen/gmlake.pb-c.c $(BUILD)/gen/gmlake.pb-c.h
-COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/wire.c
+COMMON_SRC := common/options.c common/log.c common/util.c common/gpuname.c common/fdkeep.c common/backend.c common/backend_host.c common/backend_cuda.c common/backend_cuda_peer.c common/wire.c
 CLIENT_SRC := client/alloc.c client/blocks.c client/slots.c client/policy.c client/alloc_check.c client/guard.c client/client.c client/settings.c client/torch.c client/growable.c client/discover.c client/share.c
 CLIENT_SRC += client/records.c client/release.c client/track.c client/streams.c client/pools.c client/checkpoint.c client/devices.c client/ipc.c client/ipc_fds.c client/meminfo.c client/torchconf.c  # the framework layer's C API
 DAEMON_SRC := daemon/main.c daemon/names.c daemon/hello.c daemon/config.c daemon/lake.c daemon/broker.c daemon/lakesize.c daemon/conn.c daemon/session.c daemon/dispatch.c daemon/meminfo.c daemon/park.c daemon/grant.c daemon/creator.c daemon/control.c daemon/shares.c daemon/ctlsock.c daemon/listen.c daemon/trust.c daemon/metrics.c daemon/adopt.c daemon/pidquota.c daemon/fdbudget.c daemon/quotas.c
 CLIENT_SRC += client/open.c client/lease.c client/report.c client/link.c client/keeper.c client/hello.c client/adopt.c client/reclaim.c client/pause.c client/snapshot.c
 CLIENT_SRC += client/plan.c client/plan_keep.c  # placement planned from a recorded iteration (no allocator in it)
-CLIENT_SRC += client/copy.c client/staging.c client/paths.c  # the copy engine (gml_copy*); paths.c: multi-path policy
+CLIENT_SRC += client/copy.c client/staging.c client/paths.c client/mpath.c  # the copy engine (gml_copy*); paths.c, mpath.c: multi-path policy, mechanism
 CLIENT_SRC += client/swap.c client/swap_use.c  # the swap plan of a recorded iteration (no allocator in swap.c)
 CLIENT_SRC += client/planned.c  # ... served by the allocator
 
@@ -128,6 +128,7 @@ $(BUILD)/test_plan: $(call obj,tests/test_plan.c client/plan.c client/plan_keep.
 
 # The copy engine over a backend whose copies run only when waited for (tests/test_copy.c).
 $(BUILD)/test_copy: $(call obj,tests/test_copy.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 # The swap planner (swap.c has no client in it), and its setting and numbers on a host client.
 $(BUILD)/test_swap: $(call obj,tests/test_swap.c) $(BUILD)/libgmlake-client.a
 # ... and served by the allocator (client/planned.c), with its invariant checker after every operation.

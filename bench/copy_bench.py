@@ -8,9 +8,15 @@ content checked; PASS/FAIL against the issue's bounds (eng-pin >= 90% of baselin
 eng-pg >= 80%). Then each GPU's own link alone (baseline at 1 GiB: what a multi-path copy
 would add up), `nvidia-smi topo -m`, and pause/resume of a process holding --pause-gib GiB in
 256 MiB tensors (content checked), pageable and pinned (GMLAKE_PAUSE_HOST), with GB/s
-against the engine's (>= 90%).
+against the engine's (>= 90%). The single-path table runs with GMLAKE_COPY_PATHS=1 (unless set).
+Multi-path (2+ GPUs; --no-mpath leaves it out): each path alone, timed with torch (GPU 0's own link;
+host -> GPU 1 -> GPU 0, at most the slower of GPU 1's link and the P2P hop), then the engine with
+GMLAKE_COPY_PATHS=auto, H2D and D2H of --mp-sizes (1GiB 4GiB 8GiB) to GPU 0, content checked, against
+>= 90% of the sum of the paths alone, and what the engine's probe measured and kept.
+--mpath-only: the single-path table at 256MiB, the links, multi-path; no pause (about a minute).
 
     python3 bench/copy_bench.py [--sizes 256MiB 1GiB] [--repeats 3] [--pause-gib 40] [--no-pause]
+    python3 bench/copy_bench.py --mpath-only [--mp-sizes 1GiB 4GiB 8GiB]
 Needs torch with CUDA; GMLAKE_LIB names libgmlake-client.so (bench/gpu.sh copy sets it).
 """
 import argparse
@@ -114,7 +120,75 @@ def links(a):
         topo = "nvidia-smi topo -m: %s\n" % e
     for line in topo.splitlines():
         print("copy: topo: %s" % line)
-    print("copy: multi-path: not built yet (issue 30 step 2): single path only")
+
+
+def mpath(a):
+    """Multi-path (GMLAKE_COPY_PATHS=auto) to GPU 0 on a node of 2+ GPUs: each path alone, then the engine's
+    split H2D and D2H of --mp-sizes, content checked, against >= 90% of the sum of the paths alone."""
+    import torch
+    import gmlake
+    if torch.cuda.device_count() < 2:
+        print("copy: multi-path: %d GPU: needs two (not run)" % torch.cuda.device_count())
+        return True
+    n1 = 1 << 30
+    pinned = torch.empty(n1, dtype=torch.uint8, pin_memory=True)
+    d0 = torch.empty(n1, dtype=torch.uint8, device="cuda:0")
+    d1 = torch.empty(n1, dtype=torch.uint8, device="cuda:1")
+    alone = {}
+    with torch.cuda.device(0):
+        alone["own", "H2D"] = n1 / timed(lambda: d0.copy_(pinned, non_blocking=True), a.repeats) / 1e9
+        alone["own", "D2H"] = n1 / timed(lambda: pinned.copy_(d0, non_blocking=True), a.repeats) / 1e9
+        p2p_in = n1 / timed(lambda: d0.copy_(d1, non_blocking=True), a.repeats) / 1e9   # GPU 1 -> 0, on 0's stream
+        p2p_out = n1 / timed(lambda: d1.copy_(d0, non_blocking=True), a.repeats) / 1e9  # GPU 0 -> 1
+    with torch.cuda.device(1):
+        l1_in = n1 / timed(lambda: d1.copy_(pinned, non_blocking=True), a.repeats) / 1e9
+        l1_out = n1 / timed(lambda: pinned.copy_(d1, non_blocking=True), a.repeats) / 1e9
+    # host -> GPU 1 -> GPU 0 pipelined moves at most the slower of its hops
+    alone["peer", "H2D"], alone["peer", "D2H"] = min(l1_in, p2p_in), min(l1_out, p2p_out)
+    print("copy: multi-path: paths alone (torch, pinned, 1 GiB): GPU 0's own link H2D %.1f / D2H %.1f GB/s; "
+          "GPU 1's link H2D %.1f / D2H %.1f, P2P 1->0 %.1f, 0->1 %.1f: host->GPU1->GPU0 at most H2D %.1f / D2H %.1f" % (
+              alone["own", "H2D"], alone["own", "D2H"], l1_in, l1_out, p2p_in, p2p_out, alone["peer", "H2D"],
+              alone["peer", "D2H"]))
+    del pinned, d0, d1
+    torch.cuda.empty_cache()
+    os.environ["GMLAKE_COPY_PATHS"] = "auto"  # read at the probe: the first large page-locked copy
+    c = gmlake.open(0)
+    dev0 = torch.device("cuda", 0)
+    ok = True
+    for n in [parse_size(x) for x in a.mp_sizes]:
+        ref = torch.randint(0, 256, (n,), dtype=torch.uint8, device=dev0)
+        src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        src.copy_(ref)
+        back = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(n, dtype=torch.uint8, device=dev0)
+        s = torch.cuda.current_stream(dev0).cuda_stream
+        t_in = timed(lambda: gmlake.copy(dev.data_ptr(), src.data_ptr(), n, gmlake.COPY_H2D, client=c, stream=s), a.repeats)
+        same_in = bool(torch.equal(dev, ref))
+        back.zero_()
+        t_out = timed(lambda: gmlake.copy(back.data_ptr(), dev.data_ptr(), n, gmlake.COPY_D2H, client=c, stream=s), a.repeats)
+        same_out = bool(torch.equal(back, src))
+        info = gmlake.copy_info(client=c)
+        for d, t, same in (("H2D", t_in, same_in), ("D2H", t_out, same_out)):
+            gbs = n / t / 1e9
+            bound = alone["own", d] + alone["peer", d]
+            used = [p for p in info["paths"] if p["used"] and p[d.lower() + "_share"] > 0]
+            good = gbs >= 0.9 * bound and same
+            ok &= good
+            print("copy: multi-path %-6s %s to GPU 0: %6.1f GB/s over %d path(s) (%s), sum of paths alone %.1f: %3.0f%% %s%s" % (
+                "%dGiB" % (n >> 30) if n >= 1 << 30 else "%dMiB" % (n >> 20), d, gbs, len(used),
+                ", ".join("GPU %d %.0f%%" % (p["device"], 100 * p[d.lower() + "_share"]) for p in used), bound,
+                100 * gbs / bound, "PASS" if good else "FAIL", "" if same else " (content differs)"))
+        del ref, src, back, dev
+        torch.cuda.empty_cache()
+    info = gmlake.copy_info(client=c)
+    for p in info["paths"]:
+        print("copy: multi-path probe: path over GPU %d%s: H2D %.1f GB/s alone (share %.2f), D2H %.1f (share %.2f)%s%s" % (
+            p["device"], " (own link)" if p is info["paths"][0] else " (+P2P)", p["h2d_gbps"], p["h2d_share"],
+            p["d2h_gbps"], p["d2h_share"], "" if p["used"] else ", not used", ", FAILED" if p["failed"] else ""))
+    print("copy: multi-path probe: together H2D %.1f GB/s, D2H %.1f; %d of %d paths used; %.1f GiB split" % (
+        info["h2d_gbps"], info["d2h_gbps"], info["paths_used"], info["npaths"], info["bytes_split"] / (1 << 30)))
+    print("copy: multi-path >= 90%% of the sum of the paths alone: %s" % ("PASS" if ok else "FAIL"))
+    return ok
 
 
 def pause_child(a):
@@ -188,12 +262,22 @@ def main():
     ap.add_argument("--pause-gib", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-pause", action="store_true")
+    ap.add_argument("--mp-sizes", nargs="+", default=["1GiB", "4GiB", "8GiB"])
+    ap.add_argument("--no-mpath", action="store_true")
+    ap.add_argument("--mpath-only", action="store_true", help="the single-path table at 256MiB only, then multi-path")
     ap.add_argument("--role", default="main")
     a = ap.parse_args()
     if a.role == "pause":
         return pause_child(a)
+    os.environ.setdefault("GMLAKE_COPY_PATHS", "1")  # the single-path table: one link; mpath() then sets auto
+    if a.mpath_only:
+        a.sizes, a.no_pause = ["256MiB"], True
     rows = table(a)
     links(a)
+    if not a.no_mpath:
+        mpath(a)
+    if a.mpath_only:
+        return
     if not a.no_pause:
         pause_table(a, rows)
 

@@ -54,8 +54,10 @@
 # copy:   bench/copy_bench.py (issue 30): host<->GPU GB/s of a plain pinned cudaMemcpyAsync (baseline),
 #         torch's pageable copy, the copy engine from pinned and from pageable memory, 256 MiB-8 GiB,
 #         content checked; each GPU's link alone; nvidia-smi topo -m; pause/resume of 40 GiB in 256 MiB
-#         tensors (pageable, pinned); first, make cuda-header-check where a cuda.h is. PASS/FAIL lines
-#         (COPY_ARGS: more arguments, e.g. --no-pause)
+#         tensors (pageable, pinned); on 2+ GPUs multi-path (each path alone, the engine's split H2D/D2H
+#         of 1/4/8 GiB to GPU 0 against 90% of their sum, the probe's paths); first, make
+#         cuda-header-check where a cuda.h is. PASS/FAIL lines (COPY_ARGS: more arguments, e.g.
+#         --no-pause, or --mpath-only: the 256 MiB single-path row, the links and multi-path alone)
 # swap:   issue 29 item 3: tests/python_swap.py (the hooks on the CPU), then bench/swap.py: ViT-B/16 without
 #         activation checkpointing under a memory fraction of SWAP_CAP_GIB (24) GiB: the largest batch with
 #         expandable_segments, GMLake and GMLake + swap, checkpointing at swap's batch, losses against no swap,

@@ -35,6 +35,7 @@ gmli_copier *gmli_copier_get(gml_client *c) {
 
 void gmli_copier_destroy(gml_client *c) {
   if (!c->copier) return;
+  gmli_mpath_destroy(c->copier);
   gmli_staging_destroy(c->copier);
   free(c->copier);
   c->copier = NULL;
@@ -155,12 +156,13 @@ static const char *kind_name(int kind) {
 }
 
 static int failed(gml_client *c, int rc, const char *fn, const gml_copy_desc *v, const gml_copy_desc *d, size_t at,
-                  size_t count) {
+                  size_t count, const char *why) {
   char b[32];
   return gmli_fail(c, rc,
-                   "%s: copy %zu of %zu (%s, %s) failed%s at byte %zu: %s; the destination is not written from there%s",
+                   "%s: copy %zu of %zu (%s, %s) failed%s at byte %zu%s%s: %s; the destination is not written from "
+                   "there%s",
                    fn, (size_t)(d - v), count, gmli_format_bytes(d->size, b, sizeof b), kind_name(d->kind),
-                   count > 1 ? " or was not done" : "", at, gml_strerror(rc),
+                   count > 1 ? " or was not done" : "", at, *why ? " on " : "", why, gml_strerror(rc),
                    count > 1 ? " (nor the copies of the call not done)" : "");
 }
 
@@ -171,8 +173,9 @@ typedef struct many {
   pend direct, packed;
   const gml_copy_desc **d2h; /* large pageable D2H copies, run together at the end */
   size_t nd2h;
-  size_t fill; /* bytes packed in the slot */
-  size_t at;   /* a staged copy's bytes done before a failure */
+  size_t fill;   /* bytes packed in the slot */
+  size_t at;     /* a staged copy's bytes done before a failure */
+  char why[160]; /* a multi-path copy's failure: which path */
 } many;
 
 static int one(many *m, const gml_copy_desc *d, uintptr_t stream) {
@@ -183,6 +186,10 @@ static int one(many *m, const gml_copy_desc *d, uintptr_t stream) {
   m->at = 0;
   if (!d->size) return 0;
   if (!host || be->ops->host_pinned(be, host, d->size) || gmli_staging_ready(k)) {
+    if (host && gmli_mpath_wanted(k, d)) { /* several paths at once (mpath.c) */
+      if (!(rc = gmli_mpath_copy(k, d, stream, &m->at, m->why, sizeof m->why))) k->info.bytes_direct += d->size;
+      return rc;
+    }
     rc = pend_add(&m->direct, (uintptr_t)d->dst, (uintptr_t)d->src, d->size, NULL);
     if (!rc) k->info.bytes_direct += d->size;
     return rc;
@@ -232,7 +239,7 @@ int gmli_copy_many(gml_client *c, const gml_copy_desc *v, size_t count, uintptr_
     if ((rc = staged_d2h(m.k, m.d2h, m.nd2h, stream, &bi, &m.at))) bad = m.d2h[bi];
   }
   if (!rc) { /* what is left: reported against the last copy, at byte 0 (any of them may have failed) */
-    bad = &v[count - 1], m.at = 0;
+    bad = &v[count - 1], m.at = 0, m.why[0] = 0;
     if (!(rc = issue(m.k, &m.direct, stream)) && sync) {
       uintptr_t ev;
       if (!(rc = be->ops->event_record(be, stream, &ev))) {
@@ -247,7 +254,7 @@ int gmli_copy_many(gml_client *c, const gml_copy_desc *v, size_t count, uintptr_
   pend_free(&m.direct);
   pend_free(&m.packed);
   free(m.d2h);
-  return rc ? failed(c, rc, fn, v, bad, m.at, count) : 0;
+  return rc ? failed(c, rc, fn, v, bad, m.at, count, m.why) : 0;
 }
 
 static int check_desc(gml_client *c, const gml_copy_desc *d, const char *fn, size_t i) {

@@ -6,6 +6,7 @@
 #define GML_COPY_H
 #include "backend.h"
 #include "gmlake.h"
+#include "paths.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +20,30 @@ typedef struct gmli_memcpy_job {
   size_t n, part;
   size_t next, parts, finished; /* parts handed out, in all, done */
 } gmli_memcpy_job;
+
+/* Multi-path copies (mpath.c). A peer path: GMLI_PEER_SLOTS slots of staging on the peer GPU, its
+ * stream for the host hop (link), one of this GPU's for the P2P hop (hop), each slot's last use. */
+#define GMLI_PEER_SLOTS 4
+typedef struct gmli_peer_path {
+  int device;
+  int failed;
+  uintptr_t staging, link, hop;
+  uintptr_t ev[GMLI_PEER_SLOTS]; /* where has_ev: the slot's last second hop (it may be refilled after) */
+  int has_ev[GMLI_PEER_SLOTS];
+  int next; /* the slot to use next, the oldest */
+} gmli_peer_path;
+typedef struct gmli_mpath {
+  int probed;         /* the paths and the plans below are known */
+  size_t min_bytes;   /* a page-locked copy this large or more is split (64 MiB; tests lower it) */
+  size_t slot_size;   /* of the peers' staging (16 MiB) */
+  size_t probe_bytes; /* a timed probe's copy (256 MiB) */
+  int npeers;         /* path i > 0 is peer[i - 1] */
+  gmli_peer_path peer[GMLI_PATHS_MAX - 1];
+  gmli_path_plan plan[2]; /* H2D, D2H */
+  /* the probe's measure: NULL: copies timed (GML_BACKEND_COPY_TIMING), else a model of independent links */
+  gmli_path_measure measure;
+  void *measure_ctx;
+} gmli_mpath;
 
 /* One per client, made at its first copy (gmli_copier_get), gone at gml_close. */
 typedef struct gmli_copier {
@@ -39,6 +64,7 @@ typedef struct gmli_copier {
   gmli_memcpy_job job;
   int stop;
   gml_copy_info info; /* counters, under lock */
+  gmli_mpath mp;
 } gmli_copier;
 
 struct gml_client;
@@ -62,4 +88,13 @@ void gmli_staging_destroy(gmli_copier *k);
  * failed. */
 int gmli_copy_many(struct gml_client *c, const gml_copy_desc *v, size_t count, uintptr_t stream, int sync,
                    const char *fn);
+/* mpath.c, under k->lock. Whether d (validated) is split over several paths: probes at the first copy
+ * that could be (GMLAKE_COPY_PATHS, backend, size, page-locked host side); 0: a single path. */
+int gmli_mpath_wanted(gmli_copier *k, const gml_copy_desc *d);
+/* d split as the probe planned, on stream: 0, or the error with *at the first byte of d not known to be
+ * copied and what failed in why. A peer path failing has its part redone on the own link (the copy
+ * succeeds; the path is not used again). */
+int gmli_mpath_copy(gmli_copier *k, const gml_copy_desc *d, uintptr_t stream, size_t *at, char *why, size_t whylen);
+/* The peers' staging and streams given back (the copies using them waited for). */
+void gmli_mpath_destroy(gmli_copier *k);
 #endif

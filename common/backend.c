@@ -13,9 +13,11 @@
  * devices' names without opening them (_resolve for a daemon's --device,
  * _uuid for a process's ordinal) and nothing else outside it. */
 #define BACKEND_TABLE(X)                                                                                               \
-  X(cuda, "no usable GPU", "90%", GML_BACKEND_DEVICE_MEMORY | GML_BACKEND_DRIVER_STREAMS)                              \
+  X(cuda, "no usable GPU", "90%",                                                                                      \
+    GML_BACKEND_DEVICE_MEMORY | GML_BACKEND_DRIVER_STREAMS | GML_BACKEND_PEER_COPY | GML_BACKEND_COPY_TIMING)          \
   X(host, "", "50%",                                                                                                   \
-    GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE | GML_BACKEND_COPY_BATCH)
+    GML_BACKEND_FAULT_SIGNALS | GML_BACKEND_REOPEN_READ_ONLY | GML_BACKEND_RESOLVES_OFFLINE | GML_BACKEND_COPY_BATCH | \
+        GML_BACKEND_PEER_COPY)
 
 #define BACKEND_DECLARE(n, skipped, limit, caps)                                                                       \
   int gmli_backend_##n##_open(int device, const gml_backend_opts *opts, gml_backend **out, char *msg, size_t msglen);  \

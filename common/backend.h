@@ -84,6 +84,25 @@ struct gml_backend_ops {
   int (*host_pinned)(gml_backend *be, const void *p, size_t n);
   /* Wait on the host until event is done (cuEventSynchronize). */
   int (*event_wait)(gml_backend *be, uintptr_t event);
+  /* Multi-path copies (client/mpath.c): only where be->caps has
+   * GML_BACKEND_PEER_COPY. peer_count: the devices this process sees (this
+   * one included; 1: no peer). peer_access: 1 when device `peer` and this
+   * one reach each other's memory (P2P over NVLink or PCIe), 0 when not.
+   * peer_alloc: size bytes (a multiple of granularity) of `peer`'s memory,
+   * mapped readable and writable from both devices (cuda: cuMemCreate on
+   * the peer, cuMemSetAccess for both); peer == be->device: this device's.
+   * peer_stream: a stream of `peer`'s own (its copies ride its link and copy
+   * engines; stream_wait_event and the events work across devices);
+   * peer_copy_async / peer_event_record: copy_async / event_record on such
+   * a stream (cuda: under the peer's context). Host: plain memory, memmove. */
+  int (*peer_count)(gml_backend *be);
+  int (*peer_access)(gml_backend *be, int peer);
+  int (*peer_alloc)(gml_backend *be, int peer, size_t size, uintptr_t *va);
+  void (*peer_free)(gml_backend *be, int peer, uintptr_t va, size_t size);
+  int (*peer_stream)(gml_backend *be, int peer, uintptr_t *stream);
+  void (*peer_stream_destroy)(gml_backend *be, int peer, uintptr_t stream);
+  int (*peer_copy_async)(gml_backend *be, int peer, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream);
+  int (*peer_event_record)(gml_backend *be, int peer, uintptr_t stream, uintptr_t *event);
 };
 
 #define GML_ACCESS_READ_ONLY 1 /* set_access flag */
@@ -114,6 +133,12 @@ enum {
    * backend at open where its driver has the call (cuda: CUDA >= 13), kept
    * beside its entry's. */
   GML_BACKEND_COPY_BATCH = 1u << 5,
+  /* The peer_* ops work: a copy can cross a peer GPU's link and a P2P hop
+   * (client/mpath.c). */
+  GML_BACKEND_PEER_COPY = 1u << 6,
+  /* A copy takes the link's time, so timing copies measures the links
+   * (cuda); without it (host: memmove) the multi-path probe models them. */
+  GML_BACKEND_COPY_TIMING = 1u << 7,
 };
 
 struct gml_backend {

@@ -21,29 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The driver entry points we use (cuda_driver.h), by their exported names. */
-typedef struct cuda_api {
-#define DECLARE_FN(name, params) gml_pfn_##name name;
-  GML_CUDA_FUNCS(DECLARE_FN)
-#undef DECLARE_FN
-} cuda_api;
-
-typedef struct cuda_priv {
-  void *lib;
-  cuda_api api;
-  CUdevice dev;
-  CUcontext ctx;
-  CUmemAllocationProp prop;
-  CUmemAccessDesc access;
-  /* The fd each imported chunk came with, kept (fdkeep.h): an imported
-   * handle cannot be exported again (cuMemExportToShareableHandle: invalid
-   * argument, seen on the H100), so sharing it on (gml_ipc_export) or
-   * handing it to a restarted daemon hands out a dup. */
-  gml_fdkeep kept;
-  gml_pfn_cuMemcpyBatchAsync_v2 batch; /* NULL: the driver has none (before CUDA 13) */
-} cuda_priv;
-
-#define PRIV(be) ((cuda_priv *)(be)->priv)
+#include "backend_cuda.h"
 
 static const char *api_errstr(const cuda_api *a, CUresult r) {
   const char *s = NULL;
@@ -295,6 +273,11 @@ static int cuda_mem_info(gml_backend *be, uint64_t *free_bytes, uint64_t *total_
 static void cuda_destroy(gml_backend *be) {
   cuda_priv *p = PRIV(be);
   gmli_fdkeep_destroy(&p->kept);
+  for (int i = 0; i < GML_CUDA_PEERS_MAX; i++) {
+    CUdevice d;
+    if (p->peer_ctx[i] && p->api.cuDeviceGet(&d, i) == CUDA_SUCCESS) p->api.cuDevicePrimaryCtxRelease_v2(d);
+  }
+  pthread_mutex_destroy(&p->peer_lock);
   if (p->ctx) p->api.cuDevicePrimaryCtxRelease_v2(p->dev);
   /* libcuda stays loaded: unloading a driver library mid-process is unsafe. */
   free(p);
@@ -327,6 +310,14 @@ static const struct gml_backend_ops cuda_ops = {
     .host_pinned = cuda_host_pinned,
     .event_wait = cuda_event_wait,
     .protect = NULL, /* a guard is a whole chunk left unmapped */
+    .peer_count = gmli_cuda_peer_count,
+    .peer_access = gmli_cuda_peer_access,
+    .peer_alloc = gmli_cuda_peer_alloc,
+    .peer_free = gmli_cuda_peer_free,
+    .peer_stream = gmli_cuda_peer_stream,
+    .peer_stream_destroy = gmli_cuda_peer_stream_destroy,
+    .peer_copy_async = gmli_cuda_peer_copy_async,
+    .peer_event_record = gmli_cuda_peer_event_record,
 };
 
 /* libcuda (GMLAKE_LIBCUDA) loaded, every entry point we use found, cuInit
@@ -467,6 +458,7 @@ int gmli_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend
   be->priv = p;
   p->batch = (gml_pfn_cuMemcpyBatchAsync_v2)dlsym(p->lib, "cuMemcpyBatchAsync_v2");
   if (p->batch) be->caps |= GML_BACKEND_COPY_BATCH;
+  pthread_mutex_init(&p->peer_lock, NULL);
   gmli_fdkeep_init(&p->kept, SIZE_MAX); /* last: a failed open has no table to undo */
   snprintf(msg, msglen, "cuda backend: device %d (%s), chunks of %zu bytes", device, be->uuid, be->chunk_size);
   *out = be;

@@ -257,6 +257,46 @@ static int host_event_wait(gml_backend *be, uintptr_t event) {
   return 0; /* done at once */
 }
 
+/* Peers (multi-path copies): the host stands in for a node of HOST_PEERS devices that all reach each
+ * other, staging being plain memory and a peer's stream a number no caller's stream is. */
+#define HOST_PEERS 2
+static int host_peer_count(gml_backend *be) {
+  (void)be;
+  return HOST_PEERS;
+}
+static int host_peer_access(gml_backend *be, int peer) {
+  (void)be;
+  return peer >= 0 && peer < HOST_PEERS;
+}
+static int host_peer_alloc(gml_backend *be, int peer, size_t size, uintptr_t *va) {
+  void *p = NULL;
+  if (!host_peer_access(be, peer)) return GML_EINVAL;
+  if (posix_memalign(&p, 4096, size ? size : 1)) return GML_ENOMEM;
+  *va = (uintptr_t)p;
+  return 0;
+}
+static void host_peer_free(gml_backend *be, int peer, uintptr_t va, size_t size) {
+  (void)be, (void)peer, (void)size;
+  free((void *)va);
+}
+static int host_peer_stream(gml_backend *be, int peer, uintptr_t *stream) {
+  static unsigned next;
+  (void)be;
+  *stream = ((uintptr_t)1 << 40) + ((uintptr_t)peer << 20) + __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+static void host_peer_stream_destroy(gml_backend *be, int peer, uintptr_t stream) {
+  (void)be, (void)peer, (void)stream;
+}
+static int host_peer_copy_async(gml_backend *be, int peer, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream) {
+  (void)peer;
+  return host_copy_async(be, dst, src, n, stream);
+}
+static int host_peer_event_record(gml_backend *be, int peer, uintptr_t stream, uintptr_t *event) {
+  (void)peer;
+  return host_event_record(be, stream, event);
+}
+
 static const struct gml_backend_ops host_ops = {
     .chunk_create = host_chunk_create,
     .chunk_import = host_chunk_import,
@@ -285,6 +325,14 @@ static const struct gml_backend_ops host_ops = {
     .copy_batch = host_copy_batch,
     .host_pinned = host_host_pinned,
     .event_wait = host_event_wait,
+    .peer_count = host_peer_count,
+    .peer_access = host_peer_access,
+    .peer_alloc = host_peer_alloc,
+    .peer_free = host_peer_free,
+    .peer_stream = host_peer_stream,
+    .peer_stream_destroy = host_peer_stream_destroy,
+    .peer_copy_async = host_peer_copy_async,
+    .peer_event_record = host_peer_event_record,
 };
 
 /* Which host device this process's ordinal `device` is: as CUDA maps a

@@ -43,6 +43,7 @@
   X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 102)                                                      \
   X(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 103)
 #define GML_CUDA_EVENT_FLAG_VALUES(X) X(CU_EVENT_DISABLE_TIMING, 0x2)
+#define GML_CUDA_STREAM_FLAG_VALUES(X) X(CU_STREAM_NON_BLOCKING, 0x1)
 #define GML_CUDA_HANDLE_TYPE_VALUES(X) X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0x1)
 #define GML_CUDA_ACCESS_FLAG_VALUES(X) X(CU_MEM_ACCESS_FLAGS_PROT_READ, 0x1) X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE, 0x3)
 #define GML_CUDA_LOCATION_TYPE_VALUES(X) X(CU_MEM_LOCATION_TYPE_DEVICE, 0x1)
@@ -58,6 +59,7 @@
   X(cudaError_enum, CUresult, GML_CUDA_RESULT_VALUES)                                                                  \
   X(CUdevice_attribute_enum, CUdevice_attribute, GML_CUDA_DEVICE_ATTRIBUTE_VALUES)                                     \
   X(CUevent_flags_enum, CUevent_flags, GML_CUDA_EVENT_FLAG_VALUES)                                                     \
+  X(CUstream_flags_enum, CUstream_flags, GML_CUDA_STREAM_FLAG_VALUES)                                                  \
   X(CUmemAllocationHandleType_enum, CUmemAllocationHandleType, GML_CUDA_HANDLE_TYPE_VALUES)                            \
   X(CUmemAccess_flags_enum, CUmemAccess_flags, GML_CUDA_ACCESS_FLAG_VALUES)                                            \
   X(CUmemLocationType_enum, CUmemLocationType, GML_CUDA_LOCATION_TYPE_VALUES)                                          \
@@ -180,7 +182,10 @@ typedef struct CUmemcpyAttributes_st {
   X(cuStreamIsCapturing, (CUstream, CUstreamCaptureStatus *))                                                          \
   X(cuMemcpyAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                                       \
   X(cuEventSynchronize, (CUevent))                                                                                     \
-  X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))
+  X(cuPointerGetAttribute, (void *, CUpointer_attribute, CUdeviceptr))                                                 \
+  X(cuDeviceCanAccessPeer, (int *, CUdevice, CUdevice))                                                                \
+  X(cuStreamCreate, (CUstream *, unsigned int))                                                                        \
+  X(cuStreamDestroy_v2, (CUstream))
 
 /* Entry points used where the driver has them and done without where it does
  * not (dlsym'd one by one, a NULL pointer when absent): cuMemcpyBatchAsync as

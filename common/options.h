@@ -66,6 +66,9 @@
     "pageable host memory is copied through it in four slots, pipelined; 0: no staging (the driver's own)")            \
   X(COPY_THREADS, "GMLAKE_COPY_THREADS", "0-64", "8 (at most the cores)", "library",                                   \
     "threads that copy between pageable memory and the staging pool (beside the calling one); 0: the caller alone")    \
+  X(COPY_PATHS, "GMLAKE_COPY_PATHS", "auto, 1", "auto", "library",                                                     \
+    "auto: a large page-locked host<->device copy is split between this GPU's link and peer GPUs' links (a P2P "       \
+    "hop), as a probe at the first such copy finds them to gain; 1: this GPU's link alone")                            \
   X(PAUSE_HOST, "GMLAKE_PAUSE_HOST", "pageable, pinned", "pageable", "library",                                        \
     "where gml_pause saves content: pageable memory through the copy engine's staging (nothing to page-lock), "        \
     "or page-locked memory kept after resume for the next pause (page-locking costs the first pause)")                 \

@@ -313,6 +313,17 @@ typedef struct gml_copy_desc {
   int kind; /* GML_COPY_* */
 } gml_copy_desc;
 GML_API int gml_copy_batch_async(gml_client *c, const gml_copy_desc *v, size_t count, gml_stream stream);
+/* One path of multi-path copies (GMLAKE_COPY_PATHS): path 0 is the GPU's
+ * own link, the others host -> a peer GPU's staging -> P2P -> the GPU. */
+#define GML_COPY_PATHS_MAX 8
+typedef struct gml_copy_path {
+  int device;                  /* the GPU whose host link it crosses (path 0: the client's own) */
+  int used;                    /* 1: large copies are split over it (the probe kept it, either way) */
+  int failed;                  /* a copy over it failed: its part was redone on the own link; not used since */
+  double h2d_gbps, d2h_gbps;   /* GB/s alone, as the probe measured them (host backend: modelled) */
+  double h2d_share, d2h_share; /* the part of a split copy it takes (0: not used that way) */
+  uint64_t bytes;              /* moved over it in split copies */
+} gml_copy_path;
 /* What the engine has and has done (since gml_open). */
 typedef struct gml_copy_info {
   uint64_t staging_bytes;  /* the staging pool (0: not taken yet, or GMLAKE_COPY_STAGING=0) */
@@ -324,6 +335,12 @@ typedef struct gml_copy_info {
   uint64_t driver_copies;  /* copies handed to the driver one by one */
   uint64_t driver_batches; /* driver calls that carried several copies */
   uint64_t batched_copies; /* copies they carried */
+  /* multi-path: probed at the first page-locked copy of 64 MiB or more */
+  uint32_t npaths;           /* paths probed (0: not yet, or GMLAKE_COPY_PATHS=1; 1: no peer with P2P access) */
+  uint32_t paths_used;       /* of them, split over (either way); 1: single path */
+  double h2d_gbps, d2h_gbps; /* the used paths together, as measured */
+  uint64_t bytes_split;      /* copied over several paths at once */
+  gml_copy_path paths[GML_COPY_PATHS_MAX];
 } gml_copy_info;
 GML_API int gml_copy_info_get(gml_client *c, gml_copy_info *out);
 /* Shared read-only memory (daemon mode only: GML_EDAEMON when embedded).

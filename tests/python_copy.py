@@ -28,6 +28,8 @@ gmlake.copy(ctypes.addressof(back), d.value, n, gmlake.COPY_D2H, client=c.value)
 assert bytes(back) == bytes(src)
 info = gmlake.copy_info(client=c)
 assert info["bytes_staged"] == 2 * n and info["staging_bytes"] > 0 and info["slots"] == 4, info
+# multi-path: pageable copies take one path, so no probe yet (the layout of gml_copy_info read to its end)
+assert info["npaths"] == 0 and info["paths_used"] == 0 and info["bytes_split"] == 0 and info["paths"] == [], info
 try:
     gmlake.copy(d.value, ctypes.addressof(src), n, 7, client=c)
     raise AssertionError("kind 7 taken")

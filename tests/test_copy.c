@@ -7,6 +7,7 @@
  * slots, packing of small pageable copies, batches and their fallback, a
  * copy failing half way, arguments. */
 #include "client_priv.h"
+#include "copy.h"
 #include "paths.h"
 #include "gmlake.h"
 #include <check.h>
@@ -452,6 +453,382 @@ START_TEST(test_paths_probe) {
 }
 END_TEST
 
+/* ---------- multi-path (mpath.c) over a backend of streams that run apart ----------
+ * Each stream is its own queue of copies and waits; an event is a stream's position. Nothing runs
+ * until waited for: an event_wait runs its stream to the event (and, for a wait on the way, the
+ * other stream to that event); synchronize runs every stream to its end, one after another, in the
+ * order made or the reverse (ms.reverse), so a missing wait between two streams shows in one of the
+ * orders as wrong bytes. Copies into and out of a peer's staging keep each slot's state: a slot
+ * filled again before its bytes were taken out is counted (ms.overwrites). */
+typedef struct mop {
+  int is_wait;
+  uintptr_t ev, dst, src;
+  size_t n;
+} mop;
+typedef struct mstream {
+  uintptr_t id;
+  mop *ops;
+  size_t n, cap, ran;
+} mstream;
+typedef struct mstaging {
+  uintptr_t base;
+  size_t size;
+  int full[GMLI_PEER_SLOTS];
+} mstaging;
+static struct {
+  const struct gml_backend_ops *base;
+  struct gml_backend_ops ops;
+  mstream st[32];
+  int nst;
+  struct {
+    int st;
+    size_t pos;
+  } * ev;
+  size_t nev, cap_ev;
+  mstaging stg[8];
+  int nstg;
+  int reverse, ndev, no_access;
+  int refuse_waits; /* a peer's stream cannot wait for the caller's (a stream being captured) */
+  size_t slot;      /* the staging's slot size (the engine's) */
+  size_t own_copies, peer_copies, overwrites; /* copy_async calls, peer_copy_async calls */
+  size_t fail_own_at, fail_peer_at;           /* the Nth of each fails (0: none) */
+} ms;
+
+static mstream *ms_stream(uintptr_t id) {
+  for (int i = 0; i < ms.nst; i++)
+    if (ms.st[i].id == id) return &ms.st[i];
+  ck_assert_int_lt(ms.nst, 32);
+  ms.st[ms.nst] = (mstream){.id = id};
+  return &ms.st[ms.nst++];
+}
+static void ms_push(uintptr_t stream, mop op) {
+  mstream *s = ms_stream(stream);
+  if (s->n == s->cap) {
+    s->cap = s->cap * 2 + 64;
+    s->ops = realloc(s->ops, s->cap * sizeof *s->ops);
+    ck_assert_ptr_nonnull(s->ops);
+  }
+  s->ops[s->n++] = op;
+}
+static void ms_slot_note(uintptr_t dst, uintptr_t src) {
+  for (int i = 0; i < ms.nstg; i++) {
+    mstaging *g = &ms.stg[i];
+    if (dst >= g->base && dst < g->base + g->size) {
+      int s = (int)((dst - g->base) / ms.slot);
+      if (g->full[s]) ms.overwrites++;
+      g->full[s] = 1;
+    }
+    if (src >= g->base && src < g->base + g->size) g->full[(src - g->base) / ms.slot] = 0;
+  }
+}
+static void ms_run_event(uintptr_t ev);
+static void ms_run(mstream *s, size_t pos) {
+  while (s->ran < pos && s->ran < s->n) {
+    mop op = s->ops[s->ran];
+    if (op.is_wait) ms_run_event(op.ev);
+    else ms_slot_note(op.dst, op.src), memmove((void *)op.dst, (void *)op.src, op.n);
+    s->ran++;
+  }
+}
+static void ms_run_event(uintptr_t ev) { ms_run(&ms.st[ms.ev[ev - 1].st], ms.ev[ev - 1].pos); }
+static int ms_record(uintptr_t stream, uintptr_t *ev) {
+  mstream *s = ms_stream(stream);
+  if (ms.nev == ms.cap_ev) {
+    ms.cap_ev = ms.cap_ev * 2 + 64;
+    ms.ev = realloc(ms.ev, ms.cap_ev * sizeof *ms.ev);
+    ck_assert_ptr_nonnull(ms.ev);
+  }
+  ms.ev[ms.nev].st = (int)(s - ms.st), ms.ev[ms.nev].pos = s->n;
+  *ev = ++ms.nev;
+  return 0;
+}
+static int m_event_record(gml_backend *be, uintptr_t stream, uintptr_t *ev) { return (void)be, ms_record(stream, ev); }
+static int m_peer_event_record(gml_backend *be, int peer, uintptr_t stream, uintptr_t *ev) {
+  return (void)be, (void)peer, ms_record(stream, ev);
+}
+static int m_event_done(gml_backend *be, uintptr_t ev) {
+  (void)be;
+  return ms.st[ms.ev[ev - 1].st].ran >= ms.ev[ev - 1].pos;
+}
+static int m_event_wait(gml_backend *be, uintptr_t ev) {
+  (void)be;
+  ms_run_event(ev);
+  return 0;
+}
+static int m_stream_wait_event(gml_backend *be, uintptr_t stream, uintptr_t ev) {
+  (void)be;
+  if (ms.refuse_waits && stream >> 40) return GML_EBACKEND; /* a peer's stream (the host's numbers) */
+  ms_push(stream, (mop){.is_wait = 1, .ev = ev});
+  return 0;
+}
+static int m_copy_async(gml_backend *be, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream) {
+  (void)be;
+  if (++ms.own_copies == ms.fail_own_at) return GML_EBACKEND;
+  ms_push(stream, (mop){.dst = dst, .src = src, .n = n});
+  return 0;
+}
+static int m_copy_batch(gml_backend *be, uintptr_t *dst, uintptr_t *src, size_t *n, size_t count, uintptr_t stream) {
+  for (size_t i = 0; i < count; i++) ms_push(stream, (mop){.dst = dst[i], .src = src[i], .n = n[i]});
+  return (void)be, 0;
+}
+static int m_peer_copy_async(gml_backend *be, int peer, uintptr_t dst, uintptr_t src, size_t n, uintptr_t stream) {
+  (void)be, (void)peer;
+  if (++ms.peer_copies == ms.fail_peer_at) return GML_EBACKEND;
+  ms_push(stream, (mop){.dst = dst, .src = src, .n = n});
+  return 0;
+}
+static int m_synchronize(gml_backend *be) {
+  (void)be;
+  for (int i = 0; i < ms.nst; i++) {
+    mstream *s = &ms.st[ms.reverse ? ms.nst - 1 - i : i];
+    ms_run(s, s->n);
+  }
+  return 0;
+}
+static void m_event_destroy(gml_backend *be, uintptr_t ev) { (void)be, (void)ev; }
+static int m_peer_count(gml_backend *be) { return (void)be, ms.ndev; }
+static int m_peer_access(gml_backend *be, int peer) { return (void)be, peer < ms.ndev && !(ms.no_access >> peer & 1); }
+static int m_peer_alloc(gml_backend *be, int peer, size_t size, uintptr_t *va) {
+  int rc = ms.base->peer_alloc(be, 0, size, va); /* the host's plain memory, whatever the device */
+  if (!rc && peer != be->device) ms.stg[ms.nstg++] = (mstaging){.base = *va, .size = size};
+  return rc;
+}
+
+/* A host client whose backend is the above, with ndev devices, multi-path from min bytes in slots of slot. */
+static gml_client *open_streams(int ndev, size_t min, size_t slot) {
+  gml_client *c;
+  gml_open_opts o = {.backend = "host", .mode = GML_MODE_EMBEDDED};
+  ck_assert_int_eq(gml_open(&o, &c), 0);
+  for (int i = 0; i < ms.nst; i++) free(ms.st[i].ops);
+  free(ms.ev);
+  memset(&ms, 0, sizeof ms);
+  ms.base = c->be->ops, ms.ops = *c->be->ops, ms.ndev = ndev, ms.slot = slot;
+  ms.ops.copy_async = m_copy_async, ms.ops.copy_batch = m_copy_batch, ms.ops.event_record = m_event_record;
+  ms.ops.event_done = m_event_done, ms.ops.event_wait = m_event_wait, ms.ops.event_destroy = m_event_destroy;
+  ms.ops.stream_wait_event = m_stream_wait_event, ms.ops.synchronize = m_synchronize;
+  ms.ops.peer_copy_async = m_peer_copy_async, ms.ops.peer_event_record = m_peer_event_record;
+  ms.ops.peer_count = m_peer_count, ms.ops.peer_access = m_peer_access, ms.ops.peer_alloc = m_peer_alloc;
+  c->be->ops = &ms.ops;
+  gmli_copier *k = gmli_copier_get(c);
+  k->mp.min_bytes = min, k->mp.slot_size = slot, k->mp.probe_bytes = 4 * MIB;
+  return c;
+}
+static void close_streams(gml_client *c) {
+  m_synchronize(c->be);
+  gml_close(c);
+}
+
+/* Pinned host memory of n bytes (the engine copies it straight: multi-path's kind). */
+static void *pinned_alloc(gml_client *c, size_t n) {
+  void *p;
+  ck_assert_int_eq(ms.base->host_alloc(c->be, n, &p), 0);
+  return p;
+}
+
+/* Split over the own link and two peers (model: 50, 25, 25 GB/s, independent): bytes intact both ways,
+ * every size around the slots, under both orders of running the streams; asynchronous (nothing moved at
+ * return), joined to the caller's stream (gml_copy returns with every path's part there), after the
+ * caller's stream's earlier work (the peers wait for it). */
+START_TEST(test_mpath_split) {
+  topo t = {.alone = {50, 25, 25}, .sw = {-1, -1, -1}};
+  size_t sizes[] = {4 * MIB, 37 * MIB + 12345, 64 * MIB};
+  for (int rev = 0; rev < 2; rev++) {
+    gml_client *c = open_streams(3, 4 * MIB, MIB);
+    gmli_copier *k = gmli_copier_get(c);
+    k->mp.measure = model, k->mp.measure_ctx = &t;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+      size_t n = sizes[i];
+      char *h = pinned_alloc(c, n), *back = pinned_alloc(c, n), *h0 = pinned_alloc(c, n);
+      void *d;
+      ck_assert_int_eq(gml_alloc(c, n, 0, &d), 0);
+      fill(h0, n, 30 + i);
+      memset(h, 0, n), memset(back, 0x5a, n);
+      ms.reverse = rev;
+      size_t peer0 = ms.peer_copies;
+      /* h is written by the stream's earlier copy (one path: D2D): the split copy's paths start after it */
+      ck_assert_int_eq(gml_copy_async(c, h, h0, n, GML_COPY_D2D, 5), 0);
+      ck_assert_int_eq(gml_copy_async(c, d, h, n, GML_COPY_H2D, 5), 0);
+      ck_assert_int_eq(gml_copy_async(c, back, d, n, GML_COPY_D2H, 5), 0);
+      ck_assert_uint_gt(ms.peer_copies, peer0);
+      ck_assert_uint_eq(untouched(back, 0, n), n); /* nothing ran yet */
+      m_synchronize(c->be);
+      ck_assert_msg(first_diff(back, n, 30 + i) == n, "%zu bytes, order %d: differ at %zu", n, rev,
+                    first_diff(back, n, 30 + i));
+      /* gml_copy: its own stream's event only, which the peers' ends are joined to */
+      memset(back, 0x5a, n);
+      ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), 0);
+      ck_assert_uint_eq(first_diff(back, n, 30 + i), n);
+      ck_assert_uint_eq(ms.overwrites, 0);
+      gml_free(c, d);
+      ms.base->host_free(c->be, h), ms.base->host_free(c->be, back), ms.base->host_free(c->be, h0);
+    }
+    gml_copy_info info;
+    ck_assert_int_eq(gml_copy_info_get(c, &info), 0);
+    ck_assert_uint_eq(info.npaths, 3);
+    ck_assert_uint_eq(info.paths_used, 3);
+    ck_assert(info.paths[0].device == 0 && info.paths[1].device == 1 && info.paths[2].device == 2);
+    ck_assert(info.paths[1].h2d_gbps == 25 && info.paths[0].d2h_gbps == 50 && info.h2d_gbps > 99.9);
+    ck_assert(info.paths[0].h2d_share > 0.49 && info.paths[0].h2d_share < 0.51);
+    uint64_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) total += 3 * sizes[i]; /* H2D, D2H twice */
+    ck_assert_uint_eq(info.bytes_split, total);
+    ck_assert_uint_eq(info.paths[0].bytes + info.paths[1].bytes + info.paths[2].bytes, total);
+    ck_assert(info.paths[1].bytes > total / 5 && info.paths[2].bytes > total / 5 && info.paths[0].bytes > total / 3);
+    close_streams(c);
+  }
+}
+END_TEST
+
+/* The slots: a copy of 24 slices over a peer's four slots, each slot filled again only after its last
+ * slice was taken out (the wait on its event), in either order of running the streams; every slice's
+ * two hops, one driver copy each. */
+START_TEST(test_mpath_pipeline) {
+  topo t = {.alone = {50, 50}, .sw = {-1, -1}};
+  for (int rev = 0; rev < 2; rev++) {
+    gml_client *c = open_streams(2, MIB, MIB);
+    gmli_copier *k = gmli_copier_get(c);
+    k->mp.measure = model, k->mp.measure_ctx = &t;
+    size_t n = 48 * MIB; /* halves: the peer's part 24 slices of 1 MiB */
+    char *h = pinned_alloc(c, n), *back = pinned_alloc(c, n);
+    void *d;
+    ck_assert_int_eq(gml_alloc(c, n, 0, &d), 0);
+    fill(h, n, 7);
+    memset(back, 0, n);
+    ms.reverse = rev;
+    size_t peer0 = ms.peer_copies, own0 = ms.own_copies;
+    ck_assert_int_eq(gml_copy_async(c, d, h, n, GML_COPY_H2D, 0), 0);
+    ck_assert_uint_eq(ms.peer_copies - peer0, 2 * 24);
+    ck_assert_uint_eq(ms.own_copies - own0, 1);
+    ck_assert_int_eq(gml_copy_async(c, back, d, n, GML_COPY_D2H, 0), 0);
+    m_synchronize(c->be);
+    ck_assert_uint_eq(first_diff(back, n, 7), n);
+    ck_assert_uint_eq(ms.overwrites, 0);
+    gml_copy_info info;
+    ck_assert_int_eq(gml_copy_info_get(c, &info), 0);
+    ck_assert_uint_eq(info.paths[1].bytes, n); /* half of each direction */
+    gml_free(c, d);
+    ms.base->host_free(c->be, h), ms.base->host_free(c->be, back);
+    close_streams(c);
+  }
+}
+END_TEST
+
+/* A peer path failing mid-copy: the copy completes (its part from the slice that failed over the own
+ * link), bytes intact, the path dropped for later copies. The own link failing: the copy fails, naming
+ * it, nothing written. The own link failing while redoing a failed path's part: the copy fails naming
+ * both, the bytes before the offset it names written, none after. */
+START_TEST(test_mpath_path_fails) {
+  topo t = {.alone = {50, 50, 50}, .sw = {-1, -1, -1}};
+  gml_client *c = open_streams(3, MIB, MIB);
+  gmli_copier *k = gmli_copier_get(c);
+  k->mp.measure = model, k->mp.measure_ctx = &t;
+  size_t n = 30 * MIB; /* thirds: 10 slices a peer */
+  char *h = pinned_alloc(c, n), *back = pinned_alloc(c, n);
+  void *d;
+  ck_assert_int_eq(gml_alloc(c, n, 0, &d), 0);
+  fill(h, n, 11);
+  /* the peers' streams refusing to wait for the caller's (cuda: a stream being captured): one path, no
+   * path dropped */
+  ms.refuse_waits = 1;
+  size_t pc = ms.peer_copies;
+  memset(back, 0, n);
+  ck_assert_int_eq(gml_copy(c, d, h, n, GML_COPY_H2D), 0);
+  ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), 0);
+  ck_assert_uint_eq(first_diff(back, n, 11), n);
+  ck_assert_uint_eq(ms.peer_copies, pc);
+  ms.refuse_waits = 0;
+  ms.fail_peer_at = 7; /* peer GPU 1's 4th slice, first hop */
+  ck_assert_int_eq(gml_copy(c, d, h, n, GML_COPY_H2D), 0);
+  ms.fail_peer_at = 0;
+  memset(back, 0, n);
+  ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), 0);
+  ck_assert_uint_eq(first_diff(back, n, 11), n);
+  gml_copy_info info;
+  ck_assert_int_eq(gml_copy_info_get(c, &info), 0);
+  ck_assert(info.paths[1].failed && !info.paths[1].used && !info.paths[2].failed && info.paths[2].used);
+  ck_assert_uint_eq(info.paths_used, 2);
+  ck_assert(info.paths[1].h2d_share == 0 && info.paths[2].h2d_share == 0.5);
+  ck_assert_uint_eq(info.paths[1].bytes, 3 * MIB); /* three slices went over it */
+  size_t p0 = ms.peer_copies;
+  ck_assert_int_eq(gml_copy(c, d, h, n, GML_COPY_H2D), 0); /* now halves: 15 slices over GPU 2 */
+  ck_assert_uint_eq(ms.peer_copies - p0, 2 * 15);
+  /* the own link failing: first issued, so nothing of the copy was */
+  memset(back, 0x5a, n);
+  ms.fail_own_at = ms.own_copies + 1;
+  ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), GML_EBACKEND);
+  const char *e = gml_last_error(c);
+  ck_assert_msg(strstr(e, "failed at byte 0 on GPU 0's own link"), "%s", e);
+  m_synchronize(c->be);
+  ck_assert_uint_eq(untouched(back, 0, n), n);
+  /* GPU 2's path fails at its 3rd slice, then the own link redoing it */
+  ms.fail_peer_at = ms.peer_copies + 5, ms.fail_own_at = ms.own_copies + 2;
+  ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), GML_EBACKEND);
+  e = gml_last_error(c);
+  ck_assert_msg(strstr(e, "failed at byte 17825792 on GPU 0's own link, redoing the part of the path over GPU 2"), "%s",
+                e);
+  m_synchronize(c->be);
+  ck_assert_uint_eq(first_diff(back, 17 * MIB, 11), 17 * MIB);
+  ck_assert_uint_eq(untouched(back, 17 * MIB, n), n);
+  ms.fail_peer_at = ms.fail_own_at = 0;
+  ck_assert_int_eq(gml_copy_info_get(c, &info), 0);
+  ck_assert_uint_eq(info.paths_used, 1); /* both peers dropped: the own link alone */
+  ck_assert_int_eq(gml_copy(c, back, d, n, GML_COPY_D2H), 0);
+  ck_assert_uint_eq(first_diff(back, n, 11), n);
+  gml_free(c, d);
+  ms.base->host_free(c->be, h), ms.base->host_free(c->be, back);
+  close_streams(c);
+}
+END_TEST
+
+/* One path: GMLAKE_COPY_PATHS=1; no peer with P2P access; peers behind the own link's switch (no gain);
+ * copies too small, pageable or device to device. The host backend's own probe (no model given): its
+ * links modelled independent, 1 GB/s each, both kept. The timed probe (a backend whose copies take the
+ * link's time) on the host's memmove: every path measured. */
+START_TEST(test_mpath_single_path) {
+  size_t n = 8 * MIB;
+  for (int mode = 0; mode < 5; mode++) {
+    topo shared = {.alone = {50, 50}, .sw = {0, 0}, .sw_cap = {52}};
+    ck_assert_int_eq(gml_set_option("GMLAKE_COPY_PATHS", mode == 0 ? "1" : NULL), 0);
+    gml_client *c = open_streams(2, MIB, MIB);
+    gmli_copier *k = gmli_copier_get(c);
+    if (mode == 1) ms.no_access = 2;
+    if (mode == 2) k->mp.measure = model, k->mp.measure_ctx = &shared;
+    if (mode == 4) c->be->caps |= GML_BACKEND_COPY_TIMING; /* cuda's probe: copies timed (memmove here) */
+    char *h = pinned_alloc(c, n), *back = pinned_alloc(c, n), *pg = malloc(n);
+    void *d;
+    ck_assert_int_eq(gml_alloc(c, n, 0, &d), 0);
+    fill(h, n, 5);
+    ck_assert_int_eq(gml_copy(c, d, h, n, GML_COPY_H2D), 0);
+    ck_assert_int_eq(gml_copy(c, pg, d, n, GML_COPY_D2H), 0);         /* pageable: staged, one path */
+    ck_assert_int_eq(gml_copy(c, back, d, MIB / 2, GML_COPY_D2H), 0); /* below min_bytes */
+    ck_assert_uint_eq(first_diff(pg, n, 5), n);
+    gml_copy_info info;
+    ck_assert_int_eq(gml_copy_info_get(c, &info), 0);
+    if (mode < 3) {
+      ck_assert_uint_eq(ms.peer_copies, 0);
+      ck_assert_uint_eq(info.bytes_split, 0);
+      ck_assert_uint_eq(info.npaths, mode == 0 ? 0 : mode == 1 ? 1 : 2);
+      ck_assert_uint_eq(info.paths_used, mode == 0 ? 0 : 1);
+      if (mode == 2) ck_assert(info.paths[1].h2d_gbps == 50 && !info.paths[1].used && info.h2d_gbps == 50);
+    } else if (mode == 4) { /* whatever the timings chose: both measured, the bytes intact */
+      ck_assert_uint_eq(info.npaths, 2);
+      ck_assert(info.paths[0].h2d_gbps > 0 && info.paths[1].h2d_gbps > 0 && info.paths[1].d2h_gbps > 0);
+      ck_assert(info.h2d_gbps > 0 && info.d2h_gbps > 0 && info.paths_used >= 1);
+    } else {
+      ck_assert_uint_eq(info.paths_used, 2);
+      ck_assert(info.paths[0].h2d_gbps == 1 && info.paths[1].d2h_gbps == 1 && info.h2d_gbps == 2);
+      ck_assert_uint_eq(info.bytes_split, n);
+      ck_assert_uint_gt(ms.peer_copies, 0);
+    }
+    gml_free(c, d);
+    ms.base->host_free(c->be, h), ms.base->host_free(c->be, back);
+    free(pg);
+    close_streams(c);
+  }
+  gml_set_option("GMLAKE_COPY_PATHS", NULL);
+}
+END_TEST
+
 Suite *copy_suite(void) {
   Suite *s = suite_create("copy");
   TCase *tc = tcase_create("engine");
@@ -464,6 +841,10 @@ Suite *copy_suite(void) {
   tcase_add_test(tc, test_pause_through_engine);
   tcase_add_test(tc, test_copy_without_staging);
   tcase_add_test(tc, test_paths_probe);
+  tcase_add_test(tc, test_mpath_split);
+  tcase_add_test(tc, test_mpath_pipeline);
+  tcase_add_test(tc, test_mpath_path_fails);
+  tcase_add_test(tc, test_mpath_single_path);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -6,7 +6,7 @@ the library keeps), stream-ordered like tensor.copy_(non_blocking=True).
     gmlake.copy_(cpu_tensor, gpu_tensor)     # D2H: the CPU tensor is written when it returns
                                              # (or, page-locked, when the stream gets there)
     gmlake.copy(dst_addr, src_addr, nbytes, gmlake.COPY_H2D, client=c)   # no torch: addresses
-    gmlake.copy_info()                       # staging pool, threads, bytes direct/staged, batches
+    gmlake.copy_info()                       # staging pool, threads, bytes direct/staged, batches, paths
 
 This file only names the direction; every decision (staging, slots, batching) is
 the C library's.
@@ -30,11 +30,22 @@ __all__ = ["copy_", "copy", "copy_info", "COPY_H2D", "COPY_D2H", "COPY_D2D"]
 COPY_H2D, COPY_D2H, COPY_D2D = 1, 2, 3  # gmlake.h enum gml_copy_kind
 
 
+class _Path(ctypes.Structure):  # gmlake.h gml_copy_path
+    _fields_ = [("device", ctypes.c_int), ("used", ctypes.c_int), ("failed", ctypes.c_int),
+                ("h2d_gbps", ctypes.c_double), ("d2h_gbps", ctypes.c_double), ("h2d_share", ctypes.c_double),
+                ("d2h_share", ctypes.c_double), ("bytes", ctypes.c_uint64)]
+
+
+_PATHS_MAX = 8  # GML_COPY_PATHS_MAX
+
+
 class _Info(ctypes.Structure):  # gmlake.h gml_copy_info
     _fields_ = [("staging_bytes", ctypes.c_uint64), ("slots", ctypes.c_uint32), ("threads", ctypes.c_uint32),
                 ("batch", ctypes.c_int), ("bytes_direct", ctypes.c_uint64), ("bytes_staged", ctypes.c_uint64),
                 ("driver_copies", ctypes.c_uint64), ("driver_batches", ctypes.c_uint64),
-                ("batched_copies", ctypes.c_uint64)]
+                ("batched_copies", ctypes.c_uint64), ("npaths", ctypes.c_uint32), ("paths_used", ctypes.c_uint32),
+                ("h2d_gbps", ctypes.c_double), ("d2h_gbps", ctypes.c_double), ("bytes_split", ctypes.c_uint64),
+                ("paths", _Path * _PATHS_MAX)]
 
 
 _declared = False
@@ -89,8 +100,12 @@ def copy_(dst, src, non_blocking=True):
 
 def copy_info(device=None, client=None):
     """The engine's numbers: staging_bytes, slots, threads, batch, bytes_direct, bytes_staged,
-    driver_copies, driver_batches, batched_copies."""
+    driver_copies, driver_batches, batched_copies; multi-path (GMLAKE_COPY_PATHS): npaths (probed; 0:
+    not yet), paths_used, h2d_gbps and d2h_gbps (the used paths together), bytes_split, and paths: one
+    dict a probed path (device, used, failed, h2d_gbps, d2h_gbps alone, h2d_share, d2h_share, bytes)."""
     c = _client(device, client)
     info = _Info()
     _check(_lib().gml_copy_info_get(c, ctypes.byref(info)), "copy_info", c)
-    return {k: getattr(info, k) for k, _ in _Info._fields_}
+    out = {k: getattr(info, k) for k, _ in _Info._fields_ if k != "paths"}
+    out["paths"] = [{k: getattr(info.paths[i], k) for k, _ in _Path._fields_} for i in range(min(info.npaths, _PATHS_MAX))]
+    return out
