@@ -8,6 +8,7 @@ BUILD ?= build
 CC ?= cc
 SAN ?= 0
 MANDIR ?= $(PREFIX)/share/man
+LIBDIR ?= $(PREFIX)/lib
 SYSCONFDIR ?= /etc
 # make test compiles its three builds on every core (the suites themselves run one at a time)
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
@@ -69,8 +70,10 @@ TESTS := $(BUILD)/test_unit $(BUILD)/test_integration $(BUILD)/test_elastic $(BU
 SPANK_H ?= $(wildcard /usr/include/slurm/spank.h)
 SLURM_PLUGIN := $(if $(SPANK_H),$(BUILD)/gmlake_spank.so)
 
-.PHONY: all borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install demo cuda-header-check
+.PHONY: all bins borrow-model clean format tsan test check-plain check-san check-fuzz fuzz fuzz-corpus deps install uninstall wheel deb demo cuda-header-check
 all: $(BINS) $(TESTS) $(SLURM_PLUGIN)
+# what make install installs, without the tests (the Debian packages' build: no check library needed)
+bins: $(BINS)
 
 $(GEN): proto/gmlake.proto
 	@mkdir -p $(BUILD)/gen
@@ -94,7 +97,7 @@ $(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
-$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/ctl_tables.c common/statsview.c client/discover.c) $(COMMON_OBJ)
+$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/ctl_tables.c tools/ctl_node.c common/statsview.c client/discover.c) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c tools/replay_planned.c common/statsview.c) $(BUILD)/libgmlake-client.a
@@ -188,14 +191,14 @@ FUZZ_SECONDS ?= 20
 check-fuzz: fuzz
 	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-# Rewritten whenever PREFIX or the version differ from what it holds (so
+# Rewritten whenever PREFIX, LIBDIR or the version differ from what it holds (so
 # `make install PREFIX=...` installs a .pc for that prefix); the version is
 # include/gmlake.h's GML_VERSION_*. Libs.private: what linking
 # libgmlake-client.a statically (pkg-config --static) also needs.
 VERSION := $(shell sed -n 's/^\#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' include/gmlake.h | paste -sd.)
 $(BUILD)/gmlake.pc: FORCE
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLicense: Apache-2.0\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(VERSION)' > $@.tmp
+	@printf 'prefix=%s\nlibdir=%s\nincludedir=$${prefix}/include\n\nName: gmlake\nDescription: GMLake GPU memory lake client\nVersion: %s\nLicense: Apache-2.0\nLibs: -L$${libdir} -lgmlake-client\nLibs.private: -lprotobuf-c -ldl -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' '$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))' '$(VERSION)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@ && echo "gmlake.pc: prefix $(PREFIX), version $(VERSION)"; fi
 FORCE:
 
@@ -230,43 +233,94 @@ check-san:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  BUILD=build-san SAN=1 tests/run.sh
 
-# The main job: a daemon and a client doing real work (backend picked automatically).
+# The main job: a daemon and clients doing real work (backend picked automatically); it ends with
+# PASS/FAIL lines saying what it proved (exit 1 on a FAIL). make demo V=1: every line of it.
 demo: deps all
-	scripts/demo.sh
+	@BUILD=$(BUILD) scripts/demo.sh $(if $(V),--verbose)
 
-# Binaries, library, header, gmlake.pc, man pages, the unit and a default
-# config (an existing /etc/gmlake/gmlaked.conf is kept), then ldconfig.
+# Where systemd looks (systemd.unit(5), sysusers.d(5), tmpfiles.d(5)): PREFIX=/usr (a package) puts the units in
+# /lib/systemd/system (bookworm's place for a package's units, /usr/lib with merged /usr), PREFIX=/usr/local in
+# /usr/local/lib/systemd/system; any other PREFIX (/opt/...), where systemd never looks, in SYSCONFDIR/systemd/system.
+# The same for sysusers.d and tmpfiles.d. Each may be given (make install UNITDIR=...).
+SDLIB := $(if $(filter /usr,$(PREFIX)),/usr/lib,$(if $(filter /usr/local,$(PREFIX)),/usr/local/lib,$(SYSCONFDIR)))
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(if $(filter $(SYSCONFDIR),$(SDLIB)),$(SYSCONFDIR)/systemd/system,$(SDLIB)/systemd/system))
+SYSUSERSDIR ?= $(SDLIB)/sysusers.d
+TMPFILESDIR ?= $(SDLIB)/tmpfiles.d
+UNITS := gmlaked@.service gmlake.target gmlake-instances.service
+# what make install copies of python/ (the sources pip needs: no build/ or egg-info of a local build)
+PY_FILES := pyproject.toml setup.py $(patsubst python/%,%,$(wildcard python/gmlake/*.py python/gmlake/*.cpp python/build_backend/*.py))
+MAN_FILES := $(wildcard man/man1/*.1 man/man3/*.3 man/man5/*.5 man/man8/*.8)
+# `man 3 FUNCTION` for every function a man 3 page names (its NAME section) but has no page of its own: a .so link
+MAN3_LINKS = $(filter-out $(patsubst man/man3/%.3,%,$(wildcard man/man3/*.3)),$(shell for p in man/man3/*.3; do scripts/man-names.sh $$p; done))
+# Every file make install writes, under DESTDIR (make uninstall removes these and nothing else; the config only
+# while it is the example unchanged: an operator's edits stay).
+INSTALLED = $(addprefix $(PREFIX)/bin/,gmlaked gmlakectl gmlake-replay) \
+  $(LIBDIR)/libgmlake-client.so.1 $(LIBDIR)/libgmlake-client.so $(LIBDIR)/libgmlake-client.a \
+  $(PREFIX)/include/gmlake.h $(LIBDIR)/pkgconfig/gmlake.pc $(patsubst man/%,$(MANDIR)/%,$(MAN_FILES)) \
+  $(addprefix $(UNITDIR)/,$(UNITS)) $(SYSUSERSDIR)/gmlake.conf $(TMPFILESDIR)/gmlake.conf \
+  $(PREFIX)/libexec/gmlake/gmlake-instances $(PREFIX)/share/gmlake/gmlaked.conf.example \
+  $(addprefix $(PREFIX)/share/gmlake/python/,$(PY_FILES)) \
+  $(addsuffix .3,$(addprefix $(MANDIR)/man3/,$(MAN3_LINKS))) \
+  $(if $(SLURM_PLUGIN),$(PREFIX)/lib/gmlake/gmlake_spank.so $(PREFIX)/share/gmlake/plugstack.conf.example)
+
+# Binaries, library, header, gmlake.pc, man pages, the units and a default
+# config (an existing /etc/gmlake/gmlaked.conf is kept), python/'s sources, then ldconfig.
 install: $(BINS) $(SLURM_PLUGIN)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-	  $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/gmlake \
-	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 \
-	  $(DESTDIR)$(SYSCONFDIR)/gmlake
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/share/gmlake \
+	  $(sort $(dir $(patsubst man/%,$(DESTDIR)$(MANDIR)/%,$(MAN_FILES)))) $(DESTDIR)$(SYSCONFDIR)/gmlake
 	install -m 755 $(BUILD)/gmlaked $(BUILD)/gmlakectl $(BUILD)/gmlake-replay $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 $(BUILD)/libgmlake-client.so $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so.1
-	ln -sf libgmlake-client.so.1 $(DESTDIR)$(PREFIX)/lib/libgmlake-client.so
-	install -m 644 $(BUILD)/libgmlake-client.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/libgmlake-client.so $(DESTDIR)$(LIBDIR)/libgmlake-client.so.1
+	ln -sf libgmlake-client.so.1 $(DESTDIR)$(LIBDIR)/libgmlake-client.so
+	install -m 644 $(BUILD)/libgmlake-client.a $(DESTDIR)$(LIBDIR)/
 	install -m 644 include/gmlake.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(BUILD)/gmlake.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	for s in 1 3 5 8; do install -m 644 man/man$$s/*.$$s $(DESTDIR)$(MANDIR)/man$$s/; done
-	# `man 3 FUNCTION` for every function a man 3 page names (its NAME section): a .so link to the page
+	install -m 644 $(BUILD)/gmlake.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	for m in $(MAN_FILES); do install -m 644 $$m $(DESTDIR)$(MANDIR)/$${m#man/}; done
+	for u in $(UNITS); do \
+	  sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u; done
+	install -d $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(PREFIX)/libexec/gmlake
+	install -m 644 systemd/gmlake.sysusers $(DESTDIR)$(SYSUSERSDIR)/gmlake.conf
+	install -m 644 systemd/gmlake.tmpfiles $(DESTDIR)$(TMPFILESDIR)/gmlake.conf
 	for p in man/man3/*.3; do for f in $$(scripts/man-names.sh $$p); do \
 	  [ -e man/man3/$$f.3 ] || echo ".so man3/$${p##*/}" > $(DESTDIR)$(MANDIR)/man3/$$f.3; done; done
-	for u in gmlaked@.service gmlake.target gmlake-instances.service; do \
-	  sed 's|/usr/local|$(PREFIX)|g; s|/etc/gmlake|$(SYSCONFDIR)/gmlake|g' systemd/$$u > $(DESTDIR)/lib/systemd/system/$$u; done
-	install -d $(DESTDIR)/usr/lib/sysusers.d $(DESTDIR)/usr/lib/tmpfiles.d $(DESTDIR)$(PREFIX)/libexec/gmlake
-	install -m 644 systemd/gmlake.sysusers $(DESTDIR)/usr/lib/sysusers.d/gmlake.conf
-	install -m 644 systemd/gmlake.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/gmlake.conf
 	install -m 755 scripts/gmlake-instances $(DESTDIR)$(PREFIX)/libexec/gmlake/
 	# the unit's user and group, and /run/gmlake (a real install: the DESTDIR one is the package's to do)
-	if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers /usr/lib/sysusers.d/gmlake.conf; fi
-	if [ -z "$(DESTDIR)" ] && command -v systemd-tmpfiles >/dev/null; then systemd-tmpfiles --create /usr/lib/tmpfiles.d/gmlake.conf || true; fi
+	if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers $(SYSUSERSDIR)/gmlake.conf; fi
+	if [ -z "$(DESTDIR)" ] && command -v systemd-tmpfiles >/dev/null; then systemd-tmpfiles --create $(TMPFILESDIR)/gmlake.conf || true; fi
 	install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(PREFIX)/share/gmlake/
 	[ -e $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf ] || install -m 644 systemd/gmlaked.conf.example $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf
-	cp -r python $(DESTDIR)$(PREFIX)/share/gmlake/
+	for f in $(PY_FILES); do install -D -m 644 python/$$f $(DESTDIR)$(PREFIX)/share/gmlake/python/$$f; done
 	if [ -n "$(SLURM_PLUGIN)" ]; then install -d $(DESTDIR)$(PREFIX)/lib/gmlake && \
 	  install -m 755 $(SLURM_PLUGIN) $(DESTDIR)$(PREFIX)/lib/gmlake/gmlake_spank.so && \
 	  sed 's|/usr/local|$(PREFIX)|g' slurm/plugstack.conf.example > $(DESTDIR)$(PREFIX)/share/gmlake/plugstack.conf.example; fi
 	if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# What make install wrote (same PREFIX, DESTDIR, SYSCONFDIR): the files of INSTALLED, then the directories of
+# GMLake's own that are left empty; /etc/gmlake/gmlaked.conf only while it is the example unchanged. The user
+# gmlaked and group gmlake stay (files may still belong to them: sysusers.d(5) never removes either).
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	if cmp -s systemd/gmlaked.conf.example $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf; then rm -f $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf; \
+	elif [ -e $(DESTDIR)$(SYSCONFDIR)/gmlake/gmlaked.conf ]; then echo "kept $(SYSCONFDIR)/gmlake/gmlaked.conf: edited since make install"; fi
+	for dir in $(PREFIX)/share/gmlake/python/gmlake $(PREFIX)/share/gmlake/python/build_backend $(PREFIX)/share/gmlake/python \
+	  $(PREFIX)/share/gmlake $(PREFIX)/libexec/gmlake $(PREFIX)/lib/gmlake $(SYSCONFDIR)/gmlake; do \
+	  [ ! -d $(DESTDIR)$$dir ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$$dir; done
+	if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# python/ as a wheel in $(BUILD)/dist (pip wheel, offline; the extension where torch is importable by PYTHON).
+PYTHON ?= python3
+wheel: $(BUILD)/libgmlake-client.so
+	rm -rf $(BUILD)/wheel && mkdir -p $(BUILD)/wheel/prefix/lib $(BUILD)/dist
+	for f in $(PY_FILES); do install -D -m 644 python/$$f $(BUILD)/wheel/src/$$f; done
+	ln -s $(CURDIR)/include $(BUILD)/wheel/prefix/include && ln -s $(CURDIR)/$(BUILD)/libgmlake-client.so $(BUILD)/wheel/prefix/lib/
+	GMLAKE_PREFIX=$(CURDIR)/$(BUILD)/wheel/prefix $(PYTHON) -m pip wheel --no-deps --no-index --no-cache-dir -w $(BUILD)/dist $(BUILD)/wheel/src
+	@ls $(BUILD)/dist/gmlake-$(VERSION)-*.whl
+
+# Debian packages (debian/): gmlaked, libgmlake-client1, libgmlake-client-dev, then lintian. They land in
+# $(BUILD)/deb. Installs debhelper, lintian and fakeroot when missing (scripts/deps.sh deb).
+deb:
+	@scripts/deps.sh deb
+	scripts/build-deb.sh $(BUILD)/deb
 
 clean:
 	rm -rf build build-san build-fuzz build-tsan

@@ -67,6 +67,9 @@
 #         GMLAKE_BENCH_FIXED=1) and the workload's own (dynamic padding), each as torch_bench's table
 #         (peaks again from step PLAN_STEADY_AT, 10) and as bench/lockstep.py's comparison; PASS/FAIL lines
 #         of bench/plan_check.py (PLAN_STEPS 30, PLAN_REPEATS 1, PLAN_LOCKSTEP_REPEATS 2)
+# adopt:  issue 33 on a GPU: make demo's PASS lines on the cuda backend; the node view (gmlakectl, one cuda daemon
+#         a GPU: model and memory from the driver); pip install ./python with torch installed, build isolation on
+#         and off, offline (--no-index): the extension built against that torch, said without -v; PASS/FAIL
 set -u
 cd "$(dirname "$0")/.."
 STAGES=${*:-build vmm test lease replay torch shared}
@@ -341,6 +344,38 @@ if has sanstress; then # issue 26: tests/stress.sh on the sanitizer build, each 
   wait $pids
   cat "$OUTDIR"/sanstress.*.txt | grep -E 'runs passed|FAILED' | tee -a "$SUMMARY"
   lscpu | grep -E '^(Model name|CPU\(s\))' | tee -a "$SUMMARY"
+fi
+
+if has adopt; then
+  make -s BUILD="$BUILD" all > "$OUTDIR/adopt-build.log" 2>&1 || say "adopt: build FAILED (see adopt-build.log)"
+  BUILD="$BUILD" timeout 300 scripts/demo.sh > "$OUTDIR/demo.txt" 2>&1; rc=$?
+  say "adopt demo (exit $rc; want 0 and 4 PASS lines, cuda backend):"; grep -E '^(PASS|FAIL|gmlaked started)' "$OUTDIR/demo.txt" | tee -a "$SUMMARY"
+  d=$(mktemp -d); pids=
+  for i in $(nvidia-smi --query-gpu=index --format=csv,noheader); do
+    "$BUILD/gmlaked" --backend cuda --device "$i" --socket "$d/gmlake-$i.sock" --limit 8GiB --log-level error 2> "$d/d$i.log" &
+    pids="$pids $!"
+  done
+  for _ in $(seq 200); do [ "$(ls "$d"/*.sock 2>/dev/null | wc -l)" = "$(echo $pids | wc -w)" ] && break; sleep 0.1; done
+  GMLAKE_SOCKET="$d/gmlake-%d.sock" "$BUILD/gmlakectl" | tee "$OUTDIR/nodeview.txt" | tee -a "$SUMMARY"
+  GMLAKE_SOCKET="$d/gmlake-%d.sock" "$BUILD/gmlakectl" --json > "$OUTDIR/nodeview.json"
+  python3 -c 'import json,sys; v=json.load(open(sys.argv[1])); ok=all(l["state"]=="up" and l["stats"]["device_model"].startswith("NVIDIA") for l in v); print("%s: node view: %d lakes up, models %s" % ("PASS" if ok and v else "FAIL", len(v), sorted(set(l["stats"].get("device_model") for l in v))))' "$OUTDIR/nodeview.json" | tee -a "$SUMMARY"
+  for p in $pids; do kill "$p"; done; wait $pids 2>/dev/null; rm -rf "$d"
+  if python3 -c 'import torch' 2>/dev/null; then
+    for iso in "" --no-build-isolation; do
+      d=$(mktemp -d); mkdir "$d/src"; for f in $(cd python && ls pyproject.toml setup.py gmlake/*.py gmlake/*.cpp build_backend/*.py); do install -D -m 644 "python/$f" "$d/src/$f"; done
+      # the library and header from this tree (GMLAKE_PREFIX's layout)
+      mkdir -p "$d/prefix/lib" && ln -s "$(pwd)/include" "$d/prefix/include" && ln -s "$(pwd)/$BUILD/libgmlake-client.so" "$d/prefix/lib/"
+      GMLAKE_PREFIX="$d/prefix" script -qec "python3 -m pip install $iso --no-index --no-cache-dir --target $d/site $d/src" /dev/null > "$OUTDIR/pip$iso.txt" 2>&1; rc=$?
+      ok=$( (cd "$d" && PYTHONPATH="$d/site" GMLAKE_LIB="$(pwd)/$BUILD/libgmlake-client.so" python3 -c 'import torch, gmlake, gmlake._C; print(gmlake.__version__)') 2>&1 | tail -1)
+      said=$(grep -o 'gmlake: building the PyTorch extension gmlake._C against torch [^ ]*' "$OUTDIR/pip$iso.txt" | head -1)
+      [ $rc = 0 ] && [ -n "$said" ] && [ "$ok" = "$(sed -n 's/^#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/gmlake.h | paste -sd.)" ] &&
+        say "PASS: pip install ${iso:-(isolated)} --no-index ./python: $said; import gmlake._C, __version__ $ok" ||
+        { say "FAIL: pip install ${iso:-(isolated)} --no-index ./python: exit $rc, said '$said', import: $ok (pip$iso.txt)"; }
+      rm -rf "$d"
+    done
+  else
+    say "adopt: no torch in python3: pip install with torch not checked"
+  fi
 fi
 
 echo; echo "==== summary"; cat "$SUMMARY"

@@ -148,7 +148,8 @@ struct gml_backend {
   size_t granularity;       /* the smallest chunk the device allows: 2 MiB on the H100 */
   size_t chunk_size;        /* the chunk this backend creates and maps: a multiple of granularity */
   size_t guard_granularity; /* the finest guard ops->protect can make (host: a page); 0: a whole chunk */
-  char uuid[48]; /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"): its name (gpuname.h) */
+  char uuid[48];  /* the device's UUID (cuda: "GPU-xxxxxxxx-xxxx-..."; host: "host-N"): its name (gpuname.h) */
+  char model[96]; /* what the device is, for people (cuda: the driver's "NVIDIA H100 80GB HBM3"; "" if unknown) */
   const struct gml_backend_ops *ops;
   void *priv;
 };

@@ -446,6 +446,7 @@ int gmli_backend_cuda_open(int device, const gml_backend_opts *opts, gml_backend
   be->name = "cuda";
   be->device = device;
   uuid_text(&p->api, p->dev, device, be->uuid);
+  if (p->api.cuDeviceGetName(be->model, (int)sizeof be->model, p->dev) != CUDA_SUCCESS) be->model[0] = 0;
   be->granularity = gran > (2u << 20) ? gran : (2u << 20);
   /* 6 MiB by default: a chunk costs the same driver time whatever its size
    * (import ~35-55 us, cuMemSetAccess ~25-35 us, cuMemUnmap ~18 us; bench/results/history.md),

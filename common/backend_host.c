@@ -385,6 +385,7 @@ int gmli_backend_host_open(int device, const gml_backend_opts *opts, gml_backend
   be->granularity = be->chunk_size = 2 * 1024 * 1024;
   be->guard_granularity = (size_t)sysconf(_SC_PAGESIZE);
   snprintf(be->uuid, sizeof be->uuid, "%s", uuid);
+  snprintf(be->model, sizeof be->model, "host memory (memfd)");
   be->ops = &host_ops;
   snprintf(msg, msglen, "host backend (memfd chunks of %zu bytes)", be->chunk_size);
   *out = be;

@@ -152,6 +152,7 @@ typedef struct CUmemcpyAttributes_st {
   X(cuDeviceGetAttribute, (int *, CUdevice_attribute, CUdevice))                                                       \
   X(cuDeviceGetUuid_v2, (CUuuid *, CUdevice))                                                                          \
   X(cuDeviceGetPCIBusId, (char *, int, CUdevice))                                                                      \
+  X(cuDeviceGetName, (char *, int, CUdevice))                                                                          \
   X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                                                 \
   X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                                          \
   X(cuCtxSetCurrent, (CUcontext))                                                                                      \

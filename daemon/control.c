@@ -59,6 +59,7 @@ static void fill_stats(gmld *d, Gmlake__LakeStats *st) {
   st->lease_latency_sum_s = (double)b->lat_sum_ns / 1e9;
   st->lease_latency_count = b->nlat;
   st->gpu_uuid = d->be->uuid;
+  st->device_model = d->be->model;
   st->version = (char *)GMLD_VERSION_STRING;
   st->chunks_shared = d->lk.shared;
   st->shares = shares_count(d);

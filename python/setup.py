@@ -4,7 +4,8 @@ libgmlake-client and gmlake.h are looked for in $GMLAKE_PREFIX (lib/ and
 include/), else in this repository's build (../build, ../client/include or
 ../include), else in /usr/local. The extension links the shared library and
 keeps its directory as an rpath.
-    pip install --no-build-isolation ./python
+    pip install ./python          (with or without --no-build-isolation, offline
+                                   with --no-index: build_backend/gmlake_build.py)
     python3 setup.py build_ext --inplace      (from python/)
 Without build isolation pip builds with the environment's own setuptools
 and wheel: a venv made without --system-site-packages has no wheel (this
@@ -12,6 +13,7 @@ says what to do instead of setuptools' "invalid command 'bdist_wheel'").
 Where this directory is not writable (the copy `make install` ships,
 /usr/local/share/gmlake/python, installed by a user), it builds in a
 temporary directory instead of build/ here.
+GMLAKE_BUILD_EXT=0: the pure-Python package, even where torch is importable.
 GMLAKE_EXT_DEFINES: extra compiler flags for the extension (-DNAME=VALUE
 ...), e.g. to build against a torch whose headers need a define.
 Where torch cannot be imported, the package is installed without the
@@ -24,11 +26,14 @@ import sys
 
 from setuptools import setup
 
-try:
-    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
-    torch_missing = None
-except ImportError as e:
-    torch_missing = str(e)
+if os.environ.get("GMLAKE_BUILD_EXT", "auto") == "0":  # the pure-Python package even where torch is
+    torch_missing = "not tried: GMLAKE_BUILD_EXT=0"
+else:
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+        torch_missing = None
+    except ImportError as e:
+        torch_missing = "import torch failed (%s)" % e
 
 
 
@@ -95,15 +100,26 @@ def find():
                      "`make install`, or set GMLAKE_PREFIX")
 
 
+def note(text):
+    """Said on stderr, and left for build_backend/gmlake_build.py, which shows it on the terminal: pip shows a
+    build's output only with -v."""
+    sys.stderr.write(text)
+    path = os.environ.get("GMLAKE_BUILD_NOTE")
+    if path:
+        with open(path, "a") as f:
+            f.write(text)
+
+
 if torch_missing:
-    sys.stderr.write(
-        "gmlake: the PyTorch extension gmlake._C is not built: import torch failed (%s). Installing the "
-        "pure-Python package: gmlake.stats(), the growable ranges and pause/resume work through ctypes; "
-        "gmlake.enable() needs PyTorch: install torch, then pip install --no-build-isolation ./python again\n"
-        % torch_missing)
+    note("gmlake: the PyTorch extension gmlake._C is not built: %s. Installing the "
+         "pure-Python package: gmlake.stats(), the growable ranges and pause/resume work through ctypes; "
+         "gmlake.enable() needs PyTorch: install torch, then pip install ./python again\n" % torch_missing)
     setup(packages=["gmlake"], options=out_of_tree)
 else:
     lib, inc = find()
+    import torch
+    note("gmlake: building the PyTorch extension gmlake._C against torch %s (%s), libgmlake-client in %s\n"
+         % (torch.__version__, os.path.dirname(torch.__file__), lib))
     setup(
         packages=["gmlake"],
         ext_modules=[CUDAExtension(

@@ -19,12 +19,18 @@
 #   6. as that user: the README's C example built with
 #      cc prog.c $(pkg-config --cflags --libs gmlake) and run (GMLAKE_MODE=daemon:
 #      it must reach the daemon), and gmlakectl stats;
-#   7. when gmlaked has --metrics-listen: curl of /metrics parsed by prometheus_client.
+#   7. when gmlaked has --metrics-listen: curl of /metrics parsed by prometheus_client;
+#   8. make uninstall leaves nothing; make deb (dpkg-buildpackage, lintian clean), the packages installed,
+#      the packaged unit's ExecStart run as the unit would (systemd is not PID 1 in a chroot: the command line is
+#      read from the installed unit file and run as its User=/Group= with no capability), then purged: nothing of
+#      GMLake's left (the user and group stay, as Debian keeps system users).
 #
+# GMLAKE_FRESH_ONLY=deb runs steps 1, 2 and 8 only (minutes, not the suite's half hour).
 # Prints PASS/FAIL per step and a summary; exits 1 when a step failed.
 set -u
 REPO=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 REF=${2:-HEAD}
+ONLY=${GMLAKE_FRESH_ONLY:-} # "deb": only make deb, its packages installed, run, purged (steps 1, 2 and 8)
 CACHE=${GMLAKE_FRESH_CACHE:-/var/tmp/gmlake-fresh-debian}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 BASE=$CACHE/base
@@ -82,6 +88,10 @@ step $? "no CUDA headers in the chroot"
 inch 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make >/dev/null' >"$LOG/make-pkg.log" 2>&1
 step $? "apt-get install make (the only package installed by hand)"
 
+leftovers() { # files and directories named after GMLake outside the clone, dpkg's and apt's records, /proc and /run
+  inch 'find / -xdev \( -path /root/gmlake -o -path /var/lib/dpkg -o -path /var/cache -o -path /proc -o -path /run -o -path /var/log \) -prune -o -iname "*gmlake*" -print'
+}
+if [ "$ONLY" != deb ]; then
 echo "== make demo (log: $LOG/demo.log)"
 inch 'cd /root/gmlake && make demo' >"$LOG/demo.log" 2>&1
 step $? "make demo"
@@ -100,8 +110,10 @@ step $? "make install ran ldconfig (libgmlake-client.so.1 in the cache)"
 inch 'getent group gmlake >/dev/null || groupadd -r gmlake; id alice >/dev/null 2>&1 || useradd -m -G gmlake alice'
 step $? "group gmlake and user alice in it"
 
+fi
+if [ "$ONLY" != deb ]; then
 # The unit's ExecStart as systemd would run it (instance 0).
-unit="$ROOT/lib/systemd/system/gmlaked@.service"
+unit="$ROOT/usr/local/lib/systemd/system/gmlaked@.service" # make install PREFIX=/usr/local: systemd looks there
 execstart=$(sed -n 's/^ExecStart=//p' "$unit" | sed 's/%i/0/g')
 gmlaked_bin=$(echo "$execstart" | cut -d' ' -f1)
 # as the unit runs it: its User= and Group= (make install made them from sysusers.d), no capability
@@ -110,6 +122,7 @@ inch "id $uuser >/dev/null && getent group $ugroup >/dev/null"
 step $? "make install made the unit's user $uuser and group $ugroup (sysusers.d)"
 execstart="setpriv --reuid=$uuser --regid=$ugroup --init-groups --bounding-set=-all --inh-caps=-all --no-new-privs $execstart"
 echo "== ExecStart: $execstart"
+fi
 cat > "$ROOT/root/notify.py" <<'PY'
 # Receives sd_notify datagrams like systemd does; prints each.
 import socket, sys
@@ -129,6 +142,7 @@ start_daemon() { # start_daemon EXTRA...: returns 0 once the socket is there
   return 1
 }
 stop_notify() { inch 'pkill -f "^python3 /root/notify.py" || true'; }
+if [ "$ONLY" != deb ]; then
 if start_daemon; then
   step 0 "the unit's ExecStart started the daemon (cuda backend)"
 else
@@ -202,6 +216,53 @@ inch 'kill -TERM $(cat /run/gmlake/daemon.pid); for i in $(seq 50); do kill -0 $
 step $? "the daemon stops on SIGTERM"
 stop_notify
 cp "$ROOT/run/gmlake/daemon.log" "$LOG/daemon.log" 2>/dev/null
+
+# make uninstall: what make install wrote, gone (GMLake's files outside /root's clone; the user, group and /run stay)
+inch 'cd /root/gmlake && make uninstall' >"$LOG/uninstall.log" 2>&1
+step $? "make uninstall"
+left=$(leftovers)
+[ -z "$left" ]
+step $? "make uninstall left nothing of GMLake's${left:+: $(echo $left | cut -c1-200)}"
+
+fi
+if [ "$ONLY" = deb ]; then
+  inch 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 procps >/dev/null' >"$LOG/deb-tools.log" 2>&1
+  step $? "apt-get install python3 procps (GMLAKE_FRESH_ONLY=deb: make test, which installs them, did not run)"
+fi
+# The Debian packages: built with the Debian tools, lintian clean (make deb), installed, the unit's command line
+# run as the unit runs it, purged.
+echo "== make deb (log: $LOG/deb.log)"
+inch 'cd /root/gmlake && make deb' >"$LOG/deb.log" 2>&1
+step $? "make deb (dpkg-buildpackage; lintian: no error or warning)"
+grep -E "^(make deb: |[EWIP]: )" "$LOG/deb.log" | sed 's/^/  /'
+inch 'cd /root/gmlake && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ./build/deb/*.deb' >"$LOG/deb-install.log" 2>&1
+step $? "apt-get install ./build/deb/*.deb (gmlaked, libgmlake-client1, libgmlake-client-dev)"
+inch 'id gmlaked && getent group gmlake && [ -d /run/gmlake ] && [ -f /etc/gmlake/gmlaked.conf ] && ldconfig -p | grep -q libgmlake-client.so.1 && pkg-config --modversion gmlake' >"$LOG/deb-check.log" 2>&1
+step $? "the packages made user gmlaked, group gmlake (sysusers.d), /run/gmlake (tmpfiles.d), the conffile; the library in ld.so's cache; gmlake.pc"
+# systemd is not PID 1 in a chroot: the unit cannot be started; its ExecStart, read from the installed unit file, is
+# run as the unit runs it (User=, Group=, no capability, no new privileges), on the host backend (no GPU here)
+unit="$ROOT/lib/systemd/system/gmlaked@.service"
+execstart=$(sed -n 's/^ExecStart=//p' "$unit" | sed 's/%i/0/g')
+uuser=$(sed -n 's/^User=//p' "$unit"); ugroup=$(sed -n 's/^Group=//p' "$unit")
+case $execstart in /usr/bin/gmlaked\ *) true;; *) false;; esac
+step $? "the packaged unit runs /usr/bin/gmlaked ($execstart)"
+execstart="setpriv --reuid=$uuser --regid=$ugroup --init-groups --bounding-set=-all --inh-caps=-all --no-new-privs $execstart"
+inch 'rm -f /run/gmlake/*'
+start_daemon --backend host
+step $? "the packaged unit's ExecStart (as $uuser, no capability; + --backend host) started the daemon"
+inch 'gmlakectl stats && gmlakectl' >"$LOG/deb-stats.log" 2>&1
+step $? "gmlakectl stats and the node view (gmlakectl) against the packaged daemon"
+sed 's/^/  /' "$LOG/deb-stats.log"
+inch 'kill -TERM $(cat /run/gmlake/daemon.pid); for i in $(seq 50); do kill -0 $(cat /run/gmlake/daemon.pid) 2>/dev/null || exit 0; sleep 0.1; done; exit 1'
+step $? "the packaged daemon stops on SIGTERM"
+stop_notify
+inch 'DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq gmlaked libgmlake-client1 libgmlake-client-dev' >"$LOG/deb-purge.log" 2>&1
+step $? "apt-get purge gmlaked libgmlake-client1 libgmlake-client-dev"
+left=$(leftovers)
+[ -z "$left" ]
+step $? "purge left nothing of GMLake's (files, conffiles, directories)${left:+: $(echo $left | cut -c1-200)}"
+inch 'id gmlaked >/dev/null 2>&1 && getent group gmlake >/dev/null' &&
+  note "user gmlaked and group gmlake stay after purge, as Debian does for system users (files may still be theirs); /run/gmlake goes at reboot (tmpfs)"
 
 echo
 echo "fresh Debian bookworm check of $REV ($(date -u '+%Y-%m-%d %H:%M UTC')); logs in $LOG:$results"

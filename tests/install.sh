@@ -18,7 +18,7 @@ P=/opt/gmlake-test
 make -s install BUILD="$BUILD" DESTDIR="$d" PREFIX=$P >/dev/null
 for f in $P/bin/gmlaked $P/bin/gmlakectl $P/lib/libgmlake-client.so.1 $P/lib/libgmlake-client.a $P/include/gmlake.h \
          $P/lib/pkgconfig/gmlake.pc $P/share/man/man8/gmlaked.8 $P/share/man/man1/gmlakectl.1 $P/share/man/man3/gmlake.3 \
-         /etc/gmlake/gmlaked.conf /lib/systemd/system/gmlaked@.service; do
+         /etc/gmlake/gmlaked.conf /etc/systemd/system/gmlaked@.service /etc/sysusers.d/gmlake.conf; do
   [ -e "$d$f" ] || fail "make install did not create $f"
 done
 if [ -e "$BUILD/gmlake_spank.so" ]; then # the Slurm plugin, where libslurm-dev was there to build it
@@ -40,9 +40,23 @@ MANPATH="$d$P/share/man" man -w gml_pool_create >/dev/null 2>&1 || ! command -v 
   fail "man -w gml_pool_create finds no page in the installed manuals"
 echo "  manuals installed: $(ls man/man*/*.[0-9] | wc -l) pages, each function of a man 3 page's NAME a link to it"
 grep -qx "prefix=$P" "$d$P/lib/pkgconfig/gmlake.pc" || fail "gmlake.pc ignores PREFIX: $(head -1 "$d$P/lib/pkgconfig/gmlake.pc")"
-grep -q "^ExecStart=$P/bin/gmlaked .*--backend cuda .*--config /etc/gmlake/gmlaked.conf" "$d/lib/systemd/system/gmlaked@.service" \
+grep -q "^ExecStart=$P/bin/gmlaked .*--backend cuda .*--config /etc/gmlake/gmlaked.conf" "$d/etc/systemd/system/gmlaked@.service" \
   || fail "the installed unit does not run $P/bin/gmlaked --backend cuda with the installed config"
 echo "  gmlake.pc and the unit follow PREFIX; the unit asks for the cuda backend"
+# the units where systemd looks for that PREFIX (PREFIX=/opt/...: /etc/systemd/system; it put them in /lib/systemd/system
+# whatever the PREFIX), python/'s sources and nothing of a local build (python/build, egg-info were copied)
+for pu in /usr/local:/usr/local/lib/systemd/system:/usr/local/lib/sysusers.d /usr:/lib/systemd/system:/usr/lib/sysusers.d; do
+  make -s -n install BUILD="$BUILD" DESTDIR=/x PREFIX=${pu%%:*} > "$run/n" 2>&1
+  u=${pu#*:}
+  grep -q "> /x${u%%:*}/\$u;" "$run/n" && grep -q "/x${u#*:}/gmlake.conf" "$run/n" ||
+    fail "PREFIX=${pu%%:*}: the units not in ${u%%:*} or sysusers.d not in ${u#*:}: $(grep -E 'systemd|sysusers' "$run/n")"
+done
+[ -f "$d$P/share/gmlake/python/build_backend/gmlake_build.py" ] && [ -f "$d$P/share/gmlake/python/gmlake/__init__.py" ] ||
+  fail "python/'s sources not installed"
+extra=$(find "$d$P/share/gmlake/python" -name build -o -name '*.egg-info' -o -name '*.so' -o -name __pycache__)
+[ -z "$extra" ] || fail "make install copied a local build of python/: $extra"
+echo "  units: /usr/local/lib/systemd/system (PREFIX=/usr/local), /lib/systemd/system (/usr), /etc/systemd/system (else);"
+echo "  python/'s sources without build/, egg-info or __pycache__"
 echo "limit = 1GiB # an operator's edit" >> "$d/etc/gmlake/gmlaked.conf"
 make -s install BUILD="$BUILD" DESTDIR="$d" PREFIX=$P >/dev/null
 grep -q "an operator's edit" "$d/etc/gmlake/gmlaked.conf" || fail "a reinstall overwrote /etc/gmlake/gmlaked.conf"
@@ -85,17 +99,17 @@ echo "  $v"
 # The installed unit's ExecStart, %i = 0, its paths moved into the scratch folders.
 # The unit names no socket: the daemon's defaults (/run/gmlake/gmlake-<UUID>.sock, gmlake-0.sock a link to it).
 # Outside a mount namespace, the scratch folder stands in for /run/gmlake (the last flags win).
-cmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g")
+cmd=$(sed -n 's/^ExecStart=//p' "$d/etc/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g")
 cmd="$cmd --socket $run/gmlake-0.sock --control ipc://$run/gmlake-0.ctl"
 # As the unit runs it: its User= and Group= (made from the installed sysusers.d file, as make install does
 # on a real install), no capability (its CapabilityBoundingSet= is empty), no new privileges.
-user=$(sed -n 's/^User=//p' "$d/lib/systemd/system/gmlaked@.service")
-group=$(sed -n 's/^Group=//p' "$d/lib/systemd/system/gmlaked@.service")
+user=$(sed -n 's/^User=//p' "$d/etc/systemd/system/gmlaked@.service")
+group=$(sed -n 's/^Group=//p' "$d/etc/systemd/system/gmlaked@.service")
 [ "$user" = gmlaked ] && [ "$group" = gmlake ] || fail "the unit's User=/Group= are '$user'/'$group', not gmlaked/gmlake"
-grep -qx 'CapabilityBoundingSet=' "$d/lib/systemd/system/gmlaked@.service" || fail "the unit keeps capabilities"
+grep -qx 'CapabilityBoundingSet=' "$d/etc/systemd/system/gmlaked@.service" || fail "the unit keeps capabilities"
 as_unit=
 if [ "$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then
-  systemd-sysusers "$d/usr/lib/sysusers.d/gmlake.conf" || fail "systemd-sysusers on the installed sysusers.d file failed"
+  systemd-sysusers "$d/etc/sysusers.d/gmlake.conf" || fail "systemd-sysusers on the installed sysusers.d file failed"
   id "$user" >/dev/null && getent group "$group" >/dev/null || fail "sysusers.d did not make $user and $group"
   as_unit="setpriv --reuid=$user --regid=$group --init-groups --bounding-set=-all --inh-caps=-all --no-new-privs"
 else
@@ -133,7 +147,7 @@ dpid=
 echo "  gmlakectl stats reached it; SIGTERM stopped it cleanly"
 # ExecReload's first command (gmlaked --check-config): the installed config passes, a bad one fails the reload
 # (before, kill -HUP exited 0 whatever the file said: the refusal was only a log line)
-reload=$(sed -n 's/^ExecReload=\(.*--check-config.*\)/\1/p' "$d/lib/systemd/system/gmlaked@.service" |
+reload=$(sed -n 's/^ExecReload=\(.*--check-config.*\)/\1/p' "$d/etc/systemd/system/gmlaked@.service" |
   sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g; s|/run/gmlake/|$run/|g; s/--socket-group gmlake/--socket-group $(getent group 0 | cut -d: -f1)/")
 [ -n "$reload" ] || fail "the unit's ExecReload does not run gmlaked --check-config first"
 # shellcheck disable=SC2086
@@ -150,7 +164,7 @@ if [ -n "$as_unit" ]; then
   if ! unshare -m true 2>/dev/null; then
     not_run "install: the unit's daemon as its user with no capability" "no mount namespace here (unshare -m)"
   else
-    ucmd=$(sed -n 's/^ExecStart=//p' "$d/lib/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g")
+    ucmd=$(sed -n 's/^ExecStart=//p' "$d/etc/systemd/system/gmlaked@.service" | sed "s|%i|0|g; s|$P/|$d$P/|g; s|/etc/gmlake/|$d/etc/gmlake/|g")
     [ -e /dev/nvidiactl ] || ucmd="$ucmd --backend host" # no GPU here
     chmod 711 "$d" "$run" && mkdir -m 755 "$run/bin" && cp "$BUILD/gml-testclient" "$run/bin/" && chmod 755 "$run/bin/gml-testclient"
     gid=$(getent group "$group" | cut -d: -f3)
@@ -175,3 +189,15 @@ SH
     echo "  as the unit runs it: uid $user, no capability (CapEff/CapPrm/CapBnd/CapAmb 0), /run/gmlake/gmlake-0.sock $group 0660; a client of uid 65534 in group $group allocated"
   fi
 fi
+# make uninstall: every file make install wrote goes, and GMLake's own directories; an edited config stays
+echo "limit = 2GiB # an operator's edit" >> "$d/etc/gmlake/gmlaked.conf"
+make -s uninstall BUILD="$BUILD" DESTDIR="$d" PREFIX=$P > "$run/un" 2>&1 || fail "make uninstall: $(cat "$run/un")"
+left=$(cd "$d" && find . \( -type f -o -type l \) ! -path ./prog.c ! -path ./prog ! -path ./prog-static ! -path ./static/\*)
+[ "$left" = "./etc/gmlake/gmlaked.conf" ] || fail "make uninstall left: $left"
+grep -q "kept /etc/gmlake/gmlaked.conf: edited" "$run/un" || fail "make uninstall did not say it kept the edited config"
+sed -i '$d' "$d/etc/gmlake/gmlaked.conf"
+make -s install BUILD="$BUILD" DESTDIR="$d" PREFIX=$P >/dev/null && make -s uninstall BUILD="$BUILD" DESTDIR="$d" PREFIX=$P >/dev/null
+left=$(cd "$d" && find . \( -type f -o -type l \) ! -path ./prog.c ! -path ./prog ! -path ./prog-static ! -path ./static/\*)
+[ -z "$left" ] || fail "make uninstall after a fresh install left: $left"
+[ ! -e "$d$P/share/gmlake" ] && [ ! -e "$d$P/libexec/gmlake" ] && [ ! -e "$d/etc/gmlake" ] || fail "make uninstall left GMLake's directories"
+echo "  make uninstall: every installed file gone, and share/gmlake, libexec/gmlake, /etc/gmlake; an edited config kept, said"

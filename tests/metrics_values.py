@@ -533,6 +533,7 @@ NOT_EXPORTED = {
     "device": "every sample's device label (checked on every sample)",
     "gpu_uuid": "every sample's gpu_uuid label (checked on every sample)",
     "device_total_bytes": "the device's size, for limits in percent",
+    "device_model": "the device's name, for people (gmlakectl's node view): a label would split every family",
 }
 # numbers this activity must make non-zero: a unit wrong by a factor cannot show on a zero
 NONZERO = ["chunks_free", "chunks_leased", "limit_bytes", "allocated", "cached", "stitched", "fragmentation", "clients",

@@ -275,6 +275,33 @@ fi
 grep -q "gmlake: the PyTorch extension gmlake._C is not built: import torch failed (" "$d/pip.log" ||
   { cat "$d/pip.log" >&2; echo "setup.py did not say why the extension was not built" >&2; exit 1; }
 echo "  $how: $(grep -o 'gmlake: the PyTorch extension[^:]*: import torch failed ([^)]*)' "$d/pip.log" | head -1)"
+# the version is the library's (include/gmlake.h), and pip's metadata says it and the license
+want=$(sed -n 's/^#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/gmlake.h | paste -sd.)
+pyver() { (cd "$d" && PYTHONSAFEPATH=1 PYTHONPATH="$1${hide:+:$hide}" GMLAKE_LIB=/nonexistent "$py" -c 'import gmlake; print(gmlake.__version__)'); }
+[ "$(pyver "$d/site")" = "$want" ] || { echo "gmlake.__version__ is $(pyver "$d/site"), the library's is $want (python/gmlake/__init__.py)" >&2; exit 1; }
+if [ -n "$how" ] && [ "${how#pip}" != "$how" ]; then
+  meta=$(ls "$d/site/"gmlake-*.dist-info/METADATA)
+  grep -qx "Version: $want" "$meta" && grep -qx "License: Apache-2.0" "$meta" ||
+    { cat "$meta" >&2; echo "pip's metadata lacks Version: $want or License: Apache-2.0" >&2; exit 1; }
+  # with build isolation (pip's default), offline: torch is no build requirement, nothing is downloaded; the outcome
+  # is said without -v, on the terminal (script(1) gives pip one). Where torch is installed, isolation cannot hide it
+  # (pip replaces PYTHONPATH): GMLAKE_BUILD_EXT=0 asks for the pure-Python package instead.
+  rm -rf "$d/src/build" "$d/src/"*.egg-info
+  iso="$py -m pip install --no-index --no-cache-dir --target $d/site-iso $d/src"
+  if command -v script >/dev/null; then
+    GMLAKE_BUILD_EXT=${hide:+0} script -qec "$iso" /dev/null > "$d/iso.log" 2>&1 || { cat "$d/iso.log" >&2; echo "pip install (isolated, offline) failed" >&2; exit 1; }
+    why="import torch failed"; [ -z "$hide" ] || why="not tried: GMLAKE_BUILD_EXT=0"
+    grep -q "gmlake: the PyTorch extension gmlake._C is not built: $why" "$d/iso.log" ||
+      { cat "$d/iso.log" >&2; echo "pip install (no -v, on a terminal) did not say the extension was not built" >&2; exit 1; }
+  else
+    # shellcheck disable=SC2086
+    GMLAKE_BUILD_EXT=${hide:+0} $iso > "$d/iso.log" 2>&1 || { cat "$d/iso.log" >&2; echo "pip install (isolated, offline) failed" >&2; exit 1; }
+    skip "pip install says the outcome without -v" "no script(1) here to give pip a terminal"
+  fi
+  [ "$(pyver "$d/site-iso")" = "$want" ] || { echo "isolated install: gmlake.__version__ $(pyver "$d/site-iso"), not $want" >&2; exit 1; }
+  rm -rf "$d/site-iso" "$d/src/build" "$d/src/"*.egg-info
+  echo "  pip install, build isolation on and off, offline (--no-index): installs, gmlake.__version__ $want = the library's, License: Apache-2.0; without -v the terminal is told the extension was not built"
+fi
 # README's venv: a fresh one has no wheel (pip --no-build-isolation failed with "invalid command
 # 'bdist_wheel'"): setup.py says what to do; one made with --system-site-packages installs
 sp=/usr/bin/python3
@@ -487,6 +514,8 @@ section "the daemon as a service: --version, sd_notify READY/STATUS, SIGHUP relo
 tests/service.sh "$BUILD"
 section "what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG), journald's prefixes ($BUILD)"
 tests/logging.sh "$BUILD"
+section "gmlakectl's node view: every lake of the node on one screen, a dead one shown down ($BUILD)"
+tests/nodeview.sh "$BUILD"
 section "how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
 section "Kubernetes: deploy/k8s validated offline against python3-kubernetes' models; the DaemonSet runs the unit's ExecStart; gmlake-quota against a daemon ($BUILD)"
@@ -494,6 +523,21 @@ if /usr/bin/python3 -c 'import kubernetes, yaml' 2>/dev/null; then /usr/bin/pyth
 else skip "tests/k8s.py" "no python3-kubernetes or python3-yaml for /usr/bin/python3 (scripts/deps.sh installs them)"; fi
 section "Slurm: the SPANK plugin on a single-node Slurm started here, jobs' quotas on their GPUs' lakes ($BUILD)"
 tests/slurm.sh "$BUILD"
+section "make demo says what it proved: PASS lines computed from what happened; a broken run FAILs, exit 1 ($BUILD)"
+d=$(mktemp -d)
+scripts/demo.sh > "$d/demo.out" 2>&1 || { cat "$d/demo.out" >&2; echo "scripts/demo.sh failed" >&2; exit 1; }
+[ "$(grep -c '^PASS: ' "$d/demo.out")" = 4 ] && ! grep -q '^FAIL' "$d/demo.out" && [ "$(tail -1 "$d/demo.out" | cut -c1-6)" = "PASS: " ] ||
+  { cat "$d/demo.out" >&2; echo "scripts/demo.sh did not end with its 4 PASS lines" >&2; exit 1; }
+grep -q '^ok 0' "$d/demo.out" && { echo "scripts/demo.sh shows the protocol lines without --verbose" >&2; exit 1; }
+sed -n 's/^PASS: /  /p' "$d/demo.out" | cut -c1-150
+# the same demo where its clients never reach the lake (embedded: each process its own chunks): FAIL, exit 1
+mkdir "$d/b" && for b in gmlaked gmlakectl gmlake-replay; do ln -s "$(pwd)/$BUILD/$b" "$d/b/$b"; done
+printf '#!/bin/sh\nexec "%s" embedded\n' "$(pwd)/$BUILD/gml-testclient" > "$d/b/gml-testclient" && chmod 755 "$d/b/gml-testclient"
+if BUILD="$d/b" scripts/demo.sh > "$d/broken.out" 2>&1; then cat "$d/broken.out" >&2; echo "demo with clients outside the lake exited 0" >&2; exit 1; fi
+grep -q "^FAIL: two processes through the lake: first embedded" "$d/broken.out" ||
+  { cat "$d/broken.out" >&2; echo "demo with clients outside the lake: no FAIL line saying so" >&2; exit 1; }
+echo "  clients outside the lake (embedded): $(grep -c '^FAIL' "$d/broken.out") FAIL line(s), exit 1"
+rm -rf "$d"
 section "make install, the installed unit, gmlake.pc, man pages ($BUILD)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only: the same Makefile rules; the C example would need the sanitizer runtime)"; else
 tests/install.sh "$BUILD"

@@ -19,6 +19,7 @@
 #include "gmlake.pb-c.h"
 #include "ctl_endpoint.h"
 #include "ctl_tables.h"
+#include "ctl_node.h"
 #include "statsview.h"
 #include "util.h"
 #include "wire.h"
@@ -377,6 +378,8 @@ static int cmd_watch(ctl *c) {
   }
 }
 
+static int cmd_node(ctl *c) { return gmli_ctl_node(c->json); }
+
 /* A new command: a handler above and a row here. `changes`: it changes the
  * lake (the daemon's control.c marks the same requests). */
 static const struct command {
@@ -399,12 +402,15 @@ static const struct command {
      2, 1, cmd_quota},
     {"quotas", "", "every quota: its name, bytes, what its clients hold and their peak, holder", 0, 0, cmd_quotas},
     {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", 0, 0, cmd_metrics},
+    {"node", "", "every lake of this node, one row each, nvidia-smi style (no command, or --device all, is this)", 0, 0,
+     cmd_node},
     {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)",
      0, 0, cmd_watch},
 };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gmlakectl [--control URL | --device N|UUID] [--json] COMMAND\n"
+             "       gmlakectl [--device all] [--json]   (every lake of this node: the node command)\n"
              "       gmlakectl --version | --help\n"
              "commands:\n");
   for (size_t i = 0; i < GML_ARRAY_LEN(commands); i++) {
@@ -417,7 +423,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   char url[300] = "";
   const char *device = "0";
-  int device_given = 0, ch, help = 0, version = 0;
+  int device_given = 0, ch, help = 0, version = 0, device_all = 0;
   char *cmd = NULL, *args[4] = {0};
   ctl c = {.interval = 1.0, .args = args};
   /* --json anywhere makes every error, usage errors included, an error object on stdout too */
@@ -444,7 +450,10 @@ int main(int argc, char **argv) {
     }
     switch (ch) {
     case 'c': snprintf(url, sizeof url, "%s", optarg); break;
-    case 'd': device = device_or_die(&c, optarg), device_given = 1; break;
+    case 'd':
+      device_all = !strcmp(optarg, "all"), device = device_all ? optarg : device_or_die(&c, optarg);
+      device_given = 1;
+      break;
     case 'j': c.json = 1; break;
     case 'p': c.pid = (int)parse_int_or_die(&c, "pid", optarg, 1, 0x7fffffff); break;
     case 'i': c.interval = parse_interval_or_die(&c, optarg), c.interval_given = 1; break;
@@ -479,6 +488,12 @@ int main(int argc, char **argv) {
            GML_VERSION_MAJOR, GML_VERSION_MINOR, GML_VERSION_PATCH, GML_PROTOCOL_VERSION);
     return 0;
   }
+  /* the node view: no command and no lake named, or --device all (whose stats is every lake's) */
+  if ((!cmd && !url[0] && !device_given) || (device_all && (!cmd || !strcmp(cmd, "stats")))) cmd = "node";
+  if (device_all && strcmp(cmd, "node")) {
+    ctl_error(&c, GML_EINVAL, "--device all shows every lake (node, stats); %s asks one: give --device N", cmd);
+    return 2;
+  }
   if (!cmd) {
     ctl_error(&c, GML_EINVAL, "no command given");
     usage(stderr);
@@ -490,12 +505,17 @@ int main(int argc, char **argv) {
     return 2;
   }
   char how[700] = "", err[1024];
-  if (!url[0] && ctl_find_endpoint(device, device_given, url, sizeof url, how, sizeof how, err, sizeof err)) {
+  int node = !strcmp(cmd, "node"); /* finds every lake itself */
+  if (node && url[0]) {
+    ctl_error(&c, GML_EINVAL, "node shows every lake of this node; --control names one: give another command");
+    return 2;
+  }
+  if (!node && !url[0] && ctl_find_endpoint(device, device_given, url, sizeof url, how, sizeof how, err, sizeof err)) {
     ctl_error(&c, GML_EDAEMON, "%s", err);
     return 1;
   }
   if (how[0]) c.found_how = how;
-  if (!strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
+  if (!node && !strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
     ctl_error(&c, GML_EINVAL, "bad control endpoint '%s': a URL, e.g. ipc://%s", url,
               url[0] == '/' ? url : "/run/gmlake/gmlake-0.ctl");
     return 2;

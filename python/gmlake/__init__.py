@@ -35,6 +35,9 @@ raises GMLakeError saying so.
 import ctypes
 import os
 
+# The library's version (include/gmlake.h's GML_VERSION_*; tests/run.sh checks they agree): pip's too.
+__version__ = "0.1.0"
+
 __all__ = ["enable", "enabled", "open", "stats", "trim", "pool", "library_path", "GMLakeError", "growable", "GrowableRange",
            "block_of", "dump_blocks", "share", "attach", "dedup", "pause", "resume", "paused", "set_tag", "tagged",
            "mem_info", "copy", "copy_", "copy_info", "step"]
@@ -90,21 +93,37 @@ _lib = None
 
 
 def library_path():
-    """Where libgmlake-client.so is: $GMLAKE_LIB (which must exist), the repo's build/, or the install prefix."""
+    """Which libgmlake-client to load: $GMLAKE_LIB (which must exist); the repository's build/ when this package
+    runs from its source tree; else the dynamic loader's own search (ctypes.util.find_library: the ld.so cache,
+    LD_LIBRARY_PATH, the multiarch directories a Debian package installs to), returned as the soname it found;
+    else the install prefix's lib/ (make install copies python/ to PREFIX/share/gmlake/python) and the usual
+    directories."""
     env = os.environ.get("GMLAKE_LIB")
     if env and not os.path.exists(env):  # another library was loaded in its place, without a word
         raise GMLakeError("GMLAKE_LIB=%s: no such file (the path of libgmlake-client.so; unset it to search "
                           "the repository's build/ and the install prefix)" % env)
+    if env:
+        return os.path.abspath(env)
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [env] if env else []
-    candidates += [os.path.join(here, "..", "..", "build", "libgmlake-client.so"),
-                   # make install copies python/ to PREFIX/share/gmlake/python: PREFIX/lib
-                   os.path.join(here, "..", "..", "..", "..", "lib", "libgmlake-client.so"),
-                   "/usr/local/lib/libgmlake-client.so", "/usr/lib/libgmlake-client.so"]
+    tree = os.path.join(here, "..", "..", "build", "libgmlake-client.so")
+    if os.path.exists(os.path.join(here, "..", "..", "include", "gmlake.h")) and os.path.exists(tree):
+        return os.path.abspath(tree)
+    import ctypes.util
+    found = ctypes.util.find_library("gmlake-client")
+    if found:
+        return found
+    import sysconfig
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    candidates = [os.path.join(here, "..", "..", "..", "..", "lib", "libgmlake-client.so.1")]
+    for d in ("/usr/local/lib", "/usr/lib"):
+        candidates += [os.path.join(d, multiarch, "libgmlake-client.so.1")] if multiarch else []
+        candidates += [os.path.join(d, "libgmlake-client.so.1"), os.path.join(d, "libgmlake-client.so")]
     for c in candidates:
-        if c and os.path.exists(c):
+        if os.path.exists(c):
             return os.path.abspath(c)
-    raise GMLakeError("libgmlake-client.so not found: build it with `make` or set GMLAKE_LIB")
+    raise GMLakeError("libgmlake-client.so not found by the dynamic loader (ldconfig -p) nor in %s: install it "
+                      "(make install, or the libgmlake-client1 package), build it with `make`, or set GMLAKE_LIB"
+                      % ", ".join(sorted(set(os.path.dirname(os.path.abspath(c)) for c in candidates))))
 
 
 def _load():
@@ -140,8 +159,9 @@ def _ext(what="gmlake's PyTorch extension"):
         from . import _C
     except ImportError as e:
         raise GMLakeError(
-            "gmlake's PyTorch extension gmlake._C is not built (%s): with torch installed, "
-            "pip install --no-build-isolation ./python (needs libgmlake-client too)" % e) from None
+            "gmlake's PyTorch extension gmlake._C is not built (%s): this gmlake was installed where torch could "
+            "not be imported, so only its ctypes parts work. With torch installed, pip install ./python again "
+            "(it builds against that torch; needs libgmlake-client and gmlake.h too)" % e) from None
     return _C
 
 
