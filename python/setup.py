@@ -22,6 +22,7 @@ ctypes; enable() says it needs PyTorch), and this says so on stderr
 (pip shows it with -v).
 """
 import os
+import sysconfig
 import sys
 
 from setuptools import setup
@@ -91,6 +92,10 @@ def find():
     build = os.environ.get("BUILD", "build")
     cands.append((os.path.join(repo, build), [os.path.join(repo, "include"), os.path.join(repo, "client", "include")]))
     cands.append(("/usr/local/lib", ["/usr/local/include"]))
+    multiarch = sysconfig.get_config_var("MULTIARCH")  # a Debian package's library (make deb): /usr/lib/<triplet>
+    if multiarch:
+        cands.append((os.path.join("/usr/lib", multiarch), ["/usr/include"]))
+    cands.append(("/usr/lib", ["/usr/include"]))
     for lib, incs in cands:
         if os.path.exists(os.path.join(lib, "libgmlake-client.so")):
             for inc in incs:
@@ -118,6 +123,21 @@ if torch_missing:
 else:
     lib, inc = find()
     import torch
+
+    class OptionalBuildExtension(BuildExtension):
+        """A torch the extension cannot build against (a CPU-only or too old PyTorch: no CUDA allocator
+        interface) installs the pure-Python package and says why, instead of failing the whole install."""
+
+        def build_extension(self, ext):
+            try:
+                super().build_extension(ext)
+            except Exception as e:  # the compiler's or torch's error: its last line names it
+                why = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+                note("gmlake: the PyTorch extension gmlake._C did not build against torch %s (%s). Installing the "
+                     "pure-Python package: gmlake.stats(), the growable ranges and pause/resume work through ctypes; "
+                     "gmlake.enable() needs the extension, built against a CUDA build of PyTorch 2.x "
+                     "(docs/pytorch.md)\n" % (torch.__version__, why))
+
     note("gmlake: building the PyTorch extension gmlake._C against torch %s (%s), libgmlake-client in %s\n"
          % (torch.__version__, os.path.dirname(torch.__file__), lib))
     setup(
@@ -131,6 +151,6 @@ else:
             extra_link_args=["-Wl,-rpath," + lib],
             extra_compile_args={"cxx": ["-O2"] + os.environ.get("GMLAKE_EXT_DEFINES", "").split()},
         )],
-        cmdclass={"build_ext": BuildExtension},
+        cmdclass={"build_ext": OptionalBuildExtension},
         options=out_of_tree,
     )

@@ -160,8 +160,10 @@ def _ext(what="gmlake's PyTorch extension"):
     except ImportError as e:
         raise GMLakeError(
             "gmlake's PyTorch extension gmlake._C is not built (%s): this gmlake was installed where torch could "
-            "not be imported, so only its ctypes parts work. With torch installed, pip install ./python again "
-            "(it builds against that torch; needs libgmlake-client and gmlake.h too)" % e) from None
+            "not be imported, or where the extension did not build against it (a CPU-only or pre-2.0 PyTorch; "
+            "pip install -v ./python says which), so only its ctypes parts work. With a CUDA build of PyTorch 2.x "
+            "installed, pip install ./python again (it builds against that torch; needs libgmlake-client and "
+            "gmlake.h too)" % e) from None
     return _C
 
 
