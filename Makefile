@@ -134,6 +134,7 @@ $(BUILD)/test_copy: $(call obj,tests/test_copy.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 # The swap planner (swap.c has no client in it), and its setting and numbers on a host client.
 $(BUILD)/test_swap: $(call obj,tests/test_swap.c) $(BUILD)/libgmlake-client.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
 # ... and served by the allocator (client/planned.c), with its invariant checker after every operation.
 $(BUILD)/test_planned: $(call obj,tests/test_planned.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(CHECK_LIBS) $(LIBS)
