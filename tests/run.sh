@@ -441,6 +441,12 @@ GMLAKE_LIB="$BUILD/libgmlake-client.so" GMLAKE_BACKEND=host GMLAKE_SOCKET=/nonex
 fi
 section "layers: folders call only down (common/ < client/, daemon/ < tools/), no circle among one folder's files (tests/layers.py, from the objects' symbols)"
 python3 tests/layers.py "$BUILD"
+section "no merge conflict markers left in any file of the tree"
+if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
+marks=$(git grep -nI -e '^<<<<<<< ' -e '^>>>>>>> ' -- . 2> /dev/null || grep -rnI -e '^<<<<<<< ' -e '^>>>>>>> ' client common daemon tools tests bench python include man docs debian scripts systemd slurm deploy Makefile README.md 2> /dev/null)
+[ -z "$marks" ] || { echo "conflict markers: $marks" >&2; exit 1; }
+echo "  none"
+fi
 section "every C and C++ file follows .clang-format (clang-format 14; \`make format\` applies it)"
 if [ "${SAN:-0}" = 1 ]; then echo "  (plain build only)"; else
 command -v clang-format > /dev/null || { echo "clang-format is missing (scripts/deps.sh installs it)" >&2; exit 1; }
