@@ -155,9 +155,13 @@ fi
 ext_built=
 need_ext() { # gmlake._C against the installed torch, once per call (every stage that runs PyTorch on the lake)
   [ -n "$ext_built" ] && return 0
-  if (cd python && MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build.log" 2>&1 ||
+  # setup.py says a failed extension build and installs without it (pip's users get the ctypes parts): here the
+  # extension itself must be there, so its file is what counts
+  ext_ok() { (cd python && "$@") > "$OUTDIR/$LOGNAME_EXT" 2>&1 && ls python/gmlake/_C*.so > /dev/null 2>&1; }
+  rm -f python/gmlake/_C*.so
+  if LOGNAME_EXT=torchext_build.log ext_ok env MAX_JOBS=8 python3 setup.py build_ext --inplace ||
      { say "gmlake._C: build FAILED, trying without IPC:"; grep -E "error" "$OUTDIR/torchext_build.log" | head -20 | tee -a "$SUMMARY"
-       (cd python && GMLAKE_EXT_DEFINES=-DGMLAKE_NO_IPC MAX_JOBS=8 python3 setup.py build_ext --inplace) > "$OUTDIR/torchext_build2.log" 2>&1; }; then
+       LOGNAME_EXT=torchext_build2.log ext_ok env GMLAKE_EXT_DEFINES=-DGMLAKE_NO_IPC MAX_JOBS=8 python3 setup.py build_ext --inplace; }; then
     say "gmlake._C: built against torch $(python3 -c 'import torch; print(torch.__version__)')"; ext_built=1
   else
     say "gmlake._C: build FAILED"; grep -E "error|Error" "$OUTDIR/torchext_build.log" | head -40; return 1
