@@ -6,10 +6,12 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,7 +133,8 @@ def shared_daemon():
 
 
 PRELUDE = """
-import json, os, sys
+import faulthandler, json, os, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # run() asks for the stacks of a check that timed out
 import torch, gmlake
 if os.environ["GMLAKE_TEST_MODE"] != "torch":  # "torch": PyTorch's own allocator (a control)
     gmlake.enable(mode=os.environ["GMLAKE_TEST_MODE"])
@@ -140,8 +143,48 @@ def result(**kw):
 """
 
 
+_sessions = set()  # the process groups of checks running now
+
+
+def _on_term(signum, frame):
+    """SIGTERM (bench/gpu.sh's `timeout` ends the suite so): the checks' sessions are not in the group
+    that timeout signals, so they are killed here before this process goes."""
+    for pg in list(_sessions):
+        try:
+            os.killpg(pg, signal.SIGKILL)
+        except OSError:
+            pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _stop_group(p):
+    """A check that ran past its time: every Python process of its session (the check, its
+    torch.multiprocessing children, a fork server) prints its threads' stacks (SIGUSR1, PRELUDE's
+    faulthandler), then the session is killed; what they wrote until then."""
+    out, err = "", ""
+    for sig, wait in ((signal.SIGUSR1, 3), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            out, err = p.communicate(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    else:  # a descendant that left the session still holds the pipes
+        for f in (p.stdout, p.stderr):
+            f.close()
+        p.wait()
+    return out or "", err or ""
+
+
 def run(mode, code, daemon=None, env=None, timeout=300, args=()):
-    """Run code (after PRELUDE) in a child on the lake; its RESULT dict."""
+    """Run code (after PRELUDE) in a child on the lake; its RESULT dict. The child runs in a session
+    of its own: past timeout it and every process it started (receivers of torch.multiprocessing)
+    print their stacks and are killed, and the failure carries what they wrote (a check that waits
+    for ever cannot hold the suite, nor leave processes behind on the GPU)."""
     e = dict(os.environ)
     e["GMLAKE_TEST_MODE"] = mode
     e["PYTHONUNBUFFERED"] = "1"
@@ -155,10 +198,29 @@ def run(mode, code, daemon=None, env=None, timeout=300, args=()):
     with os.fdopen(fd, "w") as f:
         f.write(src)
     try:
-        p = subprocess.run([sys.executable, "-X", "faulthandler", path] + list(args), env=e, capture_output=True, text=True, timeout=timeout)
+        if (threading.current_thread() is threading.main_thread() and
+                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, _on_term)
+        p = subprocess.Popen([sys.executable, "-X", "faulthandler", path] + list(args), env=e, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        _sessions.add(p.pid)
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = p.poll()
+            stdout, stderr = _stop_group(p)
+            raise AssertionError("child timed out after %d s (%s); the stacks of its processes, then killed:\n%s\n%s" % (
+                timeout, "it was still running" if rc is None else
+                "it had exited with %d, but a process it started held its output open" % rc,
+                stdout[-3000:], stderr[-12000:]))
+        except BaseException:
+            _stop_group(p)
+            raise
+        finally:
+            _sessions.discard(p.pid)
     finally:
         os.unlink(path)
-    lines = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [l for l in stdout.splitlines() if l.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
-        raise AssertionError("child failed (rc %d):\n%s\n%s" % (p.returncode, p.stdout[-3000:], p.stderr[-6000:]))
+        raise AssertionError("child failed (rc %d):\n%s\n%s" % (p.returncode, stdout[-3000:], stderr[-6000:]))
     return json.loads(lines[-1][7:])

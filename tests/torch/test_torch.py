@@ -477,18 +477,43 @@ def test_ddp(mode):
 # memory (torch.multiprocessing keeps the block alive while a receiver holds it), the receiver reads
 # it again. sys.argv: start method, the receiver's mode ("torch": PyTorch's own allocator), and
 # "die": the first receiver exits at once without letting go, and a second one gets a new tensor.
+# Every wait is bounded and says what it waited for: a reply the receiver never sent ends the wait as
+# soon as the receiver is gone, with its exit status, not after the full timeout.
 IPC_INTEROP = """
+    import queue
+    import time
     import torch.multiprocessing as mp
     def child(q, out, die):
         try:
             t = q.get()
             out.put(["first", float(t.sum().item()), gmlake.enabled()])
             if die:
+                # Queue.put only hands the reply to the queue's feeder thread, which os._exit kills
+                # before it writes (lost in 10 of 10 tries on the host, spawn and forkserver: the
+                # sender's get(timeout=180) ran out in each mode, the run that seemed to hang, and
+                # PyTorch warned at its exit of the tensor still shared): flush it, then die holding t
+                out.close()
+                out.join_thread()
                 os._exit(9)
             q.get()
             out.put(["second", float(t.sum().item()), None])
         except Exception as e:  # noqa: BLE001
             out.put(["error", repr(e)[-3000:], gmlake.enabled()])
+    def reply(out, p, what, timeout=120):
+        t0, gone = time.time(), None
+        while True:
+            try:
+                return out.get(timeout=1)
+            except queue.Empty:
+                pass
+            if p.exitcode is not None and gone is None:
+                gone = time.time()
+            if gone is not None and time.time() - gone > 3:  # what it wrote before it exited has arrived
+                raise RuntimeError("the receiver (pid %d) exited with status %s without sending its %r reply "
+                                   "(%.0f s after the sender shared the tensor)" % (p.pid, p.exitcode, what, time.time() - t0))
+            if time.time() - t0 > timeout:
+                raise RuntimeError("the receiver (pid %d) sent no %r reply in %d s and is still running: it is stuck "
+                                   "opening or reading the tensor" % (p.pid, what, timeout))
     def share(ctx, die):
         q, out = ctx.SimpleQueue(), ctx.Queue()
         p = ctx.Process(target=child, args=(q, out, die)); p.start()
@@ -496,19 +521,20 @@ IPC_INTEROP = """
             t = torch.arange(1 << 22, dtype=torch.float32, device="cuda")
             want = float(t.sum().item())
             q.put(t)
-            first = out.get(timeout=180)
+            first = reply(out, p, "first")
             del t
             junk = [torch.full((1 << 22,), 7.0, device="cuda") for _ in range(4)]  # reuse of what was freed
             torch.cuda.synchronize()
             second = None
             if not die and first[0] != "error":
                 q.put("go")
-                second = out.get(timeout=180)
-            p.join(60)
+                second = reply(out, p, "second")
+            p.join(30)
             return dict(want=want, first=first, second=second, rc=p.exitcode)
         finally:
             if p.is_alive():
                 p.kill()
+                p.join(10)
     if __name__ == "__main__":
         ctx = mp.get_context(sys.argv[1])
         os.environ["GMLAKE_TEST_MODE"] = sys.argv[2]   # what the children run
