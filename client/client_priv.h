@@ -337,6 +337,8 @@ int gmli_env_flag(gml_env_id id, const char *value, int def);
 
 /* pause.c: the paused bytes and saved content into st; freeing at close. */
 void gmli_pause_stats(gml_client *c, gml_stats *st);
+/* pause.c: an overlapped pause's group, in bytes of blocks (256 MiB; tests make it small). */
+extern size_t gmli_pause_group;
 void gmli_pause_destroy(gml_client *c);
 extern const gml_holder_ops gmli_pause_holder; /* its numbers in the usage report */
 

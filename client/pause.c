@@ -19,7 +19,9 @@
  * each way, never block by block: to pageable memory (GMLAKE_PAUSE_HOST=pageable,
  * the default: nothing to page-lock, the engine's staging pool and threads
  * carry it) or to page-locked memory that is kept after resume for the next
- * pause (=pinned: page-locking 40 GiB costs seconds, once). */
+ * pause (=pinned: page-locking 40 GiB costs seconds, once). Overlapped (GMLAKE_PAUSE_OVERLAP, the default),
+ * the driver's give-back and map calls run while the link moves other blocks: pause gives a group's chunks
+ * back as soon as its copy is done, resume issues a block's copy as soon as it is mapped. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -138,6 +140,86 @@ static int copy_blocks(gml_client *c, struct gml_pause *p, size_t from, size_t t
   return rc;
 }
 
+/* GMLAKE_PAUSE_OVERLAP: a pause to host memory gives each group of blocks' chunks back while later groups
+ * copy, a resume copies a block back while it maps the next (pause.c's head). */
+size_t gmli_pause_group = 256u << 20; /* bytes of blocks copied together before their chunks go back */
+
+static int overlap_on(const struct gml_pause *p) {
+  return p->fd < 0 && p->host && gmli_env_flag(GML_ENV_PAUSE_OVERLAP, gmli_env(GML_ENV_PAUSE_OVERLAP), 1);
+}
+
+/* Block i lets go of its slots: it stays live, its chunks become free; back: and go back to the source at
+ * once (the device is done with them: the caller waited for their copy). Returns the chunks given back.
+ * a->lock held. */
+static size_t let_go(gml_allocator *a, struct gml_pause *p, size_t i, int back) {
+  gml_block *b = p->v[i].b;
+  uint32_t first, last;
+  size_t n = 0;
+  block_slots(a, b, &first, &last);
+  for (uint32_t s = first; s <= last; s++)
+    if (--a->slot_use[s] == 0) {
+      int32_t ci = a->slot_chunk[s];
+      slot_release(a, s);
+      if (back && !gmli_chunk_give_back(a, ci)) n++; /* else kept (an unmap refused): the idle release retries */
+    }
+  a->allocated -= b->usable;
+  if (b->stitched) a->stitched -= b->usable;
+  a->paused_bytes += b->usable;
+  b->paused = GML_PAUSED;
+  a->chunks_released += n;
+  return n;
+}
+
+/* Pause's save, overlapped: every group's copies issued (an event after each), then group after group
+ * waited for and let go, its chunks given back while the link moves the next. A copy that fails to
+ * start fails the pause whole (nothing let go); one that fails on the device leaves the groups before it
+ * paused (content saved) and the rest not: *kept, the blocks paused. a->lock held. */
+static int save_overlapped(gml_client *c, struct gml_pause *p, size_t *kept, size_t *back) {
+  gml_allocator *a = &c->alloc;
+  gml_backend *be = c->be;
+  size_t ng = 0, *end = calloc(p->n + 1, sizeof *end);
+  uintptr_t *ev = calloc(p->n + 1, sizeof *ev);
+  gml_copy_desc *d = calloc(p->n + 1, sizeof *d);
+  int rc = end && ev && d ? 0 : GML_ENOMEM;
+  uint64_t t0 = gmli_now_ns();
+  for (size_t i = 0; i < p->n && !rc;) {
+    size_t j = i, bytes = 0;
+    for (; j < p->n && (j == i || bytes < gmli_pause_group); j++) {
+      paused_block *pb = &p->v[j];
+      d[j] = (gml_copy_desc){(char *)p->host + pb->off, (void *)pb->addr, pb->size, GML_COPY_D2H};
+      bytes += pb->size;
+    }
+    if (!(rc = gmli_copy_many(c, d + i, j - i, 0, 0, "pause")) && !(rc = be->ops->event_record(be, 0, &ev[ng])))
+      end[ng++] = j;
+    i = j;
+  }
+  if (rc) { /* nothing let go; what was issued settles before the host memory goes */
+    be->ops->synchronize(be);
+    for (size_t g = 0; g < ng; g++) be->ops->event_destroy(be, ev[g]);
+    ng = 0;
+  }
+  size_t i = 0;
+  uint64_t t1 = gmli_now_ns();
+  for (size_t g = 0; g < ng; g++) {
+    int wrc = rc ? rc : be->ops->event_wait(be, ev[g]);
+    be->ops->event_destroy(be, ev[g]);
+    if (wrc) {
+      rc = wrc;
+      continue;
+    }
+    for (; i < end[g]; i++) *back += let_go(a, p, i, 1);
+  }
+  *kept = i;
+  double s = (gmli_now_ns() - t0) / 1e9;
+  if (!rc && p->n)
+    GML_INFO("pause: %zu block(s), %.2f GB copied in %.3f s (%.1f GB/s, %s host memory; chunks given back as "
+             "copied, the last %.3f s after the copies were issued)",
+             p->n, p->saved / 1e9, s, s > 0 ? p->saved / 1e9 / s : 0.0,
+             p->host_kind == HOST_MAPPED ? "pageable" : "page-locked", (gmli_now_ns() - t1) / 1e9);
+  free(end), free(ev), free(d);
+  return rc;
+}
+
 /* The live blocks to pause (tag 0: all), their sizes summed. a->lock held. */
 static int collect(gml_allocator *a, struct gml_pause *p, size_t *total) {
   size_t cap = a->live.count ? a->live.count : 1;
@@ -253,7 +335,27 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
   int rc = a->be->ops->synchronize(a->be); /* the streams are done with the content */
   if (!rc) rc = collect(a, p, &total);
   if (!rc) rc = save_storage(c, p, total, path);
-  if (!rc && p->host) rc = copy_blocks(c, p, 0, p->n, NULL, 1);
+  int overlap = !rc && overlap_on(p);
+  size_t kept = 0, given = 0;
+  a->tick++;
+  if (overlap) {
+    p->saved = total;
+    if ((rc = save_overlapped(c, p, &kept, &given)) && kept) { /* the blocks before the failure stay paused */
+      p->n = kept;
+      p->saved = p->v[kept - 1].off + p->v[kept - 1].size;
+      c->pause = p;
+      pthread_mutex_unlock(&a->lock);
+      gmli_alloc_release_idle(a, 0);
+      char s1[32];
+      snprintf(c->last_error, sizeof c->last_error,
+               "pause: copying content failed (%s) after %zu block(s) of %s were saved and paused: gml_resume "
+               "brings them back",
+               gml_strerror(rc), kept, gmli_format_bytes(p->saved, s1, sizeof s1));
+      GML_WARN("%s", c->last_error);
+      if (c->mode == GML_MODE_DAEMON) gmli_client_report(c);
+      return rc;
+    }
+  } else if (!rc && p->host) rc = copy_blocks(c, p, 0, p->n, NULL, 1);
   if (rc) {
     pthread_mutex_unlock(&a->lock);
     pause_free(c, p);
@@ -261,21 +363,11 @@ static int pause_at(gml_client *c, unsigned flags, uint32_t tag, const char *pat
     return rc;
   }
   p->saved = p->host ? total : 0;
-  a->tick++;
-  for (size_t i = 0; i < p->n; i++) { /* let go of the slots: the blocks stay live, their chunks become free */
-    gml_block *b = p->v[i].b;
-    uint32_t first, last;
-    block_slots(a, b, &first, &last);
-    for (uint32_t s = first; s <= last; s++)
-      if (--a->slot_use[s] == 0) slot_release(a, s);
-    a->allocated -= b->usable;
-    if (b->stitched) a->stitched -= b->usable;
-    a->paused_bytes += b->usable;
-    b->paused = GML_PAUSED;
-  }
+  for (size_t i = kept; i < p->n; i++) let_go(a, p, i, 0); /* the blocks stay live, their chunks become free */
   c->pause = p;
   pthread_mutex_unlock(&a->lock);
-  size_t back = gmli_alloc_release_idle(a, 0); /* every free chunk goes back, the paused blocks' with them */
+  /* every free chunk goes back, the paused blocks' with them (overlapped: those went back as copied) */
+  size_t back = gmli_alloc_release_idle(a, 0) + given * a->cs;
   char s1[32], s2[32];
   GML_INFO("paused %zu block(s) of %s (tag %u, %s saved%s%s); %s of chunks back to the lake", p->n,
            gmli_format_bytes(total, s1, sizeof s1), tag, p->saved ? "content" : "nothing", p->fd >= 0 ? " to " : "",
@@ -314,6 +406,7 @@ int gml_resume(gml_client *c) {
     return gmli_fail(c, GML_ENOMEM, "gml_resume: no memory");
   }
   a->tick++;
+  int overlap = mapped && overlap_on(p), crc = 0;
   uint64_t t0 = gmli_now_ns();
   for (size_t i = 0; i < p->n && !rc; i++) {
     gml_block *b = p->v[i].b;
@@ -346,16 +439,33 @@ int gml_resume(gml_client *c) {
     if (reserved_bytes(a) > a->peak_reserved) a->peak_reserved = reserved_bytes(a);
     if (mapped) mapped[i] = 1;
     p->v[i].b = NULL;
+    if (overlap && !crc) { /* its content on its way while the next block maps */
+      paused_block *pb = &p->v[i];
+      gml_copy_desc d = {(void *)pb->addr, (char *)p->host + pb->off, pb->size, GML_COPY_H2D};
+      crc = gmli_copy_many(c, &d, 1, 0, 0, "resume");
+    }
   }
-  /* every block mapped, then their content in one go (also where a later block found no memory) */
+  /* every block mapped, then their content in one go (also where a later block found no memory);
+   * overlapped: the copies issued as each block mapped, waited for here */
   uint64_t t1 = gmli_now_ns();
-  int crc = mapped ? copy_blocks(c, p, 0, p->n, mapped, 0) : 0;
+  if (!overlap) crc = mapped ? copy_blocks(c, p, 0, p->n, mapped, 0) : 0;
+  else {
+    uintptr_t ev;
+    int wrc = c->be->ops->event_record(c->be, 0, &ev);
+    if (!wrc) wrc = c->be->ops->event_wait(c->be, ev), c->be->ops->event_destroy(c->be, ev);
+    else c->be->ops->synchronize(c->be);
+    if (!crc) crc = wrc;
+  }
   free(mapped);
   if (crc && !rc) {
     rc = crc;
     snprintf(c->last_error, sizeof c->last_error, "resume: restoring content failed (%s)", gml_strerror(rc));
   }
-  GML_INFO("resume: blocks mapped in %.3f s, content back in %.3f s", (t1 - t0) / 1e9, (gmli_now_ns() - t1) / 1e9);
+  if (overlap)
+    GML_INFO("resume: blocks mapped and their content copied as each mapped in %.3f s, the last copies waited for "
+             "%.3f s (%.1f GB/s)",
+             (t1 - t0) / 1e9, (gmli_now_ns() - t1) / 1e9, p->saved / 1e9 / GML_MAX((gmli_now_ns() - t0) / 1e9, 1e-9));
+  else GML_INFO("resume: blocks mapped in %.3f s, content back in %.3f s", (t1 - t0) / 1e9, (gmli_now_ns() - t1) / 1e9);
   if (!rc) c->pause = NULL;
   pthread_mutex_unlock(&a->lock);
   if (rc) { /* what is resumed stays so; gml_resume again takes the rest */

@@ -7,7 +7,9 @@
  * and a pool kept across calls pays it once. It is cut into
  * GMLI_STAGING_SLOTS slots: while the link moves one slot, the threads fill
  * or empty the next. One host thread copies pageable memory at ~10 GB/s,
- * well below a PCIe 5 link (~55 GB/s), so several share each slot. */
+ * well below a PCIe 5 link (~55 GB/s), so several share each slot; the
+ * host's memory bandwidth bounds them all (36 GB/s for any number of
+ * threads on the H200 host measured: docs/benchmarks.md). */
 #include "client_priv.h"
 #include "copy.h"
 #include "log.h"
@@ -62,10 +64,11 @@ void gmli_par_memcpy(gmli_copier *k, void *dst, const void *src, size_t n) {
   pthread_mutex_unlock(&k->wlock);
 }
 
-/* GMLAKE_COPY_THREADS, else 8 at most the cores less the caller's. */
+/* GMLAKE_COPY_THREADS, else the cores less the caller's, at most 16: on an H200 host (16 cores) 15 threads
+ * staged pageable memory at 37.5 GB/s H2D where 8 did 22.5, the host's own memcpy reaching 36 (run99). */
 static int threads_setting(void) {
   const char *t = gmli_env(GML_ENV_COPY_THREADS);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN), n = cores > 1 ? GML_MIN(cores - 1, 8) : 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN), n = cores > 1 ? GML_MIN(cores - 1, 16) : 0;
   if (t) {
     char *end;
     long v = strtol(t, &end, 10);

@@ -64,7 +64,7 @@
   X(COPY_STAGING, "GMLAKE_COPY_STAGING", "bytes", "256MiB", "library",                                                 \
     "the copy engine's (gml_copy) page-locked staging pool, taken at the first copy that needs it and kept: "          \
     "pageable host memory is copied through it in four slots, pipelined; 0: no staging (the driver's own)")            \
-  X(COPY_THREADS, "GMLAKE_COPY_THREADS", "0-64", "8 (at most the cores)", "library",                                   \
+  X(COPY_THREADS, "GMLAKE_COPY_THREADS", "0-64", "the cores less one, at most 16", "library",                          \
     "threads that copy between pageable memory and the staging pool (beside the calling one); 0: the caller alone")    \
   X(COPY_PATHS, "GMLAKE_COPY_PATHS", "auto, 1", "auto", "library",                                                     \
     "auto: a large page-locked host<->device copy is split between this GPU's link and peer GPUs' links (a P2P "       \
@@ -72,6 +72,9 @@
   X(PAUSE_HOST, "GMLAKE_PAUSE_HOST", "pageable, pinned", "pageable", "library",                                        \
     "where gml_pause saves content: pageable memory through the copy engine's staging (nothing to page-lock), "        \
     "or page-locked memory kept after resume for the next pause (page-locking costs the first pause)")                 \
+  X(PAUSE_OVERLAP, "GMLAKE_PAUSE_OVERLAP", "0, 1", "1", "library",                                                     \
+    "1: gml_pause gives a block's chunks back as soon as its content is copied while later blocks copy, and "          \
+    "gml_resume copies a block's content back while it maps the next; 0: every copy, then every give-back or map")     \
   X(SWAP, "GMLAKE_SWAP", "0, 1, bytes, N%", "0", "library",                                                            \
     "1: the PyTorch layer moves tensors saved for backward to host memory and back where a recorded iteration "        \
     "would not fit the process's limit (torch's memory fraction, GMLAKE_LIMIT), planned by the library "               \

@@ -36,7 +36,15 @@ static uint64_t reserved(gml_client *c) {
   return st.reserved;
 }
 
+/* _i: GMLAKE_PAUSE_OVERLAP (0: every copy, then every give-back; 1: blocks in groups of 1 MiB, each
+ * group's chunks given back while the next copies, resume copying as it maps) */
+static void overlap(int on) {
+  setenv("GMLAKE_PAUSE_OVERLAP", on ? "1" : "0", 1);
+  gmli_pause_group = 1 << 20;
+}
+
 START_TEST(test_pause_keeps_bytes_at_same_addresses) {
+  overlap(_i);
   gml_client *c = open_embedded();
   size_t sizes[] = {3 << 20, 4096, 10 << 20, 700 << 10, 1 << 20};
   void *p[5];
@@ -72,6 +80,7 @@ START_TEST(test_pause_keeps_bytes_at_same_addresses) {
   ck_assert_str_eq(gml_last_error(c), "gml_resume: not paused (gml_pause first)");
   ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   gml_close(c);
+  unsetenv("GMLAKE_PAUSE_OVERLAP");
 }
 END_TEST
 
@@ -181,6 +190,7 @@ END_TEST
 
 /* A resume the limit cannot serve fails clearly and can be retried. */
 START_TEST(test_resume_over_limit_retries) {
+  overlap(_i);
   gml_client *c;
   gml_open_opts o = {.backend = "host", .mode = GML_MODE_EMBEDDED, .limit_bytes = 16 << 20};
   ck_assert_int_eq(gml_open(&o, &c), 0);
@@ -198,6 +208,7 @@ START_TEST(test_resume_over_limit_retries) {
   ck_assert(same(p, 10 << 20, 3));
   ck_assert_int_eq(gmli_alloc_check(&c->alloc), 0);
   gml_close(c);
+  unsetenv("GMLAKE_PAUSE_OVERLAP");
 }
 END_TEST
 
@@ -261,9 +272,9 @@ END_TEST
 Suite *pause_suite(void) {
   Suite *s = suite_create("pause");
   TCase *tc = tcase_create("pause");
-  tcase_add_test(tc, test_pause_keeps_bytes_at_same_addresses);
+  tcase_add_loop_test(tc, test_pause_keeps_bytes_at_same_addresses, 0, 2);
   tcase_add_test(tc, test_pause_tag_discard_file_and_frees);
-  tcase_add_test(tc, test_resume_over_limit_retries);
+  tcase_add_loop_test(tc, test_resume_over_limit_retries, 0, 2);
   tcase_add_test(tc, test_pause_refused_in_guard_mode);
   tcase_add_test(tc, test_pause_file_relative_path);
   suite_add_tcase(s, tc);
