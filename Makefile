@@ -220,11 +220,12 @@ deps:
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
 
-# The whole suite, plain and under ASan+UBSan (+LeakSanitizer).
-# Its last line counts what passed, failed, was skipped and not run (tests/summary.sh).
+# The whole suite, plain and under ASan+UBSan (+LeakSanitizer), then the fuzz targets (tests/all.sh:
+# the sanitizer and fuzz builds are made beside the plain suite). Its last line counts what passed,
+# failed, was skipped and not run (tests/summary.sh).
 test: deps
 	@rm -f build/test-summary build-san/test-summary build-fuzz/test-summary
-	@$(MAKE) -j$(JOBS) check-plain && $(MAKE) -j$(JOBS) check-san && $(MAKE) -j$(JOBS) check-fuzz; rc=$$?; tests/summary.sh build build-san build-fuzz; exit $$rc
+	@JOBS=$(JOBS) MAKE="$(MAKE)" tests/all.sh; rc=$$?; tests/summary.sh build build-san build-fuzz; exit $$rc
 
 check-plain: all
 	BUILD=$(BUILD) tests/run.sh
