@@ -250,7 +250,7 @@ SYSUSERSDIR ?= $(SDLIB)/sysusers.d
 TMPFILESDIR ?= $(SDLIB)/tmpfiles.d
 UNITS := gmlaked@.service gmlake.target gmlake-instances.service
 # what make install copies of python/ (the sources pip needs: no build/ or egg-info of a local build)
-PY_FILES := pyproject.toml setup.py $(patsubst python/%,%,$(wildcard python/gmlake/*.py python/gmlake/*.cpp python/build_backend/*.py))
+PY_FILES := pyproject.toml setup.py $(patsubst python/%,%,$(wildcard python/gmlake/*.py python/gmlake/*.cpp python/gmlake/*.h python/build_backend/*.py))
 MAN_FILES := $(wildcard man/man1/*.1 man/man3/*.3 man/man5/*.5 man/man8/*.8)
 # `man 3 FUNCTION` for every function a man 3 page names (its NAME section) but has no page of its own: a .so link
 MAN3_LINKS = $(filter-out $(patsubst man/man3/%.3,%,$(wildcard man/man3/*.3)),$(shell for p in man/man3/*.3; do scripts/man-names.sh $$p; done))

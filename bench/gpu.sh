@@ -366,7 +366,7 @@ if has adopt; then
   for p in $pids; do kill "$p"; done; wait $pids 2>/dev/null; rm -rf "$d"
   if python3 -c 'import torch' 2>/dev/null; then
     for iso in "" --no-build-isolation; do
-      d=$(mktemp -d); mkdir "$d/src"; for f in $(cd python && ls pyproject.toml setup.py gmlake/*.py gmlake/*.cpp build_backend/*.py); do install -D -m 644 "python/$f" "$d/src/$f"; done
+      d=$(mktemp -d); mkdir "$d/src"; for f in $(cd python && ls pyproject.toml setup.py gmlake/*.py gmlake/*.cpp gmlake/*.h build_backend/*.py); do install -D -m 644 "python/$f" "$d/src/$f"; done
       # the library and header from this tree (GMLAKE_PREFIX's layout)
       mkdir -p "$d/prefix/lib" && ln -s "$(pwd)/include" "$d/prefix/include" && ln -s "$(pwd)/$BUILD/libgmlake-client.so" "$d/prefix/lib/"
       GMLAKE_PREFIX="$d/prefix" script -qec "python3 -m pip install $iso --no-index --no-cache-dir --target $d/site $d/src" /dev/null > "$OUTDIR/pip$iso.txt" 2>&1; rc=$?

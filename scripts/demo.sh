@@ -28,19 +28,24 @@ if [ ! -S "$d/lake.sock" ]; then
   fail "gmlaked did not start (its log above)"
   exit 1
 fi
-backend=$(sed -n 's/.*backend auto: picked \([a-z]*\).*/\1/p' "$d/daemon.log" | head -1)
-echo "gmlaked started on the ${backend:-?} backend: $(grep -m1 'backend auto' "$d/daemon.log" | sed 's/^.*gmlaked\[[a-z]*\] //')"
+# what it runs on, from the daemon itself (auto logs why only when it passed a backend over)
+stats=$(ctl stats --json 2>/dev/null | tr ',' '\n')
+backend=$(echo "$stats" | sed -n 's/^"backend":"\([a-z]*\)"$/\1/p')
+chunk=$(echo "$stats" | sed -n 's/^"chunk_size":\([0-9]*\)$/\1/p')
+why=$(grep -m1 'backend auto' "$d/daemon.log" | sed 's/^.*gmlaked\[[a-z]*\] //')
+echo "gmlaked started on the ${backend:-?} backend, chunks of $((${chunk:-0} >> 20)) MiB${why:+: $why}"
+[ -n "$chunk" ] && [ "$chunk" -gt 0 ] || { cat "$d/daemon.log"; fail "gmlakectl stats --json named no chunk size"; exit 1; }
 
 echo "== two processes share the lake: the first writes a tag through every chunk of its stitched range and exits;"
 echo "   the second leases chunks from the lake and reads what is in them"
-printf 'alloc 6291456\ntag 0 7\nreadtags 0\nclose\n' | "$BUILD/gml-testclient" "$d/lake.sock" > "$d/first.out" 2>&1 || true
+# three chunks of the lake's size (2 MiB on the host backend, 6 MiB on cuda), tagged 7000, 7001, 7002
+printf 'alloc %d\ntag 0 7\nreadtags 0\nclose\n' $((3 * chunk)) | "$BUILD/gml-testclient" "$d/lake.sock" > "$d/first.out" 2>&1 || true
 show "$d/first.out"
-printf 'alloc 6291456\nreadtags 0\nclose\n' | "$BUILD/gml-testclient" "$d/lake.sock" > "$d/second.out" 2>&1 || true
+printf 'alloc %d\nreadtags 0\nclose\n' $((3 * chunk)) | "$BUILD/gml-testclient" "$d/lake.sock" > "$d/second.out" 2>&1 || true
 show "$d/second.out"
 # "ready PID CHUNK BACKEND MODE", then "tags T..." (one a chunk of the block)
 mode1=$(awk '/^ready /{print $5; exit}' "$d/first.out")
 mode2=$(awk '/^ready /{print $5; exit}' "$d/second.out")
-chunk=$(awk '/^ready /{print $3; exit}' "$d/first.out")
 wrote=$(sed -n 's/^tags //p' "$d/first.out" | head -1 | tr ' ' '\n' | sort | tr '\n' ' ')
 read2=$(sed -n 's/^tags //p' "$d/second.out" | head -1 | tr ' ' '\n' | sort | tr '\n' ' ')
 nchunks=$(echo "$wrote" | wc -w)

@@ -53,6 +53,11 @@ for pu in /usr/local:/usr/local/lib/systemd/system:/usr/local/lib/sysusers.d /us
 done
 [ -f "$d$P/share/gmlake/python/build_backend/gmlake_build.py" ] && [ -f "$d$P/share/gmlake/python/gmlake/__init__.py" ] ||
   fail "python/'s sources not installed"
+# every file of the extension's build (setup.py's sources and depends: a header missing there made pip
+# install the pure-Python package on the GPU machine, its compile failing) and every module is shipped
+for f in $(cd python && git ls-files gmlake build_backend setup.py pyproject.toml 2>/dev/null || ls gmlake/* build_backend/*.py setup.py pyproject.toml); do
+  case $f in *.py|*.cpp|*.h|*.toml) [ -f "$d$P/share/gmlake/python/$f" ] || fail "make install did not ship python/$f (setup.py builds with it)";; esac
+done
 extra=$(find "$d$P/share/gmlake/python" -name build -o -name '*.egg-info' -o -name '*.so' -o -name __pycache__)
 [ -z "$extra" ] || fail "make install copied a local build of python/: $extra"
 echo "  units: /usr/local/lib/systemd/system (PREFIX=/usr/local), /lib/systemd/system (/usr), /etc/systemd/system (else);"
