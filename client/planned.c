@@ -6,6 +6,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "log.h"
 #include "planned.h"
 #include "policy.h"
 #include "slots.h"
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int gmli_plan_give_up = GMLI_PLAN_GIVE_UP;
 
 int gmli_planned_init(gml_allocator *a, int64_t take_at) {
   gmli_planned *p = calloc(1, sizeof *p);
@@ -175,6 +178,10 @@ int gmli_planned_malloc(gml_allocator *a, size_t size, size_t rsize, gml_stream 
                         gml_plan_grant *g, uint64_t *hash_before) {
   gmli_planned *p = a->plan;
   *hash_before = p->kp.cur.hash;
+  if (p->off) { /* given up: the stitching allocator's, unrecorded */
+    g->index = GML_PLAN_NEVER, g->lent = 0, g->rec_k = GML_PLAN_NEVER;
+    return 1;
+  }
   int v = gmli_plan_keeper_alloc(&p->kp, rsize, stream, g);
   if (v < 0) { /* no memory to record it: served unrecorded by the stitching allocator */
     g->index = GML_PLAN_NEVER, g->lent = 0, g->rec_k = GML_PLAN_NEVER;
@@ -222,7 +229,9 @@ static void range_note_free(gml_allocator *a, gmli_range *rg, const gml_block *b
   }
 }
 
-void gmli_planned_note_free(gml_allocator *a, const gml_block *b) { gmli_plan_keeper_free(&a->plan->kp, &b->grant); }
+void gmli_planned_note_free(gml_allocator *a, const gml_block *b) {
+  if (!a->plan->off) gmli_plan_keeper_free(&a->plan->kp, &b->grant);
+}
 
 void gmli_planned_free(gml_allocator *a, gml_block *b, int slots_held) {
   gmli_planned *p = a->plan;
@@ -282,9 +291,31 @@ static size_t range_used(const gmli_planned *p, const gmli_range *rg) {
   return used;
 }
 
+/* Planning given up (planned.h, GMLI_PLAN_GIVE_UP): no range is served from now on; the current one goes
+ * back to the large region now if nothing lives in it, else when its last block goes (retired). */
+static void give_up(gml_allocator *a) {
+  gmli_planned *p = a->plan;
+  p->off = 1;
+  if (p->cur && !p->cur->live) range_drop(a, p->cur);
+  else if (p->cur) p->cur->next = p->retired, p->retired = p->cur;
+  p->cur = NULL;
+  GML_WARN("planned placement (GMLAKE_PLAN) given up after %llu iterations: %d of the last %d that had a plan "
+           "departed from it (shapes that change, e.g. dynamic padding); allocations are served as without a plan",
+           (unsigned long long)p->steps, __builtin_popcount(p->departed_bits), GMLI_PLAN_JUDGED);
+}
+
 int gmli_planned_step(gml_allocator *a) {
   gmli_planned *p = a->plan;
   p->steps++;
+  if (p->off) return 0;
+  if (p->kp.plan && (p->step_hits || p->step_misses)) { /* an iteration that had a plan: held or departed */
+    p->departed_bits = (p->departed_bits << 1 | (p->step_misses != 0)) & ((1u << GMLI_PLAN_JUDGED) - 1);
+    if (__builtin_popcount(p->departed_bits) >= gmli_plan_give_up) {
+      p->step_hits = p->step_misses = 0;
+      give_up(a);
+      return 0;
+    }
+  }
   if (p->step_misses) { /* departed: soon after a give-back, the next one waits for twice as many whole steps */
     p->cur_dirty = 1, p->whole_run = 0;
     if (p->trim_at && p->steps - p->trim_at <= 4 * (uint64_t)p->trim_wait && p->trim_wait < GMLI_TRIM_WAIT_MAX)

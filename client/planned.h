@@ -49,6 +49,13 @@
 #include "blocks.h"
 #include "plan.h"
 
+/* Planning gives up where plans do not hold: once GMLI_PLAN_GIVE_UP of the last GMLI_PLAN_JUDGED
+ * iterations that had a plan departed from it (dynamic shapes: each departure pays misses, a new plan,
+ * give-backs and mappings; on the H200 a dynamically padded ViT ran 40.8 ms/step with plans, 25.9
+ * without), every request goes to the stitching allocator from then on, the range's address space back
+ * to it once nothing lives there; a warning says so. */
+#define GMLI_PLAN_JUDGED 6
+#define GMLI_PLAN_GIVE_UP 4
 #define GMLI_TRIM_WAIT_MAX 16 /* whole iterations in a row a give-back waits for at most (planned.h: reserved memory) */
 
 typedef struct gmli_range {
@@ -72,8 +79,13 @@ typedef struct gmli_planned {
   int cur_dirty;                   /* an iteration departed (or cur is new) since the last give-back */
   uint32_t whole_run, trim_wait;   /* iterations served whole in a row; how many a give-back waits for */
   uint64_t trim_at;                /* the iteration (steps) of the last give-back, 0: none */
+  uint32_t departed_bits;          /* the last GMLI_PLAN_JUDGED iterations that had a plan: 1 where one departed */
+  int off;                         /* planning given up (too many departures): served as without a plan */
 } gmli_planned;
 
+/* Departures of the last GMLI_PLAN_JUDGED planned iterations that give planning up (GMLI_PLAN_GIVE_UP;
+ * tests that exercise departures at length set more than GMLI_PLAN_JUDGED: never). */
+GML_HIDDEN extern int gmli_plan_give_up;
 /* Planned placement on (take_at < 0: a plan whenever an iteration repeats,
  * one per pattern; else iteration take_at's only). GML_ENOMEM. */
 GML_HIDDEN int gmli_planned_init(gml_allocator *a, int64_t take_at);

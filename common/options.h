@@ -82,8 +82,8 @@
   X(PLAN, "GMLAKE_PLAN", "0, 1, at:N", "0", "library",                                                                 \
     "planned placement: 1 records each iteration between gml_step marks (the PyTorch layer marks every "               \
     "optimizer step) and, once one repeats, serves iterations that follow it at offsets planned in one range "         \
-    "(no search, no driver call), the rest as without a plan; at:N plans iteration N only; 0: off (not in guard "      \
-    "mode)")                                                                                                           \
+    "(no search, no driver call), the rest as without a plan; given up (a warning) once 4 of the last 6 planned "      \
+    "iterations depart from their plan; at:N plans iteration N only; 0: off (not in guard mode)")                      \
   X(RECONNECT, "GMLAKE_RECONNECT", "0, 1", "1", "library",                                                             \
     "1: when the daemon goes away (a restart, a crash), reconnect and hand it the chunks held; 0: go on "              \
     "without a daemon (leases fail with GML_EDAEMON)")                                                                 \

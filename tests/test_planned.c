@@ -207,6 +207,7 @@ START_TEST(test_repeated_iteration_served_from_plan) {
 END_TEST
 
 START_TEST(test_departures_never_share) {
+  gmli_plan_give_up = GMLI_PLAN_JUDGED + 1; /* departures at length: planning never given up here */
   unsigned seed = 1234u + (unsigned)_i;
   script s;
   make_script(&s, 99u + (unsigned)_i, 3);
@@ -223,6 +224,35 @@ START_TEST(test_departures_never_share) {
   ck_assert_uint_gt(st.plan_misses, 0);
   while (nheld) release(0);
   check_state("all freed", 30, 0);
+  gmli_plan_give_up = GMLI_PLAN_GIVE_UP;
+}
+END_TEST
+
+/* Planning gives up where plans do not hold (planned.h, GMLI_PLAN_GIVE_UP): one departure in six
+ * planned iterations keeps it; departures in most iterations end it, and from then on everything is the
+ * stitching allocator's (no plan taken, nothing served at an offset), the invariants held throughout. */
+START_TEST(test_gives_up_on_changing_shapes) {
+  unsigned seed = 77;
+  script s;
+  make_script(&s, 31, 1);
+  nheld = 0;
+  int it = 0;
+  for (; it < 16; it++) run_iteration(&s, it, &seed, it >= 4 && it % 6 == 0); /* now and then */
+  ck_assert_int_eq(A.plan->off, 0);
+  gml_stats s0, st;
+  gmli_alloc_stats(&A, &s0);
+  ck_assert_uint_ge(s0.plans_taken, 1);
+  for (int k = 0; k < GMLI_PLAN_JUDGED && !A.plan->off; k++, it++) run_iteration(&s, it, &seed, 1); /* every time */
+  ck_assert_int_eq(A.plan->off, 1);
+  ck_assert_ptr_null(A.plan->cur);
+  gmli_alloc_stats(&A, &s0);
+  for (int k = 0; k < 8; k++, it++) run_iteration(&s, it, &seed, k % 2); /* it would repeat now: not planned */
+  gmli_alloc_stats(&A, &st);
+  ck_assert_uint_eq(st.plans_taken, s0.plans_taken);
+  ck_assert_uint_eq(st.plan_hits, s0.plan_hits);
+  ck_assert_uint_eq(st.plan_steps, s0.plan_steps + 8);
+  while (nheld) release(0);
+  check_state("all freed", it, 0);
 }
 END_TEST
 
@@ -324,6 +354,7 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_repeated_iteration_served_from_plan);
   tcase_add_loop_test(tc, test_departures_never_share, 0, 6);
+  tcase_add_test(tc, test_gives_up_on_changing_shapes);
   tcase_add_test(tc, test_plan_off_by_default);
   tcase_add_test(tc, test_policy_place_at);
   tcase_add_test(tc, test_client_pause_and_blocks);
