@@ -169,6 +169,13 @@ assert infos[5]["plans"] == 2 and not infos[5]["recording"], infos[5]
 assert all(infos[i]["highest"] <= target for i in (4, 5, 6)), infos
 assert infos[6]["safety_bytes"] == infos[5]["safety_bytes"], infos
 assert infos[6]["out_bytes"] - infos[5]["out_bytes"] == infos[6]["plan"]["bytes_moved"] > 0, infos[6]
+# the pinned buffers kept for the next iteration: at most what the iteration just ended moved out (kept whole,
+# every batch's buffers added up: a batch search on the H200 was killed for host memory, run101)
+for i in range(1, len(infos)):
+    moved = infos[i]["out_bytes"] - infos[i - 1]["out_bytes"]
+    assert infos[i]["pool_bytes"] <= moved, ("iteration %d keeps %d bytes of pinned buffers, moved %d"
+                                             % (i + 1, infos[i]["pool_bytes"], moved), infos)
+print("  pinned buffers kept: at most what the iteration moved (%s bytes)" % [inf["pool_bytes"] for inf in infos])
 print("  plan: %d moves, %.2f MiB of %.2f MiB peak to fit %.2f MiB; followed in iterations 2-4 without the safety "
       "net; the batch change departs, is recorded and planned again (iteration 7 follows it)"
       % (infos[0]["moves"], p["bytes_moved"] / MiB, p["peak_before"] / MiB, p["cap"] / MiB))

@@ -376,10 +376,19 @@ class _Swapper:
             if not self.departed:
                 self.totals["departures"] += 1
             self.plan = None  # record the next one
+        used = {}
         for en in self.entries:  # host buffers back to the pool: every copy of this iteration is ordered before
             if en.host is not None:  # the next iteration's copies into them (the out stream waits for compute)
                 self.pool.setdefault(en.nbytes, []).append(en.host)
+                used[en.nbytes] = used.get(en.nbytes, 0) + 1
                 en.host = None
+        # the pool keeps what this iteration moved, no more: buffers of sizes it did not use (other shapes,
+        # another batch in the same process) go back to torch's pinned cache. Kept whole, they added up to
+        # more host memory than the machine has (a batch search on the H200 was killed: SIGKILL, run101)
+        for nbytes in list(self.pool):
+            del self.pool[nbytes][used.get(nbytes, 0):]
+            if not self.pool[nbytes]:
+                del self.pool[nbytes]
         self.totals["out_bytes"] += self.out_bytes
         self.totals["in_bytes"] += self.in_bytes
         try:
@@ -514,11 +523,12 @@ def reset():
 
 def info():
     """What swapping did and plans: totals (iterations, plans, departures, bytes out and in, bytes the safety net
-    moved, copy time) and the plan followed (None while recording): its cap, peaks, moves."""
+    moved, copy time), the pinned host buffers kept for the next iteration (pool_bytes) and the plan followed (None while recording): its cap, peaks, moves."""
     sw = _state["swapper"]
     if sw is None:
         return None
     p = sw.plan
     return dict(sw.totals, cap=sw.cap, recording=sw.plan is None, bps_out=sw.bps[0], bps_in=sw.bps[1],
+                pool_bytes=sum(b.numel() for bufs in sw.pool.values() for b in bufs),
                 plan=None if p is None else {k: v for k, v in p.items() if k != "moves"},
                 moves=0 if p is None else len(p["moves"]))
