@@ -368,9 +368,11 @@ if has adopt; then
     for iso in "" --no-build-isolation; do
       d=$(mktemp -d); mkdir "$d/src"; for f in $(cd python && ls pyproject.toml setup.py gmlake/*.py gmlake/*.cpp gmlake/*.h build_backend/*.py); do install -D -m 644 "python/$f" "$d/src/$f"; done
       # the library and header from this tree (GMLAKE_PREFIX's layout)
-      mkdir -p "$d/prefix/lib" && ln -s "$(pwd)/include" "$d/prefix/include" && ln -s "$(pwd)/$BUILD/libgmlake-client.so" "$d/prefix/lib/"
+      # (the soname's link too: the extension loads libgmlake-client.so.1, as make install lays it out)
+      mkdir -p "$d/prefix/lib" && ln -s "$(pwd)/include" "$d/prefix/include" &&
+        ln -s "$(pwd)/$BUILD/libgmlake-client.so" "$(pwd)/$BUILD/libgmlake-client.so.1" "$d/prefix/lib/"
       GMLAKE_PREFIX="$d/prefix" script -qec "python3 -m pip install $iso --no-index --no-cache-dir --target $d/site $d/src" /dev/null > "$OUTDIR/pip$iso.txt" 2>&1; rc=$?
-      ok=$( (cd "$d" && PYTHONPATH="$d/site" GMLAKE_LIB="$(pwd)/$BUILD/libgmlake-client.so" python3 -c 'import torch, gmlake, gmlake._C; print(gmlake.__version__)') 2>&1 | tail -1)
+      ok=$( (lib="$(pwd)/$BUILD/libgmlake-client.so"; cd "$d" && PYTHONPATH="$d/site" GMLAKE_LIB="$lib" python3 -c 'import torch, gmlake, gmlake._C; print(gmlake.__version__)') 2>&1 | tail -1)
       said=$(grep -o 'gmlake: building the PyTorch extension gmlake._C against torch [^ ]*' "$OUTDIR/pip$iso.txt" | head -1)
       [ $rc = 0 ] && [ -n "$said" ] && [ "$ok" = "$(sed -n 's/^#define GML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$/\2/p' include/gmlake.h | paste -sd.)" ] &&
         say "PASS: pip install ${iso:-(isolated)} --no-index ./python: $said; import gmlake._C, __version__ $ok" ||
