@@ -204,6 +204,7 @@ static int save_overlapped(gml_client *c, struct gml_pause *p, size_t *kept, siz
     int wrc = rc ? rc : be->ops->event_wait(be, ev[g]);
     be->ops->event_destroy(be, ev[g]);
     if (wrc) {
+      if (!rc) be->ops->synchronize(be); /* later groups' copies settle before the host memory can go */
       rc = wrc;
       continue;
     }
@@ -405,10 +406,18 @@ int gml_resume(gml_client *c) {
     pthread_mutex_unlock(&a->lock);
     return gmli_fail(c, GML_ENOMEM, "gml_resume: no memory");
   }
+  /* the streams are done with the chunks the blocks will take before content is copied in on stream 0 */
+  if ((rc = a->be->ops->synchronize(a->be))) {
+    pthread_mutex_unlock(&a->lock);
+    free(mapped);
+    return gmli_fail(c, rc, "gml_resume: the device failed before resuming (%s): nothing resumed", gml_strerror(rc));
+  }
   a->tick++;
   int overlap = mapped && overlap_on(p), crc = 0;
   uint64_t t0 = gmli_now_ns();
-  for (size_t i = 0; i < p->n && !rc; i++) {
+  /* a copy that failed to start stops the mapping: the blocks after it stay paused, content saved, for the
+   * next gml_resume (the failed one's content is lost, and said so) */
+  for (size_t i = 0; i < p->n && !rc && !crc; i++) {
     gml_block *b = p->v[i].b;
     if (!b) continue;
     a->paused_bytes -= b->usable;
@@ -459,7 +468,10 @@ int gml_resume(gml_client *c) {
   free(mapped);
   if (crc && !rc) {
     rc = crc;
-    snprintf(c->last_error, sizeof c->last_error, "resume: restoring content failed (%s)", gml_strerror(rc));
+    snprintf(c->last_error, sizeof c->last_error, "resume: restoring content failed (%s)%s", gml_strerror(rc),
+             overlap ? ": the block where it failed lost its content; the blocks after it stay paused (gml_resume "
+                       "again)"
+                     : "");
   }
   if (overlap)
     GML_INFO("resume: blocks mapped and their content copied as each mapped in %.3f s, the last copies waited for "

@@ -213,7 +213,7 @@ int gmli_planned_malloc(gml_allocator *a, size_t size, size_t rsize, gml_stream 
 }
 
 void gmli_planned_unserved(gml_allocator *a, const gml_plan_grant *g, uint64_t hash_before) {
-  gmli_plan_keeper_undo(&a->plan->kp, g, hash_before);
+  if (!a->plan->off) gmli_plan_keeper_undo(&a->plan->kp, g, hash_before); /* given up: nothing was recorded */
 }
 
 /* Where a planned block's bytes were freed, per slot: the stream, or

@@ -385,10 +385,15 @@ class _Swapper:
         # the pool keeps what this iteration moved, no more: buffers of sizes it did not use (other shapes,
         # another batch in the same process) go back to torch's pinned cache. Kept whole, they added up to
         # more host memory than the machine has (a batch search on the H200 was killed: SIGKILL, run101)
+        dropped = False
         for nbytes in list(self.pool):
+            dropped |= len(self.pool[nbytes]) > used.get(nbytes, 0)
             del self.pool[nbytes][used.get(nbytes, 0):]
             if not self.pool[nbytes]:
                 del self.pool[nbytes]
+        empty = getattr(self.torch._C, "_host_emptyCache", None)
+        if dropped and self.pin and empty is not None:  # and out of torch's pinned cache, which never shrinks itself
+            empty()
         self.totals["out_bytes"] += self.out_bytes
         self.totals["in_bytes"] += self.in_bytes
         try:
