@@ -97,7 +97,7 @@ $(BUILD)/libgmlake-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/gmlaked: $(DAEMON_OBJ) $(COMMON_OBJ)
 	$(CC) -o $@ $^ $(LDFLAGS) -luv -lnng $(LIBS)
 
-$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/ctl_tables.c tools/ctl_node.c common/statsview.c client/discover.c) $(COMMON_OBJ)
+$(BUILD)/gmlakectl: $(call obj,tools/gmlakectl.c tools/ctl_endpoint.c tools/ctl_tables.c tools/ctl_node.c tools/ctl_paths.c common/statsview.c) $(BUILD)/libgmlake-client.a
 	$(CC) -o $@ $^ $(LDFLAGS) -lnng $(LIBS)
 
 $(BUILD)/gmlake-replay: $(call obj,tools/replay.c tools/replay_steps.c tools/replay_plan.c tools/replay_planned.c common/statsview.c) $(BUILD)/libgmlake-client.a

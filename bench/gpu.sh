@@ -266,6 +266,7 @@ if has copy; then
   else say "copy: cuda-header-check: no cuda.h at ${CUDA_INC:-/usr/local/cuda/include} (not run)"; fi
   PYTHONUNBUFFERED=1 GMLAKE_MODE=embedded GMLAKE_LIB="$BUILD/libgmlake-client.so" python3 bench/copy_bench.py ${COPY_ARGS:-} 2>&1 |
     tee "$OUTDIR/copy.txt" | grep -E '^copy' | tee -a "$SUMMARY"
+  "$BUILD/gmlakectl" paths 2>&1 | sed 's/^/copy: gmlakectl paths: /' | tee -a "$SUMMARY" # the probe's view, each GPU's own
 fi
 
 if has elastic; then

@@ -289,6 +289,16 @@ int gml_copy_batch_async(gml_client *c, const gml_copy_desc *v, size_t count, gm
   return count ? gmli_copy_many(c, v, count, stream, 0, "gml_copy_batch_async") : 0;
 }
 
+int gml_copy_probe(gml_client *c) {
+  if (!c) return GML_EINVAL;
+  gmli_copier *k = gmli_copier_get(c);
+  if (!k) return GML_ENOMEM;
+  pthread_mutex_lock(&k->lock);
+  int rc = gmli_mpath_probe(k);
+  pthread_mutex_unlock(&k->lock);
+  return rc;
+}
+
 int gml_copy_info_get(gml_client *c, gml_copy_info *out) {
   if (!c || !out) return GML_EINVAL;
   gmli_copier *k = gmli_copier_get(c);

@@ -97,4 +97,6 @@ int gmli_mpath_wanted(gmli_copier *k, const gml_copy_desc *d);
 int gmli_mpath_copy(gmli_copier *k, const gml_copy_desc *d, uintptr_t stream, size_t *at, char *why, size_t whylen);
 /* The peers' staging and streams given back (the copies using them waited for). */
 void gmli_mpath_destroy(gmli_copier *k);
+/* gml_copy_probe: the paths probed now if they were not (k->lock held). */
+int gmli_mpath_probe(gmli_copier *k);
 #endif

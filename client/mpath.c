@@ -327,6 +327,13 @@ int gmli_mpath_copy(gmli_copier *k, const gml_copy_desc *d, uintptr_t stream, si
                at, why, whylen);
 }
 
+int gmli_mpath_probe(gmli_copier *k) {
+  gmli_mpath *mp = &k->mp;
+  if (!mp->min_bytes) mp->min_bytes = MIN_DEFAULT, mp->slot_size = SLOT_DEFAULT, mp->probe_bytes = PROBE_BYTES;
+  if (!mp->probed && (k->be->caps & GML_BACKEND_PEER_COPY) && paths_auto()) probe_paths(k);
+  return 0;
+}
+
 void gmli_mpath_destroy(gmli_copier *k) {
   for (int i = 0; i < k->mp.npeers; i++) peer_release(k, &k->mp.peer[i]);
   k->mp.npeers = 0;

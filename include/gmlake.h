@@ -343,6 +343,11 @@ typedef struct gml_copy_info {
   gml_copy_path paths[GML_COPY_PATHS_MAX];
 } gml_copy_info;
 GML_API int gml_copy_info_get(gml_client *c, gml_copy_info *out);
+/* Probes the copy paths now, as the first page-locked copy of 64 MiB or
+ * more would (once per client; GMLAKE_COPY_PATHS=1: nothing, npaths stays
+ * 0): gml_copy_info_get then shows each path's measured bandwidth and share
+ * (`gmlakectl paths`). 0, GML_EINVAL (c NULL) or GML_ENOMEM. */
+GML_API int gml_copy_probe(gml_client *c);
 /* Shared read-only memory (daemon mode only: GML_EDAEMON when embedded).
  * A whole growable range is the unit: gml_share publishes its chunks under
  * a key, gml_attach maps a share into a new range in another process,

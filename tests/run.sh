@@ -543,6 +543,25 @@ section "what gmlaked logs: the level (--log-level, the config file, GMLAKE_LOG)
 tests/logging.sh "$BUILD"
 section "gmlakectl's node view: every lake of the node on one screen, a dead one shown down ($BUILD)"
 tests/nodeview.sh "$BUILD"
+section "gmlakectl paths: the copy paths the client library probes, table and JSON (host backend: two modelled peers) ($BUILD)"
+GMLAKE_BACKEND=host "$BUILD/gmlakectl" --json paths > "$BUILD/paths.json"
+python3 - "$BUILD/paths.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["paths"]
+assert d["backend"] == "host" and d["npaths"] == len(p) == 2 and d["paths_used"] == 2, d
+assert p[0]["route"] == "own link" and p[0]["device"] == 0 and p[1]["device"] == 1, d
+for k in ("h2d", "d2h"):
+    assert abs(sum(x[k + "_share"] for x in p) - 1) < 1e-3 and all(x[k + "_gbps"] > 0 for x in p), d
+    assert abs(d[k + "_gbps"] - sum(x[k + "_gbps"] for x in p)) < 1e-3, d
+PY
+GMLAKE_BACKEND=host "$BUILD/gmlakectl" paths > "$BUILD/paths.txt"
+grep -q "^1 *1 *peer link + P2P" "$BUILD/paths.txt" && grep -q "modelled" "$BUILD/paths.txt" ||
+  { cat "$BUILD/paths.txt" >&2; echo "gmlakectl paths: no peer row, or not said to be modelled" >&2; exit 1; }
+GMLAKE_BACKEND=host GMLAKE_COPY_PATHS=1 "$BUILD/gmlakectl" paths | grep -q "not probed (GMLAKE_COPY_PATHS=1" ||
+  { echo "gmlakectl paths with GMLAKE_COPY_PATHS=1 did not say it probed nothing" >&2; exit 1; }
+if "$BUILD/gmlakectl" --device GPU-0-x paths > /dev/null 2>&1; then echo "gmlakectl paths took a UUID it cannot open" >&2; exit 1; fi
+echo "  two paths, own link and a peer's with its P2P hop, shares adding to 1, their sum the together figure; GMLAKE_COPY_PATHS=1 said"
 section "how clients find and verify the daemon ($BUILD)"
 tests/discovery.sh "$BUILD"
 section "Kubernetes: deploy/k8s validated offline against python3-kubernetes' models; the DaemonSet runs the unit's ExecStart; gmlake-quota against a daemon ($BUILD)"

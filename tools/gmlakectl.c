@@ -20,6 +20,7 @@
 #include "ctl_endpoint.h"
 #include "ctl_tables.h"
 #include "ctl_node.h"
+#include "ctl_paths.h"
 #include "statsview.h"
 #include "util.h"
 #include "wire.h"
@@ -38,6 +39,7 @@
 
 typedef struct ctl {
   const char *url;
+  const char *device; /* --device as given (paths: an index) */
   int json, pid;
   double interval;
   int interval_given; /* --interval, watch's option (--client, trim's: pid set) */
@@ -380,6 +382,19 @@ static int cmd_watch(ctl *c) {
 
 static int cmd_node(ctl *c) { return gmli_ctl_node(c->json); }
 
+/* paths: this node's copy paths to one GPU, probed here by the client library (no daemon asked). */
+static int cmd_paths(ctl *c) {
+  char *end, err[1200];
+  long dev = c->device ? strtol(c->device, &end, 10) : 0;
+  if (c->device && (*end || dev < 0 || dev > GML_DEVICE_INDEX_MAX)) {
+    ctl_error(c, GML_EINVAL, "paths probes a GPU by its index (--device N): '%s' is not one", c->device);
+    return 2;
+  }
+  int rc = gmli_ctl_paths((int)dev, c->json, err, sizeof err);
+  if (rc) ctl_error(c, rc, "%s", err);
+  return rc ? 1 : 0;
+}
+
 /* A new command: a handler above and a row here. `changes`: it changes the
  * lake (the daemon's control.c marks the same requests). */
 static const struct command {
@@ -404,6 +419,10 @@ static const struct command {
     {"metrics", "", "Prometheus text exposition of the same numbers (no --json: use stats --json)", 0, 0, cmd_metrics},
     {"node", "", "every lake of this node, one row each, nvidia-smi style (no command, or --device all, is this)", 0, 0,
      cmd_node},
+    {"paths", "",
+     "the host<->GPU copy paths of --device N (its own link, peers' links with a P2P hop), probed here: "
+     "bandwidth alone, shares of a split copy (no daemon asked)",
+     0, 0, cmd_paths},
     {"watch", " [--interval S]", "refresh stats and clients, like top (--json: one JSON object a line, each interval)",
      0, 0, cmd_watch},
 };
@@ -452,6 +471,7 @@ int main(int argc, char **argv) {
     case 'c': snprintf(url, sizeof url, "%s", optarg); break;
     case 'd':
       device_all = !strcmp(optarg, "all"), device = device_all ? optarg : device_or_die(&c, optarg);
+      c.device = device;
       device_given = 1;
       break;
     case 'j': c.json = 1; break;
@@ -505,17 +525,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   char how[700] = "", err[1024];
-  int node = !strcmp(cmd, "node"); /* finds every lake itself */
+  int node = !strcmp(cmd, "node");           /* finds every lake itself */
+  int local = node || !strcmp(cmd, "paths"); /* asks no daemon */
   if (node && url[0]) {
     ctl_error(&c, GML_EINVAL, "node shows every lake of this node; --control names one: give another command");
     return 2;
   }
-  if (!node && !url[0] && ctl_find_endpoint(device, device_given, url, sizeof url, how, sizeof how, err, sizeof err)) {
+  if (!local && !url[0] && ctl_find_endpoint(device, device_given, url, sizeof url, how, sizeof how, err, sizeof err)) {
     ctl_error(&c, GML_EDAEMON, "%s", err);
     return 1;
   }
   if (how[0]) c.found_how = how;
-  if (!node && !strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
+  if (!local && !strstr(url, "://")) { /* nng's answer to a bare path is "Invalid argument" */
     ctl_error(&c, GML_EINVAL, "bad control endpoint '%s': a URL, e.g. ipc://%s", url,
               url[0] == '/' ? url : "/run/gmlake/gmlake-0.ctl");
     return 2;
