@@ -57,9 +57,10 @@ if [ ! -e "$BASE/.complete" ]; then
 fi
 
 umount_all() {
-  for m in var/cache/apt/archives dev/pts dev/shm dev sys proc; do
+  for m in var/cache/apt/archives dev/pts dev/shm dev sys/fs/cgroup sys proc; do
     mountpoint -q "$ROOT/$m" 2>/dev/null && umount -l "$ROOT/$m"
   done
+  if mountpoint -q "$ROOT" 2>/dev/null; then umount -l "$ROOT"; fi
 }
 trap umount_all EXIT INT TERM
 umount_all
@@ -67,8 +68,16 @@ if grep -q " $ROOT/" /proc/mounts; then echo "something is still mounted under $
 rm -rf --one-file-system "$ROOT"
 cp -a "$BASE" "$ROOT"
 rm -f "$ROOT/.complete"
+# the chroot's root a mount point of its own: unshare -m (util-linux makes / private first) works in it,
+# so the tests that need a mount namespace run here as on a machine, not "not run"
+mount --bind "$ROOT" "$ROOT" && mount --make-private "$ROOT"
 mount -t proc proc "$ROOT/proc"
 mount -t sysfs sys "$ROOT/sys"
+# the host's cgroup hierarchies (v1 and/or v2), as a booted machine has them: the cgroup quota tests and
+# Slurm's proctrack/cgroup run instead of "not run"; a slave copy, so nothing done here unmounts the host's
+if [ -d /sys/fs/cgroup ] && mountpoint -q /sys/fs/cgroup; then
+  mount --rbind /sys/fs/cgroup "$ROOT/sys/fs/cgroup" && mount --make-rslave "$ROOT/sys/fs/cgroup"
+fi
 mount --bind /dev "$ROOT/dev"
 mount -t devpts -o newinstance devpts "$ROOT/dev/pts" 2>/dev/null || true
 mount -t tmpfs shm "$ROOT/dev/shm"
