@@ -10,6 +10,7 @@ void broker_init(broker *b, lake *lk, Gmlake__LakeStats *counters, uint64_t pref
                  uint64_t preallocate_chunks) {
   memset(b, 0, sizeof *b);
   b->lk = lk, b->counters = counters, b->lease_wait_ns = BROKER_LEASE_WAIT_MS * 1000000ull;
+  b->promise_ns = MEMINFO_PROMISE_MS * 1000000ull;
   b->prefetch_chunks = prefetch_chunks, b->preallocate_chunks = preallocate_chunks;
 }
 

@@ -24,6 +24,7 @@
 #define BROKER_MAX_LEASE 128 /* chunks one lease may ask for (the wire's limit), and one reply carries */
 #define BROKER_MAX_STREAM GML_MAX_STREAM_LEASE /* chunks one streamed lease may ask for (HelloReply.max_stream) */
 #define BROKER_LEASE_WAIT_MS 3000              /* a lease waits this long for reclaimed chunks (--lease-wait) */
+#define MEMINFO_PROMISE_MS 2000 /* a mem-info answer holds this long as a promise (meminfo.h; --meminfo-promise-ms) */
 #define BROKER_RECLAIM_AHEAD                                                                                           \
   16 /* a reclaim asks for this many leases' worth: a large allocation
                                        * comes as a run of leases of at most BROKER_MAX_LEASE chunks, and
@@ -124,6 +125,7 @@ typedef struct broker {
   broker_client *published;
   /* settings */
   uint64_t lease_wait_ns;
+  uint64_t promise_ns;         /* how long a mem-info answer holds (meminfo.h; --meminfo-promise-ms) */
   uint64_t prefetch_chunks;    /* kept free ahead of demand */
   uint64_t preallocate_chunks; /* the lake holds at least this many */
   /* state */

@@ -84,6 +84,10 @@ static const config_option options[] = {
     {"lease-wait", "MS", OPT_INT, AT(lease_wait_ms), "3000",
      "a lease the lake cannot serve at once waits this long for other clients' idle cache (default %D)", 0, 600000, 10,
      NULL},
+    {"meminfo-promise-ms", "MS", OPT_INT, AT(meminfo_promise_ms), "2000",
+     "a client told what it could get (gml_mem_info, torch.cuda.mem_get_info) holds that as a promise this long: "
+     "others asking meanwhile wait until it leases (default %D; 0: no promise)",
+     0, 600000, 10, NULL},
     {"idle-release", "S", OPT_INT, AT(idle_release_s), "30",
      "free chunks past --idle-reserve go back to the driver once nothing was leased or given back for this long "
      "(default %D; 0: never)",

@@ -35,6 +35,7 @@ typedef struct gmld_config {
   int creators;                /* worker threads creating chunks */
   int adopt_window_s;          /* hand-overs (Adopt) are taken this long after start, then refused */
   int lease_wait_ms;           /* a lease the lake cannot serve at once waits this long for reclaims */
+  int meminfo_promise_ms;      /* a mem-info answer holds as a promise this long (meminfo.h) */
   int idle_release_s;          /* an idle lake gives its free chunks past the reserve back after this long (0: never) */
   uint64_t idle_reserve_bytes; /* what it keeps */
   int foreground;

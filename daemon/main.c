@@ -346,6 +346,7 @@ int main(int argc, char **argv) {
   broker_init(&d->br, &d->lk, &d->counters, c->prefetch_bytes / d->be->chunk_size,
               c->preallocate_bytes / d->be->chunk_size);
   d->br.lease_wait_ns = (uint64_t)c->lease_wait_ms * 1000000ull;
+  d->br.promise_ns = (uint64_t)c->meminfo_promise_ms * 1000000ull;
   apply_idle(d, c);
   trust_install(d);
   d->listen_fd = -1;

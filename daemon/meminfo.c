@@ -10,9 +10,9 @@
 #include "util.h"
 
 /* Was o told memory it has not leased yet (meminfo.h)? The ms it still holds, else 0. */
-static uint64_t promise_left_ms(const broker_client *o, uint64_t now_ns) {
+static uint64_t promise_left_ms(const broker *b, const broker_client *o, uint64_t now_ns) {
   if (!o->promise_ns || o->closing || o->lease.pending || o->leased_chunks != o->promise_leased) return 0;
-  uint64_t until = o->promise_ns + MEMINFO_PROMISE_MS * 1000000ull;
+  uint64_t until = o->promise_ns + b->promise_ns;
   return now_ns < until ? (until - now_ns + 999999) / 1000000 : 0;
 }
 
@@ -26,7 +26,7 @@ void gmli_broker_mem_info(const broker *b, broker_client *c, uint64_t now_ns, ui
     if (o == c || o->closing) continue;
     avail += gmli_broker_idle_chunks(b, c, o, now_ns);
     if (o->lease.pending) owed += o->lease.count; /* what it still waits for (a stream: what is still to come) */
-    uint64_t left = promise_left_ms(o, now_ns);
+    uint64_t left = promise_left_ms(b, o, now_ns);
     wait = GML_MAX(wait, left);
   }
   uint64_t quota = 0, qroom = broker_quota_room(b, c, &quota, NULL, 0);
@@ -34,6 +34,6 @@ void gmli_broker_mem_info(const broker *b, broker_client *c, uint64_t now_ns, ui
                            .quota_bytes = quota,
                            .quota_room_bytes = quota ? qroom * cs : 0,
                            .free_bytes = (avail - GML_MIN(avail, owed)) * cs,
-                           .wait_ms = (uint32_t)GML_MIN(wait, MEMINFO_PROMISE_MS)};
-  if (!wait) c->promise_ns = out->free_bytes ? now_ns : 0, c->promise_leased = c->leased_chunks;
+                           .wait_ms = (uint32_t)GML_MIN(wait, b->promise_ns / 1000000)};
+  if (!wait) c->promise_ns = out->free_bytes && b->promise_ns ? now_ns : 0, c->promise_leased = c->leased_chunks;
 }

@@ -11,7 +11,7 @@
  * served since), asks again, leaves, or this long has passed. Two processes
  * that size themselves from their free memory at once then see each other's
  * share instead of both counting the same chunks. */
-#define MEMINFO_PROMISE_MS 2000
+/* (MEMINFO_PROMISE_MS, broker.h: the default of --meminfo-promise-ms, the broker's promise_ns) */
 
 typedef struct gmli_mem_answer {
   uint64_t limit_bytes;      /* the lake's */

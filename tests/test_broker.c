@@ -1270,6 +1270,17 @@ START_TEST(test_mem_info_answers) {
   gmli_broker_mem_info(&br, &b, 20000 * MS, big, &m);
   ck_assert_uint_eq(m.quota_bytes, 2 * cs);
   ck_assert_uint_eq(m.quota_room_bytes, 2 * cs);
+  /* --meminfo-promise-ms: a longer promise holds longer; 0 promises nothing */
+  br.promise_ns = 60000 * MS;
+  gmli_broker_mem_info(&br, &a, 30000 * MS, big, &m);
+  gmli_broker_mem_info(&br, &b, 30000 * MS + MEMINFO_PROMISE_MS * MS + 1, big, &m);
+  ck_assert_uint_gt(m.wait_ms, MEMINFO_PROMISE_MS);
+  ck_assert_uint_le(m.wait_ms, 60000);
+  br.promise_ns = 0;
+  gmli_broker_mem_info(&br, &a, 200000 * MS, big, &m);
+  ck_assert_uint_eq(a.promise_ns, 0);
+  gmli_broker_mem_info(&br, &b, 200000 * MS + 1, big, &m);
+  ck_assert_uint_eq(m.wait_ms, 0);
 }
 END_TEST
 
