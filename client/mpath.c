@@ -305,10 +305,16 @@ static int paths_auto(void) {
   return 1;
 }
 
-int gmli_mpath_wanted(gmli_copier *k, const gml_copy_desc *d) {
-  gml_backend *be = k->be;
+/* The sizes multi-path works in, unless a test set its own. */
+static gmli_mpath *mpath_of(gmli_copier *k) {
   gmli_mpath *mp = &k->mp;
   if (!mp->min_bytes) mp->min_bytes = MIN_DEFAULT, mp->slot_size = SLOT_DEFAULT, mp->probe_bytes = PROBE_BYTES;
+  return mp;
+}
+
+int gmli_mpath_wanted(gmli_copier *k, const gml_copy_desc *d) {
+  gml_backend *be = k->be;
+  gmli_mpath *mp = mpath_of(k);
   if (d->kind == GML_COPY_D2D || d->size < mp->min_bytes || !(be->caps & GML_BACKEND_PEER_COPY)) return 0;
   if (!be->ops->host_pinned(be, d->kind == GML_COPY_H2D ? d->src : d->dst, d->size)) return 0;
   if (!mp->probed) {
@@ -328,8 +334,7 @@ int gmli_mpath_copy(gmli_copier *k, const gml_copy_desc *d, uintptr_t stream, si
 }
 
 int gmli_mpath_probe(gmli_copier *k) {
-  gmli_mpath *mp = &k->mp;
-  if (!mp->min_bytes) mp->min_bytes = MIN_DEFAULT, mp->slot_size = SLOT_DEFAULT, mp->probe_bytes = PROBE_BYTES;
+  gmli_mpath *mp = mpath_of(k);
   if (!mp->probed && (k->be->caps & GML_BACKEND_PEER_COPY) && paths_auto()) probe_paths(k);
   return 0;
 }

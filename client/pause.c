@@ -109,6 +109,13 @@ static int copy_block_file(gml_client *c, struct gml_pause *p, paused_block *pb,
   return 0;
 }
 
+/* Block pb's copy between the device and its saved place in host memory (to_host: save). */
+static gml_copy_desc block_copy(const struct gml_pause *p, const paused_block *pb, int to_host) {
+  char *h = (char *)p->host + pb->off;
+  return to_host ? (gml_copy_desc){h, (void *)pb->addr, pb->size, GML_COPY_D2H}
+                 : (gml_copy_desc){(void *)pb->addr, h, pb->size, GML_COPY_H2D};
+}
+
 /* The content of blocks v[from, to) (those with want set: not freed while paused) between the device and
  * its saved place, in one call to the copy engine (to_host: save). */
 static int copy_blocks(gml_client *c, struct gml_pause *p, size_t from, size_t to, const char *want, int to_host) {
@@ -125,11 +132,8 @@ static int copy_blocks(gml_client *c, struct gml_pause *p, size_t from, size_t t
   uint64_t bytes = 0, t0 = gmli_now_ns();
   for (size_t i = from; i < to; i++) {
     if (want && !want[i]) continue;
-    paused_block *pb = &p->v[i];
-    char *h = (char *)p->host + pb->off;
-    d[n++] = to_host ? (gml_copy_desc){h, (void *)pb->addr, pb->size, GML_COPY_D2H}
-                     : (gml_copy_desc){(void *)pb->addr, h, pb->size, GML_COPY_H2D};
-    bytes += pb->size;
+    d[n++] = block_copy(p, &p->v[i], to_host);
+    bytes += p->v[i].size;
   }
   int rc = n ? gmli_copy_many(c, d, n, 0, 1, to_host ? "pause" : "resume") : 0;
   free(d);
@@ -185,9 +189,8 @@ static int save_overlapped(gml_client *c, struct gml_pause *p, size_t *kept, siz
   for (size_t i = 0; i < p->n && !rc;) {
     size_t j = i, bytes = 0;
     for (; j < p->n && (j == i || bytes < gmli_pause_group); j++) {
-      paused_block *pb = &p->v[j];
-      d[j] = (gml_copy_desc){(char *)p->host + pb->off, (void *)pb->addr, pb->size, GML_COPY_D2H};
-      bytes += pb->size;
+      d[j] = block_copy(p, &p->v[j], 1);
+      bytes += p->v[j].size;
     }
     if (!(rc = gmli_copy_many(c, d + i, j - i, 0, 0, "pause")) && !(rc = be->ops->event_record(be, 0, &ev[ng])))
       end[ng++] = j;
@@ -449,8 +452,7 @@ int gml_resume(gml_client *c) {
     if (mapped) mapped[i] = 1;
     p->v[i].b = NULL;
     if (overlap && !crc) { /* its content on its way while the next block maps */
-      paused_block *pb = &p->v[i];
-      gml_copy_desc d = {(void *)pb->addr, (char *)p->host + pb->off, pb->size, GML_COPY_H2D};
+      gml_copy_desc d = block_copy(p, &p->v[i], 0);
       crc = gmli_copy_many(c, &d, 1, 0, 0, "resume");
     }
   }

@@ -102,6 +102,15 @@ static void range_drop(gml_allocator *a, gmli_range *rg) {
   range_free_state(rg);
 }
 
+/* The current range is served no more: back to the large region now if nothing lives in it, else retired
+ * until its last block goes. */
+static void range_let_go(gml_allocator *a) {
+  gmli_planned *p = a->plan;
+  if (p->cur && !p->cur->live) range_drop(a, p->cur);
+  else if (p->cur) p->cur->next = p->retired, p->retired = p->cur;
+  p->cur = NULL;
+}
+
 /* The plan now served needs `need` bytes of range: the one held if large
  * enough; else a new one (its size with an eighth to spare, so a plan that
  * grows a little fits), the old one dropped at once if nothing lives in it,
@@ -117,8 +126,7 @@ static void range_cover(gml_allocator *a) {
   gmli_range *rg = range_new(a, gmli_round_up(need + need / 8, a->cs));
   if (!rg) rg = range_new(a, need);
   if (!rg) return; /* the old range, if any, goes on serving what fits in it */
-  if (p->cur && !p->cur->live) range_drop(a, p->cur);
-  else if (p->cur) p->cur->next = p->retired, p->retired = p->cur;
+  range_let_go(a);
   p->cur = rg, p->cur_dirty = 1;
 }
 
@@ -296,9 +304,7 @@ static size_t range_used(const gmli_planned *p, const gmli_range *rg) {
 static void give_up(gml_allocator *a) {
   gmli_planned *p = a->plan;
   p->off = 1;
-  if (p->cur && !p->cur->live) range_drop(a, p->cur);
-  else if (p->cur) p->cur->next = p->retired, p->retired = p->cur;
-  p->cur = NULL;
+  range_let_go(a);
   GML_WARN("planned placement (GMLAKE_PLAN) given up after %llu iterations: %d of the last %d that had a plan "
            "departed from it (shapes that change, e.g. dynamic padding); allocations are served as without a plan",
            (unsigned long long)p->steps, __builtin_popcount(p->departed_bits), GMLI_PLAN_JUDGED);

@@ -246,6 +246,10 @@ class _Swapper:
             self.out_s = self.cuda.Stream(device=self.device)
             self.in_s = self.cuda.Stream(device=self.device)
 
+    def pool_bytes(self):
+        """The pinned host buffers kept for the next iteration, in bytes."""
+        return sum(b.numel() for bufs in self.pool.values() for b in bufs)
+
     def _out(self, en, e):
         torch, cur = self.torch, self.cuda.current_stream(self.device)
         free = self.pool.get(en.nbytes)
@@ -401,7 +405,7 @@ class _Swapper:
             c = lib.gml_device_client_if_open(self.device) if self.device is not None else None
             if c:
                 lib.gml_swap_note(c, self.out_bytes, self.in_bytes, ns,
-                                  sum(b.numel() for bufs in self.pool.values() for b in bufs))
+                                  self.pool_bytes())
         except OSError:
             pass
         self.cap = 0
@@ -534,6 +538,6 @@ def info():
         return None
     p = sw.plan
     return dict(sw.totals, cap=sw.cap, recording=sw.plan is None, bps_out=sw.bps[0], bps_in=sw.bps[1],
-                pool_bytes=sum(b.numel() for bufs in sw.pool.values() for b in bufs),
+                pool_bytes=sw.pool_bytes(),
                 plan=None if p is None else {k: v for k, v in p.items() if k != "moves"},
                 moves=0 if p is None else len(p["moves"]))
